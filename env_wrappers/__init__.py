@@ -1,0 +1,1 @@
+"""Gymnasium and PettingZoo wrappers: task switching on reset, feedback, sync wrappers."""

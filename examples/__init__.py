@@ -1,0 +1,1 @@
+"""Bundled environments and trainers, runnable as ``python -m magister.examples.<name>``."""

@@ -1,0 +1,1 @@
+"""Glue for trainers: score helpers, SB3 callback, RLlib callbacks, logging."""

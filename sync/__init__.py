@@ -1,0 +1,1 @@
+"""The sender–receiver layer: wire protocol, curriculum server, env-side client, Ray backend."""
