@@ -1,1 +1,14 @@
 """Gymnasium and PettingZoo wrappers: task switching on reset, feedback, sync wrappers."""
+
+from .pettingzoo_wrapper import PettingZooReinitTaskWrapper, PettingZooTaskWrapper
+from .reinit import ReinitTaskWrapper
+from .task_wrapper import TaskSwitching, TaskWrapper, check_progress
+
+__all__ = [
+    "PettingZooReinitTaskWrapper",
+    "PettingZooTaskWrapper",
+    "ReinitTaskWrapper",
+    "TaskSwitching",
+    "TaskWrapper",
+    "check_progress",
+]

@@ -148,7 +148,9 @@ class TaskSpace(ABC, Generic[T]):
         """All encoded tasks, for enumerable spaces."""
         return [self.encode(t) for t in self.tasks]
 
-    def split(self, holdout: float | int | Sequence[Any], seed: int | None = 0) -> tuple[TaskSpace, TaskSpace]:
+    def split(
+        self, holdout: float | int | Sequence[Any], seed: int | None = 0
+    ) -> tuple[TaskSpace, TaskSpace]:
         """Partition into (train space, held-out space).
 
         ``holdout`` is a fraction in (0, 1), a count, or an explicit sequence of decoded tasks.

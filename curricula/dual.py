@@ -1,0 +1,254 @@
+"""DualCurriculum: one curriculum over (task, opponent) pairs, built from a task and an opponent curriculum.
+
+Joint curricula over environments and co-players (the Syllabus paper, section 5.2: task-based curricula such
+as DR or PLR used together with opponent-based ones such as FSP or PFSP; XLand trains over world x game x
+co-player). The two choices are made independently,
+
+.. math:: P(\\tau, B) = P_{task}(\\tau) \\, P_{opp}(B),
+
+and every piece of feedback is routed to the curriculum it concerns. To the sync layer and the wrappers a
+:class:`DualCurriculum` is an ordinary :class:`~magister.curricula.base.Curriculum` whose encoded tasks are
+pairs ``(task, opponent_id)`` (lists after a msgpack round trip, which are accepted too), so it works through
+the sync layer unchanged.
+
+Routing
+-------
+* ``sample(k)`` draws ``k`` tasks and ``k`` opponents, one vectorised call each; ``sample_tasks`` marks a
+  pair as a training task only if both halves are (``train = train_task and train_opponent``).
+* ``update_on_episode``: the return goes to the task curriculum with the task half. The outcome goes to the
+  opponent curriculum, judged by its :class:`~magister.curricula.opponent_store.OutcomeRule` from the most
+  specific information present: the opponent's own return (``opponent_return=...`` or
+  ``extras["opponent_return"]``), a named agent's entry of ``extras["agent_returns"]`` (sent by the
+  PettingZoo sync wrapper), else the learner's episode return. With ``derive_outcomes=False`` only an
+  explicit opponent return records a result: use it when results are reported separately through
+  :meth:`DualCurriculum.update_winrate`, so that no episode is counted twice.
+* Step updates, task progress and on-demand metrics go to each curriculum (with its half of the task);
+  step data is only requested when one of them wants it.
+* The Agent API (``get_opponent``, ``update_agent``, ``update_winrate``) is the opponent curriculum's.
+* ``state_dict`` nests both curricula's states; ``metrics`` merges theirs under ``task/`` and ``opponent/``.
+
+>>> from magister.curricula.domain_randomization import DomainRandomization
+>>> from magister.curricula.self_play import SelfPlay
+>>> from magister.task_spaces.discrete import Discrete
+>>> dual = DualCurriculum(DomainRandomization(Discrete(4), seed=0), SelfPlay())
+>>> _ = dual.update_agent("policy")
+>>> [opp for _, opp in dual.sample(3)]
+[-1, -1, -1]
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from typing import Any
+
+import numpy as np
+
+from ..task_spaces.base import EncodedTask
+from ..task_spaces.product import Product
+from .base import AgentCurriculum, Curriculum, StepBatch, TaskSample
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["DualCurriculum"]
+
+
+def _takes_extras(method: Any) -> bool:
+    """Whether a bound ``update_on_episode`` accepts ``extras=`` (as the sync server checks too)."""
+    try:
+        params = inspect.signature(method).parameters
+    except (TypeError, ValueError):  # pragma: no cover - builtins without a signature
+        return False
+    return "extras" in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+
+
+class DualCurriculum(AgentCurriculum):
+    """Samples ``(task, opponent_id)`` pairs from two curricula and routes feedback to both.
+
+    Parameters
+    ----------
+    task_curriculum:
+        Any :class:`~magister.curricula.base.Curriculum` over environment tasks.
+    opponent_curriculum:
+        A co-player curriculum (:class:`~magister.curricula.base.AgentCurriculum`: SelfPlay, FSP, PFSP).
+    derive_outcomes:
+        Whether an episode update without an explicit opponent return still records a result for the
+        opponent, judged from ``extras["agent_returns"]`` or the learner's return (see the module docstring).
+    seed:
+        If given, reseeds both curricula with independent seeds derived from it.
+    """
+
+    def __init__(
+        self,
+        task_curriculum: Curriculum,
+        opponent_curriculum: AgentCurriculum,
+        *,
+        derive_outcomes: bool = True,
+        seed: int | None = None,
+    ) -> None:
+        if not isinstance(task_curriculum, Curriculum):
+            raise TypeError(f"task_curriculum must be a Curriculum, got {type(task_curriculum).__name__}")
+        if not isinstance(opponent_curriculum, AgentCurriculum):
+            raise TypeError("opponent_curriculum must be an AgentCurriculum (SelfPlay, FSP, PFSP ...), got "
+                            f"{type(opponent_curriculum).__name__}")
+        super().__init__(Product((task_curriculum.task_space, opponent_curriculum.task_space)), seed=seed)
+        self.task_curriculum = task_curriculum
+        self.opponent_curriculum = opponent_curriculum
+        self.derive_outcomes = bool(derive_outcomes)
+        if seed is not None:
+            self.seed(seed)
+
+    # -- plumbing ---------------------------------------------------------------------------------------
+    @property
+    def requires_step_updates(self) -> bool:  # type: ignore[override]
+        task, opp = self.task_curriculum, self.opponent_curriculum
+        return bool(task.requires_step_updates or opp.requires_step_updates)
+
+    def seed(self, seed: int | None) -> None:
+        """Reseed this object and both curricula (independent child seeds derived from ``seed``)."""
+        super().seed(seed)
+        if seed is None:
+            self.task_curriculum.seed(None)
+            self.opponent_curriculum.seed(None)
+            return
+        a, b = np.random.SeedSequence(seed).generate_state(2)
+        self.task_curriculum.seed(int(a))
+        self.opponent_curriculum.seed(int(b))
+
+    @staticmethod
+    def _split(task: EncodedTask) -> tuple[EncodedTask, int]:
+        if not isinstance(task, (tuple, list)) or len(task) != 2:
+            raise ValueError(f"DualCurriculum tasks are (task, opponent_id) pairs, got {task!r}")
+        return task[0], task[1]
+
+    # -- sampling ---------------------------------------------------------------------------------------
+    def sample(self, k: int = 1) -> list[tuple[EncodedTask, int]]:
+        """``k`` pairs: ``k`` tasks and ``k`` opponents drawn independently (one call each)."""
+        self._check_k(k)
+        tasks = self.task_curriculum.sample(int(k))
+        opponents = self.opponent_curriculum.sample(int(k))
+        self.num_sampled += int(k)
+        return list(zip(tasks, opponents))
+
+    def sample_tasks(self, k: int = 1) -> list[TaskSample]:
+        """``k`` pair envelopes; a pair is a training task only if both of its halves are."""
+        self._check_k(k)
+        tasks = self.task_curriculum.sample_tasks(int(k))
+        opponents = self.opponent_curriculum.sample_tasks(int(k))
+        self.num_sampled += int(k)
+        return [TaskSample((t.task, o.task), bool(t.train and o.train)) for t, o in zip(tasks, opponents)]
+
+    # -- feedback ---------------------------------------------------------------------------------------
+    def update_on_episode(
+        self,
+        episode_return: float,
+        length: int,
+        task: EncodedTask,
+        progress: float,
+        env_id: int | None = None,
+        *,
+        opponent_return: float | None = None,
+        extras: dict[str, Any] | None = None,
+    ) -> None:
+        """The learner's episode on ``task = (task, opponent_id)``; see the module docstring for routing.
+
+        ``extras`` are the sync layer's episode extras: they reach the task curriculum if its
+        ``update_on_episode`` takes ``extras``, and the opponent curriculum's outcome rule (which reads
+        ``"opponent_return"`` or ``"agent_returns"``). ``opponent_return=x`` is the same as
+        ``extras={"opponent_return": x}``.
+        """
+        t, o = self._split(task)
+        if opponent_return is not None:
+            extras = {**(extras or {}), "opponent_return": opponent_return}
+        explicit = extras is not None and extras.get("opponent_return") is not None
+        self.num_episodes += 1
+        self.num_steps += int(length)
+        if extras and _takes_extras(self.task_curriculum.update_on_episode):
+            self.task_curriculum.update_on_episode(episode_return, length, t, progress, env_id, extras=extras)
+        else:
+            self.task_curriculum.update_on_episode(episode_return, length, t, progress, env_id)
+        if not (explicit or self.derive_outcomes):
+            return
+        opp = self.opponent_curriculum
+        if _takes_extras(opp.update_on_episode):
+            opp.update_on_episode(episode_return, length, o, progress, env_id, extras=extras)
+        elif extras and extras.get("opponent_return") is not None:
+            opp.update_winrate(o, extras["opponent_return"])
+        else:
+            opp.update_on_episode(episode_return, length, o, progress, env_id)
+
+    def update_on_step(
+        self,
+        task: EncodedTask,
+        obs: Any,
+        rew: float,
+        term: bool,
+        trunc: bool,
+        info: dict | None,
+        progress: float,
+        env_id: int | None = None,
+    ) -> None:
+        t, o = self._split(task)
+        self.num_steps += 1
+        if self.task_curriculum.requires_step_updates:
+            self.task_curriculum.update_on_step(t, obs, rew, term, trunc, info, progress, env_id)
+        if self.opponent_curriculum.requires_step_updates:
+            self.opponent_curriculum.update_on_step(o, obs, rew, term, trunc, info, progress, env_id)
+
+    def update_on_step_batch(self, batch: StepBatch, env_id: int | None = None) -> None:
+        """Splits the batch's pair tasks and forwards one batch to each curriculum that wants steps."""
+        halves = [self._split(t) for t in batch.tasks]
+        self.num_steps += len(batch)
+        for cur, side in ((self.task_curriculum, 0), (self.opponent_curriculum, 1)):
+            if cur.requires_step_updates:
+                cur.update_on_step_batch(
+                    StepBatch([h[side] for h in halves], batch.rewards, batch.terminated, batch.truncated,
+                              batch.progress, batch.obs, batch.infos, batch.env_id),
+                    env_id,
+                )
+
+    def update_task_progress(self, task: EncodedTask, progress: float, env_id: int | None = None) -> None:
+        t, o = self._split(task)
+        self.task_curriculum.update_task_progress(t, progress, env_id)
+        self.opponent_curriculum.update_task_progress(o, progress, env_id)
+
+    def update_on_demand(self, metrics: dict[str, Any]) -> None:
+        """Forwarded to both curricula (each uses the keys it documents)."""
+        self.task_curriculum.update_on_demand(metrics)
+        self.opponent_curriculum.update_on_demand(metrics)
+
+    # -- the Agent API (the opponent curriculum's) ---------------------------------------------------------
+    def get_opponent(self, opponent_id: int) -> Any:
+        return self.opponent_curriculum.get_opponent(opponent_id)
+
+    def update_agent(self, agent: Any) -> int | None:
+        return self.opponent_curriculum.update_agent(agent)
+
+    def update_winrate(self, opponent_id: int, opponent_return: float) -> None:
+        self.opponent_curriculum.update_winrate(opponent_id, opponent_return)
+
+    # -- introspection and checkpointing ------------------------------------------------------------------
+    def metrics(self) -> dict[str, float]:
+        """This object's counters plus both curricula's metrics under ``task/`` and ``opponent/``."""
+        out: dict[str, float] = {
+            "curriculum/sampled": float(self.num_sampled),
+            "curriculum/episodes": float(self.num_episodes),
+        }
+        out.update({f"task/{k}": v for k, v in self.task_curriculum.metrics().items()})
+        out.update({f"opponent/{k}": v for k, v in self.opponent_curriculum.metrics().items()})
+        return out
+
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()
+        state["derive_outcomes"] = self.derive_outcomes
+        state["task"] = self.task_curriculum.state_dict()
+        state["opponent"] = self.opponent_curriculum.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.task_curriculum.load_state_dict(state["task"])
+        self.opponent_curriculum.load_state_dict(state["opponent"])
+
+    def __repr__(self) -> str:
+        return f"DualCurriculum({self.task_curriculum!r}, {self.opponent_curriculum!r})"

@@ -1,0 +1,443 @@
+"""XLand dynamic task generation: a filter of proposed tasks (Open-Ended Learning Team, 2021, Sec. 5.2).
+
+*Open-Ended Learning Leads to Generally Capable Agents* trains on tasks drawn from a proposal
+distribution and kept only when they are useful for the agent's current stage of learning. A proposed
+task ``x`` is evaluated with ``K`` Monte-Carlo episodes (paper: 10) of the agent ``π`` and ``K`` of a
+*control policy* ``π_cont`` (uniform random actions in the paper), and accepted iff
+
+1. not already solved: ``Pr[R_π(x) > m_s] < m_solved``,
+2. the agent beats the control policy: ``Pr[R_π(x) > R_cont(x) + m_>] > m_>cont``,
+3. the control policy is not already good: ``V_cont(x) <= m_cont``.
+
+Estimators: (1) the fraction of agent returns above ``m_s``; (2) the fraction of *paired* samples
+``i`` (i-th agent return against i-th control return, in arrival order) with ``a_i > c_i + m_>`` — so
+with ``K = 10`` both probabilities are multiples of 0.1, as in the paper; (3) the mean control return.
+The paper's criterion 3 is written ``V_cont < m_cont`` with an initial ``m_cont = 0``, which would reject
+every task of an environment with non-negative returns; we read it as the inclusive ``V_cont <= m_cont``
+(at the initial value: tasks where the control policy earns nothing).
+
+Thresholds default to the paper's initial values (Table 3, returns in ``[0, 900]``) rescaled to the
+environment's ``return_range = (lo, hi)``: ``m_s = lo + (375/900)(hi - lo)``, ``m_> = (7.5/900)(hi - lo)``,
+``m_cont = lo``, ``m_>cont = 0``, ``m_solved = 1`` (so: some agent episode beats control by ``m_>``, not
+every agent episode exceeds ``m_s``, and the control policy scores nothing).
+
+How it runs as a curriculum:
+
+* Candidates come from ``propose(rng, n)`` (default: ``task_space.sample_encoded(n, rng)``); up to
+  ``max_pending`` are under evaluation at once. Evaluation episodes are *evaluation-only*
+  (``TaskSample(task, train=False)``). A fraction ``eval_fraction`` of sampled episodes is spent on
+  evaluation while candidates need episodes; the rest are training episodes drawn uniformly from the
+  accepted set. Until the first task is accepted, training episodes are drawn from the proposal
+  distribution itself (so the agent learns something while the filter warms up).
+* **Control episodes** are the encoded task wrapped as ``(CONTROL_TAG, task)`` = ``("magister:control",
+  task)``, always with ``train=False``. This round-trips msgpack (as a list) and :func:`split_control`
+  undoes it; the trainer plays its control policy when ``split_control(info_task)[1]`` is true, and
+  :class:`ControlTaskSpace` lets the environment side decode tagged tasks to the plain task.
+  Agent evaluation episodes carry the plain task.
+* Accepted tasks are **re-validated**: each keeps a rolling window of its last ``window`` training
+  returns (default ``K``); whenever the window has been refilled, criteria 1 and 2 are re-checked on it
+  (criterion 2 pairs the window's last ``K`` returns with the stored control returns; criterion 3 cannot
+  change, the control policy being fixed) and the task is dropped when it no longer qualifies.
+* The accepted set holds at most ``max_train_tasks``; accepting into a full set evicts the oldest task.
+
+All bookkeeping is per-task dictionaries: O(1) per update, independent of the size of the space.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict, deque
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..task_spaces.base import EncodedTask, TaskSpace, task_key
+from .base import Curriculum, TaskSample, check_finite
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "CONTROL_TAG",
+    "ControlTaskSpace",
+    "DTGThresholds",
+    "TaskFilter",
+    "control_task",
+    "dtg_criteria",
+    "split_control",
+]
+
+#: First element of a control-policy episode's encoded task: ``(CONTROL_TAG, task)``.
+CONTROL_TAG = "magister:control"
+
+
+def control_task(task: EncodedTask) -> tuple[str, EncodedTask]:
+    """The encoded task of a control-policy episode on ``task``.
+
+    >>> control_task(3)
+    ('magister:control', 3)
+    """
+    return (CONTROL_TAG, task)
+
+
+def split_control(encoded: EncodedTask) -> tuple[EncodedTask, bool]:
+    """``(task, is_control)`` for a plain or control-tagged encoded task (tuple or msgpack list).
+
+    >>> split_control(["magister:control", [1, 2]])
+    ([1, 2], True)
+    >>> split_control(5)
+    (5, False)
+    """
+    if isinstance(encoded, (tuple, list)) and len(encoded) == 2 and encoded[0] == CONTROL_TAG:
+        return encoded[1], True
+    return encoded, False
+
+
+class ControlTaskSpace(TaskSpace):
+    """Wraps a task space so that control-tagged encoded tasks decode to the underlying task.
+
+    Give this to the environment side when it decodes tasks sent by a :class:`TaskFilter`.
+    """
+
+    def __init__(self, base: TaskSpace) -> None:
+        super().__init__()
+        self.base = base
+
+    def sample(self) -> Any:
+        return self.base.sample()
+
+    def contains(self, task: Any) -> bool:
+        return self.base.contains(task)
+
+    def encode(self, task: Any) -> EncodedTask:
+        return self.base.encode(task)
+
+    def decode(self, encoded: EncodedTask) -> Any:
+        return self.base.decode(split_control(encoded)[0])
+
+    @property
+    def num_tasks(self) -> int | None:
+        return self.base.num_tasks
+
+    def describe(self, task: Any) -> str:
+        return self.base.describe(task)
+
+
+@dataclass(frozen=True)
+class DTGThresholds:
+    """The five XLand filter parameters ``m = {m_>, m_s, m_cont, m_>cont, m_solved}``."""
+
+    m_greater: float
+    m_s: float
+    m_cont: float
+    m_greater_cont: float = 0.0
+    m_solved: float = 1.0
+
+    @classmethod
+    def paper(cls, return_range: tuple[float, float] = (0.0, 900.0)) -> DTGThresholds:
+        """The paper's initial values (Table 3, returns in [0, 900]) rescaled to ``return_range``.
+
+        >>> DTGThresholds.paper((0.0, 1.0)).m_s == 375 / 900
+        True
+        """
+        lo, hi = (float(x) for x in return_range)
+        if not (np.isfinite(lo) and np.isfinite(hi) and hi > lo):
+            raise ValueError(f"return_range must be finite (lo, hi) with hi > lo, got {return_range!r}")
+        span = hi - lo
+        return cls(m_greater=7.5 / 900 * span, m_s=lo + 375 / 900 * span, m_cont=lo)
+
+
+def dtg_criteria(
+    agent_returns: Sequence[float], control_returns: Sequence[float], m: DTGThresholds
+) -> tuple[bool, bool, bool]:
+    """The three XLand criteria from Monte-Carlo returns (see the module docstring).
+
+    Criterion 2 pairs the last ``len(control_returns)`` agent returns with the control returns.
+
+    >>> m = DTGThresholds(m_greater=0.1, m_s=0.5, m_cont=0.0, m_greater_cont=0.0, m_solved=1.0)
+    >>> dtg_criteria([0.2, 0.6, 0.0], [0.0, 0.0, 0.0], m)
+    (True, True, True)
+    """
+    a = np.asarray(agent_returns, dtype=np.float64)
+    c = np.asarray(control_returns, dtype=np.float64)
+    if a.size == 0 or c.size == 0 or a.size < c.size:
+        raise ValueError(f"need at least as many agent returns ({a.size}) as control returns ({c.size}) > 0")
+    not_solved = float((a > m.m_s).mean()) < m.m_solved
+    beats_control = float((a[-c.size :] > c + m.m_greater).mean()) > m.m_greater_cont
+    control_weak = float(c.mean()) <= m.m_cont
+    return not_solved, beats_control, control_weak
+
+
+@dataclass
+class _Candidate:
+    task: EncodedTask
+    agent: list[float] = field(default_factory=list)
+    control: list[float] = field(default_factory=list)
+    agent_out: int = 0
+    control_out: int = 0
+    last_issue: int = 0
+
+
+class TaskFilter(Curriculum):
+    """XLand-style dynamic task generation over any task space.
+
+    Args:
+        task_space: the space proposals come from (any kind, bounded or not).
+        propose: ``propose(rng, n) -> list of n encoded tasks``; default ``task_space.sample_encoded``.
+        num_episodes: ``K``, Monte-Carlo episodes per policy per candidate (paper: 10).
+        return_range: ``(lo, hi)`` of the environment's episode return, to rescale the paper's thresholds.
+        m_greater, m_s, m_cont, m_greater_cont, m_solved: override single thresholds (absolute values).
+        eval_fraction: fraction of sampled episodes spent on evaluation while candidates need them.
+        max_pending: candidates under evaluation at once.
+        max_train_tasks: capacity of the accepted set (oldest evicted first).
+        window: rolling window of training returns for re-validation (default ``K``; at least ``K``).
+        stale_after: sampled episodes after which unanswered evaluation episodes are re-issued (lost
+            workers); default ``100 * K``.
+        seed: seed of the curriculum's generator.
+    """
+
+    def __init__(
+        self,
+        task_space: TaskSpace,
+        *,
+        propose: Callable[[np.random.Generator, int], Sequence[EncodedTask]] | None = None,
+        num_episodes: int = 10,
+        return_range: tuple[float, float] = (0.0, 1.0),
+        m_greater: float | None = None,
+        m_s: float | None = None,
+        m_cont: float | None = None,
+        m_greater_cont: float | None = None,
+        m_solved: float | None = None,
+        eval_fraction: float = 0.2,
+        max_pending: int = 4,
+        max_train_tasks: int = 1000,
+        window: int | None = None,
+        stale_after: int | None = None,
+        seed: int | None = None,
+    ) -> None:
+        super().__init__(task_space, seed=seed)
+        for name, value in (("num_episodes", num_episodes), ("max_pending", max_pending),
+                            ("max_train_tasks", max_train_tasks)):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if not 0.0 < float(eval_fraction) <= 1.0:
+            raise ValueError(f"eval_fraction must be in (0, 1], got {eval_fraction!r}")
+        if propose is not None and not callable(propose):
+            raise TypeError(f"propose must be callable(rng, n), got {propose!r}")
+        self.K = int(num_episodes)
+        self.window = self.K if window is None else int(window)
+        if self.window < self.K:
+            raise ValueError(f"window must be >= num_episodes ({self.K}), got {window!r}")
+        base = DTGThresholds.paper(return_range)
+        overrides = {"m_greater": m_greater, "m_s": m_s, "m_cont": m_cont,
+                     "m_greater_cont": m_greater_cont, "m_solved": m_solved}
+        values = {k: (getattr(base, k) if v is None else check_finite(k, v)) for k, v in overrides.items()}
+        self.thresholds = DTGThresholds(**values)
+        self.propose = propose
+        self.eval_fraction = float(eval_fraction)
+        self.max_pending = int(max_pending)
+        self.max_train_tasks = int(max_train_tasks)
+        self.stale_after = 100 * self.K if stale_after is None else int(stale_after)
+        self.pending: OrderedDict[Hashable, _Candidate] = OrderedDict()
+        self.train_tasks: list[EncodedTask] = []
+        self._train_pos: dict[Hashable, int] = {}
+        self._windows: dict[Hashable, deque[float]] = {}
+        self._fresh: dict[Hashable, int] = {}
+        self._control: dict[Hashable, list[float]] = {}
+        self._accept_order: deque[Hashable] = deque()
+        self.counts = {"proposed": 0, "accepted": 0, "rejected_solved": 0, "rejected_control": 0,
+                       "rejected_easy_for_control": 0, "dropped": 0, "evicted": 0}
+
+    # -- proposals ----------------------------------------------------------------------------------
+    def _propose(self, n: int) -> list[EncodedTask]:
+        if self.propose is None:
+            return list(self.task_space.sample_encoded(n, rng=self.rng))
+        tasks = list(self.propose(self.rng, n))
+        if len(tasks) != n:
+            raise ValueError(f"propose(rng, {n}) returned {len(tasks)} tasks, expected {n}")
+        return tasks
+
+    def _fill_pending(self) -> None:
+        for _ in range(3):  # a few rounds, in case proposals repeat tasks already tracked
+            room = self.max_pending - len(self.pending)
+            if room <= 0:
+                return
+            for t in self._propose(room):
+                key = task_key(t)
+                if key in self.pending or key in self._train_pos:
+                    continue
+                self.pending[key] = _Candidate(task=t)
+                self.counts["proposed"] += 1
+
+    def _next_eval(self) -> TaskSample | None:
+        """One evaluation episode for a candidate that needs it, or None."""
+        for attempt in range(2):
+            for cand in self.pending.values():
+                if self.num_sampled - cand.last_issue > self.stale_after:  # lost episodes: re-issue
+                    cand.agent_out = cand.control_out = 0
+                if len(cand.agent) + cand.agent_out < self.K:
+                    cand.agent_out += 1
+                    cand.last_issue = self.num_sampled
+                    return TaskSample(cand.task, False)
+                if len(cand.control) + cand.control_out < self.K:
+                    cand.control_out += 1
+                    cand.last_issue = self.num_sampled
+                    return TaskSample(control_task(cand.task), False)
+            if attempt == 0:
+                self._fill_pending()
+        return None
+
+    # -- sampling -----------------------------------------------------------------------------------
+    def sample_tasks(self, k: int = 1) -> list[TaskSample]:
+        """``k`` envelopes: evaluation episodes (``train=False``) and training episodes."""
+        self._check_k(k)
+        want_eval = self.rng.random(k) < self.eval_fraction
+        out: list[TaskSample | None] = [None] * k
+        for i in np.flatnonzero(want_eval | (len(self.train_tasks) == 0)).tolist():
+            out[i] = self._next_eval()
+        train_slots = [i for i in range(k) if out[i] is None]
+        if train_slots:
+            if self.train_tasks:
+                picks = self.rng.integers(len(self.train_tasks), size=len(train_slots))
+                tasks = [self.train_tasks[j] for j in picks.tolist()]
+            else:
+                tasks = self._propose(len(train_slots))
+            for i, t in zip(train_slots, tasks):
+                out[i] = TaskSample(t, True)
+        self.num_sampled += k
+        return out  # type: ignore[return-value]
+
+    def sample(self, k: int = 1) -> list[EncodedTask]:
+        """Encoded tasks only (control episodes tagged); prefer :meth:`sample_tasks` for the flags."""
+        return [s.task for s in self.sample_tasks(k)]
+
+    # -- decisions ----------------------------------------------------------------------------------
+    def _decide(self, key: Hashable, cand: _Candidate) -> None:
+        del self.pending[key]
+        agent, control = cand.agent[: self.K], cand.control[: self.K]
+        ok_solved, ok_beats, ok_control = dtg_criteria(agent, control, self.thresholds)
+        if not ok_solved:
+            self.counts["rejected_solved"] += 1
+        elif not ok_beats:
+            self.counts["rejected_control"] += 1
+        elif not ok_control:
+            self.counts["rejected_easy_for_control"] += 1
+        else:
+            self._accept(key, cand.task, agent, control)
+
+    def _accept(self, key: Hashable, task: EncodedTask, agent: list[float], control: list[float]) -> None:
+        if len(self.train_tasks) >= self.max_train_tasks:
+            self._remove(self._accept_order[0])
+            self.counts["evicted"] += 1
+        self._train_pos[key] = len(self.train_tasks)
+        self.train_tasks.append(task)
+        self._windows[key] = deque(agent, maxlen=self.window)
+        self._fresh[key] = 0
+        self._control[key] = list(control)
+        self._accept_order.append(key)
+        self.counts["accepted"] += 1
+        logger.debug("task filter accepted %r", task)
+
+    def _remove(self, key: Hashable) -> None:
+        pos = self._train_pos.pop(key)
+        last = self.train_tasks.pop()
+        if pos < len(self.train_tasks):  # swap-remove
+            self.train_tasks[pos] = last
+            self._train_pos[task_key(last)] = pos
+        del self._windows[key], self._fresh[key], self._control[key]
+        self._accept_order.remove(key)
+
+    def _revalidate(self, key: Hashable) -> None:
+        self._fresh[key] = 0
+        ok_solved, ok_beats, _ = dtg_criteria(list(self._windows[key]), self._control[key], self.thresholds)
+        if not (ok_solved and ok_beats):
+            self._remove(key)
+            self.counts["dropped"] += 1
+            logger.debug("task filter dropped %r (solved=%s, beats control=%s)", key, not ok_solved, ok_beats)
+
+    # -- feedback -----------------------------------------------------------------------------------
+    def update_on_episode(
+        self,
+        episode_return: float,
+        length: int,
+        task: EncodedTask,
+        progress: float,
+        env_id: int | None = None,
+    ) -> None:
+        """Route a return: candidate evaluation (agent or control), or an accepted task's window."""
+        r = check_finite("episode_return", episode_return)
+        inner, is_control = split_control(task)
+        key = task_key(inner)
+        cand = self.pending.get(key)
+        if cand is None and key not in self._train_pos:
+            self.task_space.check_encoded(inner)  # untracked is fine, outside the space is an error
+        self.num_episodes += 1
+        if cand is not None:
+            if is_control:
+                cand.control.append(r)
+                cand.control_out = max(cand.control_out - 1, 0)
+            else:
+                cand.agent.append(r)
+                cand.agent_out = max(cand.agent_out - 1, 0)
+            if len(cand.agent) >= self.K and len(cand.control) >= self.K:
+                self._decide(key, cand)
+            return
+        if is_control or key not in self._train_pos:
+            return  # a late evaluation result, or a warm-up training episode: nothing to record
+        self._windows[key].append(r)
+        self._fresh[key] += 1
+        if self._fresh[key] >= self.window:
+            self._revalidate(key)
+
+    # -- introspection and checkpointing ------------------------------------------------------------
+    def metrics(self) -> dict[str, float]:
+        out = super().metrics()
+        out.update({f"task_filter/{k}": float(v) for k, v in self.counts.items()})
+        out["task_filter/train_tasks"] = float(len(self.train_tasks))
+        out["task_filter/pending"] = float(len(self.pending))
+        return out
+
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()
+        state.update(
+            pending=[
+                {"task": c.task, "agent": list(c.agent), "control": list(c.control), "agent_out": c.agent_out,
+                 "control_out": c.control_out, "last_issue": c.last_issue}
+                for c in self.pending.values()
+            ],
+            train=[
+                {"task": self.train_tasks[self._train_pos[key]], "window": list(self._windows[key]),
+                 "fresh": self._fresh[key], "control": list(self._control[key])}
+                for key in self._accept_order
+            ],
+            train_order=[self._train_pos[key] for key in self._accept_order],
+            counts=dict(self.counts),
+        )
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.pending = OrderedDict()
+        for c in state["pending"]:
+            self.pending[task_key(c["task"])] = _Candidate(
+                task=c["task"], agent=[float(x) for x in c["agent"]],
+                control=[float(x) for x in c["control"]], agent_out=int(c["agent_out"]),
+                control_out=int(c["control_out"]), last_issue=int(c["last_issue"]),
+            )
+        entries = state["train"]
+        positions = [int(p) for p in state["train_order"]]
+        if sorted(positions) != list(range(len(entries))):
+            raise ValueError("state_dict['train_order'] is not a permutation of the accepted tasks")
+        self.train_tasks = [None] * len(entries)
+        self._train_pos, self._windows, self._fresh, self._control = {}, {}, {}, {}
+        self._accept_order = deque()
+        for e, pos in zip(entries, positions):
+            key = task_key(e["task"])
+            self.train_tasks[pos] = e["task"]
+            self._train_pos[key] = pos
+            self._windows[key] = deque((float(x) for x in e["window"]), maxlen=self.window)
+            self._fresh[key] = int(e["fresh"])
+            self._control[key] = [float(x) for x in e["control"]]
+            self._accept_order.append(key)
+        self.counts = {k: int(v) for k, v in state["counts"].items()}

@@ -1,0 +1,464 @@
+"""The environment side of the sync layer, as Gymnasium and PettingZoo wrappers.
+
+:class:`GymnasiumSyncWrapper` wraps a :class:`~magister.env_wrappers.task_wrapper.TaskWrapper` and connects
+it to a curriculum. ``source`` is one of
+
+* a server address ``str`` (``server.address``): the wrapper runs in a worker process (``AsyncVectorEnv``,
+  SB3 ``SubprocVecEnv`` ...) and talks to the :class:`~magister.sync.server.CurriculumServer` over
+  ZeroMQ (:class:`~magister.sync.client.CurriculumClient`);
+* a :class:`~magister.curricula.base.Curriculum` or the :class:`~magister.sync.server.CurriculumServer`
+  object: the env lives in the learner's process (``SyncVectorEnv``, one env) and the wrapper calls the
+  curriculum directly, under its lock, without sockets (a server object used from a forked worker is
+  reached through its address automatically).
+
+On ``reset`` the wrapper takes the next task, decodes it with the env's task space and resets through the
+standard hook ``options={"task": decoded}``. A ``reset`` that passes its own ``options["task"]`` plays that
+task instead (its feedback still reaches the curriculum, with task id ``-1``). A ``reset`` before any step
+of the current task keeps that task (it was not used). On ``step`` it records feedback: step records only
+when the curriculum wants them, and one episode update when the episode terminates or is truncated (its
+undiscounted return, length, task and final progress). Every ``info`` carries ``info["task"]`` (encoded),
+``info["task_train"]`` (``False`` for evaluation-only tasks whose data must not train the agent) and
+``info["task_progress"]``.
+
+With ``change_task_on_completion=True``, a task whose progress reaches 1 mid-episode is reported with a
+progress update and replaced by the next task without resetting the env: the task wrapper's ``set_task``
+(or ``change_task``) is called and must then apply the task at once, not only at the next reset. The
+episode update that follows covers the steps played on the last task.
+
+Rewards and progress must be finite (``ValueError`` otherwise, naming the value and the task): a NaN would
+otherwise poison the curriculum's statistics.
+
+>>> import gymnasium as gym
+>>> from magister.task_spaces.discrete import Discrete
+>>> from magister.curricula.base import Curriculum
+>>> from magister.env_wrappers.task_wrapper import TaskWrapper
+>>> class Goal(TaskWrapper):
+...     def change_task(self, task): self.goal = task
+>>> class Cycle(Curriculum):          # tasks 0, 1, 2, 0, ...
+...     def sample(self, k=1):
+...         self.num_sampled += k
+...         return [(self.num_sampled - k + i) % 3 for i in range(k)]
+>>> env = GymnasiumSyncWrapper(Goal(gym.make("CartPole-v1"), Discrete(3)), Cycle(Discrete(3)))
+>>> _, info = env.reset(seed=0)
+>>> info["task"], info["task_train"], env.unwrapped is env.env.unwrapped
+(0, True, True)
+>>> term = trunc = False
+>>> while not (term or trunc):
+...     _, _, term, trunc, info = env.step(0)
+>>> _, info = env.reset()
+>>> info["task"]
+1
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Iterable
+from typing import Any, SupportsFloat
+
+import gymnasium as gym
+from pettingzoo.utils.wrappers import BaseParallelWrapper
+
+from ..curricula.base import Curriculum
+from ..sync.client import DEFAULT_TIMEOUT, Assignment, TaskFeed, connect
+from ..sync.server import CurriculumServer
+from ..task_spaces.base import TaskSpace
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["GymnasiumSyncWrapper", "PettingZooSyncWrapper"]
+
+Source = str | Curriculum | CurriculumServer
+
+
+def _finite(name: str, value: Any, task: Any) -> float:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be a real number, got {value!r} (task {task!r})") from None
+    if not math.isfinite(v):
+        raise ValueError(
+            f"{name} must be finite, got {value!r} on task {task!r}; the curriculum would be corrupted by it"
+        )
+    return v
+
+
+def _progress(value: Any, task: Any) -> float:
+    v = _finite("task_progress", value, task)
+    if not 0.0 <= v <= 1.0:
+        raise ValueError(f"task_progress must be in [0, 1], got {v!r} on task {task!r}")
+    return v
+
+
+class _Episode:
+    """What the wrappers track between reset and the end of an episode (shared by both wrappers)."""
+
+    def __init__(
+        self,
+        source: Source,
+        options: dict[str, Any],
+        change_task_on_completion: bool,
+    ) -> None:
+        if not isinstance(source, (str, Curriculum, CurriculumServer)):
+            raise TypeError(
+                "source must be a server address (str), a Curriculum or a CurriculumServer, got "
+                f"{type(source).__name__}"
+            )
+        self.source = source
+        self.options = options
+        self.change_task_on_completion = bool(change_task_on_completion)
+        self._feed: TaskFeed | None = None
+        self.assignment: Assignment | None = None
+        self.ret = 0.0
+        self.agent_returns: dict[Any, float] = {}
+        self.length = 0
+        self.progress = 0.0
+        self.ended = False
+
+    @property
+    def feed(self) -> TaskFeed:
+        if self._feed is None:  # created on first use, in the process that uses it
+            self._feed = connect(self.source, **self.options)
+        return self._feed
+
+    @property
+    def env_id(self) -> int | None:
+        """The id the curriculum server gave this env (``None`` before the first reset)."""
+        return None if self._feed is None else self._feed.env_id
+
+    def start(self, explicit: Any | None, task_space: TaskSpace, has_explicit: bool) -> Assignment:
+        """The assignment for a new episode (see the module docstring for the rules)."""
+        cur = self.assignment
+        unused = cur is not None and self.length == 0 and not self.ended
+        if cur is not None and not unused and not self.ended:  # reset in the middle of an episode
+            self.feed.record_episode(
+                cur, self.ret, self.length, self.progress, ended=False, extras=self._extras()
+            )
+        if has_explicit:
+            if unused and cur is not None:
+                self.feed.give_back(cur)
+            if not task_space.contains(explicit):
+                raise ValueError(f"options['task'] = {explicit!r} is not a task of {task_space!r}")
+            a = Assignment(-1, task_space.encode(explicit), True)
+        elif unused and cur is not None:
+            a = cur
+        else:
+            a = self.feed.next_task()
+        self.assignment = a
+        self.ret, self.length, self.progress, self.ended = 0.0, 0, 0.0, False
+        self.agent_returns = {}
+        return a
+
+    def _extras(self) -> dict[str, Any]:
+        if not self.agent_returns:
+            return {}
+        return {"agent_returns": {str(k): v for k, v in self.agent_returns.items()}}
+
+    def step(
+        self, obs: Any, reward: float, term: bool, trunc: bool, info: dict | None, progress: float
+    ) -> bool:
+        """Record one step; returns True when the task should be switched (completed mid-episode)."""
+        a = self.assignment
+        if a is None:
+            raise RuntimeError("step() called before reset()")
+        self.ret += reward
+        self.length += 1
+        self.progress = progress
+        self.feed.record_step(a, obs, reward, term, trunc, info, progress)
+        if term or trunc:
+            self.feed.record_episode(a, self.ret, self.length, progress, ended=True, extras=self._extras())
+            self.ended = True
+            return False
+        return self.change_task_on_completion and progress >= 1.0
+
+    def switch(self) -> Assignment:
+        """Report the completed task and take the next one, without ending the episode."""
+        a = self.assignment
+        assert a is not None
+        self.feed.record_progress(a, self.progress, done=True)
+        self.assignment = self.feed.next_task()
+        self.ret, self.length, self.progress = 0.0, 0, 0.0
+        self.agent_returns = {}
+        return self.assignment
+
+    def close(self) -> None:
+        if self._feed is None:
+            return
+        try:
+            a = self.assignment
+            if a is not None and not self.ended:
+                if self.length == 0:
+                    self._feed.give_back(a)
+                else:
+                    self._feed.record_episode(
+                        a, self.ret, self.length, self.progress, ended=False, extras=self._extras()
+                    )
+            self._feed.close()
+        except Exception:
+            logger.exception("sync wrapper: error while closing the curriculum feed")
+
+
+def _options(
+    prefetch: int | None,
+    timeout: float,
+    strip_keys: Iterable[str],
+    send_obs: bool,
+    send_infos: bool,
+    fallback_task_space: TaskSpace | None,
+    curve_server_key: bytes | str | None,
+) -> dict[str, Any]:
+    opts: dict[str, Any] = {"strip_keys": tuple(strip_keys), "send_obs": send_obs, "send_infos": send_infos}
+    if prefetch is not None:
+        opts["prefetch"] = prefetch
+    opts["timeout"] = timeout
+    if fallback_task_space is not None:
+        opts["fallback_task_space"] = fallback_task_space
+    if curve_server_key is not None:
+        opts["curve_server_key"] = curve_server_key
+    return opts
+
+
+class GymnasiumSyncWrapper(gym.Wrapper):
+    """Connects a task-switching Gymnasium env to a curriculum (see the module docstring).
+
+    Args:
+        env: A :class:`~magister.env_wrappers.task_wrapper.TaskWrapper` (possibly inside other wrappers;
+            its ``task_space`` is found through the wrapper chain).
+        source: ``server.address``, a Curriculum, or a CurriculumServer.
+        prefetch: Tasks kept ready (default: :data:`magister.sync.client.DEFAULT_PREFETCH` over sockets, 0
+            in-process).
+        timeout: Seconds to wait for the server before raising (or falling back).
+        strip_keys: Keys removed from dict observations and infos before step records are sent.
+        send_obs, send_infos: Whether step records carry observations / infos (only sent at all when the
+            curriculum ``requires_step_updates``).
+        change_task_on_completion: Switch tasks mid-episode when progress reaches 1.
+        fallback_task_space: Opt-in local sampling when the server is unreachable (logged once).
+        curve_server_key: The server's CURVE public key (encrypted TCP).
+    """
+
+    def __init__(
+        self,
+        env: gym.Env,
+        source: Source,
+        *,
+        prefetch: int | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+        strip_keys: Iterable[str] = (),
+        send_obs: bool = True,
+        send_infos: bool = True,
+        change_task_on_completion: bool = False,
+        fallback_task_space: TaskSpace | None = None,
+        curve_server_key: bytes | str | None = None,
+    ) -> None:
+        if not isinstance(env, gym.Env):
+            raise TypeError(f"env must be a gymnasium.Env (a TaskWrapper), got {type(env).__name__}")
+        super().__init__(env)
+        try:
+            space = env.get_wrapper_attr("task_space")
+        except AttributeError:
+            raise TypeError(
+                f"{type(env).__name__} has no task_space: wrap the env in a magister TaskWrapper first"
+            ) from None
+        if not isinstance(space, TaskSpace):
+            raise TypeError(f"env.task_space must be a magister TaskSpace, got {type(space).__name__}")
+        self.task_space: TaskSpace = space
+        if isinstance(strip_keys, str):
+            raise TypeError("strip_keys must be an iterable of keys, not a single str")
+        self._episode = _Episode(
+            source,
+            _options(
+                prefetch, timeout, strip_keys, send_obs, send_infos, fallback_task_space, curve_server_key
+            ),
+            change_task_on_completion,
+        )
+
+    @property
+    def env_id(self) -> int | None:
+        """The env id assigned by the curriculum server (``None`` before the first reset)."""
+        return self._episode.env_id
+
+    @property
+    def feed(self) -> TaskFeed:
+        """The :class:`~magister.sync.client.TaskFeed` this wrapper uses."""
+        return self._episode.feed
+
+    @property
+    def assignment(self) -> Assignment | None:
+        """The current task's assignment (task id, encoded task, train flag)."""
+        return self._episode.assignment
+
+    def _annotate(self, info: dict[str, Any], progress: float) -> dict[str, Any]:
+        a = self._episode.assignment
+        assert a is not None
+        info = dict(info)
+        info["task"] = a.task
+        info["task_train"] = a.train
+        info["task_progress"] = progress
+        return info
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Any, dict[str, Any]]:
+        """Reset on the next task of the curriculum (or on ``options["task"]`` when given)."""
+        if options is not None and not isinstance(options, dict):
+            raise TypeError(f"options must be a dict or None, got {type(options).__name__}")
+        opts = dict(options) if options else {}
+        has_explicit = "task" in opts
+        a = self._episode.start(opts.get("task"), self.task_space, has_explicit)
+        if not has_explicit:
+            opts["task"] = self.task_space.decode(a.task)
+        obs, info = self.env.reset(seed=seed, options=opts)
+        return obs, self._annotate(info, 0.0)
+
+    def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
+        """Step, record feedback, and switch tasks on completion when enabled."""
+        obs, rew, term, trunc, info = self.env.step(action)
+        a = self._episode.assignment
+        if a is None:
+            raise RuntimeError("GymnasiumSyncWrapper.step() called before reset()")
+        r = _finite("reward", rew, a.task)
+        progress = _progress(info.get("task_progress", 0.0), a.task)
+        switch = self._episode.step(obs, r, bool(term), bool(trunc), info, progress)
+        info = self._annotate(info, progress)
+        if switch:
+            new = self._episode.switch()
+            decoded = self.task_space.decode(new.task)
+            try:
+                set_task = self.env.get_wrapper_attr("set_task")
+            except AttributeError:
+                set_task = self.env.get_wrapper_attr("change_task")
+            set_task(decoded)
+            info["next_task"] = new.task
+            info["next_task_train"] = new.train
+        return obs, rew, term, trunc, info
+
+    def close(self) -> None:
+        """Report an unfinished task, return unused ones, close the connection, then the env."""
+        self._episode.close()
+        super().close()
+
+
+def _find_task_space(env: Any) -> TaskSpace:
+    e = env
+    for _ in range(32):
+        space = getattr(e, "task_space", None)
+        if isinstance(space, TaskSpace):
+            return space
+        if not hasattr(e, "env"):
+            break
+        e = e.env
+    raise TypeError(f"{type(env).__name__} has no task_space: wrap the env in a magister task wrapper first")
+
+
+class PettingZooSyncWrapper(BaseParallelWrapper):
+    """:class:`GymnasiumSyncWrapper` for PettingZoo parallel envs.
+
+    The env must take its task through ``reset(options={"task": decoded})`` and expose ``task_space``
+    (e.g. a ``PettingZooTaskWrapper``). Per step, the reward recorded is the sum over agents and the
+    progress the maximum of the agents' ``info["task_progress"]`` (0 when absent). The episode ends when
+    every agent has terminated or truncated; its return is the sum over agents, and the per-agent returns
+    travel in the episode update's ``extras["agent_returns"]``. Every agent's info carries ``task``,
+    ``task_train`` and ``task_progress``. Arguments are those of :class:`GymnasiumSyncWrapper`.
+    """
+
+    def __init__(
+        self,
+        env: Any,
+        source: Source,
+        *,
+        prefetch: int | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+        strip_keys: Iterable[str] = (),
+        send_obs: bool = True,
+        send_infos: bool = True,
+        change_task_on_completion: bool = False,
+        fallback_task_space: TaskSpace | None = None,
+        curve_server_key: bytes | str | None = None,
+    ) -> None:
+        super().__init__(env)
+        self.task_space: TaskSpace = _find_task_space(env)
+        if isinstance(strip_keys, str):
+            raise TypeError("strip_keys must be an iterable of keys, not a single str")
+        self._episode = _Episode(
+            source,
+            _options(
+                prefetch, timeout, strip_keys, send_obs, send_infos, fallback_task_space, curve_server_key
+            ),
+            change_task_on_completion,
+        )
+        self._done_agents: set[Any] = set()
+
+    @property
+    def env_id(self) -> int | None:
+        """The env id assigned by the curriculum server (``None`` before the first reset)."""
+        return self._episode.env_id
+
+    @property
+    def assignment(self) -> Assignment | None:
+        """The current task's assignment."""
+        return self._episode.assignment
+
+    def _annotate(self, infos: dict[Any, dict], agents: Iterable[Any], progress: float) -> dict[Any, dict]:
+        a = self._episode.assignment
+        assert a is not None
+        out = {k: dict(v) for k, v in infos.items()}
+        for agent in agents:
+            d = out.setdefault(agent, {})
+            d["task"] = a.task
+            d["task_train"] = a.train
+            d["task_progress"] = progress
+        return out
+
+    def reset(
+        self, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[dict[Any, Any], dict[Any, dict]]:
+        """Reset on the next task of the curriculum (or on ``options["task"]`` when given)."""
+        if options is not None and not isinstance(options, dict):
+            raise TypeError(f"options must be a dict or None, got {type(options).__name__}")
+        opts = dict(options) if options else {}
+        has_explicit = "task" in opts
+        a = self._episode.start(opts.get("task"), self.task_space, has_explicit)
+        if not has_explicit:
+            opts["task"] = self.task_space.decode(a.task)
+        obs, infos = self.env.reset(seed=seed, options=opts)
+        self._done_agents = set()
+        return obs, self._annotate(infos, obs.keys(), 0.0)
+
+    def step(self, actions: dict[Any, Any]) -> tuple[dict, dict, dict, dict, dict]:
+        """Step all agents, record the summed reward, end the episode when every agent is done."""
+        obs, rewards, terms, truncs, infos = self.env.step(actions)
+        ep = self._episode
+        a = ep.assignment
+        if a is None:
+            raise RuntimeError("PettingZooSyncWrapper.step() called before reset()")
+        total = 0.0
+        for agent, r in rewards.items():
+            v = _finite(f"reward of agent {agent!r}", r, a.task)
+            ep.agent_returns[agent] = ep.agent_returns.get(agent, 0.0) + v
+            total += v
+        progress = max(
+            (_progress(i.get("task_progress", 0.0), a.task) for i in infos.values() if isinstance(i, dict)),
+            default=0.0,
+        )
+        for agent in set(terms) | set(truncs):
+            if terms.get(agent, False) or truncs.get(agent, False):
+                self._done_agents.add(agent)
+        live = set(getattr(self.env, "agents", ())) - self._done_agents
+        all_done = not live
+        term_all = all_done and any(bool(v) for v in terms.values())
+        trunc_all = all_done and not term_all
+        # the summed agent returns were already added above; _Episode.step adds the step total to ret
+        switch = ep.step(obs, total, term_all, trunc_all, {str(k): v for k, v in infos.items()}, progress)
+        infos = self._annotate(infos, set(rewards) | set(infos), progress)
+        if switch:
+            new = ep.switch()
+            decoded = self.task_space.decode(new.task)
+            setter = getattr(self.env, "set_task", None) or self.env.change_task
+            setter(decoded)
+        return obs, rewards, terms, truncs, infos
+
+    def close(self) -> None:
+        """Report an unfinished task, return unused ones, close the connection, then the env."""
+        self._episode.close()
+        self.env.close()

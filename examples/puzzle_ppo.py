@@ -1,0 +1,689 @@
+"""PPO with action masking on logic puzzles, driven by any magister curriculum — one file, CleanRL style.
+
+Run ``python -m magister.examples.puzzle_ppo --help`` for the options. A typical run::
+
+    python -m magister.examples.puzzle_ppo --puzzle flip --curriculum sfl --total-steps 200000
+
+What one update does, top to bottom:
+
+1. ``num_envs`` puzzle envs step ``num_steps`` times. Each env is a :class:`PuzzleTaskWrapper` (applies a task
+   on reset) inside a :class:`GymnasiumSyncWrapper` that takes the next task from the curriculum on every
+   reset and reports each finished episode (return, length, success) back to it — in this process
+   (``--vector sync``) or from worker processes through the sync layer (``--vector async``).
+2. Illegal actions are masked with the env's ``action_masks()``; transitions of evaluation-only tasks
+   (``info["task_train"] == False``, sent by PLR⊥/ACCEL) are kept for the value/score computation but
+   excluded from the policy and value losses.
+3. GAE advantages; for value-based curricula (PLR, ACCEL) the per-episode-segment scores are computed from
+   the same rollout by :func:`magister.integrations.scores.feed_scores` and sent to the curriculum.
+4. Clipped-surrogate PPO epochs over shuffled minibatches.
+
+Every ``eval_every`` updates the policy plays held-out instances (seeds never trained on) of every
+difficulty; per-difficulty success and mean successful-episode length go to TensorBoard and the console.
+At the end a PNG shows the curriculum's task distribution over time and per-difficulty success.
+Checkpoints (policy, optimiser, curriculum state, counters) are written every ``checkpoint_every`` updates
+and at the end; ``--resume PATH`` continues from one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import os
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.nn as nn
+from gymnasium import spaces
+
+from magister.curricula.base import Curriculum
+from magister.env_wrappers.sync_wrappers import GymnasiumSyncWrapper
+from magister.examples.puzzles.task import (
+    PuzzleTask,
+    PuzzleTaskSpace,
+    PuzzleTaskWrapper,
+    depth_ladder,
+    make_puzzle_env,
+)
+from magister.task_spaces.base import task_key
+
+logger = logging.getLogger(__name__)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Arguments
+# ----------------------------------------------------------------------------------------------------
+@dataclass
+class Args:
+    """Options of the puzzle PPO trainer (every field is a ``--flag``)."""
+
+    puzzle: str = "flip"
+    """puzzle to train on (flip, flood, sixteen, fifteen, netslide, pegs, samegame)"""
+    params: tuple[str, ...] = ()
+    """parameter strings forming the task space (default: the scramble-depth ladder of --size)"""
+    size: str = "4x4c"
+    """board parameters whose depth ladder is the default task space"""
+    curriculum: str = "sfl"
+    """curriculum: dr, sfl, sfl-dist, plr, robust-plr, accel, lp"""
+    train_seeds: int = 200
+    """instances per difficulty used for training (seeds 0 .. train_seeds-1)"""
+    eval_seeds: int = 20
+    """held-out instances per difficulty (seeds train_seeds .. train_seeds+eval_seeds-1)"""
+    total_steps: int = 200_000
+    """environment steps in total"""
+    num_envs: int = 8
+    """parallel environments"""
+    num_steps: int = 64
+    """steps per env per rollout"""
+    vector: str = "sync"
+    """sync: envs in this process (curriculum called directly); async: worker processes + sync layer"""
+    learning_rate: float = 5e-4
+    gamma: float = 0.99
+    gae_lambda: float = 0.95
+    num_minibatches: int = 4
+    update_epochs: int = 4
+    clip_coef: float = 0.2
+    ent_coef: float = 0.01
+    vf_coef: float = 0.5
+    max_grad_norm: float = 0.5
+    hidden: int = 256
+    """width of the MLP encoder"""
+    max_steps: int = 0
+    """episode step limit (0: the puzzle's default)"""
+    seed: int = 0
+    torch_threads: int = 1
+    eval_every: int = 25
+    """evaluate on held-out instances every N updates (0: only at the end)"""
+    eval_episodes: int = 1
+    """episodes per held-out instance"""
+    checkpoint_every: int = 50
+    """write a checkpoint every N updates (0: only at the end)"""
+    resume: str = ""
+    """checkpoint to resume from"""
+    run_dir: str = "runs"
+    run_name: str = ""
+    tensorboard: bool = True
+    progress: bool = True
+    plot: bool = True
+    extra: dict[str, Any] = field(default_factory=dict)
+    """curriculum keyword arguments (JSON on the command line)"""
+
+
+def parse_args(argv: list[str] | None = None) -> Args:
+    """Build an argparse parser from :class:`Args` (``--total-steps 1e5`` style) and parse ``argv``."""
+    parser = argparse.ArgumentParser(
+        prog="python -m magister.examples.puzzle_ppo",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    docs = _field_docs()
+    for f in dataclasses.fields(Args):
+        flag = "--" + f.name.replace("_", "-")
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+        help_ = docs.get(f.name, " ")
+        if f.type in ("bool", bool):
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=default, help=help_)
+        elif f.name == "params":
+            parser.add_argument(flag, nargs="*", default=list(default), help=help_)
+        elif f.name == "extra":
+            parser.add_argument(flag, type=json.loads, default=default, help=help_)
+        elif f.type in ("int", int):
+            parser.add_argument(flag, type=lambda s: int(float(s)), default=default, help=help_)
+        elif f.type in ("float", float):
+            parser.add_argument(flag, type=float, default=default, help=help_)
+        else:
+            parser.add_argument(flag, type=str, default=default, help=help_)
+    ns = parser.parse_args(argv)
+    values = vars(ns)
+    values["params"] = tuple(values["params"])
+    return Args(**values)
+
+
+def _field_docs() -> dict[str, str]:
+    """The docstrings under each :class:`Args` field, for ``--help``."""
+    import inspect
+
+    lines = inspect.getsource(Args).splitlines()
+    docs, last = {}, None
+    for line in lines:
+        s = line.strip()
+        if ":" in s and not s.startswith('"""') and "=" in s:
+            last = s.split(":")[0]
+        elif s.startswith('"""') and s.endswith('"""') and last and len(s) > 6:
+            docs[last] = s.strip('"')
+    return docs
+
+
+# ----------------------------------------------------------------------------------------------------
+# Task space and curricula
+# ----------------------------------------------------------------------------------------------------
+def difficulties(args: Args) -> list[str]:
+    """The parameter strings (difficulties) of the run, easy to hard."""
+    return list(args.params) if args.params else depth_ladder(args.puzzle, args.size)
+
+
+def make_task_spaces(args: Args) -> tuple[PuzzleTaskSpace, PuzzleTaskSpace, list[PuzzleTask]]:
+    """The training space (seeds ``[0, train_seeds)``), a space that also holds the held-out seeds, and the
+    held-out evaluation tasks (seeds ``[train_seeds, train_seeds + eval_seeds)``, never trained on)."""
+    params = difficulties(args)
+    train = PuzzleTaskSpace({args.puzzle: params}, seed_range=(0, args.train_seeds), seed=args.seed)
+    lo, hi = args.train_seeds, args.train_seeds + args.eval_seeds
+    full = PuzzleTaskSpace({args.puzzle: params}, seed_range=(0, hi), seed=args.seed)
+    held_out = [PuzzleTask(args.puzzle, p, s) for p in params for s in range(lo, hi)]
+    return train, full, held_out
+
+
+#: Curricula selectable with ``--curriculum``.
+CURRICULA = ("dr", "sfl", "sfl-dist", "plr", "robust-plr", "accel", "lp")
+
+
+def make_curriculum(name: str, task_space: PuzzleTaskSpace, seed: int, **kwargs: Any) -> Curriculum:
+    """A curriculum by its command-line name."""
+    name = name.lower()
+    if name in ("dr", "domain-randomization"):
+        from magister.curricula.domain_randomization import DomainRandomization
+
+        return DomainRandomization(task_space, seed=seed, **kwargs)
+    if name in ("sfl", "sfl-dist"):
+        from magister.curricula.sfl import SFL
+
+        if name == "sfl-dist":
+            kwargs.setdefault("method", "dist")
+        return SFL(task_space, seed=seed, **kwargs)
+    if name == "plr":
+        from magister.curricula.plr import PLR
+
+        # the puzzle space is unbounded, and PLR's seen-fraction replay rule needs a finite one
+        kwargs.setdefault("replay_prob", 0.5)
+        return PLR(task_space, seed=seed, **kwargs)
+    if name == "robust-plr":
+        from magister.curricula.plr import RobustPLR
+
+        return RobustPLR(task_space, seed=seed, **kwargs)
+    if name == "accel":
+        from magister.curricula.accel import ACCEL
+
+        return ACCEL(task_space, seed=seed, **kwargs)
+    if name == "lp":
+        from magister.curricula.learning_progress import LearningProgress
+
+        return LearningProgress(task_space, seed=seed, **kwargs)
+    raise ValueError(f"unknown curriculum {name!r}; expected one of {', '.join(CURRICULA)}")
+
+
+def wants_value_scores(curriculum: Curriculum) -> bool:
+    """Whether the curriculum learns from learner-side value scores (PLR family with a value score)."""
+    from magister.curricula.scoring import VALUE_SCORES
+
+    score = getattr(curriculum, "score", None)
+    return isinstance(score, str) and score in VALUE_SCORES
+
+
+# ----------------------------------------------------------------------------------------------------
+# Environments
+# ----------------------------------------------------------------------------------------------------
+def make_env_fn(args: Args, task_space: PuzzleTaskSpace, source: Any):
+    """A factory for one synced puzzle env (picklable for worker processes when ``source`` is an address)."""
+
+    def thunk() -> gym.Env:
+        kwargs = {"max_steps": args.max_steps} if args.max_steps else {}
+        env = PuzzleTaskWrapper(make_puzzle_env(args.puzzle, task_space, **kwargs), task_space)
+        return GymnasiumSyncWrapper(env, source)
+
+    return thunk
+
+
+def make_vector_env(args: Args, task_space: PuzzleTaskSpace, source: Any) -> gym.vector.VectorEnv:
+    fns = [make_env_fn(args, task_space, source) for _ in range(args.num_envs)]
+    mode = gym.vector.AutoresetMode.SAME_STEP
+    if args.vector == "async":
+        return gym.vector.AsyncVectorEnv(fns, autoreset_mode=mode, context="fork")
+    if args.vector == "sync":
+        return gym.vector.SyncVectorEnv(fns, autoreset_mode=mode)
+    raise ValueError(f"--vector must be 'sync' or 'async', got {args.vector!r}")
+
+
+# ----------------------------------------------------------------------------------------------------
+# Policy
+# ----------------------------------------------------------------------------------------------------
+class ObsEncoder(nn.Module):
+    """Flattens a Dict of padded Boxes: one-hot for small integer ranges, scaled floats otherwise."""
+
+    def __init__(self, space: spaces.Dict, max_onehot: int = 16) -> None:
+        super().__init__()
+        self.keys = [k for k in space.spaces if k != "rgb"]
+        self.specs: list[tuple[str, int, float, float]] = []
+        self.out_dim = 0
+        for k in self.keys:
+            box = space[k]
+            if not isinstance(box, spaces.Box):
+                raise TypeError(f"observation key {k!r} must be a Box, got {box}")
+            lo, hi = float(np.min(box.low)), float(np.max(box.high))
+            n = int(hi - lo + 1)
+            size = int(np.prod(box.shape))
+            if np.issubdtype(box.dtype, np.integer) and 2 < n <= max_onehot:
+                self.specs.append((k, n, lo, hi))
+                self.out_dim += size * n
+            else:
+                self.specs.append((k, 0, lo, hi))
+                self.out_dim += size
+
+    def forward(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
+        parts = []
+        for k, n, lo, hi in self.specs:
+            x = obs[k].reshape(obs[k].shape[0], -1)
+            if n:
+                parts.append(nn.functional.one_hot((x - lo).long().clamp(0, n - 1), n).flatten(1).float())
+            else:
+                parts.append((x.float() - lo) / max(hi - lo, 1.0))
+        return torch.cat(parts, dim=1)
+
+
+def layer_init(layer: nn.Linear, std: float = np.sqrt(2), bias: float = 0.0) -> nn.Linear:
+    nn.init.orthogonal_(layer.weight, std)
+    nn.init.constant_(layer.bias, bias)
+    return layer
+
+
+class Agent(nn.Module):
+    """MLP actor-critic over the padded board; illegal actions get zero probability."""
+
+    def __init__(self, obs_space: spaces.Dict, n_actions: int, hidden: int) -> None:
+        super().__init__()
+        self.encoder = ObsEncoder(obs_space)
+        self.trunk = nn.Sequential(
+            layer_init(nn.Linear(self.encoder.out_dim, hidden)), nn.Tanh(),
+            layer_init(nn.Linear(hidden, hidden)), nn.Tanh(),
+        )
+        self.actor = layer_init(nn.Linear(hidden, n_actions), std=0.01)
+        self.critic = layer_init(nn.Linear(hidden, 1), std=1.0)
+
+    def value(self, obs: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self.critic(self.trunk(self.encoder(obs))).squeeze(-1)
+
+    def act(self, obs: dict[str, torch.Tensor], mask: torch.Tensor, action: torch.Tensor | None = None):
+        h = self.trunk(self.encoder(obs))
+        logits = self.actor(h).masked_fill(~mask, -1e9)
+        dist = torch.distributions.Categorical(logits=logits)
+        if action is None:
+            action = dist.sample()
+        return action, dist.log_prob(action), dist.entropy(), self.critic(h).squeeze(-1)
+
+
+def to_tensor(obs: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
+    return {k: torch.as_tensor(v) for k, v in obs.items() if k != "rgb"}
+
+
+def legal_masks(envs: gym.vector.VectorEnv) -> np.ndarray:
+    """Stacked ``action_masks()`` of every env; a row with no legal action allows all (never sampled)."""
+    masks = np.stack(envs.call("action_masks")).astype(bool)
+    masks[~masks.any(axis=1)] = True
+    return masks
+
+
+# ----------------------------------------------------------------------------------------------------
+# Evaluation on held-out instances
+# ----------------------------------------------------------------------------------------------------
+@torch.no_grad()
+def evaluate(agent: Agent, args: Args, task_space: PuzzleTaskSpace, tasks: list[PuzzleTask],
+             episodes: int = 1, seed: int = 0) -> dict[str, dict[str, float]]:
+    """Play every held-out task ``episodes`` times; per difficulty: success rate and mean solved length."""
+    kwargs = {"max_steps": args.max_steps} if args.max_steps else {}
+    n = min(len(tasks) * episodes, 32)
+    envs = gym.vector.SyncVectorEnv(
+        [lambda: PuzzleTaskWrapper(make_puzzle_env(args.puzzle, task_space, **kwargs), task_space)] * n,
+        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
+    )
+    queue = [t for t in tasks for _ in range(episodes)]
+    results: dict[str, list[tuple[bool, int]]] = defaultdict(list)
+    gen = torch.Generator().manual_seed(seed)
+    try:
+        for start in range(0, len(queue), n):
+            chunk = queue[start:start + n]
+            obs, _ = envs.reset(options={"task": chunk[0]})
+            for i, task in enumerate(chunk):  # put each sub-env on its own task
+                sub_obs, _ = envs.envs[i].reset(options={"task": task})
+                for k in obs:
+                    obs[k][i] = sub_obs[k]
+            active = np.zeros(n, dtype=bool)
+            active[: len(chunk)] = True
+            while active.any():
+                mask = torch.as_tensor(legal_masks(envs))
+                h = agent.trunk(agent.encoder(to_tensor(obs)))
+                logits = agent.actor(h).masked_fill(~mask, -1e9)
+                probs = torch.softmax(logits, dim=-1)
+                action = torch.multinomial(probs, 1, generator=gen).squeeze(1).numpy()
+                obs, _, term, trunc, info = envs.step(action)
+                done = (term | trunc) & active
+                for i in np.flatnonzero(done):
+                    final = info["final_info"]
+                    success = bool(final["success"][i])
+                    results[chunk[i].params].append((success, int(final["steps"][i])))
+                active &= ~done
+    finally:
+        envs.close()
+    out = {}
+    for params, rs in results.items():
+        solved = [length for ok, length in rs if ok]
+        out[params] = {"success": float(np.mean([ok for ok, _ in rs])),
+                       "solved_length": float(np.mean(solved)) if solved else float("nan")}
+    return out
+
+
+# ----------------------------------------------------------------------------------------------------
+# Training
+# ----------------------------------------------------------------------------------------------------
+@dataclass
+class RunResult:
+    """What :func:`train` returns: final held-out results and training statistics."""
+
+    eval: dict[str, dict[str, float]]
+    episodes_per_difficulty: dict[str, int]
+    train_success_per_difficulty: dict[str, float]
+    unsolved_episode_share: float
+    """share of training episodes spent on task instances the agent never solved during training"""
+    global_step: int
+    seconds: float
+    run_dir: str
+    history: list[dict[str, Any]]
+
+
+def train(args: Args) -> RunResult:
+    """Train PPO on puzzles with the curriculum named in ``args``; see the module docstring."""
+    run_name = args.run_name or f"{args.puzzle}_{args.curriculum}_s{args.seed}"
+    run_dir = Path(args.run_dir) / run_name
+    run_dir.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(args.seed)
+    torch.set_num_threads(args.torch_threads)
+    np_rng = np.random.default_rng(args.seed)
+
+    task_space, eval_space, held_out = make_task_spaces(args)
+    curriculum = make_curriculum(args.curriculum, task_space, args.seed, **args.extra)
+    server = None
+    if args.vector == "async":
+        from magister.sync.server import serve
+
+        server = serve(curriculum)
+        source: Any = server.address
+    else:
+        source = curriculum
+    envs = make_vector_env(args, task_space, source)
+    obs_space = envs.single_observation_space
+    n_actions = int(envs.single_action_space.n)
+    agent = Agent(obs_space, n_actions, args.hidden)
+    optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
+
+    batch_size = args.num_envs * args.num_steps
+    minibatch = batch_size // args.num_minibatches
+    num_updates = max(1, args.total_steps // batch_size)
+    start_update, global_step = 0, 0
+    history: list[dict[str, Any]] = []
+    if args.resume:
+        ckpt = torch.load(args.resume, weights_only=False)
+        agent.load_state_dict(ckpt["agent"])
+        optimizer.load_state_dict(ckpt["optimizer"])
+        (server or curriculum).load_state_dict(ckpt["curriculum"])
+        start_update, global_step, history = ckpt["update"], ckpt["global_step"], ckpt["history"]
+        logger.info("resumed from %s at update %d", args.resume, start_update)
+
+    writer = None
+    if args.tensorboard:
+        from torch.utils.tensorboard import SummaryWriter
+
+        writer = SummaryWriter(str(run_dir))
+        writer.add_text("args", json.dumps(dataclasses.asdict(args), default=str))
+
+    # rollout storage
+    obs_buf = {k: torch.from_numpy(np.zeros((args.num_steps, args.num_envs) + obs_space[k].shape,
+                                            dtype=obs_space[k].dtype))
+               for k in obs_space.spaces if k != "rgb"}
+    mask_buf = torch.zeros((args.num_steps, args.num_envs, n_actions), dtype=torch.bool)
+    actions = torch.zeros((args.num_steps, args.num_envs), dtype=torch.long)
+    logprobs = torch.zeros((args.num_steps, args.num_envs))
+    rewards = torch.zeros((args.num_steps, args.num_envs))
+    dones = torch.zeros((args.num_steps, args.num_envs))
+    values = torch.zeros((args.num_steps, args.num_envs))
+    train_mask = torch.ones((args.num_steps, args.num_envs))
+    step_tasks: list[list[Any]] = [[None] * args.num_envs for _ in range(args.num_steps)]
+
+    episodes = defaultdict(int)
+    successes = defaultdict(int)
+    instance_episodes: dict[Any, int] = defaultdict(int)  # per task instance: episodes, and ever solved?
+    instance_solved: set[Any] = set()
+    window_counts: dict[str, int] = defaultdict(int)
+    obs, info = envs.reset(seed=args.seed)
+    cur_train = np.asarray(info["task_train"], dtype=bool)
+    cur_task = list(info["task"])
+    next_done = torch.zeros(args.num_envs)
+    t0 = time.time()
+    last_eval: dict[str, dict[str, float]] = {}
+    bar = _progress(args, num_updates, start_update)
+    try:
+        for update in range(start_update, num_updates):
+            agent.train()
+            for step in range(args.num_steps):
+                global_step += args.num_envs
+                for k in obs_buf:
+                    obs_buf[k][step] = torch.as_tensor(obs[k])
+                masks = torch.as_tensor(legal_masks(envs))
+                mask_buf[step] = masks
+                dones[step] = next_done
+                train_mask[step] = torch.as_tensor(cur_train, dtype=torch.float32)
+                step_tasks[step] = cur_task
+                with torch.no_grad():
+                    action, logprob, _, value = agent.act(to_tensor(obs), masks)
+                actions[step], logprobs[step], values[step] = action, logprob, value
+                obs, reward, term, trunc, info = envs.step(action.numpy())
+                rewards[step] = torch.as_tensor(reward, dtype=torch.float32)
+                done = np.logical_or(term, trunc)
+                # bootstrap through truncation (time limit / repeated states): add gamma * V(final obs)
+                if trunc.any() and "final_obs" in info:
+                    idx = np.flatnonzero(trunc & ~term)
+                    if idx.size:
+                        final = {k: torch.as_tensor(np.stack([info["final_obs"][i][k] for i in idx]))
+                                 for k in obs_buf}
+                        with torch.no_grad():
+                            rewards[step, idx] += args.gamma * agent.value(final)
+                next_done = torch.as_tensor(done, dtype=torch.float32)
+                for i in np.flatnonzero(done):
+                    params = _params_of(cur_task[i], task_space)
+                    solved = bool(info["final_info"]["success"][i])
+                    episodes[params] += 1
+                    window_counts[params] += 1
+                    successes[params] += int(solved)
+                    key = task_key(cur_task[i])
+                    instance_episodes[key] += 1
+                    if solved:
+                        instance_solved.add(key)
+                cur_train = np.asarray(info["task_train"], dtype=bool)
+                cur_task = list(info["task"])
+
+            # GAE
+            with torch.no_grad():
+                next_value = agent.value(to_tensor(obs))
+                advantages = torch.zeros_like(rewards)
+                lastgae = torch.zeros(args.num_envs)
+                for t in reversed(range(args.num_steps)):
+                    nonterminal = 1.0 - (next_done if t == args.num_steps - 1 else dones[t + 1])
+                    nv = next_value if t == args.num_steps - 1 else values[t + 1]
+                    delta = rewards[t] + args.gamma * nv * nonterminal - values[t]
+                    lastgae = delta + args.gamma * args.gae_lambda * nonterminal * lastgae
+                    advantages[t] = lastgae
+                returns = advantages + values
+
+            if wants_value_scores(curriculum):
+                from magister.integrations.scores import feed_scores
+
+                ends = torch.cat([dones[1:], next_done[None]], dim=0)
+                tgt = server if server is not None else curriculum
+                feed_scores(tgt, rewards, values, ends, next_value, step_tasks)
+
+            # PPO update (evaluation-only transitions are masked out of the losses)
+            b_obs = {k: v.reshape((batch_size,) + v.shape[2:]) for k, v in obs_buf.items()}
+            b_masks = mask_buf.reshape(batch_size, n_actions)
+            b_actions, b_logprobs = actions.reshape(-1), logprobs.reshape(-1)
+            b_adv, b_returns = advantages.reshape(-1), returns.reshape(-1)
+            b_train = train_mask.reshape(-1)
+            stats = defaultdict(float)
+            if b_train.sum() > 0:
+                for _ in range(args.update_epochs):
+                    perm = torch.as_tensor(np_rng.permutation(batch_size))
+                    for s in range(0, batch_size, minibatch):
+                        mb = perm[s:s + minibatch]
+                        w = b_train[mb]
+                        if w.sum() == 0:
+                            continue
+                        _, newlogprob, entropy, newvalue = agent.act(
+                            {k: v[mb] for k, v in b_obs.items()}, b_masks[mb], b_actions[mb])
+                        ratio = (newlogprob - b_logprobs[mb]).exp()
+                        adv = b_adv[mb]
+                        if w.sum() > 1:
+                            adv = (adv - adv[w > 0].mean()) / (adv[w > 0].std() + 1e-8)
+                        clipped = ratio.clamp(1 - args.clip_coef, 1 + args.clip_coef)
+                        pg = torch.max(-adv * ratio, -adv * clipped)
+                        pg_loss = (pg * w).sum() / w.sum()
+                        v_loss = 0.5 * (((newvalue - b_returns[mb]) ** 2) * w).sum() / w.sum()
+                        ent = (entropy * w).sum() / w.sum()
+                        loss = pg_loss - args.ent_coef * ent + args.vf_coef * v_loss
+                        optimizer.zero_grad()
+                        loss.backward()
+                        nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
+                        optimizer.step()
+                        stats["pg_loss"], stats["v_loss"], stats["entropy"] = (
+                            pg_loss.item(), v_loss.item(), ent.item())
+
+            # logging, evaluation, checkpoints
+            sps = int((global_step - start_update * batch_size) / max(time.time() - t0, 1e-9))
+            row: dict[str, Any] = {"update": update + 1, "global_step": global_step,
+                                   "counts": dict(window_counts),
+                                   "train_fraction": float(b_train.mean())}
+            window_counts.clear()
+            do_eval = (args.eval_every and (update + 1) % args.eval_every == 0) or update + 1 == num_updates
+            if do_eval:
+                agent.eval()
+                last_eval = evaluate(agent, args, eval_space, held_out, args.eval_episodes, seed=args.seed)
+                row["eval"] = last_eval
+            history.append(row)
+            if writer is not None:
+                writer.add_scalar("charts/sps", sps, global_step)
+                writer.add_scalar("charts/train_fraction", row["train_fraction"], global_step)
+                for k, v in stats.items():
+                    writer.add_scalar(f"losses/{k}", v, global_step)
+                for k, v in _curriculum_metrics(server or curriculum).items():
+                    writer.add_scalar(k, v, global_step)
+                for params, r in last_eval.items() if do_eval else ():
+                    writer.add_scalar(f"eval/success/{params}", r["success"], global_step)
+                    if np.isfinite(r["solved_length"]):
+                        writer.add_scalar(f"eval/solved_length/{params}", r["solved_length"], global_step)
+            if bar is not None:
+                mean_eval = np.mean([r["success"] for r in last_eval.values()]) if last_eval else float("nan")
+                bar.set_postfix(sps=sps, eval_success=f"{mean_eval:.2f}")
+                bar.update(1)
+            is_last = update + 1 == num_updates
+            if (args.checkpoint_every and (update + 1) % args.checkpoint_every == 0) or is_last:
+                save_checkpoint(run_dir / "checkpoint.pt", agent, optimizer, server or curriculum,
+                                update + 1, global_step, history, args)
+    finally:
+        if bar is not None:
+            bar.close()
+        envs.close()
+        if server is not None:
+            server.close()
+        if writer is not None:
+            writer.close()
+    seconds = time.time() - t0
+    train_success = {p: successes[p] / episodes[p] for p in episodes if episodes[p]}
+    total_episodes = sum(instance_episodes.values())
+    unsolved = sum(n for key, n in instance_episodes.items() if key not in instance_solved)
+    unsolved_share = unsolved / total_episodes if total_episodes else float("nan")
+    if args.plot:
+        plot_run(history, difficulties(args), run_dir / "curriculum.png", title=run_name)
+    return RunResult(last_eval, dict(episodes), train_success, unsolved_share, global_step, seconds,
+                     str(run_dir), history)
+
+
+def _params_of(encoded: Any, task_space: PuzzleTaskSpace) -> str:
+    return task_space.decode(encoded).params
+
+
+def _curriculum_metrics(source: Any) -> dict[str, float]:
+    try:
+        return {k: float(v) for k, v in source.metrics().items() if np.isscalar(v)}
+    except Exception:  # metrics are diagnostics; never let them stop training
+        logger.exception("curriculum metrics failed")
+        return {}
+
+
+def _progress(args: Args, total: int, initial: int):
+    if not args.progress:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, initial=initial, desc=f"{args.curriculum}", unit="update", dynamic_ncols=True)
+
+
+def save_checkpoint(path: Path, agent: Agent, optimizer: torch.optim.Optimizer, curriculum: Any,
+                    update: int, global_step: int, history: list, args: Args) -> None:
+    """Atomically write policy, optimiser, curriculum state and counters."""
+    tmp = path.with_suffix(".tmp")
+    torch.save({"agent": agent.state_dict(), "optimizer": optimizer.state_dict(),
+                "curriculum": curriculum.state_dict(), "update": update, "global_step": global_step,
+                "history": history, "args": dataclasses.asdict(args)}, tmp)
+    os.replace(tmp, path)
+
+
+def plot_run(history: list[dict[str, Any]], params: list[str], path: Path, title: str = "") -> None:
+    """PNG: share of training episodes per difficulty over time, and held-out success per difficulty."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = np.array([h["global_step"] for h in history])
+    counts = np.array([[h["counts"].get(p, 0) for p in params] for h in history], dtype=float)
+    # smooth over a few updates so the shares are readable
+    k = max(1, len(history) // 40)
+    kernel = np.ones(k) / k
+    sm = np.stack([np.convolve(counts[:, j], kernel, mode="same") for j in range(len(params))], axis=1)
+    shares = sm / np.maximum(sm.sum(axis=1, keepdims=True), 1e-9)
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
+    ax1.stackplot(steps, shares.T, labels=params)
+    ax1.set(xlabel="environment steps", ylabel="share of training episodes", ylim=(0, 1),
+            title="curriculum: task distribution over time")
+    ax1.legend(fontsize=7, loc="upper left", ncols=2)
+    evals = [(h["global_step"], h["eval"]) for h in history if "eval" in h]
+    for p in params:
+        ax2.plot([s for s, _ in evals], [e.get(p, {}).get("success", np.nan) for _, e in evals], marker="o",
+                 ms=3, label=p)
+    ax2.set(xlabel="environment steps", ylabel="held-out success", ylim=(-0.02, 1.02),
+            title="held-out success per difficulty")
+    ax2.legend(fontsize=7, loc="upper left", ncols=2)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> RunResult:
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    args = parse_args(argv)
+    result = train(args)
+    print(f"\nheld-out success after {result.global_step} steps ({result.seconds:.0f}s):")
+    for p in difficulties(args):
+        r = result.eval.get(p, {})
+        print(f"  {p:>12}: success {r.get('success', float('nan')):.2f}  "
+              f"solved length {r.get('solved_length', float('nan')):.1f}  "
+              f"train episodes {result.episodes_per_difficulty.get(p, 0)}")
+    print(f"run directory: {result.run_dir}")
+    return result
+
+
+if __name__ == "__main__":
+    main()

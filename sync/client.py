@@ -1,0 +1,742 @@
+"""The environment side of the sync layer: where tasks come from and where feedback goes.
+
+Two implementations of one small interface (:class:`TaskFeed`), chosen by :func:`connect`:
+
+* :class:`CurriculumClient` talks to a :class:`~magister.sync.server.CurriculumServer` over a ZeroMQ
+  DEALER socket. The socket is created lazily, *inside* the process that first uses it: the client
+  remembers the pid, and after a fork it builds a new context and socket (and a new env id) instead of
+  touching the parent's, so it works under the fork, spawn and forkserver start methods. It keeps a
+  prefetch buffer of tasks so ``reset`` rarely waits, batches step records (every ``step_batch_size``
+  steps or at an episode end, whichever comes first; none at all when the curriculum does not want
+  them), and sends every update without waiting for a reply. Every wait has a timeout: if the server does
+  not answer, :class:`ServerUnavailableError` is raised, or, when ``fallback_task_space`` is given, tasks
+  are sampled locally from it from then on and one warning is logged.
+* :class:`LocalClient` calls the curriculum directly in the same process (a ``SyncVectorEnv`` or a
+  single env): same messages, same validation and accounting, no sockets.
+
+A task handed to an env is an :class:`Assignment`: the encoded task, its train flag and the id the
+server uses to account for it.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import threading
+import time
+import weakref
+from collections import deque
+from collections.abc import Iterable
+from typing import Any, NamedTuple
+
+import numpy as np
+import zmq
+
+from ..curricula.base import Curriculum
+from ..task_spaces.base import EncodedTask, TaskSpace
+from . import protocol as P
+from .security import configure_client_socket
+from .server import CurriculumServer, SyncCore, SyncRejected
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "Assignment",
+    "TaskFeed",
+    "CurriculumClient",
+    "LocalClient",
+    "ServerUnavailableError",
+    "SyncError",
+    "connect",
+    "DEFAULT_PREFETCH",
+]
+
+#: Tasks kept ready per env. One task ahead hides the request round trip behind a whole episode while
+#: keeping samples as fresh as possible (see benchmarks/sync_latency.py for the measurement).
+DEFAULT_PREFETCH = 1
+#: Seconds a client waits for the server before giving up.
+DEFAULT_TIMEOUT = 5.0
+
+
+class ServerUnavailableError(TimeoutError):
+    """The curriculum server did not answer within the client's timeout."""
+
+
+class SyncError(RuntimeError):
+    """The server refused a request (e.g. the curriculum failed to sample)."""
+
+
+class Assignment(NamedTuple):
+    """A task handed to one env: ``task_id`` is the server's id for it (``-1``: not from a server)."""
+
+    task_id: int
+    task: EncodedTask
+    train: bool = True
+
+
+class TaskFeed:
+    """Interface shared by :class:`CurriculumClient` and :class:`LocalClient`."""
+
+    env_id: int | None
+    requires_step_updates: bool
+
+    def next_task(self) -> Assignment:  # pragma: no cover - interface
+        """The next task for this env (waits at most the timeout)."""
+        raise NotImplementedError
+
+    def record_step(
+        self,
+        assignment: Assignment,
+        obs: Any,
+        reward: float,
+        terminated: bool,
+        truncated: bool,
+        info: dict | None,
+        progress: float,
+    ) -> None:  # pragma: no cover - interface
+        """Buffer one step (a no-op unless the curriculum wants step updates)."""
+        raise NotImplementedError
+
+    def record_episode(
+        self,
+        assignment: Assignment,
+        episode_return: float,
+        length: int,
+        progress: float,
+        ended: bool = True,
+        extras: dict | None = None,
+    ) -> None:  # pragma: no cover - interface
+        """An episode on ``assignment`` finished (``ended=False``: abandoned by an early reset)."""
+        raise NotImplementedError
+
+    def record_progress(self, assignment: Assignment, progress: float, done: bool = False) -> None:
+        """Progress on ``assignment`` mid-episode; ``done`` acknowledges the task as consumed."""
+        raise NotImplementedError  # pragma: no cover - interface
+
+    def flush(self) -> None:  # pragma: no cover - interface
+        """Send buffered step records now."""
+        raise NotImplementedError
+
+    def give_back(self, assignment: Assignment) -> None:  # pragma: no cover - interface
+        """Return an unused task: :meth:`next_task` hands it out again (or :meth:`close` returns it)."""
+        raise NotImplementedError
+
+    def close(self) -> None:  # pragma: no cover - interface
+        """Flush, return unused tasks and release resources (idempotent)."""
+        raise NotImplementedError
+
+
+def _strip(value: Any, keys: frozenset[str]) -> Any:
+    if keys and isinstance(value, dict):
+        return {k: v for k, v in value.items() if k not in keys}
+    return value
+
+
+def _copy_obs(obs: Any) -> Any:
+    """Step records are sent later; copy arrays an env might overwrite in place."""
+    if isinstance(obs, np.ndarray):
+        return obs.copy()
+    if isinstance(obs, dict):
+        return {k: _copy_obs(v) for k, v in obs.items()}
+    if isinstance(obs, (tuple, list)):
+        return tuple(_copy_obs(v) for v in obs)
+    return obs
+
+
+class _StepBuffer:
+    """Step records of one env waiting to be sent as one :class:`~magister.sync.protocol.StepUpdate`."""
+
+    def __init__(self, send_obs: bool, send_infos: bool, strip_keys: frozenset[str]) -> None:
+        self.send_obs, self.send_infos, self.strip_keys = send_obs, send_infos, strip_keys
+        self.clear()
+
+    def clear(self) -> None:
+        self.ids: list[int] = []
+        self.tasks: list[EncodedTask] = []
+        self.rewards: list[float] = []
+        self.term: list[bool] = []
+        self.trunc: list[bool] = []
+        self.progress: list[float] = []
+        self.obs: list[Any] = []
+        self.infos: list[dict] = []
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def add(
+        self, a: Assignment, obs: Any, reward: float, term: bool, trunc: bool, info: Any, progress: float
+    ) -> None:
+        self.ids.append(a.task_id)
+        self.tasks.append(a.task)
+        self.rewards.append(float(reward))
+        self.term.append(bool(term))
+        self.trunc.append(bool(trunc))
+        self.progress.append(float(progress))
+        if self.send_obs:
+            self.obs.append(_copy_obs(_strip(obs, self.strip_keys)))
+        if self.send_infos:
+            self.infos.append(_strip(dict(info) if info else {}, self.strip_keys))
+
+    def message(self, env_id: int) -> P.StepUpdate:
+        obs: Any = None
+        if self.send_obs:
+            first = self.obs[0]
+            if (
+                isinstance(first, np.ndarray)
+                and all(
+                    isinstance(o, np.ndarray) and o.shape == first.shape and o.dtype == first.dtype
+                    for o in self.obs
+                )
+                and first.dtype.kind in "biufc"
+            ):
+                obs = np.stack(self.obs)  # one array (one frame when large) instead of n small ones
+            else:
+                obs = tuple(self.obs)
+        msg = P.StepUpdate(
+            env_id,
+            np.asarray(self.ids, dtype=np.int64),
+            tuple(self.tasks),
+            np.asarray(self.rewards, dtype=np.float64),
+            np.asarray(self.term, dtype=bool),
+            np.asarray(self.trunc, dtype=bool),
+            np.asarray(self.progress, dtype=np.float64),
+            obs,
+            tuple(self.infos) if self.send_infos else None,
+        )
+        self.clear()
+        return msg
+
+
+# -- per-process ZeroMQ context (never inherited across fork) -------------------------------------------
+
+_ctx_lock = threading.Lock()
+_ctx: zmq.Context | None = None
+_ctx_pid: int | None = None
+_orphans: list[Any] = []  # sockets/contexts inherited through fork: never used, never closed, never GC'd
+
+
+def _context() -> zmq.Context:
+    global _ctx, _ctx_pid
+    with _ctx_lock:
+        if _ctx is None or _ctx_pid != os.getpid():
+            if _ctx is not None:
+                _orphans.append(_ctx)
+            _ctx = zmq.Context()
+            _ctx_pid = os.getpid()
+        return _ctx
+
+
+class CurriculumClient(TaskFeed):
+    """Env-side client of a :class:`~magister.sync.server.CurriculumServer` (see the module docstring).
+
+    Serialisable to worker processes: only the address and options travel; the socket is created on first
+    use in the process
+    that uses it.
+
+    Args:
+        address: The server's address (``server.address``).
+        prefetch: Tasks kept ready (0: request each task when it is needed).
+        timeout: Seconds to wait for the server before :class:`ServerUnavailableError` (or the fallback).
+        strip_keys: Keys removed from dict observations and from infos before step records are sent.
+        send_obs: Include observations in step updates (only sent when the curriculum wants steps).
+        send_infos: Include infos in step updates.
+        fallback_task_space: Opt-in: when the server does not answer, sample tasks locally from this space
+            (logged once) instead of raising. Feedback is then dropped.
+        curve_server_key: The server's CURVE public key, when it uses encryption.
+        curve_public_key, curve_secret_key: This client's CURVE key pair (ephemeral when omitted).
+        close_timeout: Seconds :meth:`close` waits for the server to acknowledge the goodbye.
+        name: A label for the server's logs.
+    """
+
+    def __init__(
+        self,
+        address: str,
+        *,
+        prefetch: int = DEFAULT_PREFETCH,
+        timeout: float = DEFAULT_TIMEOUT,
+        strip_keys: Iterable[str] = (),
+        send_obs: bool = True,
+        send_infos: bool = True,
+        fallback_task_space: TaskSpace | None = None,
+        curve_server_key: bytes | str | None = None,
+        curve_public_key: bytes | str | None = None,
+        curve_secret_key: bytes | str | None = None,
+        close_timeout: float = 2.0,
+        name: str = "",
+    ) -> None:
+        if not isinstance(address, str) or "://" not in address:
+            raise ValueError(
+                f"address must be a str like 'ipc:///path' or 'tcp://host:port', got {address!r}"
+            )
+        if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
+            raise ValueError(f"prefetch must be an int >= 0, got {prefetch!r}")
+        if not isinstance(timeout, (int, float)) or not timeout > 0:
+            raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        if fallback_task_space is not None and not isinstance(fallback_task_space, TaskSpace):
+            raise TypeError(
+                f"fallback_task_space must be a TaskSpace or None, got {type(fallback_task_space).__name__}"
+            )
+        if isinstance(strip_keys, str):
+            raise TypeError("strip_keys must be an iterable of keys, not a single str")
+        self.address = address
+        self.prefetch = prefetch
+        self.timeout = float(timeout)
+        self.strip_keys = frozenset(strip_keys)
+        self.send_obs = bool(send_obs)
+        self.send_infos = bool(send_infos)
+        self.fallback_task_space = fallback_task_space
+        self.close_timeout = float(close_timeout)
+        self.name = name
+        self._curve = (curve_server_key, curve_public_key, curve_secret_key)
+        self._reset_process_state()
+
+    def _reset_process_state(self) -> None:
+        self._pid: int | None = None
+        self._sock: zmq.Socket | None = None
+        self.env_id: int | None = None
+        self.requires_step_updates = False
+        self.requires_episode_updates = True
+        self.step_batch_size = 1
+        self._buffer: deque[Assignment] = deque()
+        self._outstanding = 0
+        self._steps: _StepBuffer | None = None
+        self._fallback = False
+        self._closed = False
+        self._goodbye_acked = False
+        self._sample_error: str | None = None
+        self.stats = dict.fromkeys(
+            ("tasks_received", "updates_sent", "updates_dropped", "errors_received", "send_waits"), 0
+        )
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        for k in ("_sock", "_buffer", "_steps", "_pid"):
+            state.pop(k, None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._reset_process_state()
+
+    # -- connection ---------------------------------------------------------------------------------
+    def _ensure(self) -> bool:
+        """Connect in this process if needed; False when running on the local fallback."""
+        if self._pid is not None and self._pid != os.getpid():  # forked: the parent's socket is not ours
+            if self._sock is not None:
+                _orphans.append(self._sock)
+            logger.debug("client: process forked (pid %s -> %s); reconnecting", self._pid, os.getpid())
+            self._reset_process_state()
+        if self._closed:
+            raise SyncError("this client is closed")
+        if self._fallback:
+            return False
+        if self._sock is not None:
+            return True
+        self._pid = os.getpid()
+        sock = _context().socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, int(self.close_timeout * 1000))
+        sock.setsockopt(zmq.RECONNECT_IVL, 100)
+        configure_client_socket(sock, *self._curve)
+        sock.connect(self.address)
+        self._sock = sock
+        self._send(P.Hello(os.getpid(), self.name))
+        if not self._wait_for(lambda: self.env_id is not None, "a welcome"):
+            return False
+        self._top_up(self.prefetch)  # start prefetching right away
+        return True
+
+    def _go_fallback(self, what: str) -> bool:
+        if self.fallback_task_space is None:
+            raise ServerUnavailableError(
+                f"no reply from the curriculum server at {self.address} within {self.timeout:g}s while "
+                f"waiting for {what}; is the server running (and are CURVE keys right)? Pass "
+                "fallback_task_space=... to sample locally instead"
+            )
+        logger.warning(
+            "curriculum server at %s did not answer within %gs; sampling tasks locally from %r from now on "
+            "(feedback is dropped)",
+            self.address,
+            self.timeout,
+            self.fallback_task_space,
+        )
+        self._fallback = True
+        if self._sock is not None:
+            self._sock.close(0)
+            self._sock = None
+        return False
+
+    def _send(self, msg: P.Message) -> bool:
+        """Send without waiting for a reply. When the send queue is full (the server is slower than this
+        env), wait for room, at most ``timeout`` seconds: back-pressure instead of silently dropping."""
+        assert self._sock is not None
+        frames = P.encode(msg)
+        copy = len(frames) == 1  # zero-copy only pays off for large array frames
+        try:
+            self._sock.send_multipart(frames, zmq.NOBLOCK, copy=copy)
+            return True
+        except zmq.Again:
+            pass
+        self.stats["send_waits"] += 1
+        if self._sock.poll(int(self.timeout * 1000), zmq.POLLOUT):
+            try:
+                self._sock.send_multipart(frames, zmq.NOBLOCK, copy=copy)
+                return True
+            except zmq.Again:  # pragma: no cover - room vanished between poll and send
+                pass
+        self.stats["updates_dropped"] += 1
+        self._go_fallback(f"room in the send queue for a {type(msg).__name__}")
+        return False
+
+    def _receive(self, timeout_ms: int) -> bool:
+        """Handle at most one incoming message; False when none arrived within ``timeout_ms``."""
+        assert self._sock is not None
+        if not self._sock.poll(timeout_ms, zmq.POLLIN):
+            return False
+        frames = self._sock.recv_multipart(copy=False)
+        msg = P.decode(frames)  # a ProtocolVersionError here names both versions
+        if isinstance(msg, P.Welcome):
+            if self.env_id is None:
+                self.env_id = msg.env_id
+                self.requires_step_updates = msg.requires_step_updates
+                self.requires_episode_updates = msg.requires_episode_updates
+                self.step_batch_size = msg.step_batch_size
+                self._steps = _StepBuffer(self.send_obs, self.send_infos, self.strip_keys)
+        elif isinstance(msg, P.Tasks):
+            for tid, task, train in zip(msg.task_ids, msg.tasks, msg.train):
+                self._buffer.append(Assignment(tid, task, train))
+            self._outstanding = max(0, self._outstanding - len(msg.task_ids))
+            self.stats["tasks_received"] += len(msg.task_ids)
+        elif isinstance(msg, P.Goodbye):
+            self._goodbye_acked = True
+        elif isinstance(msg, P.Error):
+            self.stats["errors_received"] += 1
+            if msg.code == "version":
+                raise P.ProtocolVersionError(msg.message)
+            if msg.code in ("sample_failed", "bad_request") and self._outstanding:
+                self._outstanding = 0
+                self._sample_error = msg.message
+            logger.error(
+                "curriculum server refused a message from env %s (%s): %s", self.env_id, msg.code, msg.message
+            )
+        return True
+
+    def _wait_for(self, condition: Any, what: str) -> bool:
+        deadline = time.monotonic() + self.timeout
+        while not condition():
+            if self._sample_error is not None:
+                err, self._sample_error = self._sample_error, None
+                raise SyncError(f"curriculum server could not provide tasks: {err}")
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return self._go_fallback(what)
+            self._receive(max(1, int(left * 1000)))
+        return True
+
+    def _drain(self) -> None:
+        while self._sock is not None and self._receive(0):
+            pass
+
+    # -- tasks --------------------------------------------------------------------------------------
+    def _top_up(self, target: int) -> None:
+        need = target - len(self._buffer) - self._outstanding
+        if need > 0 and self.env_id is not None and self._send(P.TaskRequest(self.env_id, need)):
+            self._outstanding += need
+
+    def next_task(self) -> Assignment:
+        """The next task: from the prefetch buffer, or requested and awaited (at most ``timeout``)."""
+        if self._ensure():
+            self._drain()
+            if not self._buffer:
+                self._top_up(max(1, self.prefetch))
+                self._wait_for(lambda: bool(self._buffer), "tasks")
+            if self._buffer:
+                a = self._buffer.popleft()
+                self._top_up(self.prefetch)
+                return a
+        (task,) = self.fallback_task_space.sample_encoded(1)  # type: ignore[union-attr]
+        return Assignment(-1, task, True)
+
+    def give_back(self, assignment: Assignment) -> None:
+        if assignment.task_id >= 0 and self._active():
+            self._buffer.appendleft(assignment)
+
+    # -- feedback -----------------------------------------------------------------------------------
+    def _active(self) -> bool:
+        return self._sock is not None and self._pid == os.getpid() and not self._fallback
+
+    def record_step(
+        self,
+        assignment: Assignment,
+        obs: Any,
+        reward: float,
+        terminated: bool,
+        truncated: bool,
+        info: dict | None,
+        progress: float,
+    ) -> None:
+        if not (self.requires_step_updates and self._active()):
+            return
+        assert self._steps is not None
+        self._steps.add(assignment, obs, reward, terminated, truncated, info, progress)
+        if len(self._steps) >= self.step_batch_size:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._steps is not None and len(self._steps) and self._active():
+            try:
+                msg = self._steps.message(self.env_id)  # type: ignore[arg-type]
+                self._send_update(msg)
+            except TypeError as exc:
+                raise TypeError(
+                    f"{exc}. Remove such entries from observations/infos with strip_keys=[...] or "
+                    "send_obs=False / send_infos=False"
+                ) from None
+        if self._active():
+            self._drain()
+
+    def _send_update(self, msg: P.Message) -> None:
+        if self._send(msg):
+            self.stats["updates_sent"] += 1
+
+    def record_episode(
+        self,
+        assignment: Assignment,
+        episode_return: float,
+        length: int,
+        progress: float,
+        ended: bool = True,
+        extras: dict | None = None,
+    ) -> None:
+        if not self._active():
+            return
+        self.flush()
+        self._send_update(
+            P.EpisodeUpdate(
+                self.env_id,
+                assignment.task_id,
+                assignment.task,
+                float(episode_return),
+                int(length),  # type: ignore[arg-type]
+                float(progress),
+                bool(ended),
+                dict(extras or {}),
+            )
+        )
+
+    def record_progress(self, assignment: Assignment, progress: float, done: bool = False) -> None:
+        if not self._active():
+            return
+        self.flush()
+        self._send_update(
+            P.ProgressUpdate(
+                self.env_id,
+                assignment.task_id,
+                assignment.task,  # type: ignore[arg-type]
+                float(progress),
+                bool(done),
+            )
+        )
+
+    def close(self) -> None:
+        """Flush, wait for outstanding tasks, return unused ones, wait for the goodbye ack (bounded)."""
+        if self._closed or self._pid != os.getpid():
+            self._closed = True
+            return
+        try:
+            if self._active() and self.env_id is not None:
+                self.flush()
+                deadline = time.monotonic() + self.close_timeout
+                while self._outstanding and time.monotonic() < deadline:
+                    self._receive(max(1, int((deadline - time.monotonic()) * 1000)))
+                returned = tuple(a.task_id for a in self._buffer if a.task_id >= 0)
+                self._buffer.clear()
+                if self._send(P.Goodbye(self.env_id, returned)):
+                    while not self._goodbye_acked and time.monotonic() < deadline + self.close_timeout:
+                        self._receive(max(1, int((deadline + self.close_timeout - time.monotonic()) * 1000)))
+                if not self._goodbye_acked:
+                    logger.warning("client env %s: no goodbye ack from %s", self.env_id, self.address)
+        except ServerUnavailableError as exc:  # closing must not fail because the server is gone
+            logger.warning("client env %s: closing without the server: %s", self.env_id, exc)
+        finally:
+            if self._sock is not None:
+                # everything before the goodbye was acknowledged: nothing left worth lingering for
+                self._sock.close(0 if self._goodbye_acked else None)
+                self._sock = None
+            self._closed = True
+
+    def __repr__(self) -> str:
+        return f"CurriculumClient({self.address!r}, env_id={self.env_id})"
+
+
+# -- in-process path ---------------------------------------------------------------------------------
+
+_local_cores: dict[int, tuple[Any, SyncCore]] = {}
+_local_lock = threading.Lock()
+
+
+def _core_for(curriculum: Curriculum) -> SyncCore:
+    """One :class:`SyncCore` per curriculum object, so in-process envs share its lock and accounting."""
+    with _local_lock:
+        entry = _local_cores.get(id(curriculum))
+        if entry is not None and entry[0]() is curriculum:
+            core = entry[1]
+            if core.pid != os.getpid():
+                raise RuntimeError(
+                    "a Curriculum object was used by a sync wrapper in a forked worker process: its updates "
+                    "would go to a copy of the curriculum. Serve it with magister.sync.server.serve() and "
+                    "pass server.address to the wrappers"
+                )
+            return core
+        core = SyncCore(curriculum)
+        key = id(curriculum)
+        ref = weakref.ref(curriculum, functools.partial(_forget_core, key, _local_cores))
+        _local_cores[key] = (ref, core)
+        return core
+
+
+def _forget_core(key: int, cores: dict, ref: Any) -> None:
+    """Weakref callback: drop the core of a curriculum that no longer exists (not a newer one's)."""
+    entry = cores.get(key)
+    if entry is not None and entry[0] is ref:
+        cores.pop(key, None)
+
+
+class LocalClient(TaskFeed):
+    """In-process feed: calls the curriculum directly (under its lock), no sockets.
+
+    Args:
+        core: The :class:`~magister.sync.server.SyncCore` to feed (a server's ``core``, or one made for a
+            bare curriculum by :func:`connect`).
+        prefetch: Tasks sampled ahead (default 0: in-process sampling is cheap and always fresh).
+        strip_keys, send_obs, send_infos: As for :class:`CurriculumClient`.
+    """
+
+    def __init__(
+        self,
+        core: SyncCore,
+        *,
+        prefetch: int = 0,
+        strip_keys: Iterable[str] = (),
+        send_obs: bool = True,
+        send_infos: bool = True,
+    ) -> None:
+        if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
+            raise ValueError(f"prefetch must be an int >= 0, got {prefetch!r}")
+        if isinstance(strip_keys, str):
+            raise TypeError("strip_keys must be an iterable of keys, not a single str")
+        self.core = core
+        self.prefetch = prefetch
+        welcome = core.register_env()
+        self.env_id = welcome.env_id
+        self.requires_step_updates = welcome.requires_step_updates
+        self.step_batch_size = welcome.step_batch_size
+        self._steps = _StepBuffer(bool(send_obs), bool(send_infos), frozenset(strip_keys))
+        self._buffer: deque[Assignment] = deque()
+        self._closed = False
+
+    def _apply(self, msg: P.Message) -> P.Message | None:
+        try:
+            return self.core.apply(msg)
+        except SyncRejected as exc:
+            if exc.code == "sample_failed":
+                raise SyncError(str(exc)) from exc.__cause__
+            raise
+
+    def next_task(self) -> Assignment:
+        if self._closed:
+            raise SyncError("this client is closed")
+        if not self._buffer:
+            reply = self._apply(P.TaskRequest(self.env_id, max(1, self.prefetch)))
+            assert isinstance(reply, P.Tasks)
+            self._buffer.extend(Assignment(*x) for x in zip(reply.task_ids, reply.tasks, reply.train))
+        return self._buffer.popleft()
+
+    def give_back(self, assignment: Assignment) -> None:
+        if assignment.task_id >= 0 and not self._closed:
+            self._buffer.appendleft(assignment)
+
+    def record_step(
+        self,
+        assignment: Assignment,
+        obs: Any,
+        reward: float,
+        terminated: bool,
+        truncated: bool,
+        info: dict | None,
+        progress: float,
+    ) -> None:
+        if not self.requires_step_updates:
+            return
+        self._steps.add(assignment, obs, reward, terminated, truncated, info, progress)
+        if len(self._steps) >= self.step_batch_size:
+            self.flush()
+
+    def flush(self) -> None:
+        if len(self._steps):
+            self._apply(self._steps.message(self.env_id))
+
+    def record_episode(
+        self,
+        assignment: Assignment,
+        episode_return: float,
+        length: int,
+        progress: float,
+        ended: bool = True,
+        extras: dict | None = None,
+    ) -> None:
+        self.flush()
+        self._apply(
+            P.EpisodeUpdate(
+                self.env_id,
+                assignment.task_id,
+                assignment.task,
+                float(episode_return),
+                int(length),
+                float(progress),
+                bool(ended),
+                dict(extras or {}),
+            )
+        )
+
+    def record_progress(self, assignment: Assignment, progress: float, done: bool = False) -> None:
+        self.flush()
+        self._apply(
+            P.ProgressUpdate(self.env_id, assignment.task_id, assignment.task, float(progress), bool(done))
+        )
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self.flush()
+        returned = tuple(a.task_id for a in self._buffer)
+        self._buffer.clear()
+        self._apply(P.Goodbye(self.env_id, returned))
+        self._closed = True
+
+    def __repr__(self) -> str:
+        return f"LocalClient({type(self.core.curriculum).__name__}, env_id={self.env_id})"
+
+
+def connect(source: str | Curriculum | CurriculumServer, **options: Any) -> TaskFeed:
+    """The feed for ``source``: an address str (sockets), a Curriculum or a CurriculumServer (in-process).
+
+    A :class:`CurriculumServer` used from a process other than the one that created it (a forked worker)
+    is reached through its address, so its updates are never applied to a stale copy.
+
+    Raises:
+        TypeError: ``source`` is none of the three.
+    """
+    local_opts = {k: options.pop(k) for k in ("strip_keys", "send_obs", "send_infos") if k in options}
+    if isinstance(source, str):
+        return CurriculumClient(source, **local_opts, **options)
+    if isinstance(source, CurriculumServer):
+        if os.getpid() != source._pid:
+            return CurriculumClient(source.address, **local_opts, **options)
+        return LocalClient(source.core, **local_opts, prefetch=options.get("prefetch") or 0)
+    if isinstance(source, Curriculum):
+        return LocalClient(_core_for(source), **local_opts, prefetch=options.get("prefetch") or 0)
+    raise TypeError(
+        "source must be a server address (str), a Curriculum or a CurriculumServer, got "
+        f"{type(source).__name__}"
+    )

@@ -1,0 +1,598 @@
+"""The wire protocol between a curriculum server and its environment clients.
+
+Every message is one ZeroMQ multipart message::
+
+    [header, oob_0, oob_1, ...]
+
+``header`` is msgpack of the envelope ``(PROTOCOL_VERSION, kind, fields)``, where ``kind`` is the small
+integer :attr:`Message.KIND` of one of the frozen dataclasses below and ``fields`` is the tuple of its
+field values in declaration order. (A ROUTER socket adds the peer's routing id in front; the server
+strips it before decoding.)
+
+numpy arrays travel as a msgpack extension type: a small binary header (dtype string, shape) followed by
+the raw bytes for small arrays, or by the index of a separate frame ``oob_i`` holding the bytes for arrays
+of at least ``oob_threshold`` bytes. Those frames are sent and received without copying (the decoded array is
+a read-only view on the received frame). Only plain numeric/bool/bytes/str dtypes are accepted; object and
+structured dtypes are refused on both sides.
+
+There is **no Python object serialisation** anywhere: a peer can send only msgpack data and arrays, so it
+can never make the other side run code. Decoding is bounded (a header size limit, array/map/str lengths,
+array sizes checked against the bytes that carry them), unpacks arrays as tuples (``use_list=False``) and
+checks every field's type, so a malformed or hostile frame raises :class:`ProtocolError` instead of
+allocating memory or producing a half-valid message.
+
+>>> msg = TaskRequest(env_id=3, count=2)
+>>> decode(encode(msg)) == msg
+True
+>>> import numpy as np
+>>> big = np.arange(40_000, dtype=np.float32)
+>>> frames = encode(Tasks(env_id=0, task_ids=(7,), tasks=(big,), train=(True,)))
+>>> len(frames)                  # header + one zero-copy frame for the large array
+2
+>>> out = decode(frames)
+>>> bool((out.tasks[0] == big).all())
+True
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import struct
+from collections.abc import Sequence
+from dataclasses import MISSING, dataclass, field, fields
+from typing import Any, ClassVar
+
+import msgpack
+import numpy as np
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "PROTOCOL_VERSION",
+    "ProtocolError",
+    "ProtocolVersionError",
+    "Message",
+    "Hello",
+    "Welcome",
+    "TaskRequest",
+    "Tasks",
+    "StepUpdate",
+    "EpisodeUpdate",
+    "ProgressUpdate",
+    "Error",
+    "Goodbye",
+    "MESSAGE_TYPES",
+    "encode",
+    "decode",
+    "pack_value",
+    "unpack_value",
+]
+
+#: Bumped whenever a message layout changes; both ends must agree.
+PROTOCOL_VERSION = 1
+#: Arrays with at least this many bytes travel as separate zero-copy frames.
+DEFAULT_OOB_THRESHOLD = 64 * 1024
+#: Upper bound on one msgpack header (the out-of-band frames are bounded by the socket's MAXMSGSIZE).
+DEFAULT_MAX_HEADER_BYTES = 16 * 1024 * 1024
+#: Upper bound on the number of out-of-band frames in one message.
+MAX_FRAMES = 4096
+
+_EXT_ARRAY = 1  # payload: msgpack (dtype str, shape, raw bytes)
+_EXT_ARRAY_FRAME = 2  # payload: msgpack (dtype str, shape, index of the out-of-band frame)
+_ALLOWED_DTYPE_KINDS = frozenset("biufcmMSU")
+_MAX_NDIM = 32
+
+
+class ProtocolError(ValueError):
+    """A frame that is not a valid message of this protocol (malformed, truncated, wrong types)."""
+
+
+class ProtocolVersionError(ProtocolError):
+    """The peer speaks another protocol version."""
+
+
+# -- numpy arrays as an extension type ----------------------------------------------------------------
+
+
+def _check_dtype(dt: np.dtype) -> None:
+    if dt.kind not in _ALLOWED_DTYPE_KINDS or dt.fields is not None or dt.subdtype is not None:
+        raise TypeError(
+            f"cannot send a numpy array of dtype {dt!r}; expected a plain bool/int/float/complex/"
+            "datetime/bytes/str dtype (object and structured arrays are never sent)"
+        )
+
+
+_dtype_cache: dict[bytes, np.dtype] = {}
+
+
+def _dtype_from(code: bytes) -> np.dtype:
+    dt = _dtype_cache.get(code)
+    if dt is not None:
+        return dt
+    try:
+        dt = np.dtype(code.decode("ascii"))
+        _check_dtype(dt)
+    except (TypeError, ValueError, UnicodeDecodeError) as exc:
+        raise ProtocolError(f"refused numpy dtype {code!r}: {exc}") from None
+    if len(_dtype_cache) < 256:  # bounded: a peer cannot grow it without limit
+        _dtype_cache[code] = dt
+    return dt
+
+
+# Array payload: [len(dtype)] [dtype str, ascii] [ndim] [shape: ndim x uint64 LE] then the raw bytes
+# (_EXT_ARRAY) or the uint32 index of the out-of-band frame holding them (_EXT_ARRAY_FRAME).
+def _array_payload(arr: np.ndarray, frames: list[Any] | None, oob_threshold: int) -> msgpack.ExtType:
+    dt = arr.dtype
+    if dt.kind not in _ALLOWED_DTYPE_KINDS or dt.fields is not None or dt.subdtype is not None:
+        _check_dtype(dt)
+    if not arr.flags.c_contiguous:
+        arr = arr.copy(order="C")  # (np.ascontiguousarray would turn a 0-d array into 1-d)
+    code = dt.str.encode("ascii")
+    head = bytes((len(code),)) + code + bytes((arr.ndim,)) + struct.pack(f"<{arr.ndim}Q", *arr.shape)
+    if frames is not None and arr.nbytes >= oob_threshold and len(frames) < MAX_FRAMES:
+        frames.append(memoryview(arr.reshape(-1).view(np.uint8)))
+        return msgpack.ExtType(_EXT_ARRAY_FRAME, head + struct.pack("<I", len(frames) - 1))
+    return msgpack.ExtType(_EXT_ARRAY, head + arr.tobytes())
+
+
+def _default(frames: list[Any] | None, oob_threshold: int):
+    def default(obj: Any) -> Any:
+        if isinstance(obj, np.ndarray):
+            return _array_payload(obj, frames, oob_threshold)
+        if isinstance(obj, np.generic):
+            return obj.item()
+        if isinstance(obj, (set, frozenset)):
+            raise TypeError(f"cannot send a {type(obj).__name__}; use a tuple or list")
+        raise TypeError(
+            f"cannot send an object of type {type(obj).__name__} ({obj!r:.80}); only None, bool, int, "
+            "float, str, bytes, tuples/lists, dicts and numpy arrays travel on the wire"
+        )
+
+    return default
+
+
+def _array_from(code: int, data: bytes, extra: Sequence[Any]) -> np.ndarray:
+    n = len(data)
+    if n < 2 or data[0] == 0 or data[0] > 16 or n < 2 + data[0]:
+        raise ProtocolError("malformed numpy array header: bad dtype field")
+    pos = 1 + data[0]
+    dt = _dtype_from(data[1:pos])
+    ndim = data[pos]
+    pos += 1
+    if ndim > _MAX_NDIM or n < pos + 8 * ndim:
+        raise ProtocolError(f"malformed numpy array header: {ndim} dimensions in {n} bytes")
+    shape = struct.unpack_from(f"<{ndim}Q", data, pos)
+    pos += 8 * ndim
+    if code == _EXT_ARRAY_FRAME:
+        if n != pos + 4:
+            raise ProtocolError("malformed numpy array header: bad frame index")
+        (index,) = struct.unpack_from("<I", data, pos)
+        if index >= len(extra):
+            raise ProtocolError(f"array refers to frame {index}; the message has {len(extra)} extra frames")
+        buf: Any = extra[index]
+        nbytes = memoryview(buf).nbytes
+    else:
+        buf = memoryview(data)[pos:]
+        nbytes = n - pos
+    count = math.prod(shape)
+    if count * dt.itemsize != nbytes:
+        raise ProtocolError(
+            f"numpy array of dtype {dt} and shape {shape} needs {count * dt.itemsize} bytes, got {nbytes}"
+        )
+    if count == 0:
+        return np.zeros(shape, dtype=dt)
+    return np.frombuffer(buf, dtype=dt).reshape(shape)
+
+
+def pack_value(
+    value: Any, frames: list[Any] | None = None, oob_threshold: int = DEFAULT_OOB_THRESHOLD
+) -> bytes:
+    """msgpack ``value`` with numpy support; large arrays are appended to ``frames`` when it is a list.
+
+    >>> unpack_value(pack_value({"a": (1, 2.5, None)}))
+    {'a': (1, 2.5, None)}
+    """
+    return msgpack.packb(value, default=_default(frames, oob_threshold), use_bin_type=True)
+
+
+def unpack_value(
+    data: Any, frames: Sequence[Any] = (), *, max_buffer_size: int = DEFAULT_MAX_HEADER_BYTES
+) -> Any:
+    """Inverse of :func:`pack_value`: arrays come back as tuples, numpy arrays as read-only arrays."""
+    nbytes = memoryview(data).nbytes
+    if nbytes > max_buffer_size:
+        raise ProtocolError(f"message header of {nbytes} bytes exceeds the limit of {max_buffer_size} bytes")
+
+    def ext_hook(code: int, payload: bytes) -> Any:
+        if code == _EXT_ARRAY or code == _EXT_ARRAY_FRAME:
+            return _array_from(code, payload, frames)
+        raise ProtocolError(f"unknown msgpack extension type {code}")
+
+    try:
+        return msgpack.unpackb(
+            data,
+            use_list=False,
+            raw=False,
+            strict_map_key=False,
+            ext_hook=ext_hook,
+            max_str_len=nbytes,
+            max_bin_len=nbytes,
+            max_array_len=nbytes,
+            max_map_len=nbytes // 2,
+            max_ext_len=nbytes,
+        )
+    except ProtocolError:
+        raise
+    except Exception as exc:  # msgpack raises several types (ExtraData, FormatError, ValueError, ...)
+        raise ProtocolError(f"malformed msgpack data: {type(exc).__name__}: {exc}") from None
+
+
+# -- field checkers -----------------------------------------------------------------------------------
+
+
+def _int(name: str, v: Any, lo: int | None = None) -> int:
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+        raise ProtocolError(f"field {name} must be an int, got {type(v).__name__}")
+    if lo is not None and v < lo:
+        raise ProtocolError(f"field {name} must be >= {lo}, got {v}")
+    return int(v)
+
+
+def _float(name: str, v: Any) -> float:
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
+        raise ProtocolError(f"field {name} must be a number, got {type(v).__name__}")
+    return float(v)
+
+
+def _bool(name: str, v: Any) -> bool:
+    if not isinstance(v, (bool, np.bool_)):
+        raise ProtocolError(f"field {name} must be a bool, got {type(v).__name__}")
+    return bool(v)
+
+
+def _str(name: str, v: Any) -> str:
+    if not isinstance(v, str):
+        raise ProtocolError(f"field {name} must be a str, got {type(v).__name__}")
+    return v
+
+
+def _tuple(name: str, v: Any) -> tuple:
+    if not isinstance(v, (tuple, list)):
+        raise ProtocolError(f"field {name} must be a tuple, got {type(v).__name__}")
+    return tuple(v)
+
+
+def _array(name: str, v: Any, dtype: Any, n: int | None = None) -> np.ndarray:
+    if type(v) is np.ndarray and v.dtype == dtype and v.ndim == 1 and (n is None or v.shape[0] == n):
+        return v  # the common case, checked cheaply
+    try:
+        arr = np.asarray(v)
+    except Exception:
+        raise ProtocolError(f"field {name} must be an array") from None
+    if arr.ndim != 1:
+        raise ProtocolError(f"field {name} must be a 1-d array, got shape {arr.shape}")
+    want = np.dtype(dtype)
+    if arr.size and not np.can_cast(arr.dtype, want, casting="same_kind"):
+        raise ProtocolError(f"field {name} must have dtype {want}, got {arr.dtype}")
+    if n is not None and arr.shape[0] != n:
+        raise ProtocolError(f"field {name} has length {arr.shape[0]}, expected {n}")
+    return arr.astype(want, copy=False)
+
+
+# -- messages -----------------------------------------------------------------------------------------
+
+
+class Message:
+    """Base of every message kind: a frozen dataclass with a class-level ``KIND`` code."""
+
+    KIND: ClassVar[int] = 0
+
+    def _set(self, name: str, value: Any) -> None:
+        object.__setattr__(self, name, value)
+
+    def _fields(self) -> tuple:
+        names = _FIELD_NAMES.get(type(self))
+        if names is None:
+            names = _FIELD_NAMES[type(self)] = tuple(f.name for f in fields(self))  # type: ignore[arg-type]
+        return tuple(getattr(self, n) for n in names)
+
+
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+@dataclass(frozen=True)
+class Hello(Message):
+    """Client -> server at connect: who is asking (for logs), answered by :class:`Welcome`."""
+
+    KIND: ClassVar[int] = 1
+    pid: int
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        self._set("pid", _int("pid", self.pid, 0))
+        self._set("name", _str("name", self.name))
+
+
+@dataclass(frozen=True)
+class Welcome(Message):
+    """Server -> client: the env id assigned to this client and the server's settings."""
+
+    KIND: ClassVar[int] = 2
+    env_id: int
+    requires_step_updates: bool
+    requires_episode_updates: bool
+    step_batch_size: int
+
+    def __post_init__(self) -> None:
+        self._set("env_id", _int("env_id", self.env_id, 0))
+        self._set("requires_step_updates", _bool("requires_step_updates", self.requires_step_updates))
+        self._set(
+            "requires_episode_updates", _bool("requires_episode_updates", self.requires_episode_updates)
+        )
+        self._set("step_batch_size", _int("step_batch_size", self.step_batch_size, 1))
+
+
+@dataclass(frozen=True)
+class TaskRequest(Message):
+    """Client -> server: send ``count`` more tasks to env ``env_id``."""
+
+    KIND: ClassVar[int] = 3
+    env_id: int
+    count: int = 1
+
+    def __post_init__(self) -> None:
+        self._set("env_id", _int("env_id", self.env_id, 0))
+        self._set("count", _int("count", self.count, 1))
+
+
+@dataclass(frozen=True)
+class Tasks(Message):
+    """Server -> client: tasks addressed to ``env_id``, each with a server-unique id and its train flag."""
+
+    KIND: ClassVar[int] = 4
+    env_id: int
+    task_ids: tuple[int, ...]
+    tasks: tuple[Any, ...]
+    train: tuple[bool, ...]
+
+    def __post_init__(self) -> None:
+        self._set("env_id", _int("env_id", self.env_id, 0))
+        ids = tuple(_int("task_ids", t, 0) for t in _tuple("task_ids", self.task_ids))
+        tasks = _tuple("tasks", self.tasks)
+        train = tuple(_bool("train", t) for t in _tuple("train", self.train))
+        if not (len(ids) == len(tasks) == len(train)):
+            raise ProtocolError(
+                f"Tasks fields differ in length: {len(ids)} ids, {len(tasks)} tasks, {len(train)} flags"
+            )
+        self._set("task_ids", ids)
+        self._set("tasks", tasks)
+        self._set("train", train)
+
+
+@dataclass(frozen=True, eq=False)
+class StepUpdate(Message):
+    """Client -> server: ``n`` consecutive steps of one env (sent only when the curriculum wants them).
+
+    ``task_ids[i]`` is the id of the task step ``i`` belonged to (``-1`` for a task the client chose
+    itself), ``tasks[i]`` that encoded task. ``obs`` is ``None``, an array whose first axis has length
+    ``n`` or a tuple of ``n`` observations; ``infos`` is ``None`` or a tuple of ``n`` dicts.
+    """
+
+    KIND: ClassVar[int] = 5
+    env_id: int
+    task_ids: np.ndarray
+    tasks: tuple[Any, ...]
+    rewards: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    progress: np.ndarray
+    obs: Any = None
+    infos: tuple[dict, ...] | None = None
+
+    def __post_init__(self) -> None:
+        self._set("env_id", _int("env_id", self.env_id, 0))
+        tasks = _tuple("tasks", self.tasks)
+        n = len(tasks)
+        self._set("tasks", tasks)
+        ids = _array("task_ids", self.task_ids, np.int64, n)
+        if ids.size and ids.min() < -1:
+            raise ProtocolError("field task_ids must be >= -1")
+        self._set("task_ids", ids)
+        self._set("rewards", _array("rewards", self.rewards, np.float64, n))
+        self._set("terminated", _array("terminated", self.terminated, np.bool_, n))
+        self._set("truncated", _array("truncated", self.truncated, np.bool_, n))
+        self._set("progress", _array("progress", self.progress, np.float64, n))
+        if self.obs is not None:
+            if isinstance(self.obs, np.ndarray):
+                if self.obs.ndim == 0 or self.obs.shape[0] != n:
+                    raise ProtocolError(f"field obs has shape {self.obs.shape}, expected first axis {n}")
+            elif len(_tuple("obs", self.obs)) != n:
+                raise ProtocolError(f"field obs has length {len(self.obs)}, expected {n}")
+            else:
+                self._set("obs", tuple(self.obs))
+        if self.infos is not None:
+            infos = _tuple("infos", self.infos)
+            if len(infos) != n or not all(isinstance(i, dict) for i in infos):
+                raise ProtocolError(f"field infos must be a tuple of {n} dicts")
+            self._set("infos", infos)
+
+    def __len__(self) -> int:
+        return len(self.tasks)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, StepUpdate):
+            return NotImplemented
+        return (
+            self.env_id == other.env_id
+            and self.tasks == other.tasks
+            and all(
+                np.array_equal(getattr(self, k), getattr(other, k))
+                for k in ("task_ids", "rewards", "terminated", "truncated", "progress")
+            )
+            and _deep_equal(self.obs, other.obs)
+            and _deep_equal(self.infos, other.infos)
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+@dataclass(frozen=True)
+class EpisodeUpdate(Message):
+    """Client -> server: an episode (or the part of it played on one task) finished.
+
+    It also acknowledges that task ``task_id`` was consumed. ``ended`` is false when the env was reset
+    before the episode terminated or truncated: the task counts as consumed, but the curriculum gets no
+    (partial) return. ``extras`` holds additional data, e.g. per-agent returns.
+    """
+
+    KIND: ClassVar[int] = 6
+    env_id: int
+    task_id: int
+    task: Any
+    episode_return: float
+    length: int
+    progress: float
+    ended: bool = True
+    extras: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self._set("env_id", _int("env_id", self.env_id, 0))
+        self._set("task_id", _int("task_id", self.task_id, -1))
+        self._set("episode_return", _float("episode_return", self.episode_return))
+        self._set("length", _int("length", self.length, 0))
+        self._set("progress", _float("progress", self.progress))
+        self._set("ended", _bool("ended", self.ended))
+        if not isinstance(self.extras, dict):
+            raise ProtocolError(f"field extras must be a dict, got {type(self.extras).__name__}")
+
+
+@dataclass(frozen=True)
+class ProgressUpdate(Message):
+    """Client -> server: progress on a task mid-episode; ``done`` also acknowledges the task as consumed."""
+
+    KIND: ClassVar[int] = 7
+    env_id: int
+    task_id: int
+    task: Any
+    progress: float
+    done: bool = False
+
+    def __post_init__(self) -> None:
+        self._set("env_id", _int("env_id", self.env_id, 0))
+        self._set("task_id", _int("task_id", self.task_id, -1))
+        self._set("progress", _float("progress", self.progress))
+        self._set("done", _bool("done", self.done))
+
+
+@dataclass(frozen=True)
+class Error(Message):
+    """Either direction: a request or update was refused. ``code`` is a short machine-readable tag."""
+
+    KIND: ClassVar[int] = 8
+    code: str
+    message: str
+    env_id: int = -1
+
+    def __post_init__(self) -> None:
+        self._set("code", _str("code", self.code))
+        self._set("message", _str("message", self.message))
+        self._set("env_id", _int("env_id", self.env_id, -1))
+
+
+@dataclass(frozen=True)
+class Goodbye(Message):
+    """Client -> server when an env closes, returning its unused prefetched tasks; the server echoes it."""
+
+    KIND: ClassVar[int] = 9
+    env_id: int
+    returned_task_ids: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        self._set("env_id", _int("env_id", self.env_id, 0))
+        ids = _tuple("returned_task_ids", self.returned_task_ids)
+        ids = tuple(_int("returned_task_ids", t, 0) for t in ids)
+        self._set("returned_task_ids", ids)
+
+
+#: Every message class by its ``KIND`` code.
+MESSAGE_TYPES: dict[int, type[Message]] = {
+    cls.KIND: cls
+    for cls in (Hello, Welcome, TaskRequest, Tasks, StepUpdate, EpisodeUpdate, ProgressUpdate, Error, Goodbye)
+}
+
+
+_ARITY: dict[type, tuple[int, int]] = {
+    cls: (
+        sum(1 for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING),
+        len(fields(cls)),
+    )
+    for cls in MESSAGE_TYPES.values()
+}
+
+
+def _deep_equal(a: Any, b: Any) -> bool:
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return (
+            isinstance(a, np.ndarray)
+            and isinstance(b, np.ndarray)
+            and a.dtype == b.dtype
+            and (np.array_equal(a, b, equal_nan=a.dtype.kind in "fc"))
+        )
+    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
+        return len(a) == len(b) and all(_deep_equal(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_deep_equal(a[k], b[k]) for k in a)
+    return a == b
+
+
+# -- encode / decode ----------------------------------------------------------------------------------
+
+
+def encode(msg: Message, *, oob_threshold: int = DEFAULT_OOB_THRESHOLD) -> list[Any]:
+    """Serialise a message into ZeroMQ frames: ``[header, *large_array_frames]``.
+
+    Raises ``TypeError`` naming the offending object when a field holds something that cannot travel
+    (e.g. an arbitrary Python object in an info dict).
+    """
+    if not isinstance(msg, Message) or type(msg) not in MESSAGE_TYPES.values():
+        raise TypeError(f"expected a protocol Message, got {type(msg).__name__}")
+    frames: list[Any] = []
+    header = pack_value((PROTOCOL_VERSION, msg.KIND, msg._fields()), frames, oob_threshold)
+    return [header, *frames]
+
+
+def decode(frames: Sequence[Any], *, max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES) -> Message:
+    """Parse frames produced by :func:`encode` (without any routing id) into a message.
+
+    ``frames`` may be ``bytes``, memoryviews or ``zmq.Frame`` objects. Raises :class:`ProtocolError`
+    (or :class:`ProtocolVersionError`) with a description of what was wrong.
+    """
+    if not isinstance(frames, (list, tuple)) or not frames:
+        raise ProtocolError("empty message: expected at least a header frame")
+    if len(frames) > MAX_FRAMES + 1:
+        raise ProtocolError(f"message has {len(frames)} frames, more than the limit of {MAX_FRAMES + 1}")
+    bufs = [f.buffer if hasattr(f, "buffer") else f for f in frames]
+    envelope = unpack_value(bufs[0], bufs[1:], max_buffer_size=max_header_bytes)
+    if not isinstance(envelope, tuple) or len(envelope) != 3:
+        raise ProtocolError("malformed envelope: expected (protocol_version, kind, fields)")
+    version, kind, values = envelope
+    if version != PROTOCOL_VERSION:
+        raise ProtocolVersionError(
+            f"peer speaks magister sync protocol version {version!r}, this side speaks {PROTOCOL_VERSION}; "
+            "install the same magister version on both sides"
+        )
+    cls = MESSAGE_TYPES.get(kind) if isinstance(kind, int) and not isinstance(kind, bool) else None
+    if cls is None:
+        raise ProtocolError(f"unknown message kind {kind!r}")
+    if not isinstance(values, tuple):
+        raise ProtocolError(f"malformed {cls.__name__}: fields must be a tuple")
+    n_required, n_fields = _ARITY[cls]
+    if not n_required <= len(values) <= n_fields:
+        raise ProtocolError(f"malformed {cls.__name__}: got {len(values)} fields, expected {n_fields}")
+    try:
+        return cls(*values)
+    except ProtocolError as exc:
+        raise ProtocolError(f"malformed {cls.__name__}: {exc}") from None
+    except (TypeError, ValueError) as exc:
+        raise ProtocolError(f"malformed {cls.__name__}: {exc}") from None

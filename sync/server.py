@@ -1,0 +1,668 @@
+"""The curriculum side of the sync layer: a ZeroMQ ROUTER endpoint served by a background thread.
+
+:func:`serve` wraps a :class:`~magister.curricula.base.Curriculum` in a :class:`CurriculumServer`. The
+server binds a ROUTER socket (by default an ``ipc://`` socket file in a private 0700 temporary directory;
+``tcp://host:port`` for workers on other machines, see :mod:`magister.sync.security`) and starts one
+thread that
+
+* answers :class:`~magister.sync.protocol.Hello` with the env's id and the server's settings,
+* answers each :class:`~magister.sync.protocol.TaskRequest` by sampling on demand with
+  :meth:`Curriculum.sample_tasks` and sending the tasks to the env that asked (and only to it),
+* applies step, episode and progress updates to the curriculum (no reply unless one is refused).
+
+Every call into the curriculum, from the thread or from the learner through the proxy methods
+(:meth:`CurriculumServer.update_on_demand`, :meth:`~CurriculumServer.sample`,
+:meth:`~CurriculumServer.metrics`, :meth:`~CurriculumServer.state_dict` ...), holds the one lock
+``server.lock``, so the curriculum never sees two callers at once.
+
+**Accounting.** Each task the server hands out gets a server-unique id; the env acknowledges which task each
+episode used (with its episode update, or a progress update when the task completed mid-episode), and
+returns unused prefetched tasks when it closes. Per env the server counts tasks sampled, sent, consumed,
+returned and still in flight, updates received, applied and rejected, and malformed frames; they appear in
+:meth:`CurriculumServer.metrics` as ``"sync/env<i>/<counter>"`` next to the curriculum's own metrics.
+A worker that dies leaves its tasks "in flight": that is what was lost, and nothing else is.
+
+**Episode extras.** An episode update may carry ``extras`` (e.g. per-agent returns from
+:class:`~magister.env_wrappers.sync_wrappers.PettingZooSyncWrapper`); they are passed as ``extras=...`` to
+curricula whose ``update_on_episode`` accepts that keyword, and not passed otherwise.
+
+**Faults.** Malformed or truncated frames, a wrong protocol version, updates naming tasks the env was never
+given or tasks outside the task space, and non-finite rewards or progress are answered with an
+:class:`~magister.sync.protocol.Error` and dropped; the curriculum is not touched and the thread keeps
+serving.
+
+>>> from magister.task_spaces.base import TaskSpace
+>>> from magister.curricula.base import Curriculum
+>>> class Three(TaskSpace):
+...     num_tasks = 3
+...     indexed = True
+...     def sample(self): return int(self.rng.integers(3))
+...     def contains(self, t): return t in (0, 1, 2)
+...     def encode(self, t): return t
+...     def decode(self, e):
+...         if e not in (0, 1, 2): raise ValueError(e)
+...         return e
+>>> class Uniform(Curriculum):
+...     def sample(self, k=1): return [int(t) for t in self.rng.integers(3, size=k)]
+>>> with serve(Uniform(Three(), seed=0)) as server:
+...     server.address.startswith("ipc://")
+True
+"""
+
+from __future__ import annotations
+
+import atexit
+import inspect
+import logging
+import os
+import shutil
+import tempfile
+import threading
+import weakref
+from collections.abc import Hashable
+from dataclasses import dataclass, fields
+from typing import Any
+
+import numpy as np
+import zmq
+
+from ..curricula.base import Curriculum, StepBatch, TaskSample
+from ..task_spaces.base import EncodedTask, task_key
+from . import protocol as P
+from .security import check_bind_address, configure_server_socket
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["SyncCore", "SyncRejected", "CurriculumServer", "serve", "EnvCounters"]
+
+#: Default number of steps a client batches into one step update.
+DEFAULT_STEP_BATCH_SIZE = 64
+#: Largest number of tasks one request may ask for.
+MAX_TASKS_PER_REQUEST = 4096
+
+
+class SyncRejected(ValueError):
+    """An update or request refused by the server; ``code`` is the tag sent in the Error reply."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass
+class EnvCounters:
+    """Per-env accounting (all monotone counts except ``connected``)."""
+
+    tasks_sampled: int = 0
+    tasks_sent: int = 0
+    tasks_unsent: int = 0
+    tasks_consumed: int = 0
+    tasks_returned: int = 0
+    updates_received: int = 0
+    updates_applied: int = 0
+    updates_rejected: int = 0
+    steps_applied: int = 0
+    episodes_applied: int = 0
+    progress_applied: int = 0
+    malformed_frames: int = 0
+    connected: int = 1
+
+    @property
+    def tasks_in_flight(self) -> int:
+        """Tasks sent but neither consumed nor returned: lost if the env is gone."""
+        return self.tasks_sent - self.tasks_consumed - self.tasks_returned
+
+
+class SyncCore:
+    """Curriculum + lock + accounting, without any transport.
+
+    The socket server and the in-process path (:class:`magister.sync.client.LocalClient`) both feed
+    protocol messages into :meth:`apply`, so validation and accounting are identical on both paths.
+
+    Args:
+        curriculum: The curriculum to serve.
+        step_batch_size: Steps per step update that clients are told to batch.
+        validate_tasks: Check tasks the server did not hand out (task id ``-1``) against the task space.
+        lock: The lock to share; a new ``threading.RLock`` by default.
+    """
+
+    def __init__(
+        self,
+        curriculum: Curriculum,
+        *,
+        step_batch_size: int = DEFAULT_STEP_BATCH_SIZE,
+        validate_tasks: bool = True,
+        lock: Any = None,
+    ) -> None:
+        if not isinstance(curriculum, Curriculum):
+            raise TypeError(f"curriculum must be a magister Curriculum, got {type(curriculum).__name__}")
+        if isinstance(step_batch_size, bool) or not isinstance(step_batch_size, int) or step_batch_size < 1:
+            raise ValueError(f"step_batch_size must be a positive int, got {step_batch_size!r}")
+        self.curriculum = curriculum
+        self.step_batch_size = step_batch_size
+        self.validate_tasks = bool(validate_tasks)
+        self.lock = lock if lock is not None else threading.RLock()
+        self.pid = os.getpid()
+        self._counters: dict[int, EnvCounters] = {}
+        self._in_flight: dict[int, dict[int, tuple[Hashable, EncodedTask]]] = {}
+        self._next_env = 0
+        self._next_task = 0
+        self.malformed_frames = 0  # frames from peers that never said hello
+        try:
+            params = inspect.signature(curriculum.update_on_episode).parameters
+        except (TypeError, ValueError):  # pragma: no cover - builtins without a signature
+            params = {}
+        #: Episode ``extras`` (e.g. per-agent returns) are passed as ``extras=`` to curricula that accept it.
+        self.episode_takes_extras = "extras" in params or any(
+            p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()
+        )
+
+    # -- envs and tasks -----------------------------------------------------------------------------
+    def register_env(self) -> P.Welcome:
+        """A new env joins; returns its :class:`~magister.sync.protocol.Welcome`."""
+        with self.lock:
+            env_id = self._next_env
+            self._next_env += 1
+            self._counters[env_id] = EnvCounters()
+            self._in_flight[env_id] = {}
+        return P.Welcome(
+            env_id=env_id,
+            requires_step_updates=bool(self.curriculum.requires_step_updates),
+            requires_episode_updates=bool(getattr(self.curriculum, "requires_episode_updates", True)),
+            step_batch_size=self.step_batch_size,
+        )
+
+    def counters(self, env_id: int) -> EnvCounters:
+        """The counters of ``env_id`` (``KeyError`` for an unknown env)."""
+        try:
+            return self._counters[env_id]
+        except KeyError:
+            raise KeyError(f"unknown env id {env_id!r}; known: {sorted(self._counters)}") from None
+
+    def _env(self, env_id: int) -> EnvCounters:
+        c = self._counters.get(env_id)
+        if c is None:
+            raise SyncRejected("unknown_env", f"env id {env_id} never said hello to this server")
+        return c
+
+    def assign_tasks(self, env_id: int, count: int) -> P.Tasks:
+        """Sample ``count`` tasks for ``env_id`` and record them as in flight."""
+        c = self._env(env_id)
+        if not 1 <= count <= MAX_TASKS_PER_REQUEST:
+            raise SyncRejected(
+                "bad_request", f"task request for {count} tasks; expected 1..{MAX_TASKS_PER_REQUEST}"
+            )
+        with self.lock:
+            try:
+                samples = self.curriculum.sample_tasks(count)
+            except Exception as exc:
+                logger.exception("curriculum.sample_tasks(%d) failed", count)
+                raise SyncRejected("sample_failed", f"curriculum.sample_tasks failed: {exc!r}") from exc
+            if len(samples) != count or not all(isinstance(s, TaskSample) for s in samples):
+                raise SyncRejected(
+                    "sample_failed",
+                    f"{type(self.curriculum).__name__}.sample_tasks({count}) must return {count} TaskSamples",
+                )
+            ids = tuple(range(self._next_task, self._next_task + count))
+            self._next_task += count
+            flight = self._in_flight[env_id]
+            for i, s in zip(ids, samples):
+                flight[i] = (task_key(s.task), s.task)
+            c.tasks_sampled += count
+            c.tasks_sent += count
+        return P.Tasks(env_id, ids, tuple(s.task for s in samples), tuple(bool(s.train) for s in samples))
+
+    def mark_unsent(self, msg: P.Tasks) -> None:
+        """The tasks of ``msg`` could not be delivered (the env is gone): count them as unsent."""
+        with self.lock:
+            c = self._counters[msg.env_id]
+            flight = self._in_flight[msg.env_id]
+            for i in msg.task_ids:
+                flight.pop(i, None)
+            c.tasks_sent -= len(msg.task_ids)
+            c.tasks_unsent += len(msg.task_ids)
+
+    def note_malformed(self, env_id: int | None) -> None:
+        """Count one malformed frame (attributed to ``env_id`` when the sender is known)."""
+        with self.lock:
+            if env_id is not None and env_id in self._counters:
+                self._counters[env_id].malformed_frames += 1
+            else:
+                self.malformed_frames += 1
+
+    # -- updates ------------------------------------------------------------------------------------
+    def _resolve(self, env_id: int, task_id: int, task: EncodedTask) -> EncodedTask:
+        """The task the curriculum handed out for ``task_id`` (checked against what the env reports)."""
+        if task_id == -1:
+            if self.validate_tasks and not self.curriculum.task_space.contains_encoded(task):
+                raise SyncRejected(
+                    "invalid_task",
+                    f"task {task!r:.200} is not an encoded task of {self.curriculum.task_space!r}",
+                )
+            return task
+        entry = self._in_flight[env_id].get(task_id)
+        if entry is None:
+            raise SyncRejected(
+                "unknown_task",
+                f"env {env_id} reported task id {task_id}, which it does not hold (never sent, "
+                "or already consumed/returned)",
+            )
+        if task_key(task) != entry[0]:
+            raise SyncRejected(
+                "task_mismatch",
+                f"env {env_id} reported task {task!r:.200} for task id {task_id}, "
+                f"but that id is task {entry[1]!r:.200}",
+            )
+        return entry[1]
+
+    @staticmethod
+    def _check_progress(name: str, value: Any) -> None:
+        arr = np.asarray(value, dtype=np.float64)
+        if not np.isfinite(arr).all():
+            raise SyncRejected("non_finite", f"{name} must be finite, got {value!r:.200}")
+        if ((arr < 0.0) | (arr > 1.0)).any():
+            raise SyncRejected("bad_progress", f"{name} must be in [0, 1], got {value!r:.200}")
+
+    def apply(self, msg: P.Message) -> P.Message | None:
+        """Apply one message from an env; returns the reply to send, if any.
+
+        Raises:
+            SyncRejected: the message was refused (the curriculum was not touched).
+        """
+        if isinstance(msg, P.TaskRequest):
+            return self.assign_tasks(msg.env_id, msg.count)
+        env_id = getattr(msg, "env_id", -1)
+        c = self._env(env_id)
+        with self.lock:
+            c.updates_received += 1
+            try:
+                reply = self._apply_update(c, msg)
+            except SyncRejected:
+                c.updates_rejected += 1
+                raise
+            c.updates_applied += 1
+            return reply
+
+    def _apply_update(self, c: EnvCounters, msg: P.Message) -> P.Message | None:
+        cur = self.curriculum
+        if isinstance(msg, P.StepUpdate):
+            if not np.isfinite(msg.rewards).all():
+                raise SyncRejected(
+                    "non_finite", f"step rewards must be finite, got {msg.rewards.tolist()!r:.200}"
+                )
+            self._check_progress("step progress", msg.progress)
+            resolved: dict[int, EncodedTask] = {}
+            tasks = []
+            for tid, task in zip(msg.task_ids.tolist(), msg.tasks):
+                if tid == -1 or tid not in resolved:
+                    resolved[tid] = self._resolve(msg.env_id, tid, task)
+                tasks.append(resolved[tid] if tid != -1 else task)
+            batch = StepBatch(
+                tasks,
+                msg.rewards,
+                msg.terminated,
+                msg.truncated,
+                msg.progress,
+                obs=msg.obs,
+                infos=msg.infos,
+                env_id=msg.env_id,
+            )
+            if cur.requires_step_updates:
+                self._call("update_on_step_batch", batch, msg.env_id)
+            c.steps_applied += len(batch)
+            return None
+        if isinstance(msg, P.EpisodeUpdate):
+            if not np.isfinite(msg.episode_return):
+                raise SyncRejected("non_finite", f"episode return must be finite, got {msg.episode_return!r}")
+            self._check_progress("episode progress", msg.progress)
+            task = self._resolve(msg.env_id, msg.task_id, msg.task)
+            if msg.ended and getattr(cur, "requires_episode_updates", True):
+                args = (msg.episode_return, msg.length, task, msg.progress, msg.env_id)
+                if self.episode_takes_extras and msg.extras:
+                    self._call("update_on_episode", *args, extras=msg.extras)
+                else:
+                    self._call("update_on_episode", *args)
+            if msg.task_id != -1:
+                del self._in_flight[msg.env_id][msg.task_id]
+                c.tasks_consumed += 1
+            c.episodes_applied += 1
+            return None
+        if isinstance(msg, P.ProgressUpdate):
+            self._check_progress("task progress", msg.progress)
+            task = self._resolve(msg.env_id, msg.task_id, msg.task)
+            self._call("update_task_progress", task, msg.progress, msg.env_id)
+            if msg.done and msg.task_id != -1:
+                del self._in_flight[msg.env_id][msg.task_id]
+                c.tasks_consumed += 1
+            c.progress_applied += 1
+            return None
+        if isinstance(msg, P.Goodbye):
+            flight = self._in_flight[msg.env_id]
+            unknown = [i for i in msg.returned_task_ids if i not in flight]
+            if unknown:
+                raise SyncRejected(
+                    "unknown_task", f"env {msg.env_id} returned task ids it does not hold: {unknown}"
+                )
+            for i in msg.returned_task_ids:
+                del flight[i]
+            c.tasks_returned += len(msg.returned_task_ids)
+            c.connected = 0
+            return P.Goodbye(msg.env_id, msg.returned_task_ids)
+        raise SyncRejected("bad_request", f"an env may not send {type(msg).__name__} messages")
+
+    def _call(self, method: str, *args: Any, **kwargs: Any) -> None:
+        try:
+            getattr(self.curriculum, method)(*args, **kwargs)
+        except Exception as exc:
+            logger.warning("%s.%s refused an update: %r", type(self.curriculum).__name__, method, exc)
+            raise SyncRejected(
+                "curriculum_error", f"{type(self.curriculum).__name__}.{method}: {exc}"
+            ) from exc
+
+    # -- learner side -------------------------------------------------------------------------------
+    def in_flight(self, env_id: int) -> dict[int, EncodedTask]:
+        """Tasks sent to ``env_id`` and not yet consumed or returned, by task id."""
+        with self.lock:
+            return {i: t for i, (_, t) in self._in_flight[env_id].items()}
+
+    @property
+    def env_ids(self) -> list[int]:
+        """Ids of every env that ever connected."""
+        return sorted(self._counters)
+
+    def sync_metrics(self) -> dict[str, float]:
+        """Flat accounting metrics: ``sync/env<i>/<counter>`` per env and ``sync/total/<counter>``."""
+        out: dict[str, float] = {}
+        with self.lock:
+            totals: dict[str, float] = {}
+            for env_id, c in sorted(self._counters.items()):
+                for f in fields(c):
+                    v = float(getattr(c, f.name))
+                    out[f"sync/env{env_id}/{f.name}"] = v
+                    totals[f.name] = totals.get(f.name, 0.0) + v
+                out[f"sync/env{env_id}/tasks_in_flight"] = float(c.tasks_in_flight)
+                totals["tasks_in_flight"] = totals.get("tasks_in_flight", 0.0) + c.tasks_in_flight
+            for k, v in totals.items():
+                out[f"sync/total/{k}"] = v
+            out["sync/envs"] = float(len(self._counters))
+            out["sync/malformed_frames_unattributed"] = float(self.malformed_frames)
+        return out
+
+
+class CurriculumServer:
+    """A curriculum served over ZeroMQ. Create it with :func:`serve`.
+
+    Attributes:
+        address: The bound address (a plain ``str``, safe to send to worker processes).
+        curriculum: The served curriculum. Touch it only while holding :attr:`lock`, or use the proxies.
+        lock: The lock shared by the server thread and the learner-side proxy methods.
+        core: The :class:`SyncCore` holding the accounting.
+    """
+
+    def __init__(
+        self,
+        curriculum: Curriculum,
+        address: str | None = None,
+        *,
+        step_batch_size: int = DEFAULT_STEP_BATCH_SIZE,
+        curve_secret_key: bytes | str | None = None,
+        insecure: bool = False,
+        validate_tasks: bool = True,
+        max_message_bytes: int = 256 * 1024 * 1024,
+        max_envs: int = 65536,
+        poll_interval: float = 0.05,
+        join_timeout: float = 5.0,
+    ) -> None:
+        self.core = SyncCore(curriculum, step_batch_size=step_batch_size, validate_tasks=validate_tasks)
+        self.curriculum = curriculum
+        self.lock = self.core.lock
+        self._pid = os.getpid()
+        self._poll_ms = max(1, int(poll_interval * 1000))
+        self._join_timeout = float(join_timeout)
+        self._max_header = min(int(max_message_bytes), P.DEFAULT_MAX_HEADER_BYTES)
+        self._tmpdir: str | None = None
+        self._closed = False
+        self._stop = threading.Event()
+        self._identities: dict[bytes, int] = {}
+        self._welcomes: dict[bytes, P.Welcome] = {}
+        #: Most envs this server registers (bounds the memory a flood of hellos can take).
+        self.max_envs = int(max_envs)
+        self.errors_sent = 0
+        if address is None:
+            self._tmpdir = tempfile.mkdtemp(prefix="magister-")  # mode 0700
+            address = f"ipc://{os.path.join(self._tmpdir, 'curriculum.sock')}"
+        if not isinstance(address, str):
+            raise TypeError(f"address must be a str like 'ipc:///path' or 'tcp://host:port', got {address!r}")
+        check_bind_address(address, curve_secret_key, insecure)
+        self._ctx = zmq.Context()
+        sock = self._ctx.socket(zmq.ROUTER)
+        try:
+            sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.setsockopt(zmq.MAXMSGSIZE, int(max_message_bytes))
+            configure_server_socket(sock, curve_secret_key)
+            sock.bind(address)
+            self.address: str = sock.getsockopt_string(zmq.LAST_ENDPOINT)
+        except Exception:
+            sock.close(0)
+            self._ctx.term()
+            self._remove_tmpdir()
+            raise
+        self._sock = sock
+        self._thread = threading.Thread(target=self._run, name=f"magister-server-{self.address}", daemon=True)
+        self._thread.start()
+        _live_servers.add(self)
+        logger.info("curriculum server for %s listening on %s", type(curriculum).__name__, self.address)
+
+    # -- the thread ---------------------------------------------------------------------------------
+    def _run(self) -> None:
+        sock = self._sock
+        poller = zmq.Poller()
+        poller.register(sock, zmq.POLLIN)
+        try:
+            while not self._stop.is_set():
+                if not poller.poll(self._poll_ms):
+                    continue
+                for _ in range(256):  # drain a burst, then re-check the stop flag
+                    try:
+                        frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
+                    except zmq.Again:
+                        break
+                    try:
+                        self._handle(frames)
+                    except Exception:  # the thread must never die on one bad message
+                        logger.exception("curriculum server: unexpected error handling a message")
+        except zmq.ContextTerminated:  # pragma: no cover - only if the context is destroyed under us
+            pass
+        finally:
+            sock.close(0)
+
+    def _send(self, identity: bytes, msg: P.Message) -> bool:
+        try:
+            self._sock.send_multipart([identity, *P.encode(msg)], zmq.NOBLOCK)
+            return True
+        except (zmq.Again, zmq.ZMQError) as exc:  # peer gone (ROUTER_MANDATORY) or its queue is full
+            logger.warning(
+                "curriculum server: could not deliver %s to env %s: %s",
+                type(msg).__name__,
+                getattr(msg, "env_id", "?"),
+                exc,
+            )
+            return False
+
+    def _error(self, identity: bytes, code: str, message: str, env_id: int = -1) -> None:
+        self.errors_sent += 1
+        self._send(identity, P.Error(code, message[:2000], env_id))
+
+    def _handle(self, frames: list[Any]) -> None:
+        identity = frames[0].bytes
+        env_id = self._identities.get(identity)
+        try:
+            msg = P.decode(frames[1:], max_header_bytes=self._max_header)
+        except P.ProtocolVersionError as exc:
+            self.core.note_malformed(env_id)
+            self._error(identity, "version", str(exc), -1 if env_id is None else env_id)
+            return
+        except P.ProtocolError as exc:
+            self.core.note_malformed(env_id)
+            logger.debug("curriculum server: malformed frame from env %s: %s", env_id, exc)
+            self._error(identity, "malformed", str(exc), -1 if env_id is None else env_id)
+            return
+        if isinstance(msg, P.Hello):
+            welcome = self._welcomes.get(identity)
+            if welcome is None:  # a repeated Hello (client retry) gets the same answer
+                if len(self._welcomes) >= self.max_envs:
+                    self._error(identity, "too_many_envs", f"the server accepts at most {self.max_envs} envs")
+                    return
+                welcome = self._welcomes[identity] = self.core.register_env()
+                self._identities[identity] = welcome.env_id
+                logger.debug("env %d joined (pid %d, %r)", welcome.env_id, msg.pid, msg.name)
+            self._send(identity, welcome)
+            return
+        if env_id is None or getattr(msg, "env_id", None) != env_id:
+            self.core.note_malformed(env_id)
+            self._error(
+                identity,
+                "unknown_env",
+                f"{type(msg).__name__} from a peer that is not env "
+                f"{getattr(msg, 'env_id', '?')}; send Hello first",
+                -1 if env_id is None else env_id,
+            )
+            return
+        try:
+            reply = self.core.apply(msg)
+        except SyncRejected as exc:
+            self._error(identity, exc.code, str(exc), env_id)
+            return
+        if reply is not None and not self._send(identity, reply) and isinstance(reply, P.Tasks):
+            self.core.mark_unsent(reply)
+
+    # -- learner-side proxies (all under the lock) ----------------------------------------------------
+    def sample(self, k: int = 1) -> list[EncodedTask]:
+        """``curriculum.sample(k)`` under the lock (tasks for the learner's own use, not accounted)."""
+        with self.lock:
+            return self.curriculum.sample(k)
+
+    def sample_tasks(self, k: int = 1) -> list[TaskSample]:
+        """``curriculum.sample_tasks(k)`` under the lock."""
+        with self.lock:
+            return self.curriculum.sample_tasks(k)
+
+    def update_on_demand(self, metrics: dict[str, Any]) -> None:
+        """Learner-side feedback, ``curriculum.update_on_demand(metrics)`` under the lock."""
+        with self.lock:
+            self.curriculum.update_on_demand(metrics)
+
+    def metrics(self) -> dict[str, float]:
+        """The curriculum's metrics plus the sync accounting (see :meth:`SyncCore.sync_metrics`)."""
+        with self.lock:
+            out = dict(self.curriculum.metrics())
+            out.update(self.core.sync_metrics())
+            out["sync/errors_sent"] = float(self.errors_sent)
+        return out
+
+    def state_dict(self) -> dict[str, Any]:
+        """``curriculum.state_dict()`` under the lock (for checkpoints)."""
+        with self.lock:
+            return self.curriculum.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """``curriculum.load_state_dict(state)`` under the lock (resume from a checkpoint)."""
+        with self.lock:
+            self.curriculum.load_state_dict(state)
+
+    # -- lifecycle ----------------------------------------------------------------------------------
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` has run."""
+        return self._closed
+
+    def close(self) -> None:
+        """Stop the thread (joined with a timeout), close the socket and remove the ipc directory.
+
+        Idempotent; a no-op in a forked child (only the creating process owns the server).
+        """
+        if self._closed or os.getpid() != self._pid:
+            return
+        self._closed = True
+        self._stop.set()
+        self._thread.join(self._join_timeout)
+        if self._thread.is_alive():  # pragma: no cover - only if the curriculum blocks forever
+            logger.error("curriculum server thread did not stop within %.1fs", self._join_timeout)
+        else:
+            self._ctx.term()
+        self._remove_tmpdir()
+        _live_servers.discard(self)
+        logger.info("curriculum server on %s closed", self.address)
+
+    def _remove_tmpdir(self) -> None:
+        if self._tmpdir is not None:
+            shutil.rmtree(self._tmpdir, ignore_errors=True)
+            self._tmpdir = None
+
+    def __enter__(self) -> CurriculumServer:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __reduce__(self) -> Any:
+        raise TypeError(
+            "a CurriculumServer cannot be sent to another process; pass server.address (a str) to the "
+            "workers' GymnasiumSyncWrapper instead"
+        )
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "serving"
+        return f"CurriculumServer({type(self.curriculum).__name__}, {self.address!r}, {state})"
+
+
+_live_servers: weakref.WeakSet[CurriculumServer] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_live_servers() -> None:  # pragma: no cover - interpreter shutdown
+    for server in list(_live_servers):
+        try:
+            server.close()
+        except Exception:
+            pass
+
+
+def serve(
+    curriculum: Curriculum,
+    address: str | None = None,
+    *,
+    step_batch_size: int = DEFAULT_STEP_BATCH_SIZE,
+    curve_secret_key: bytes | str | None = None,
+    insecure: bool = False,
+    validate_tasks: bool = True,
+    max_message_bytes: int = 256 * 1024 * 1024,
+) -> CurriculumServer:
+    """Serve ``curriculum`` to environment workers; returns the running :class:`CurriculumServer`.
+
+    Args:
+        curriculum: Any :class:`~magister.curricula.base.Curriculum`.
+        address: ``None`` for an ``ipc://`` socket in a private temporary directory (same machine), or
+            ``"tcp://host:port"`` (``port`` ``*``: a free port, see :attr:`CurriculumServer.address`).
+        step_batch_size: Steps a client batches per step update (only used when the curriculum
+            ``requires_step_updates``).
+        curve_secret_key: CURVE secret key (see :func:`magister.sync.security.generate_keypair`); required
+            for a TCP address that is not loopback, unless ``insecure=True``.
+        insecure: Explicitly allow an unencrypted non-loopback TCP address.
+        validate_tasks: Check tasks that clients chose themselves against the task space.
+        max_message_bytes: Larger incoming messages are dropped by ZeroMQ (protects memory).
+
+    Raises:
+        ValueError: an unsupported address, or an exposed TCP address without keys or ``insecure=True``.
+        zmq.ZMQError: the address cannot be bound (e.g. the port is taken).
+    """
+    return CurriculumServer(
+        curriculum,
+        address,
+        step_batch_size=step_batch_size,
+        curve_secret_key=curve_secret_key,
+        insecure=insecure,
+        validate_tasks=validate_tasks,
+        max_message_bytes=max_message_bytes,
+    )

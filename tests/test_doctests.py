@@ -1,0 +1,32 @@
+"""Run the doctest examples in every library module, so documented examples stay true."""
+
+from __future__ import annotations
+
+import doctest
+import importlib
+import pkgutil
+
+import pytest
+
+import magister
+
+SKIP_PREFIXES = ("magister.examples",)  # trainers: exercised by their own tests
+
+
+def _modules() -> list[str]:
+    names = []
+    for info in pkgutil.walk_packages(magister.__path__, prefix="magister."):
+        if info.name.startswith(SKIP_PREFIXES):
+            continue
+        names.append(info.name)
+    return sorted(names)
+
+
+@pytest.mark.parametrize("module_name", _modules())
+def test_doctests(module_name):
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:  # optional extras (ray, jax) may be absent
+        pytest.skip(f"{module_name}: optional dependency missing ({exc})")
+    result = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    assert result.failed == 0, f"{result.failed} doctest(s) failed in {module_name}"

@@ -1,0 +1,360 @@
+"""Wire protocol: round trips of every message kind, numpy arrays, zero-copy frames, bounded decoding."""
+
+from __future__ import annotations
+
+import math
+import pathlib
+
+import msgpack
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from magister.sync import protocol as P
+
+# -- strategies -----------------------------------------------------------------------------------------
+
+scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**63), 2**64 - 1),
+    st.floats(allow_nan=False),
+    st.text(max_size=20),
+    st.binary(max_size=20),
+)
+# encoded tasks: scalars and nested tuples / str-keyed dicts (tuples stay tuples with use_list=False)
+tasks = st.recursive(
+    scalars,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4).map(tuple),
+        st.dictionaries(st.text(max_size=5), inner, max_size=4),
+    ),
+    max_leaves=12,
+)
+ids = st.integers(0, 2**62)
+env_ids = st.integers(0, 10_000)
+dtypes = st.sampled_from(
+    [
+        "bool",
+        "int8",
+        "uint8",
+        "int16",
+        "int32",
+        "int64",
+        "uint64",
+        "float16",
+        "float32",
+        ">f8",
+        "complex64",
+        "datetime64[s]",
+        "S3",
+        "<U2",
+    ]
+)
+arrays = dtypes.flatmap(
+    lambda dt: hnp.arrays(np.dtype(dt), hnp.array_shapes(min_dims=0, max_dims=4, min_side=0, max_side=5))
+)
+
+
+def _roundtrip(msg: P.Message, **kw) -> P.Message:
+    frames = P.encode(msg, **kw)
+    return P.decode([bytes(f) for f in frames])
+
+
+def _same(a, b) -> bool:
+    return P._deep_equal(a, b)
+
+
+# -- every message kind -------------------------------------------------------------------------------
+
+
+@given(pid=st.integers(0, 2**31), name=st.text(max_size=30))
+def test_hello_roundtrip(pid, name):
+    assert _roundtrip(P.Hello(pid, name)) == P.Hello(pid, name)
+
+
+@given(env_ids, st.booleans(), st.booleans(), st.integers(1, 10**6))
+def test_welcome_roundtrip(env_id, step, episode, batch):
+    msg = P.Welcome(env_id, step, episode, batch)
+    assert _roundtrip(msg) == msg
+
+
+@given(env_ids, st.integers(1, 4096))
+def test_task_request_roundtrip(env_id, count):
+    assert _roundtrip(P.TaskRequest(env_id, count)) == P.TaskRequest(env_id, count)
+
+
+@given(env_ids, st.lists(st.tuples(ids, tasks, st.booleans()), max_size=6))
+def test_tasks_roundtrip(env_id, items):
+    msg = P.Tasks(
+        env_id, tuple(i for i, _, _ in items), tuple(t for _, t, _ in items), tuple(b for _, _, b in items)
+    )
+    out = _roundtrip(msg)
+    assert isinstance(out, P.Tasks) and out.env_id == env_id
+    assert out.task_ids == msg.task_ids and out.train == msg.train
+    assert _same(out.tasks, msg.tasks)
+
+
+@given(
+    env_id=env_ids,
+    steps=st.lists(
+        st.tuples(
+            st.integers(-1, 2**40),
+            tasks,
+            st.floats(allow_nan=False, allow_infinity=False),
+            st.booleans(),
+            st.booleans(),
+            st.floats(0, 1),
+        ),
+        min_size=1,
+        max_size=8,
+    ),
+    obs_kind=st.sampled_from(["none", "array", "tuple"]),
+    with_infos=st.booleans(),
+)
+def test_step_update_roundtrip(env_id, steps, obs_kind, with_infos):
+    n = len(steps)
+    obs = {
+        "none": None,
+        "array": np.arange(n * 3, dtype=np.float32).reshape(n, 3),
+        "tuple": tuple({"x": i, "img": np.full((2, 2), i, np.uint8)} for i in range(n)),
+    }[obs_kind]
+    infos = tuple({"k": i, "v": (1.5, "a")} for i in range(n)) if with_infos else None
+    msg = P.StepUpdate(
+        env_id,
+        np.array([s[0] for s in steps]),
+        tuple(s[1] for s in steps),
+        np.array([s[2] for s in steps]),
+        np.array([s[3] for s in steps]),
+        np.array([s[4] for s in steps]),
+        np.array([s[5] for s in steps]),
+        obs,
+        infos,
+    )
+    out = _roundtrip(msg)
+    assert out == msg
+    assert out.task_ids.dtype == np.int64 and out.rewards.dtype == np.float64 and out.terminated.dtype == bool
+    assert len(out) == n
+
+
+@given(
+    env_ids,
+    st.integers(-1, 2**40),
+    tasks,
+    st.floats(allow_nan=False),
+    st.integers(0, 10**9),
+    st.floats(0, 1),
+    st.booleans(),
+    st.dictionaries(st.text(max_size=4), st.floats(allow_nan=False)),
+)
+def test_episode_update_roundtrip(env_id, task_id, task, ret, length, progress, ended, extras):
+    msg = P.EpisodeUpdate(env_id, task_id, task, ret, length, progress, ended, {"agent_returns": extras})
+    out = _roundtrip(msg)
+    assert isinstance(out, P.EpisodeUpdate)
+    assert (out.env_id, out.task_id, out.length, out.ended) == (env_id, task_id, length, ended)
+    assert _same(out.task, task) and out.progress == progress and out.extras == {"agent_returns": extras}
+    assert out.episode_return == ret or (math.isinf(ret) and out.episode_return == ret)
+
+
+@given(env_ids, st.integers(-1, 2**40), tasks, st.floats(0, 1), st.booleans())
+def test_progress_update_roundtrip(env_id, task_id, task, progress, done):
+    out = _roundtrip(P.ProgressUpdate(env_id, task_id, task, progress, done))
+    assert (out.env_id, out.task_id, out.progress, out.done) == (env_id, task_id, progress, done)
+    assert _same(out.task, task)
+
+
+@given(st.text(max_size=10), st.text(max_size=100), st.integers(-1, 100))
+def test_error_roundtrip(code, message, env_id):
+    assert _roundtrip(P.Error(code, message, env_id)) == P.Error(code, message, env_id)
+
+
+@given(env_ids, st.lists(ids, max_size=10).map(tuple))
+def test_goodbye_roundtrip(env_id, returned):
+    assert _roundtrip(P.Goodbye(env_id, returned)) == P.Goodbye(env_id, returned)
+
+
+def test_every_kind_is_covered_and_codes_are_unique():
+    assert sorted(P.MESSAGE_TYPES) == list(range(1, 10))
+    assert {c.__name__ for c in P.MESSAGE_TYPES.values()} == {
+        "Hello",
+        "Welcome",
+        "TaskRequest",
+        "Tasks",
+        "StepUpdate",
+        "EpisodeUpdate",
+        "ProgressUpdate",
+        "Error",
+        "Goodbye",
+    }
+
+
+def test_messages_are_frozen():
+    msg = P.TaskRequest(1, 2)
+    with pytest.raises(AttributeError):
+        msg.count = 3  # type: ignore[misc]
+
+
+# -- numpy arrays ---------------------------------------------------------------------------------------
+
+
+@given(arrays)
+def test_numpy_arrays_roundtrip_with_dtype_and_shape(arr):
+    frames: list = []
+    data = P.pack_value({"a": arr}, frames, oob_threshold=64)
+    out = P.unpack_value(data, [bytes(f) for f in frames])["a"]
+    assert out.dtype == arr.dtype and out.shape == arr.shape
+    assert out.tobytes() == arr.tobytes()  # bit-exact, NaN and NaT included
+
+
+@given(arrays)
+def test_non_contiguous_arrays_are_sent_contiguously(arr):
+    view = arr.T if arr.ndim > 1 else arr[::-1] if arr.ndim == 1 else arr
+    out = P.unpack_value(P.pack_value(view))
+    assert out.tobytes() == view.tobytes() and out.shape == view.shape
+
+
+def test_large_arrays_travel_as_separate_zero_copy_frames():
+    big = np.arange(100_000, dtype=np.float64)  # 800 kB
+    small = np.arange(10, dtype=np.int32)
+    msg = P.Tasks(0, (1, 2), (big, small), (True, False))
+    frames = P.encode(msg)
+    assert len(frames) == 2  # header + the big array; the small one is inside the header
+    assert len(frames[0]) < 1000
+    assert isinstance(frames[1], memoryview) and frames[1].nbytes == big.nbytes
+    assert np.shares_memory(np.frombuffer(frames[1], dtype=np.uint8), big)  # no copy on the way out
+    received = [bytes(frames[0]), bytes(frames[1])]
+    out = P.decode(received)
+    assert np.array_equal(out.tasks[0], big) and np.array_equal(out.tasks[1], small)
+    # no copy on the way in either: the array is a read-only view on the received frame
+    assert not out.tasks[0].flags.writeable and not out.tasks[0].flags.owndata
+
+
+def test_oob_threshold_controls_frames():
+    arr = np.zeros(100, np.uint8)
+    assert len(P.encode(P.Tasks(0, (1,), (arr,), (True,)), oob_threshold=100)) == 2
+    assert len(P.encode(P.Tasks(0, (1,), (arr,), (True,)), oob_threshold=101)) == 1
+
+
+def test_numpy_scalars_become_python_scalars():
+    out = P.unpack_value(P.pack_value((np.int64(3), np.float32(0.5), np.bool_(True))))
+    assert out == (3, 0.5, True) and type(out[0]) is int and type(out[2]) is bool
+
+
+@pytest.mark.parametrize("bad", [np.array([object()], dtype=object), np.zeros(2, dtype=[("a", "i4")])])
+def test_object_and_structured_arrays_are_refused(bad):
+    with pytest.raises(TypeError, match="dtype"):
+        P.pack_value(bad)
+
+
+def test_unserialisable_objects_raise_type_error_naming_the_type():
+    class Foo:
+        pass
+
+    with pytest.raises(TypeError, match="Foo"):
+        P.encode(P.EpisodeUpdate(0, 1, 0, 1.0, 1, 0.0, True, {"x": Foo()}))
+    with pytest.raises(TypeError, match="set"):
+        P.pack_value({1, 2})
+
+
+# -- validation and bounded decoding ---------------------------------------------------------------------
+
+
+def _raw(version, kind, fields) -> list[bytes]:
+    return [msgpack.packb((version, kind, fields), use_bin_type=True)]
+
+
+def test_version_mismatch_is_a_clear_error():
+    with pytest.raises(P.ProtocolVersionError, match="version 99.*speaks 1"):
+        P.decode(_raw(99, 3, (0, 1)))
+
+
+@pytest.mark.parametrize(
+    ("frames", "match"),
+    [
+        ([], "empty"),
+        ([b""], "malformed msgpack"),
+        ([b"\x93\x01"], "malformed msgpack"),  # truncated array
+        ([msgpack.packb([1, 2])], "envelope"),
+        (_raw(1, 42, ()), "unknown message kind"),
+        (_raw(1, True, (0, 1)), "unknown message kind"),
+        (_raw(1, 3, (0,)[:0]), "fields"),
+        (_raw(1, 3, (0, 1, 2, 3)), "fields"),
+        (_raw(1, 3, ("zero", 1)), "env_id must be an int"),
+        (_raw(1, 3, (0, 0)), "count must be >= 1"),
+        (_raw(1, 3, (-5, 1)), "env_id must be >= 0"),
+        (_raw(1, 4, (0, (1, 2), (5,), (True,))), "differ in length"),
+        (_raw(1, 6, (0, 1, 0, "x", 1, 0.0, True, {})), "episode_return must be a number"),
+        (_raw(1, 6, (0, 1, 0, 1.0, 1, 0.0, True, ())), "extras must be a dict"),
+        (_raw(1, 9, (0, (1, True))), "returned_task_ids must be an int"),
+    ],
+)
+def test_malformed_frames_raise_protocol_error(frames, match):
+    with pytest.raises(P.ProtocolError, match=match):
+        P.decode(frames)
+
+
+def _array_ext(dtype: bytes, shape: tuple, data: bytes = b"", frame: int | None = None, ndim=None) -> bytes:
+    """A hand-built array extension: [len(dtype)] dtype [ndim] shape(uint64) then data or a frame index."""
+    head = bytes((len(dtype),)) + dtype + bytes((len(shape) if ndim is None else ndim,))
+    head += b"".join(int(s).to_bytes(8, "little") for s in shape)
+    code, tail = (1, data) if frame is None else (2, frame.to_bytes(4, "little"))
+    return msgpack.packb((1, 4, (0, (1,), (msgpack.ExtType(code, head + tail),), (True,))))
+
+
+def test_hand_built_array_extension_decodes():
+    out = P.decode([_array_ext(b"<i2", (3,), np.array([1, 2, 3], "<i2").tobytes())])
+    assert out.tasks[0].tolist() == [1, 2, 3] and out.tasks[0].dtype == np.dtype("<i2")
+
+
+@pytest.mark.parametrize(
+    ("frame", "match"),
+    [
+        (_array_ext(b"|O", (1,), b"12345678"), "refused numpy dtype"),
+        (_array_ext(b"V8", (1,), b"12345678"), "refused numpy dtype"),
+        (_array_ext(b"xx", (1,), b""), "refused numpy dtype"),
+        (_array_ext(b"", (1,), b""), "bad dtype field"),
+        (_array_ext(b"<f8", (10**9, 10**9), b"12345678"), "needs"),  # a claimed huge shape is checked
+        (_array_ext(b"<f8", (2**63, 2**63), b""), "needs"),
+        (_array_ext(b"<f8", (2,), b"12345678"), "needs 16 bytes, got 8"),
+        (_array_ext(b"<f8", (1,), frame=0), "frame 0"),  # refers to an out-of-band frame that is not there
+        (_array_ext(b"<f8", (1,), ndim=40), "40 dimensions"),
+        (_array_ext(b"<f8", (), ndim=3), "3 dimensions"),  # truncated shape
+    ],
+)
+def test_hostile_array_headers_are_refused(frame, match):
+    with pytest.raises(P.ProtocolError, match=match):
+        P.decode([frame])
+
+
+def test_unknown_extension_type_is_refused():
+    with pytest.raises(P.ProtocolError, match="extension type 7"):
+        P.decode([msgpack.packb((1, 4, (0, (1,), (msgpack.ExtType(7, b"x"),), (True,))))])
+
+
+def test_header_size_limit():
+    frames = P.encode(P.Error("x", "y" * 5000))
+    with pytest.raises(P.ProtocolError, match="exceeds the limit"):
+        P.decode(frames, max_header_bytes=1000)
+
+
+def test_tuples_stay_tuples():
+    out = _roundtrip(P.Tasks(0, (1,), (((1, 2), [3, 4]),), (True,)))
+    assert out.tasks == (((1, 2), (3, 4)),)
+
+
+@given(st.binary(max_size=200), st.lists(st.binary(max_size=50), max_size=3))
+def test_random_bytes_never_crash_decoding(header, extra):
+    try:
+        msg = P.decode([header, *extra])
+    except P.ProtocolError:
+        return
+    assert isinstance(msg, P.Message)
+
+
+def test_no_pickle_in_sync_layer():
+    root = pathlib.Path(P.__file__).parent
+    for path in root.glob("*.py"):
+        text = path.read_text()
+        assert "import pickle" not in text and "cloudpickle" not in text and "pickle.loads" not in text, path

@@ -1,0 +1,372 @@
+"""Faults: killed workers, malformed/hostile frames, wrong versions, bad tasks, NaN feedback, no server."""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing as mp
+import os
+import signal
+import time
+
+import msgpack
+import numpy as np
+import pytest
+import zmq
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from magister.curricula.base import Curriculum
+from magister.sync import protocol as P
+from magister.sync.client import CurriculumClient, ServerUnavailableError, SyncError
+from magister.sync.server import serve
+from magister.task_spaces.discrete import Discrete
+
+pytestmark = pytest.mark.timeout(60)
+
+
+class Recorder(Curriculum):
+    requires_step_updates = True
+
+    def __init__(self, n: int = 1000) -> None:
+        super().__init__(Discrete(n))
+        self.next = 0
+        self.calls: list[tuple] = []
+
+    def sample(self, k=1):
+        out = [(self.next + i) % self.task_space.num_tasks for i in range(k)]
+        self.next += k
+        return out
+
+    def update_on_step_batch(self, batch, env_id=None):
+        self.calls.append(("steps", list(batch.tasks), batch.rewards.tolist()))
+
+    def update_on_episode(self, episode_return, length, task, progress, env_id=None):
+        self.calls.append(("episode", task, episode_return))
+
+    def update_task_progress(self, task, progress, env_id=None):
+        self.calls.append(("progress", task, progress))
+
+
+@pytest.fixture
+def ctx():
+    c = zmq.Context()
+    yield c
+    c.destroy(linger=0)
+
+
+def _raw(ctx, address):
+    s = ctx.socket(zmq.DEALER)
+    s.setsockopt(zmq.LINGER, 0)
+    s.connect(address)
+    return s
+
+
+def _ask(sock, frames, timeout_ms=5000) -> P.Message:
+    sock.send_multipart(frames)
+    assert sock.poll(timeout_ms), "no reply from the server"
+    return P.decode(sock.recv_multipart())
+
+
+def _hello(sock) -> int:
+    welcome = _ask(sock, P.encode(P.Hello(os.getpid(), "raw")))
+    assert isinstance(welcome, P.Welcome)
+    return welcome.env_id
+
+
+def _tasks(sock, env_id, n=1) -> P.Tasks:
+    tasks = _ask(sock, P.encode(P.TaskRequest(env_id, n)))
+    assert isinstance(tasks, P.Tasks) and tasks.env_id == env_id
+    return tasks
+
+
+def _still_serving(server):
+    c = CurriculumClient(server.address, prefetch=0, timeout=5.0)
+    a = c.next_task()
+    c.record_episode(a, 1.0, 1, 1.0)
+    c.close()
+
+
+# -- malformed frames and invalid updates ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "frames",
+    [
+        [b""],
+        [b"\xc1garbage"],
+        [msgpack.packb((1, 3))],
+        [msgpack.packb((1, 77, ()))],
+        [msgpack.packb((1, 3, ("x", 1)))],
+        P.encode(P.TaskRequest(0, 1)),
+    ],  # the last: no hello first
+)
+def test_malformed_frames_get_an_error_reply_and_are_counted(ctx, frames):
+    with serve(Recorder()) as server:
+        sock = _raw(ctx, server.address)
+        reply = _ask(sock, frames)
+        assert isinstance(reply, P.Error) and reply.code in ("malformed", "unknown_env")
+        m = server.metrics()
+        assert m["sync/malformed_frames_unattributed"] == 1 and server.curriculum.calls == []
+        _still_serving(server)
+
+
+def test_wrong_protocol_version_is_answered_with_a_version_error(ctx):
+    with serve(Recorder()) as server:
+        sock = _raw(ctx, server.address)
+        reply = _ask(sock, [msgpack.packb((99, 1, (1, "x")))])
+        assert isinstance(reply, P.Error) and reply.code == "version"
+        assert "version 99" in reply.message
+        _still_serving(server)
+
+
+def test_client_facing_a_server_of_another_version_raises_clearly(ctx):
+    router = ctx.socket(zmq.ROUTER)
+    router.setsockopt(zmq.LINGER, 0)
+    port = router.bind_to_random_port("tcp://127.0.0.1")
+    client = CurriculumClient(f"tcp://127.0.0.1:{port}", timeout=5.0, close_timeout=0.1)
+    import threading
+
+    def fake_server():
+        if router.poll(5000):
+            ident, _ = router.recv_multipart()
+            router.send_multipart([ident, msgpack.packb((2, 2, (0, False, True, 1)))])
+
+    t = threading.Thread(target=fake_server)
+    t.start()
+    with pytest.raises(P.ProtocolVersionError, match="version 2"):
+        client.next_task()
+    t.join(5)
+    client.close()
+
+
+def test_updates_for_tasks_outside_the_space_or_not_held_are_refused(ctx):
+    with serve(Recorder(n=10)) as server:
+        sock = _raw(ctx, server.address)
+        env = _hello(sock)
+        held = _tasks(sock, env, 2)
+        t0, t1 = held.task_ids
+        cases = [
+            (P.EpisodeUpdate(env, -1, 55, 1.0, 1, 1.0), "invalid_task"),  # outside Discrete(10)
+            (P.EpisodeUpdate(env, -1, "x", 1.0, 1, 1.0), "invalid_task"),
+            (P.EpisodeUpdate(env, 10**6, 1, 1.0, 1, 1.0), "unknown_task"),  # never sent
+            (P.EpisodeUpdate(env, t0, (held.tasks[0] + 1) % 10, 1.0, 1, 1.0), "task_mismatch"),
+            (P.ProgressUpdate(env, t0, held.tasks[0], 1.5), "bad_progress"),
+            (P.EpisodeUpdate(env, t0, held.tasks[0], float("nan"), 1, 1.0), "non_finite"),
+            (P.EpisodeUpdate(env, t0, held.tasks[0], float("inf"), 1, 1.0), "non_finite"),
+            (
+                P.StepUpdate(env, [t0], (held.tasks[0],), [float("nan")], [False], [False], [0.0]),
+                "non_finite",
+            ),
+            (
+                P.StepUpdate(env, [t0], (held.tasks[0],), [1.0], [False], [False], [float("inf")]),
+                "non_finite",
+            ),
+            (
+                P.StepUpdate(
+                    env, [t0, 999], (held.tasks[0], 1), [1.0, 1.0], [False] * 2, [False] * 2, [0.0] * 2
+                ),
+                "unknown_task",
+            ),
+            (P.EpisodeUpdate(env + 5, t0, held.tasks[0], 1.0, 1, 1.0), "unknown_env"),  # another env's id
+            (P.Welcome(env, True, True, 1), "bad_request"),  # a server-only message
+            (P.TaskRequest(env, 5000), "bad_request"),
+            (P.Goodbye(env, (12345,)), "unknown_task"),
+        ]
+        for msg, code in cases:
+            reply = _ask(sock, P.encode(msg))
+            assert isinstance(reply, P.Error) and reply.code == code, (msg, reply)
+        assert server.curriculum.calls == []  # nothing reached the curriculum
+        # a valid episode update is applied once; the same task id again is refused (no duplicates)
+        sock.send_multipart(P.encode(P.EpisodeUpdate(env, t0, held.tasks[0], 2.0, 3, 1.0)))
+        reply = _ask(sock, P.encode(P.EpisodeUpdate(env, t0, held.tasks[0], 2.0, 3, 1.0)))
+        assert isinstance(reply, P.Error) and reply.code == "unknown_task"
+        assert server.curriculum.calls == [("episode", held.tasks[0], 2.0)]
+        m = server.metrics()
+        assert m[f"sync/env{env}/tasks_consumed"] == 1 and m[f"sync/env{env}/tasks_in_flight"] == 1
+        # 14 refused cases, less the task request (not an update) and the message claiming another env's id
+        # (counted as a malformed frame of this env), plus the duplicate episode update
+        assert m[f"sync/env{env}/updates_rejected"] == 13
+        assert m[f"sync/env{env}/malformed_frames"] == 1
+        assert m[f"sync/env{env}/updates_applied"] == 1
+        _still_serving(server)
+
+
+def test_curriculum_exceptions_become_error_replies():
+    class Broken(Recorder):
+        def update_on_episode(self, *a, **k):
+            raise ValueError("boom")
+
+        def sample(self, k=1):
+            if self.next >= 1:
+                raise RuntimeError("cannot sample")
+            return super().sample(k)
+
+    with serve(Broken()) as server:
+        c = CurriculumClient(server.address, prefetch=0, timeout=5.0)
+        a = c.next_task()
+        c.record_episode(a, 1.0, 1, 1.0)
+        with pytest.raises(SyncError, match="cannot sample"):
+            c.next_task()
+        c.close()
+        m = server.metrics()
+        assert m["sync/env0/updates_rejected"] == 1 and m["sync/env0/tasks_in_flight"] == 1
+        assert m["sync/errors_sent"] == 2
+
+
+def test_oversized_messages_are_dropped_without_harm(ctx):
+    with serve(Recorder(), max_message_bytes=10_000) as server:
+        sock = _raw(ctx, server.address)
+        sock.send_multipart([b"x" * 100_000])
+        time.sleep(0.1)
+        _still_serving(server)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(frames=st.lists(st.binary(max_size=300), min_size=1, max_size=4))
+def test_fuzz_random_frames_never_break_the_server(frames):
+    server = _FUZZ["server"]
+    sock = _FUZZ["sock"]
+    sock.send_multipart(frames)
+    if sock.poll(2000):
+        reply = P.decode(sock.recv_multipart())
+        assert isinstance(reply, (P.Error, P.Welcome))
+    assert server._thread.is_alive()
+
+
+_FUZZ: dict = {}
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _fuzz_server():
+    cur = Recorder()
+    server = serve(cur)
+    ctx = zmq.Context()
+    _FUZZ.update(server=server, sock=_raw(ctx, server.address))
+    yield
+    # after the fuzzing the server still works and the curriculum saw nothing odd
+    _still_serving(server)
+    assert all(c[0] == "episode" for c in cur.calls)
+    _FUZZ["sock"].close(0)
+    ctx.term()
+    server.close()
+
+
+# -- dead workers and missing servers ----------------------------------------------------------------------
+
+
+def _worker_holding_tasks(address, ready):
+    c = CurriculumClient(address, prefetch=2, timeout=10.0)
+    a = c.next_task()
+    c.record_step(a, None, 1.0, False, False, None, 0.0)
+    c.flush()
+    ready.set()
+    time.sleep(60)  # killed before this ends
+
+
+def test_sigkilled_worker_loses_only_its_in_flight_tasks():
+    ctx = mp.get_context("fork")
+    with serve(Recorder(), step_batch_size=1) as server:
+        ready = ctx.Event()
+        p = ctx.Process(target=_worker_holding_tasks, args=(server.address, ready))
+        p.start()
+        assert ready.wait(20)
+        time.sleep(0.2)
+        os.kill(p.pid, signal.SIGKILL)
+        p.join(10)
+        assert p.exitcode == -signal.SIGKILL
+        # the server keeps serving the others, and nothing blocks
+        other = CurriculumClient(server.address, prefetch=1, timeout=5.0)
+        for _ in range(20):
+            a = other.next_task()
+            other.record_episode(a, 1.0, 1, 1.0)
+        other.close()
+        m = server.metrics()
+        dead = 0
+        assert m[f"sync/env{dead}/tasks_in_flight"] == 3  # the task being played + 2 prefetched
+        assert m[f"sync/env{dead}/connected"] == 1 and m[f"sync/env{dead}/steps_applied"] == 1
+        assert m["sync/env1/tasks_consumed"] == 20 and m["sync/env1/tasks_in_flight"] == 0
+        assert m["sync/total/tasks_sampled"] == 3 + 21
+        assert set(server.core.in_flight(dead)) == {0, 1, 2}
+    assert server.closed
+
+
+def test_no_server_raises_a_clear_error_after_the_timeout(tmp_path):
+    c = CurriculumClient(f"ipc://{tmp_path}/nobody.sock", timeout=0.3, close_timeout=0.1)
+    t0 = time.monotonic()
+    with pytest.raises(ServerUnavailableError, match="no reply from the curriculum server"):
+        c.next_task()
+    assert time.monotonic() - t0 < 5
+    c.close()
+
+
+def test_fallback_samples_locally_and_warns_once(tmp_path, caplog):
+    space = Discrete(4, seed=0)
+    c = CurriculumClient(f"ipc://{tmp_path}/nobody.sock", timeout=0.2, fallback_task_space=space)
+    with caplog.at_level(logging.WARNING, logger="magister.sync.client"):
+        tasks = [c.next_task() for _ in range(20)]
+    assert all(a.task_id == -1 and 0 <= a.task < 4 and a.train for a in tasks)
+    assert len({a.task for a in tasks}) > 1
+    assert sum("sampling tasks locally" in r.message for r in caplog.records) == 1
+    c.record_episode(tasks[0], 1.0, 1, 1.0)  # feedback is dropped silently
+    c.close()
+
+
+def test_server_that_disappears_mid_run():
+    with serve(Recorder()) as server:
+        c = CurriculumClient(server.address, prefetch=0, timeout=0.5, close_timeout=0.1)
+        a = c.next_task()
+        c.record_episode(a, 1.0, 1, 1.0)
+    with pytest.raises(ServerUnavailableError):
+        c.next_task()
+    c.close()
+
+
+def test_wrapper_fallback_and_no_server(tmp_path):
+    import gymnasium as gym
+
+    from magister.env_wrappers.sync_wrappers import GymnasiumSyncWrapper
+    from magister.env_wrappers.task_wrapper import TaskWrapper
+
+    class Seeds(TaskWrapper):
+        def change_task(self, task):
+            self.seed_task = task
+
+    address = f"ipc://{tmp_path}/nobody.sock"
+    env = GymnasiumSyncWrapper(
+        Seeds(gym.make("CartPole-v1"), Discrete(5)),
+        address,
+        timeout=0.2,
+        fallback_task_space=Discrete(5, seed=1),
+    )
+    _, info = env.reset(seed=0)
+    assert 0 <= info["task"] < 5 and env.unwrapped is not None
+    env.step(0)
+    env.close()
+    env = GymnasiumSyncWrapper(Seeds(gym.make("CartPole-v1"), Discrete(5)), address, timeout=0.2)
+    with pytest.raises(ServerUnavailableError):
+        env.reset()
+    env.close()
+
+
+def test_non_finite_values_never_reach_the_curriculum_through_the_client():
+    with serve(Recorder(), step_batch_size=1) as server:
+        c = CurriculumClient(server.address, prefetch=0)
+        a = c.next_task()
+        c.record_step(a, None, float("nan"), False, False, None, 0.0)  # a buggy sender: refused by the server
+        c.record_episode(a, 1.0, 1, 1.0)
+        c.close()
+        cur = server.curriculum
+        assert cur.calls == [("episode", a.task, 1.0)]
+        assert server.metrics()["sync/env0/updates_rejected"] == 1
+        assert c.stats["errors_received"] == 1
+        assert not np.isnan([x for call in cur.calls for x in call[1:] if isinstance(x, float)]).any()
+
+
+def test_a_flood_of_hellos_is_bounded(ctx):
+    with serve(Recorder()) as server:
+        server.max_envs = 3
+        socks = [_raw(ctx, server.address) for _ in range(4)]
+        assert [_hello(s) for s in socks[:3]] == [0, 1, 2]
+        reply = _ask(socks[3], P.encode(P.Hello(1, "one too many")))
+        assert isinstance(reply, P.Error) and reply.code == "too_many_envs"
+        assert server.metrics()["sync/envs"] == 3

@@ -1,0 +1,467 @@
+"""Curriculum server + env-side client in one process: settings, accounting, batching, lifecycle, security."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import stat
+import threading
+import time
+
+import numpy as np
+import pytest
+import zmq
+
+from magister.curricula.base import Curriculum, TaskSample
+from magister.sync import protocol as P
+from magister.sync.client import CurriculumClient, LocalClient, ServerUnavailableError, connect
+from magister.sync.security import generate_keypair
+from magister.sync.server import CurriculumServer, serve
+from magister.task_spaces.discrete import Discrete
+
+pytestmark = pytest.mark.timeout(60)
+
+
+class Recorder(Curriculum):
+    """Samples 0, 1, 2, ... (every task unique) and records all feedback."""
+
+    def __init__(self, requires_steps: bool = False, n: int = 10**9) -> None:
+        super().__init__(Discrete(n))
+        self.requires_step_updates = requires_steps
+        self.next = 0
+        self.sampled: list[int] = []
+        self.episodes: list[tuple] = []
+        self.batches: list = []
+        self.progress: list[tuple] = []
+        self.demands: list[dict] = []
+
+    def sample(self, k: int = 1) -> list[int]:
+        out = list(range(self.next, self.next + k))
+        self.next += k
+        self.sampled.extend(out)
+        return out
+
+    def sample_tasks(self, k: int = 1) -> list[TaskSample]:
+        return [TaskSample(t, t % 3 != 0) for t in self.sample(k)]  # every third task is eval-only
+
+    def update_on_step_batch(self, batch, env_id=None):
+        self.batches.append(batch)
+
+    def update_on_episode(self, episode_return, length, task, progress, env_id=None):
+        self.episodes.append((task, episode_return, length, progress, env_id))
+
+    def update_task_progress(self, task, progress, env_id=None):
+        self.progress.append((task, progress, env_id))
+
+    def update_on_demand(self, metrics):
+        self.demands.append(metrics)
+
+    def state_dict(self):
+        return {**super().state_dict(), "next": self.next}
+
+    def load_state_dict(self, state):
+        super().load_state_dict(state)
+        self.next = state["next"]
+
+
+def _wait(cond, timeout=5.0):
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.005)
+
+
+def _play(client, episodes, length=3, progress=1.0):
+    for _ in range(episodes):
+        a = client.next_task()
+        for i in range(length):
+            client.record_step(
+                a,
+                np.full(2, a.task, np.float32),
+                1.0,
+                i == length - 1,
+                False,
+                {"i": i},
+                progress if i == length - 1 else 0.0,
+            )
+        client.record_episode(a, float(length), length, progress)
+
+
+def test_default_address_is_a_private_ipc_socket_and_close_cleans_up():
+    threads_before = threading.active_count()
+    server = serve(Recorder())
+    assert isinstance(server.address, str) and server.address.startswith("ipc://")
+    path = server.address[len("ipc://") :]
+    d = os.path.dirname(path)
+    assert stat.S_IMODE(os.stat(d).st_mode) == 0o700
+    assert os.path.exists(path)
+    assert threading.active_count() == threads_before + 1
+    server.close()
+    server.close()  # idempotent
+    assert server.closed and not os.path.exists(d)
+    assert threading.active_count() == threads_before
+
+
+def test_no_leaked_file_descriptors_or_threads():
+    def fds():
+        return len(os.listdir("/proc/self/fd"))
+
+    # warm up the per-process client context (it stays for the process, by design)
+    with serve(Recorder()) as server:
+        c = CurriculumClient(server.address)
+        c.next_task()
+        c.close()
+    before, threads = fds(), threading.active_count()
+    for _ in range(3):
+        with serve(Recorder()) as server:
+            c = CurriculumClient(server.address)
+            _play(c, 2)
+            c.close()
+    assert fds() == before
+    assert threading.active_count() == threads
+
+
+def test_welcome_settings_and_no_step_data_when_not_required():
+    with serve(Recorder(requires_steps=False)) as server:
+        c = CurriculumClient(server.address)
+        _play(c, 5, length=4)
+        c.close()
+        assert c.env_id == 0 and c.requires_step_updates is False
+        m = server.metrics()
+        assert m["sync/env0/updates_received"] == 6  # 5 episode updates + goodbye, no step updates
+        assert m["sync/env0/steps_applied"] == 0
+        assert server.curriculum.batches == []
+        assert len(server.curriculum.episodes) == 5
+
+
+def test_step_updates_are_batched_every_n_steps_or_at_episode_end():
+    with serve(Recorder(requires_steps=True), step_batch_size=4) as server:
+        c = CurriculumClient(server.address)
+        _play(c, 2, length=10)
+        c.close()
+        cur = server.curriculum
+        assert [len(b) for b in cur.batches] == [4, 4, 2, 4, 4, 2]
+        first = cur.batches[0]
+        assert first.env_id == 0 and list(first.tasks) == [cur.episodes[0][0]] * 4
+        assert first.obs.shape == (4, 2) and first.infos[1] == {"i": 1}
+        assert first.rewards.tolist() == [1.0] * 4
+        assert cur.batches[2].terminated.tolist() == [False, True]
+        assert server.metrics()["sync/env0/steps_applied"] == 20
+
+
+def test_exactly_once_accounting_with_several_clients_and_prefetch():
+    with serve(Recorder(requires_steps=True), step_batch_size=5) as server:
+        clients = [CurriculumClient(server.address, prefetch=p) for p in (0, 1, 3)]
+        for _ in range(20):  # interleave the clients
+            for c in clients:
+                _play(c, 1, length=3)
+        for c in clients:
+            c.close()
+        received = {c.env_id: c.stats["tasks_received"] for c in clients}
+        cur = server.curriculum
+        m = server.metrics()
+        consumed = [e[0] for e in cur.episodes]
+        assert len(consumed) == 60 and len(set(consumed)) == 60  # no episode task duplicated
+        assert m["sync/total/tasks_sampled"] == len(cur.sampled)
+        assert m["sync/total/tasks_consumed"] == 60
+        assert (
+            m["sync/total/tasks_consumed"] + m["sync/total/tasks_returned"] == m["sync/total/tasks_sampled"]
+        )
+        assert m["sync/total/tasks_in_flight"] == 0
+        assert set(consumed) <= set(cur.sampled)
+        assert m["sync/total/steps_applied"] == 180 == sum(len(b) for b in cur.batches)
+        assert (
+            m["sync/total/updates_rejected"] == 0
+            and m["sync/total/updates_applied"] == (m["sync/total/updates_received"])
+        )
+        for c in clients:
+            e = c.env_id
+            assert m[f"sync/env{e}/tasks_sent"] == received[e]
+            assert m[f"sync/env{e}/tasks_consumed"] == 20
+            # each episode came from the env the task was sent to
+            assert sum(1 for ep in cur.episodes if ep[4] == e) == 20
+        # prefetch 3 keeps 3 spare tasks, which come back at close
+        assert m[f"sync/env{clients[2].env_id}/tasks_returned"] == 3
+        assert m[f"sync/env{clients[0].env_id}/tasks_returned"] == 0
+
+
+def test_tasks_are_addressed_to_the_requesting_env():
+    with serve(Recorder()) as server:
+        a, b = CurriculumClient(server.address, prefetch=2), CurriculumClient(server.address, prefetch=2)
+        ta = [a.next_task() for _ in range(3)]
+        tb = [b.next_task() for _ in range(3)]
+        held_a = server.core.in_flight(a.env_id)
+        held_b = server.core.in_flight(b.env_id)
+        assert {t.task_id for t in ta} <= set(held_a) and {t.task_id for t in tb} <= set(held_b)
+        assert not set(held_a) & set(held_b)
+        for t in ta:
+            assert held_a[t.task_id] == t.task
+        a.close()
+        b.close()
+
+
+def test_train_flag_reaches_the_client():
+    with serve(Recorder()) as server:
+        c = CurriculumClient(server.address)
+        flags = {a.task: a.train for a in (c.next_task() for _ in range(6))}
+        assert flags == {t: t % 3 != 0 for t in flags}
+        c.close()
+
+
+def test_prefetch_keeps_n_tasks_ready():
+    with serve(Recorder()) as server:
+        c = CurriculumClient(server.address, prefetch=3)
+        c.next_task()
+        _wait(lambda: server.metrics()["sync/env0/tasks_sent"] == 4)  # 3 prefetched + 1 refill
+        _wait(lambda: (c._drain() or True) and len(c._buffer) == 3)
+        c.close()
+        assert server.metrics()["sync/env0/tasks_returned"] == 3
+
+
+def test_progress_updates_and_task_switch_acknowledgement():
+    with serve(Recorder()) as server:
+        c = CurriculumClient(server.address)
+        a = c.next_task()
+        c.record_progress(a, 0.5)
+        c.record_progress(a, 1.0, done=True)
+        c.close()
+        m = server.metrics()
+        assert server.curriculum.progress == [(a.task, 0.5, 0), (a.task, 1.0, 0)]
+        assert m["sync/env0/tasks_consumed"] == 1 and m["sync/env0/progress_applied"] == 2
+
+
+def test_strip_keys_removes_keys_from_obs_and_infos():
+    with serve(Recorder(requires_steps=True), step_batch_size=2) as server:
+        c = CurriculumClient(server.address, strip_keys=["secret"])
+        a = c.next_task()
+        for i in range(2):
+            c.record_step(a, {"x": i, "secret": "s"}, 0.0, False, False, {"secret": 1, "keep": 2}, 0.0)
+        c.record_episode(a, 0.0, 2, 0.0)
+        c.close()
+        b = server.curriculum.batches[0]
+        assert b.obs == ({"x": 0}, {"x": 1}) and b.infos == ({"keep": 2}, {"keep": 2})
+
+
+def test_send_obs_and_infos_can_be_disabled():
+    with serve(Recorder(requires_steps=True), step_batch_size=2) as server:
+        c = CurriculumClient(server.address, send_obs=False, send_infos=False)
+        _play(c, 1, length=2)
+        c.close()
+        b = server.curriculum.batches[0]
+        assert b.obs is None and b.infos is None and len(b) == 2
+
+
+def test_unsendable_info_raises_a_clear_type_error():
+    with serve(Recorder(requires_steps=True), step_batch_size=1) as server:
+        c = CurriculumClient(server.address)
+        a = c.next_task()
+        with pytest.raises(TypeError, match="object.*strip_keys"):
+            c.record_step(a, None, 0.0, False, False, {"bad": object()}, 0.0)
+        c.close()
+
+
+def test_learner_side_proxies_share_one_lock():
+    cur = Recorder()
+    with serve(cur) as server:
+        assert isinstance(server, CurriculumServer)
+        assert server.lock is server.core.lock
+        server.update_on_demand({"loss": 1.5})
+        assert cur.demands == [{"loss": 1.5}]
+        state = server.state_dict()
+        assert server.sample(2) == [0, 1]
+        assert [s.task for s in server.sample_tasks(1)] == [2]
+        server.load_state_dict(state)
+        assert server.sample(1) == [0]
+        m = server.metrics()
+        assert "curriculum/sampled" in m and "sync/envs" in m
+        # while the learner holds the lock, the server thread cannot touch the curriculum
+        c = CurriculumClient(server.address, prefetch=0, timeout=5.0)
+        c._ensure()
+        with server.lock:
+            assert c._send(P.TaskRequest(c.env_id, 1))
+            time.sleep(0.2)
+            n = len(cur.sampled)
+        _wait(lambda: len(cur.sampled) == n + 1)
+        c.close()
+
+
+def test_server_cannot_be_sent_to_other_processes():
+    import pickle
+
+    with serve(Recorder()) as server:
+        with pytest.raises(TypeError, match="server.address"):
+            pickle.dumps(server)
+
+
+def test_client_survives_serialisation_and_reconnects():
+    import pickle
+
+    with serve(Recorder()) as server:
+        c = CurriculumClient(server.address, prefetch=0)
+        c.next_task()
+        c2 = pickle.loads(pickle.dumps(c))
+        assert c2.env_id is None  # no socket travelled
+        c2.next_task()
+        assert c2.env_id == 1
+        c.close()
+        c2.close()
+
+
+def _child_uses_inherited_client(client, queue):
+    a = client.next_task()
+    client.record_episode(a, 1.0, 1, 1.0)
+    queue.put((client.env_id, a.task))
+    client.close()
+
+
+def test_client_after_fork_gets_its_own_socket_and_env_id():
+    with serve(Recorder()) as server:
+        c = CurriculumClient(server.address, prefetch=0)
+        parent_task = c.next_task()
+        ctx = mp.get_context("fork")
+        q = ctx.Queue()
+        p = ctx.Process(target=_child_uses_inherited_client, args=(c, q))
+        p.start()
+        env_id, task = q.get(timeout=20)
+        p.join(20)
+        assert p.exitcode == 0
+        assert env_id == 1 and task != parent_task.task
+        c.record_episode(parent_task, 1.0, 1, 1.0)  # the parent's socket still works
+        c.close()
+        m = server.metrics()
+        assert m["sync/env0/tasks_consumed"] == 1 and m["sync/env1/tasks_consumed"] == 1
+
+
+# -- in-process path ----------------------------------------------------------------------------------
+
+
+def test_local_client_uses_the_same_accounting():
+    cur = Recorder(requires_steps=True)
+    feeds = [connect(cur), connect(cur)]
+    assert all(isinstance(f, LocalClient) for f in feeds)
+    assert feeds[0].core is feeds[1].core  # one lock and one set of counters per curriculum
+    for f in feeds:
+        _play(f, 3, length=2)
+        f.close()
+    m = feeds[0].core.sync_metrics()
+    assert m["sync/total/tasks_consumed"] == 6 and m["sync/total/steps_applied"] == 12
+    assert len(cur.episodes) == 6 and sorted(e[4] for e in cur.episodes) == [0, 0, 0, 1, 1, 1]
+
+
+def test_connect_with_server_object_is_in_process():
+    with serve(Recorder()) as server:
+        f = connect(server)
+        assert isinstance(f, LocalClient)
+        _play(f, 2)
+        f.close()
+        assert server.metrics()["sync/total/tasks_consumed"] == 2
+
+
+def test_connect_rejects_other_sources():
+    with pytest.raises(TypeError, match="server address"):
+        connect(42)  # type: ignore[arg-type]
+
+
+def test_client_argument_validation():
+    with pytest.raises(ValueError, match="address"):
+        CurriculumClient("localhost:5555")
+    with pytest.raises(ValueError, match="prefetch"):
+        CurriculumClient("ipc:///x", prefetch=-1)
+    with pytest.raises(ValueError, match="timeout"):
+        CurriculumClient("ipc:///x", timeout=0)
+    with pytest.raises(TypeError, match="fallback_task_space"):
+        CurriculumClient("ipc:///x", fallback_task_space=3)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="curriculum"):
+        serve(object())  # type: ignore[arg-type]
+
+
+# -- security ---------------------------------------------------------------------------------------------
+
+
+def test_exposed_tcp_without_keys_is_refused():
+    with pytest.raises(ValueError, match="without encryption"):
+        serve(Recorder(), "tcp://0.0.0.0:0")
+    with pytest.raises(ValueError, match="without encryption"):
+        serve(Recorder(), "tcp://*:0")
+    with pytest.raises(ValueError, match="unsupported address"):
+        serve(Recorder(), "udp://127.0.0.1:5")
+
+
+def test_loopback_tcp_needs_no_keys():
+    with serve(Recorder(), "tcp://127.0.0.1:*") as server:
+        assert server.address.startswith("tcp://127.0.0.1:") and not server.address.endswith("*")
+        c = CurriculumClient(server.address)
+        _play(c, 2)
+        c.close()
+        assert server.metrics()["sync/total/tasks_consumed"] == 2
+
+
+def test_curve_secured_connection_works_with_keys_and_fails_without():
+    keys = generate_keypair()
+    with serve(Recorder(), "tcp://127.0.0.1:*", curve_secret_key=keys.secret_key) as server:
+        good = CurriculumClient(server.address, curve_server_key=keys.public_key)
+        _play(good, 2)
+        good.close()
+        plain = CurriculumClient(server.address, timeout=0.5, close_timeout=0.1)
+        with pytest.raises(ServerUnavailableError, match="no reply"):
+            plain.next_task()
+        plain.close()
+        wrong = CurriculumClient(
+            server.address, timeout=0.5, close_timeout=0.1, curve_server_key=generate_keypair().public_key
+        )
+        with pytest.raises(ServerUnavailableError):
+            wrong.next_task()
+        wrong.close()
+        m = server.metrics()
+        assert m["sync/envs"] == 1 and m["sync/total/tasks_consumed"] == 2
+
+
+def test_insecure_flag_allows_exposed_tcp(caplog):
+    with serve(Recorder(), "tcp://0.0.0.0:*", insecure=True) as server:
+        assert server.address.startswith("tcp://0.0.0.0:")
+    assert "WITHOUT encryption" in caplog.text
+
+
+def test_bad_curve_key_is_refused():
+    with pytest.raises(ValueError, match="40-character"):
+        serve(Recorder(), "tcp://0.0.0.0:0", curve_secret_key=b"short")
+
+
+def test_zmq_has_curve():
+    assert zmq.has("curve")
+
+
+def test_large_observations_travel_intact_over_the_socket():
+    with serve(Recorder(requires_steps=True), step_batch_size=4) as server:
+        c = CurriculumClient(server.address)
+        a = c.next_task()
+        frames = [np.random.default_rng(i).integers(0, 255, (64, 64, 3), dtype=np.uint8) for i in range(4)]
+        for i, f in enumerate(frames):
+            c.record_step(a, f, 0.0, i == 3, False, None, 0.0)
+        c.record_episode(a, 0.0, 4, 0.0)
+        c.close()
+        obs = server.curriculum.batches[0].obs
+        assert obs.shape == (4, 64, 64, 3) and obs.dtype == np.uint8  # stacked: one zero-copy frame
+        assert np.array_equal(obs, np.stack(frames)) and not obs.flags.writeable
+
+
+def test_obs_arrays_are_copied_when_recorded():
+    with serve(Recorder(requires_steps=True), step_batch_size=2) as server:
+        c = CurriculumClient(server.address)
+        a = c.next_task()
+        buf = np.zeros(3)
+        c.record_step(a, buf, 0.0, False, False, None, 0.0)
+        buf[:] = 7  # an env that reuses its observation buffer
+        c.record_step(a, buf, 0.0, False, False, None, 0.0)
+        c.record_episode(a, 0.0, 2, 0.0)
+        c.close()
+        assert server.curriculum.batches[0].obs.tolist() == [[0, 0, 0], [7, 7, 7]]
+
+
+def test_bind_failure_leaves_nothing_behind():
+    threads = threading.active_count()
+    with serve(Recorder(), "tcp://127.0.0.1:*") as server:
+        with pytest.raises(zmq.ZMQError):
+            serve(Recorder(), server.address)
+        assert threading.active_count() == threads + 1
+    assert threading.active_count() == threads

@@ -1,0 +1,411 @@
+"""Sync wrappers in one process: tasks on reset, feedback on step, info keys, task switching, PettingZoo."""
+
+from __future__ import annotations
+
+import functools
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium import spaces
+from hypothesis import given
+from hypothesis import strategies as st
+from pettingzoo import ParallelEnv
+
+from magister.curricula.base import Curriculum, TaskSample
+from magister.env_wrappers.sync_wrappers import GymnasiumSyncWrapper, PettingZooSyncWrapper
+from magister.env_wrappers.task_wrapper import TaskWrapper
+from magister.sync.server import serve
+from magister.task_spaces.discrete import Discrete
+
+pytestmark = pytest.mark.timeout(60)
+
+
+class Corridor(gym.Env):
+    """``length`` steps of reward 1; ``info["success"]`` is 1 from step ``success_at`` on."""
+
+    observation_space = spaces.Box(-1e9, 1e9, (2,), np.float32)
+    action_space = spaces.Discrete(2)
+
+    def __init__(self, success_at: int | None = None) -> None:
+        self.task, self.length, self.t = 0, 1, 0
+        self.success_at = success_at
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.array([self.task, self.t], np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        term = self.t >= self.length
+        done_at = self.length if self.success_at is None else self.success_at
+        return (
+            np.array([self.task, self.t], np.float32),
+            1.0,
+            term,
+            False,
+            {"success": float(self.t >= done_at)},
+        )
+
+
+class LengthTask(TaskWrapper):
+    """Task ``t`` is an episode of ``1 + t % 4`` steps."""
+
+    def __init__(self, env, space=None):
+        super().__init__(env, space or Discrete(10**9))
+        self.switches: list[int] = []
+
+    def change_task(self, task):
+        self.switches.append(task)
+        self.env.unwrapped.task = task
+        self.env.unwrapped.length = 1 + task % 4
+
+
+class Recorder(Curriculum):
+    def __init__(self, requires_steps: bool = False) -> None:
+        super().__init__(Discrete(10**9))
+        self.requires_step_updates = requires_steps
+        self.next = 0
+        self.episodes: list[tuple] = []
+        self.batches: list = []
+        self.progress: list[tuple] = []
+        self.extras: list[dict] = []
+
+    def sample(self, k=1):
+        out = list(range(self.next, self.next + k))
+        self.next += k
+        return out
+
+    def sample_tasks(self, k=1):
+        return [TaskSample(t, t % 2 == 0) for t in self.sample(k)]
+
+    def update_on_step_batch(self, batch, env_id=None):
+        self.batches.append(batch)
+
+    def update_on_episode(self, episode_return, length, task, progress, env_id=None, extras=None):
+        self.episodes.append((task, episode_return, length, progress, env_id))
+        if extras:
+            self.extras.append(extras)
+
+    def update_task_progress(self, task, progress, env_id=None):
+        self.progress.append((task, progress))
+
+
+def _make(cur, **kw):
+    return GymnasiumSyncWrapper(LengthTask(Corridor()), cur, **kw)
+
+
+def _run_episode(env):
+    infos = []
+    term = trunc = False
+    while not (term or trunc):
+        obs, _, term, trunc, info = env.step(0)
+        infos.append((obs, info))
+    return infos
+
+
+def test_reset_takes_the_next_task_and_step_feedback_reaches_the_curriculum():
+    cur = Recorder()
+    env = _make(cur)
+    for expected in range(5):
+        obs, info = env.reset(seed=expected)
+        assert info["task"] == expected and info["task_train"] == (expected % 2 == 0)
+        assert info["task_progress"] == 0.0 and obs[0] == expected
+        steps = _run_episode(env)
+        assert len(steps) == 1 + expected % 4
+        for obs, info in steps:
+            assert info["task"] == expected and obs[0] == expected
+            assert info["task_train"] == (expected % 2 == 0)
+        assert steps[-1][1]["task_progress"] == 1.0
+    assert cur.episodes == [(t, float(1 + t % 4), 1 + t % 4, 1.0, 0) for t in range(5)]
+    env.close()
+
+
+def test_reset_before_any_step_keeps_the_unused_task():
+    cur = Recorder()
+    env = _make(cur)
+    _, i1 = env.reset()
+    _, i2 = env.reset()
+    assert i1["task"] == i2["task"] == 0 and cur.next == 1
+    env.close()
+    m = env.feed.core.sync_metrics()
+    assert m["sync/total/tasks_returned"] == 1 and m["sync/total/tasks_in_flight"] == 0
+
+
+def test_reset_mid_episode_consumes_the_task_without_a_partial_return():
+    cur = Recorder()
+    env = _make(cur)
+    env.reset()
+    env.reset()  # task 0 unused: kept
+    _run_episode(env)  # task 0 is one step long
+    env.reset()  # task 1: two steps
+    env.step(0)
+    _, info = env.reset()  # abandoned after one step
+    assert info["task"] == 2
+    assert [e[0] for e in cur.episodes] == [0]  # no partial episode reached the curriculum
+    m = env.feed.core.sync_metrics()
+    assert m["sync/total/tasks_consumed"] == 2 and m["sync/total/episodes_applied"] == 2
+    env.close()
+
+
+def test_explicit_task_option_is_played_and_reported_as_untracked():
+    cur = Recorder()
+    env = _make(cur)
+    _, info = env.reset(options={"task": 7})
+    assert info["task"] == 7 and env.assignment.task_id == -1
+    _run_episode(env)
+    assert cur.episodes[-1][0] == 7 and cur.next == 0  # nothing was sampled
+    with pytest.raises(ValueError, match="not a task"):
+        env.reset(options={"task": -3})
+    env.close()
+
+
+def test_step_updates_in_process_with_batching():
+    cur = Recorder(requires_steps=True)
+    env = _make(cur, strip_keys=["success"])
+    env.reset()
+    for _ in range(3):
+        _run_episode(env)
+        env.reset()
+    assert [len(b) for b in cur.batches] == [1, 2, 3]
+    assert [list(b.tasks) for b in cur.batches] == [[0], [1, 1], [2, 2, 2]]
+    assert "success" not in cur.batches[0].infos[0] and cur.batches[0].infos[0]["task"] == 0
+    assert cur.batches[2].obs.shape == (3, 2)
+    env.close()
+
+
+def test_server_object_source_is_in_process():
+    with serve(Recorder()) as server:
+        env = _make(server)
+        env.reset()
+        _run_episode(env)
+        env.close()
+        m = server.metrics()
+        assert m["sync/total/tasks_consumed"] == 1 and m["sync/envs"] == 1
+
+
+def test_address_source_over_sockets():
+    with serve(Recorder()) as server:
+        env = _make(server.address, prefetch=2)
+        for _ in range(4):
+            env.reset()
+            _run_episode(env)
+        env.close()
+        m = server.metrics()
+        assert m["sync/total/tasks_consumed"] == 4 and m["sync/total/tasks_returned"] == 2
+        assert m["sync/total/tasks_in_flight"] == 0
+        assert [e[0] for e in server.curriculum.episodes] == [0, 1, 2, 3]
+
+
+def test_change_task_on_completion_switches_without_reset():
+    cur = Recorder()
+    inner = LengthTask(Corridor(success_at=1))
+    env = GymnasiumSyncWrapper(inner, cur, change_task_on_completion=True)
+    _, info = env.reset()
+    assert info["task"] == 0
+    inner.unwrapped.length = 3  # make this episode longer than the task
+    _, _, term, _, info = env.step(0)  # success on step 1: task 0 done, switch to task 1
+    assert not term and info["task"] == 0 and info["next_task"] == 1 and info["task_progress"] == 1.0
+    assert cur.progress == [(0, 1.0)] and inner.current_task == 1 and inner.switches[-1] == 1
+    _, _, term, _, info = env.step(0)  # task 1 set the length to 2: the episode ends on task 1
+    assert term and info["task"] == 1 and "next_task" not in info
+    assert cur.episodes == [(1, 1.0, 1, 1.0, 0)]  # return and length since the switch
+    m = env.feed.core.sync_metrics()
+    assert m["sync/total/tasks_consumed"] == 2  # task 0 by its progress update, task 1 by the episode
+    env.close()
+
+
+def test_change_task_off_by_default():
+    cur = Recorder()
+    inner = LengthTask(Corridor(success_at=1))
+    env = GymnasiumSyncWrapper(inner, cur)
+    env.reset()
+    inner.unwrapped.length = 3
+    _, _, _, _, info = env.step(0)
+    assert "next_task" not in info and cur.progress == []
+    env.close()
+
+
+class NaNReward(gym.Wrapper):
+    def step(self, action):
+        obs, _, term, trunc, info = self.env.step(action)
+        return obs, float("nan"), term, trunc, info
+
+
+class BadProgress(gym.Wrapper):
+    def step(self, action):
+        obs, rew, term, trunc, info = self.env.step(action)
+        info["task_progress"] = 2.0
+        return obs, rew, term, trunc, info
+
+
+def test_non_finite_reward_and_bad_progress_raise():
+    env = GymnasiumSyncWrapper(NaNReward(LengthTask(Corridor())), Recorder())
+    env.reset()
+    with pytest.raises(ValueError, match="reward must be finite"):
+        env.step(0)
+    env = GymnasiumSyncWrapper(BadProgress(LengthTask(Corridor())), Recorder())
+    env.reset()
+    with pytest.raises(ValueError, match=r"task_progress must be in \[0, 1\]"):
+        env.step(0)
+
+
+def test_wrapper_argument_validation():
+    with pytest.raises(TypeError, match="TaskWrapper"):
+        GymnasiumSyncWrapper(Corridor(), Recorder())
+    with pytest.raises(TypeError, match="source"):
+        GymnasiumSyncWrapper(LengthTask(Corridor()), 3.5)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="strip_keys"):
+        GymnasiumSyncWrapper(LengthTask(Corridor()), Recorder(), strip_keys="abc")
+    env = _make(Recorder())
+    with pytest.raises(RuntimeError, match="before reset"):
+        env.step(0)
+
+
+def test_sync_vector_env_next_step_autoreset_semantics():
+    """Gymnasium 1.x NEXT_STEP autoreset: the step after a terminal step resets onto the *next* task."""
+    cur = Recorder()
+    envs = gym.vector.SyncVectorEnv([functools.partial(_make, cur) for _ in range(2)])
+    _, info = envs.reset(seed=0)
+    assert sorted(info["task"].tolist()) == [0, 1]
+    seen: dict[int, list] = {0: [info["task"][0]], 1: [info["task"][1]]}
+    prev_done = np.zeros(2, bool)
+    for _ in range(30):
+        obs, _, term, trunc, info = envs.step(np.zeros(2, int))
+        for i in range(2):
+            # every step's info names the task the step belonged to, and the obs agrees
+            assert obs[i][0] == info["task"][i]
+            if prev_done[i]:  # this step was the autoreset: a new task
+                assert info["task"][i] != seen[i][-1]
+                assert info["task_progress"][i] == 0.0
+                seen[i].append(info["task"][i])
+            else:
+                assert info["task"][i] == seen[i][-1]
+        prev_done = term | trunc
+    envs.close()
+    played = [t for i in (0, 1) for t in seen[i]]
+    assert len(played) == len(set(played))
+    finished = [e[0] for e in cur.episodes]
+    assert len(finished) == len(set(finished)) and set(finished) <= set(played)
+
+
+# -- PettingZoo ---------------------------------------------------------------------------------------------
+
+
+class Duel(ParallelEnv):
+    """Two agents; the episode lasts ``1 + task % 3`` steps; agent ``a`` gets 1 per step, ``b`` gets 2."""
+
+    metadata = {"name": "duel_v0"}
+
+    def __init__(self):
+        self.possible_agents = ["a", "b"]
+        self.task_space = Discrete(10**9)
+        self.task, self.t = 0, 0
+        self.agents = []
+
+    def observation_space(self, agent):
+        return spaces.Box(-1e9, 1e9, (1,), np.float32)
+
+    def action_space(self, agent):
+        return spaces.Discrete(2)
+
+    def set_task(self, task):
+        self.task = task
+
+    def reset(self, seed=None, options=None):
+        if options and "task" in options:
+            self.task = options["task"]
+        self.agents = list(self.possible_agents)
+        self.t = 0
+        return {a: np.array([self.task], np.float32) for a in self.agents}, {a: {} for a in self.agents}
+
+    def step(self, actions):
+        self.t += 1
+        done = self.t >= 1 + self.task % 3
+        obs = {a: np.array([self.task], np.float32) for a in self.agents}
+        rew = {"a": 1.0, "b": 2.0}
+        terms = {a: done for a in self.agents}
+        truncs = {a: False for a in self.agents}
+        infos = {a: {"task_progress": float(done)} for a in self.agents}
+        if done:
+            self.agents = []
+        return obs, rew, terms, truncs, infos
+
+
+def _play_pz(env, episodes):
+    for _ in range(episodes):
+        obs, infos = env.reset()
+        task = infos["a"]["task"]
+        assert obs["a"][0] == task and infos["b"]["task_train"] == (task % 2 == 0)
+        while env.agents:
+            _, _, _, _, infos = env.step({a: 0 for a in env.agents})
+            assert infos["a"]["task"] == infos["b"]["task"] == task
+
+
+def test_pettingzoo_wrapper_in_process_reports_per_agent_returns():
+    cur = Recorder(requires_steps=True)
+    env = PettingZooSyncWrapper(Duel(), cur)
+    _play_pz(env, 4)
+    env.close()
+    assert [e[0] for e in cur.episodes] == [0, 1, 2, 3]
+    assert [e[2] for e in cur.episodes] == [1, 2, 3, 1]
+    assert [e[1] for e in cur.episodes] == [3.0, 6.0, 9.0, 3.0]  # summed over agents
+    assert cur.extras[1] == {"agent_returns": {"a": 2.0, "b": 4.0}}
+    assert sum(len(b) for b in cur.batches) == 7 and cur.batches[0].rewards.tolist() == [3.0]
+
+
+def test_pettingzoo_wrapper_over_sockets():
+    with serve(Recorder()) as server:
+        env = PettingZooSyncWrapper(Duel(), server.address)
+        _play_pz(env, 5)
+        env.close()
+        m = server.metrics()
+        assert m["sync/total/tasks_consumed"] == 5 and m["sync/total/tasks_in_flight"] == 0
+        assert server.curriculum.extras[0] == {"agent_returns": {"a": 1.0, "b": 2.0}}
+
+
+def test_same_step_autoreset_reports_the_finished_task_in_final_info():
+    cur = Recorder()
+    envs = gym.vector.SyncVectorEnv(
+        [functools.partial(_make, cur)], autoreset_mode=gym.vector.AutoresetMode.SAME_STEP
+    )
+    _, info = envs.reset(seed=0)
+    assert info["task"][0] == 0
+    _, _, term, _, info = envs.step(np.zeros(1, int))  # task 0 lasts one step: reset in the same call
+    assert term[0] and info["final_info"]["task"][0] == 0 and info["task"][0] == 1
+    assert info["final_info"]["task_progress"][0] == 1.0 and info["task_progress"][0] == 0.0
+    envs.close()
+    assert [e[0] for e in cur.episodes] == [0]
+
+
+@given(
+    ops=st.lists(st.sampled_from(["reset", "step", "step", "step", "explicit"]), min_size=1, max_size=40),
+    prefetch=st.integers(0, 3),
+    requires_steps=st.booleans(),
+)
+def test_random_reset_step_sequences_keep_the_books_balanced(ops, prefetch, requires_steps):
+    cur = Recorder(requires_steps=requires_steps)
+    env = _make(cur, prefetch=prefetch)
+    started = False
+    steps = 0
+    ended = True
+    for op in ops:
+        if op == "step" and started and not ended:
+            _, _, term, trunc, _ = env.step(0)
+            steps += 1
+            ended = term or trunc
+        elif op in ("reset", "explicit"):
+            env.reset(options={"task": 5} if op == "explicit" else None)
+            started, ended = True, False
+    env.close()
+    m = env.feed.core.sync_metrics()
+    assert m["sync/total/tasks_in_flight"] == 0
+    assert m["sync/total/tasks_consumed"] + m["sync/total/tasks_returned"] == m["sync/total/tasks_sampled"]
+    assert m["sync/total/updates_rejected"] == 0
+    tracked = [e[0] for e in cur.episodes if e[0] != 5]
+    assert len(tracked) == len(set(tracked))  # no task's episode reported twice
+    if requires_steps:
+        assert m["sync/total/steps_applied"] == steps == sum(len(b) for b in cur.batches)
+    else:
+        assert m["sync/total/steps_applied"] == 0 and cur.batches == []

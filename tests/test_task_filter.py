@@ -1,0 +1,318 @@
+"""XLand dynamic task generation (Open-Ended Learning Team 2021): criteria, scheduling, re-validation."""
+
+from __future__ import annotations
+
+import msgpack
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from magister.curricula.base import TaskSample
+from magister.curricula.task_filter import (
+    CONTROL_TAG,
+    ControlTaskSpace,
+    DTGThresholds,
+    TaskFilter,
+    control_task,
+    dtg_criteria,
+    split_control,
+)
+from magister.task_spaces.base import task_key
+from magister.task_spaces.discrete import Discrete
+from magister.task_spaces.open_ended import OpenEnded
+
+UNIT = DTGThresholds.paper((0.0, 1.0))
+
+
+def wire(x):
+    """What a task looks like after crossing the sync layer (msgpack: tuples become lists)."""
+    return msgpack.unpackb(msgpack.packb(x))
+
+
+# -- thresholds and criteria, by hand ----------------------------------------------------------------------
+def test_paper_thresholds_rescaled():
+    m = DTGThresholds.paper((0.0, 900.0))
+    assert (m.m_greater, m.m_s, m.m_cont, m.m_greater_cont, m.m_solved) == (7.5, 375.0, 0.0, 0.0, 1.0)
+    m = DTGThresholds.paper((-1.0, 1.0))
+    assert m.m_greater == pytest.approx(2 * 7.5 / 900)
+    assert m.m_s == pytest.approx(-1.0 + 2 * 375 / 900)
+    assert m.m_cont == -1.0
+    with pytest.raises(ValueError, match="return_range"):
+        DTGThresholds.paper((1.0, 1.0))
+
+
+def test_criteria_with_paper_defaults():
+    zeros = [0.0] * 10
+    # some agent episode beats the control, not every one exceeds m_s, control earns nothing: accept
+    assert dtg_criteria([1.0] + [0.0] * 9, zeros, UNIT) == (True, True, True)
+    # solved: every episode above m_s = 0.4167
+    assert dtg_criteria([0.5] * 10, zeros, UNIT)[0] is False
+    assert dtg_criteria([0.5] * 9 + [0.4], zeros, UNIT)[0] is True
+    # never better than the control by more than m_> = 0.00833
+    assert dtg_criteria([0.008] * 10, zeros, UNIT)[1] is False
+    assert dtg_criteria([0.009] + [0.0] * 9, zeros, UNIT)[1] is True
+    # the control policy earns something: V_cont = 0.01 > m_cont = 0
+    assert dtg_criteria([1.0] * 2 + [0.0] * 8, [0.1] + [0.0] * 9, UNIT)[2] is False
+
+
+def test_criteria_paper_examples():
+    # m_> = 2, m_>cont = 0.9: the agent must beat the control by 2 in all ten paired episodes
+    m = DTGThresholds(m_greater=2.0, m_s=450.0, m_cont=5.0, m_greater_cont=0.9, m_solved=0.1)
+    control = [1.0] * 10
+    assert dtg_criteria([3.5] * 10, control, m) == (True, True, True)
+    assert dtg_criteria([3.5] * 9 + [3.0], control, m)[1] is False  # 3.0 is not > 1 + 2
+    # m_s = 450, m_solved = 0.1: any episode above 450 disqualifies
+    assert dtg_criteria([3.5] * 9 + [451.0], control, m)[0] is False
+    # m_cont = 5: a control policy averaging 5 or more disqualifies (inclusive bound: 5 passes)
+    assert dtg_criteria([100.0] * 10, [5.0] * 10, m)[2] is True
+    assert dtg_criteria([100.0] * 10, [5.1] * 10, m)[2] is False
+
+
+def test_criterion_two_pairs_episodes_in_order():
+    m = DTGThresholds(m_greater=0.0, m_s=10.0, m_cont=10.0, m_greater_cont=0.5, m_solved=1.0)
+    # pairs (1 vs 0), (0 vs 1), (2 vs 1): agent wins 2 of 3 > 0.5
+    assert dtg_criteria([1.0, 0.0, 2.0], [0.0, 1.0, 1.0], m)[1] is True
+    # re-validation window longer than K: the last K agent returns are paired
+    assert dtg_criteria([5.0, 5.0, 0.0, 0.0, 2.0], [0.0, 1.0, 1.0], m)[1] is False
+    with pytest.raises(ValueError, match="at least as many"):
+        dtg_criteria([1.0], [0.0, 0.0], m)
+
+
+RETURNS = st.lists(st.floats(0, 1), min_size=10, max_size=10)
+
+
+@given(RETURNS, RETURNS)
+def test_criteria_match_direct_counts(agent, control):
+    a, c = np.array(agent), np.array(control)
+    expected = (
+        np.sum(a > UNIT.m_s) / 10 < 1.0,
+        np.sum(a > c + UNIT.m_greater) / 10 > 0.0,
+        c.mean() <= 0.0,
+    )
+    assert dtg_criteria(agent, control, UNIT) == expected
+
+
+# -- control-episode representation ---------------------------------------------------------------------
+def test_control_tag_round_trips_msgpack():
+    t = control_task((3, "a"))
+    assert t == (CONTROL_TAG, (3, "a"))
+    inner, is_control = split_control(wire(t))
+    assert is_control and task_key(inner) == task_key((3, "a"))
+    assert split_control(wire((3, "a"))) == ([3, "a"], False)
+    assert split_control(["other", 1]) == (["other", 1], False)
+
+
+def test_control_task_space_decodes_tagged_tasks():
+    space = ControlTaskSpace(Discrete(tasks=["lava", "maze"]))
+    assert space.decode(1) == "maze"
+    assert space.decode(wire(control_task(0))) == "lava"
+    assert space.num_tasks == 2 and space.encode("maze") == 1
+    with pytest.raises(ValueError):
+        space.decode(control_task(5))
+
+
+# -- a small world to run the filter in -------------------------------------------------------------------
+KIND_SOLVED, KIND_IMPOSSIBLE, KIND_EASY_FOR_CONTROL, KIND_LEARNABLE = range(4)
+
+
+class World:
+    """Task ``i`` has kind ``i % 4``: already solved (agent return 1), impossible (0), easy for the
+    control policy (control succeeds half the time), or learnable (agent succeeds with probability p,
+    growing with training). Returns are 0/1, in [0, 1]."""
+
+    def __init__(self, n=40, lr=0.0, seed=0):
+        self.n = n
+        self.kind = np.arange(n) % 4
+        self.p = np.select(
+            [self.kind == KIND_SOLVED, self.kind == KIND_LEARNABLE, self.kind == KIND_EASY_FOR_CONTROL],
+            [1.0, 0.4, 0.4], 0.0,
+        )
+        self.lr = lr
+        self.rng = np.random.default_rng(seed)
+        self.eval_agent = np.zeros(n, dtype=int)
+        self.eval_control = np.zeros(n, dtype=int)
+        self.trained = np.zeros(n, dtype=int)
+
+    def play(self, sample: TaskSample) -> tuple[float, object]:
+        task, is_control = split_control(sample.task)
+        if is_control:
+            assert not sample.train, "control episodes must be evaluation-only"
+            self.eval_control[task] += 1
+            easy = self.kind[task] == KIND_EASY_FOR_CONTROL
+            r = float(self.rng.random() < 0.5) if easy else 0.0
+        else:
+            r = float(self.rng.random() < self.p[task])
+            if sample.train:
+                self.trained[task] += 1
+                if self.kind[task] == KIND_LEARNABLE:
+                    self.p[task] += self.lr * (1.0 - self.p[task])
+            else:
+                self.eval_agent[task] += 1
+        return r, wire(sample.task)
+
+
+def run(cur, world, rounds, k=8):
+    for _ in range(rounds):
+        samples = cur.sample_tasks(k)
+        for s in samples:
+            r, wired = world.play(s)
+            cur.update_on_episode(r, 1, wired, r)
+
+
+def test_filter_accepts_exactly_the_useful_tasks():
+    world = World(40)
+    cur = TaskFilter(Discrete(40), num_episodes=10, max_pending=4, eval_fraction=0.5, seed=0)
+    run(cur, world, rounds=600)
+    accepted = set(cur.train_tasks)
+    assert accepted, "some learnable task must have been accepted"
+    assert all(world.kind[t] == KIND_LEARNABLE for t in accepted)
+    c = cur.counts
+    assert c["rejected_solved"] > 0 and c["rejected_control"] > 0 and c["rejected_easy_for_control"] > 0
+    decided = c["accepted"] + c["rejected_solved"] + c["rejected_control"] + c["rejected_easy_for_control"]
+    assert decided + len(cur.pending) == c["proposed"]
+    # K agent and K control evaluation episodes for every decided candidate (none lost here)
+    assert world.eval_control.sum() == pytest.approx(10 * decided, abs=10 * len(cur.pending))
+    # once tasks are accepted, training episodes are drawn from the accepted set only
+    useful = world.kind == KIND_LEARNABLE
+    assert world.trained[~useful].sum() < world.trained[useful].sum()
+
+
+def test_warm_up_trains_on_proposals_and_flags_evaluations():
+    cur = TaskFilter(Discrete(40), num_episodes=2, eval_fraction=0.25, seed=0)
+    samples = cur.sample_tasks(16)
+    evals = [s for s in samples if not s.train]
+    assert all(isinstance(s, TaskSample) for s in samples)
+    # nothing accepted yet: every slot first tries an evaluation; 4 candidates x (2 agent + 2 control)
+    assert len(evals) == 16
+    assert sum(split_control(s.task)[1] for s in evals) == 8
+    more = cur.sample_tasks(4)  # every candidate fully issued, none answered: warm-up training episodes
+    assert all(s.train and not split_control(s.task)[1] for s in more)
+    assert cur.sample(3) and cur.num_sampled == 23
+
+
+def test_revalidation_drops_tasks_that_become_solved():
+    world = World(40, lr=0.2)
+    cur = TaskFilter(Discrete(40), num_episodes=10, eval_fraction=0.3, seed=1)
+    run(cur, world, rounds=800)
+    assert cur.counts["accepted"] > 0
+    assert cur.counts["dropped"] > 0
+    mastered = np.flatnonzero((world.kind == KIND_LEARNABLE) & (world.p > 0.99))
+    assert mastered.size > 0
+    assert not set(mastered.tolist()) & set(cur.train_tasks)
+
+
+def test_capacity_evicts_oldest():
+    cur = TaskFilter(Discrete(10), max_train_tasks=2, seed=0)
+    ok_agent, ok_control = [1.0] + [0.0] * 9, [0.0] * 10
+    for t in (3, 5, 7):
+        cur._accept(task_key(t), t, ok_agent, ok_control)
+    assert sorted(cur.train_tasks) == [5, 7] and cur.counts["evicted"] == 1
+
+
+def test_lost_evaluation_episodes_are_reissued():
+    cur = TaskFilter(Discrete(10), num_episodes=1, max_pending=1, stale_after=5, seed=0)
+    first = cur.sample_tasks(2)  # the one candidate: one agent + one control episode, never answered
+    assert [s.train for s in first] == [False, False]
+    assert all(s.train for s in cur.sample_tasks(6))  # nothing to evaluate until they count as lost
+    again = cur.sample_tasks(2)
+    assert [s.task for s in again] == [s.task for s in first]
+
+
+def test_custom_proposal_and_open_ended_space():
+    space = OpenEnded(lambda rng: ("room", int(rng.integers(1000))))
+    proposed: list[int] = []
+
+    def propose(rng, n):
+        out = space.sample_encoded(n, rng=rng)
+        proposed.extend(range(n))
+        return out
+
+    cur = TaskFilter(space, propose=propose, num_episodes=1, seed=0)
+    samples = cur.sample_tasks(4)
+    assert proposed and len(samples) == 4
+    agent = next(s for s in samples if not split_control(s.task)[1])
+    control = next(s for s in samples if split_control(s.task)[1] and s.task[1] == agent.task)
+    cur.update_on_episode(0.3, 1, wire(agent.task), 0.3)
+    cur.update_on_episode(0.0, 1, wire(control.task), 0.0)
+    assert cur.counts["accepted"] == 1 and cur.train_tasks == [agent.task]
+    with pytest.raises(ValueError, match="returned"):
+        TaskFilter(space, propose=lambda rng, n: [], seed=0).sample_tasks(1)
+
+
+@given(st.integers(0, 10**6), st.integers(1, 4), st.floats(0.05, 1.0), st.integers(1, 30))
+def test_bookkeeping_invariants(seed, k_mc, eval_fraction, rounds):
+    rng = np.random.default_rng(seed)
+    cur = TaskFilter(Discrete(30), num_episodes=k_mc, eval_fraction=eval_fraction, max_pending=3,
+                     max_train_tasks=5, seed=seed)
+    for _ in range(rounds):
+        batch = cur.sample_tasks(int(rng.integers(1, 8)))
+        for s in batch:
+            task, is_control = split_control(s.task)
+            assert not (is_control and s.train)
+            if not s.train:
+                assert task_key(task) in cur.pending  # evaluation episodes are for candidates only
+        for s in batch:
+            if rng.random() < 0.9:  # some episodes are lost
+                r = float(rng.random() < 0.5) * float(rng.random())
+                cur.update_on_episode(r, 1, wire(s.task), r)
+        c = cur.counts
+        rejected = c["rejected_solved"] + c["rejected_control"] + c["rejected_easy_for_control"]
+        assert c["accepted"] + rejected + len(cur.pending) == c["proposed"]
+        assert len(cur.train_tasks) == c["accepted"] - c["dropped"] - c["evicted"] <= 5
+        assert not {task_key(t) for t in cur.train_tasks} & set(cur.pending)
+        assert len({task_key(t) for t in cur.train_tasks}) == len(cur.train_tasks)
+
+
+# -- checkpointing ---------------------------------------------------------------------------------------
+def test_checkpoint_resumes_identically():
+    world = World(40, lr=0.1)
+    a = TaskFilter(Discrete(40), num_episodes=4, eval_fraction=0.4, seed=5)
+    run(a, world, rounds=120)
+    assert a.counts["accepted"] > 0 and a.pending
+    b = TaskFilter(Discrete(40), num_episodes=4, eval_fraction=0.4, seed=6)
+    state = a.state_dict()
+    rng_state = state.pop("rng")  # 128-bit ints: not msgpack-able, everything else must be
+    b.load_state_dict(wire(state) | {"rng": rng_state})
+    assert a.sample_tasks(20) == b.sample_tasks(20)
+    for t in a.train_tasks[:3]:
+        a.update_on_episode(0.0, 1, t, 0.0)
+        b.update_on_episode(0.0, 1, t, 0.0)
+    assert a.sample_tasks(20) == b.sample_tasks(20)
+    assert a.counts == b.counts and a.train_tasks == b.train_tasks
+
+
+# -- bad input -------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "call, error",
+    [
+        (lambda c: c.update_on_episode(float("nan"), 1, 0, 0.0), "finite"),
+        (lambda c: c.update_on_episode(1.0, 1, 99, 1.0), "not an encoded task"),
+        (lambda c: c.update_on_episode(1.0, 1, control_task(99), 1.0), "not an encoded task"),
+    ],
+)
+def test_bad_input_raises_and_leaves_state_unchanged(call, error):
+    cur = TaskFilter(Discrete(10), num_episodes=2, seed=0)
+    cur.sample_tasks(5)
+    before = cur.state_dict()
+    with pytest.raises(ValueError, match=error):
+        call(cur)
+    assert cur.state_dict() == before
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"num_episodes": 0}, {"max_pending": 0}, {"eval_fraction": 0.0}, {"eval_fraction": 1.5},
+     {"window": 3}, {"return_range": (1.0, 0.0)}, {"m_s": float("nan")}],
+)
+def test_bad_constructor_arguments(kwargs):
+    with pytest.raises(ValueError):
+        TaskFilter(Discrete(10), **kwargs)
+
+
+def test_metrics():
+    cur = TaskFilter(Discrete(10**6), seed=0)
+    cur.sample_tasks(3)
+    m = cur.metrics()
+    assert m["task_filter/pending"] == 4.0 and m["task_filter/train_tasks"] == 0.0
+    assert all(isinstance(v, float) for v in m.values())
