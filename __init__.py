@@ -1,6 +1,20 @@
-"""magister: portable curriculum middleware for asynchronous reinforcement learning."""
+"""magister: portable curriculum middleware for asynchronous reinforcement learning.
+
+One object on the learner side, one wrapper on the environment side, an address string between them::
+
+    server = serve(curriculum)                                  # learner process
+    env = GymnasiumSyncWrapper(MyTaskWrapper(env), server.address)   # each env worker
+
+Subpackages: :mod:`magister.task_spaces`, :mod:`magister.curricula`, :mod:`magister.sync`,
+:mod:`magister.env_wrappers`, :mod:`magister.integrations`, :mod:`magister.examples`.
+"""
 
 from .curricula.base import AgentCurriculum, Curriculum, StepBatch, TaskSample
+from .env_wrappers.pettingzoo_wrapper import PettingZooTaskWrapper
+from .env_wrappers.reinit import ReinitTaskWrapper
+from .env_wrappers.sync_wrappers import GymnasiumSyncWrapper, PettingZooSyncWrapper
+from .env_wrappers.task_wrapper import TaskWrapper
+from .sync.server import CurriculumServer, serve
 from .task_spaces.base import TaskSpace, stable_hash, task_key
 
 __version__ = "0.1.0"
@@ -8,10 +22,17 @@ __version__ = "0.1.0"
 __all__ = [
     "AgentCurriculum",
     "Curriculum",
+    "CurriculumServer",
+    "GymnasiumSyncWrapper",
+    "PettingZooSyncWrapper",
+    "PettingZooTaskWrapper",
+    "ReinitTaskWrapper",
     "StepBatch",
     "TaskSample",
     "TaskSpace",
+    "TaskWrapper",
+    "__version__",
+    "serve",
     "stable_hash",
     "task_key",
-    "__version__",
 ]

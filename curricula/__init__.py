@@ -1,24 +1,60 @@
 """Curricula: one algorithm per file. ``base.py`` holds the Curriculum and Agent APIs."""
 
+from .accel import ACCEL
 from .base import AgentCurriculum, Curriculum, StepBatch, TaskSample
 from .constant import Constant
 from .domain_randomization import DomainRandomization
+from .dual import DualCurriculum
 from .expanding_box import ExpandingBox
+from .fsp import FSP
+from .interestingness import EmbeddingJudge, InterestingnessJudge, JudgeError, LLMJudge
+from .learning_progress import LearningProgress
 from .manual import Manual
+from .omni import OMNI
+from .opponent_store import CURRENT_AGENT, CorruptSnapshotError, OpponentLoader, OpponentStore, OutcomeRule
+from .pfsp import PFSP
+from .plr import PLR, PLRPerp, RobustPLR
+from .self_play import SelfPlay
 from .sequential import Sequential
+from .sfl import SFL
 from .stopping import Condition, ConditionSyntaxError, parse_condition
+from .task_filter import ControlTaskSpace, DTGThresholds, TaskFilter, split_control
 
 __all__ = [
+    "ACCEL",
     "AgentCurriculum",
+    "CURRENT_AGENT",
     "Condition",
     "ConditionSyntaxError",
     "Constant",
+    "ControlTaskSpace",
+    "CorruptSnapshotError",
     "Curriculum",
+    "DTGThresholds",
     "DomainRandomization",
+    "DualCurriculum",
+    "EmbeddingJudge",
     "ExpandingBox",
+    "FSP",
+    "InterestingnessJudge",
+    "JudgeError",
+    "LLMJudge",
+    "LearningProgress",
     "Manual",
+    "OMNI",
+    "OpponentLoader",
+    "OpponentStore",
+    "OutcomeRule",
+    "PFSP",
+    "PLR",
+    "PLRPerp",
+    "RobustPLR",
+    "SFL",
+    "SelfPlay",
     "Sequential",
     "StepBatch",
+    "TaskFilter",
     "TaskSample",
     "parse_condition",
+    "split_control",
 ]

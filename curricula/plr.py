@@ -57,10 +57,17 @@ default here 4000), ``gamma = 0.99``, ``lambda = 0.9``. ``min_fill_ratio`` is no
 the default 0 replays as soon as anything is buffered.
 
 Bookkeeping is incremental: the buffer is a set of fixed numpy arrays, per-task statistics are growable
-arrays indexed by :class:`~magister.curricula._table.TaskIndex` slots, ``sample(k)`` draws all ``k`` tasks
-with one ``rng.choice`` and one new-task draw, ``P_S`` is cached until a score changes, an insertion costs
-O(buffer) numpy work (O(1) when a lower bound of the lowest score rejects it), and nothing loops over all
-tasks, so spaces of 10^6 tasks work.
+arrays indexed by :class:`~magister.curricula._table.TaskIndex` slots, and nothing loops over all tasks,
+so spaces of 10^6 tasks work. A small buffer (capacity at most 1024) draws replays with one
+``rng.choice`` over ``P``, O(buffer) and cheap at that size. A larger one draws them without building
+``P``: each draw picks the staleness component with probability ``rho``, else the score component (a
+mixture, so the draw follows ``P = (1 - rho) P_S + rho P_C`` exactly). For rank prioritisation the buffer
+is kept ordered by score (a score change moves one entry: a vectorised shift), and a draw picks a rank from
+the fixed rank weights, then an entry uniformly among those tied at that rank (which is what averaging the
+weights of tied ranks means); for power prioritisation ``P_S`` and its CDF are cached until a score
+changes. ``P_C`` draws descend a Fenwick tree of the last-sampled clocks, whose node over ``L`` entries
+weighs ``c * L - sum C``. So ``sample(k)`` costs O(k log buffer) and a score update O(log buffer) plus
+the shift, never a sort.
 
 >>> from magister.task_spaces.base import TaskSpace
 >>> class Ints(TaskSpace):
@@ -98,6 +105,8 @@ logger = logging.getLogger(__name__)
 __all__ = ["PLR", "PLRPerp", "RobustPLR"]
 
 _EMPTY = -1
+#: Buffers of more entries draw replays as a mixture, without building P (see the module docstring).
+_MIXTURE_MIN_CAPACITY = 1025
 
 
 class PLR(Curriculum):
@@ -183,6 +192,14 @@ class PLR(Curriculum):
         self._buf_score = np.zeros(self.capacity, dtype=np.float64)
         self._buf_last = np.zeros(self.capacity, dtype=np.int64)
         self._n_buf = 0
+        # Sampling structures kept in step with the buffer: the filled positions ordered by descending
+        # score (keys are -score, ascending) and a Fenwick tree over the last-sampled clocks C_i.
+        self._rank_key = np.zeros(self.capacity, dtype=np.float64)
+        self._rank_pos = np.zeros(self.capacity, dtype=np.int64)
+        self._last_tree = np.zeros(self.capacity + 1, dtype=np.int64)
+        self._last_total = 0  # sum of C_i over the filled entries
+        self._rank_cdf_cache: tuple[float, np.ndarray] | None = None  # (temperature, cumulative rank weights)
+        self._ps_cdf: np.ndarray | None = None  # power prioritisation: CDF of the cached P_S
         # Per-slot statistics (grown on demand): buffer position, seen flag, best return, episode means.
         self._pos = np.full(0, _EMPTY, dtype=np.int64)
         self._seen = np.zeros(0, dtype=bool)
@@ -279,8 +296,17 @@ class PLR(Curriculum):
         """``P = (1 - rho) P_S + rho P_C`` over the filled buffer entries (in :meth:`buffer_tasks` order).
 
         ``P_S`` (a sort of the buffer for rank prioritisation) is cached until a score changes; ``P_C``
-        is recomputed, O(buffer).
+        is recomputed, O(buffer). (Sampling does not call this: see :meth:`_draw_replays`.)
         """
+        m = self._n_buf
+        ps = self._score_probs()
+        rho = self.staleness_coef
+        if rho == 0.0:
+            return ps.copy()
+        return (1.0 - rho) * ps + rho * staleness_weights(self._buf_last[:m], self._clock)
+
+    def _score_probs(self) -> np.ndarray:
+        """``P_S`` over the filled buffer entries, cached until a score changes."""
         m = self._n_buf
         key = (m, self.temperature, self.prioritization)
         if self._ps_cache is None or self._ps_key != key:
@@ -289,10 +315,141 @@ class PLR(Curriculum):
                 staleness_coef=0.0, prioritization=self.prioritization,
             )
             self._ps_key = key
-        rho = self.staleness_coef
-        if rho == 0.0:
-            return self._ps_cache.copy()
-        return (1.0 - rho) * self._ps_cache + rho * staleness_weights(self._buf_last[:m], self._clock)
+            self._ps_cdf = None
+        return self._ps_cache
+
+    # -- replay draws without building P ----------------------------------------------------------
+    def _draw_replays(self, k: int) -> np.ndarray:
+        """``k`` buffer positions drawn i.i.d. from ``P = (1 - rho) P_S + rho P_C`` as a mixture."""
+        stale = self.rng.random(k) < self.staleness_coef
+        u = self.rng.random(k)
+        out = np.empty(k, dtype=np.int64)
+        n_stale = int(stale.sum())
+        if n_stale:
+            out[stale] = self._draw_stale(u[stale])
+        if n_stale < k:
+            out[~stale] = self._draw_score(u[~stale])
+        return out
+
+    def _draw_score(self, u: np.ndarray) -> np.ndarray:
+        """Buffer positions for uniforms ``u``, drawn from ``P_S``."""
+        m = self._n_buf
+        if self.prioritization == "power":
+            if self._ps_cdf is None or self._ps_cache is None or self._ps_key[0] != m:
+                self._ps_cdf = np.cumsum(self._score_probs())
+            cdf = self._ps_cdf
+            return np.minimum(np.searchsorted(cdf, u * cdf[-1], side="right"), m - 1)
+        # rank: pick a rank r with probability h_r / sum h, then an entry uniformly among those tied with
+        # the entry at rank r (tied entries share the mean weight of their ranks).
+        cdf = self._rank_cdf()
+        j = np.minimum(np.searchsorted(cdf[:m], u * cdf[m - 1], side="right"), m - 1)
+        keys = self._rank_key[:m]
+        lo = np.searchsorted(keys, keys[j], side="left")
+        width = np.searchsorted(keys, keys[j], side="right") - lo
+        tied = width > 1
+        if tied.any():
+            j[tied] = lo[tied] + np.minimum((self.rng.random(int(tied.sum())) * width[tied]).astype(np.int64),
+                                            width[tied] - 1)
+        return self._rank_pos[j]
+
+    def _rank_cdf(self) -> np.ndarray:
+        """Cumulative rank weights ``sum_{r' <= r} r'^(-1/beta)`` for ranks ``1 .. capacity``."""
+        cache = self._rank_cdf_cache
+        if cache is None or cache[0] != self.temperature:
+            logw = -np.log(np.arange(1, self.capacity + 1, dtype=np.float64)) / self.temperature
+            cache = (self.temperature, np.cumsum(np.exp(logw - logw[0])))
+            self._rank_cdf_cache = cache
+        return cache[1]
+
+    def _draw_stale(self, u: np.ndarray) -> np.ndarray:
+        """Buffer positions for uniforms ``u``, drawn from ``P_C(i) = (c - C_i) / sum_j (c - C_j)``.
+
+        Descends the Fenwick tree of ``C``: the node covering ``L`` filled entries weighs ``c L - sum C``.
+        """
+        m, c = self._n_buf, self._clock
+        total = c * m - self._last_total
+        if total <= 0:  # every entry is fresh: P_C is uniform
+            return np.minimum((u * m).astype(np.int64), m - 1)
+        tree = self._last_tree
+        target = u * float(total)
+        pos = np.zeros(u.shape[0], dtype=np.int64)
+        step = 1 << (m.bit_length() - 1)
+        while step:
+            nxt = pos + step
+            inside = nxt <= m
+            val = np.where(inside, c * step - tree[np.minimum(nxt, m)], np.inf)
+            go = val <= target
+            target = np.where(go, target - val, target)
+            pos = np.where(go, nxt, pos)
+            step >>= 1
+        return np.minimum(pos, m - 1)
+
+    def _set_last(self, pos: np.ndarray, last: np.ndarray) -> None:
+        """``C[pos] = last`` for distinct buffer positions, keeping the Fenwick tree in step."""
+        delta = last - self._buf_last[pos]
+        self._buf_last[pos] = last
+        self._last_total += int(delta.sum())
+        tree, size = self._last_tree, self.capacity
+        if pos.size <= 4:  # a few point updates: scalar loops beat vectorised passes
+            for p, d in zip(pos.tolist(), delta.tolist()):
+                i = p + 1
+                while i <= size:
+                    tree[i] += d
+                    i += i & -i
+            return
+        idx = pos + 1
+        while idx.size:
+            np.add.at(tree, idx, delta)
+            idx = idx + (idx & -idx)
+            keep = idx <= size
+            idx, delta = idx[keep], delta[keep]
+
+    def _rank_move(self, pos: int, old: float | None, new: float) -> None:
+        """Keep the score order in step: entry ``pos`` goes from score ``old`` (``None``: it was just
+        added, ``_n_buf`` already counts it) to ``new``. One vectorised shift, no sort.
+
+        The order is by score, descending, then by buffer position, so it depends only on the buffer's
+        contents (a loaded state samples exactly as the saved one would).
+        """
+        m = self._n_buf
+        key, order = self._rank_key, self._rank_pos
+        if old is None:
+            i = m - 1
+            key[i] = np.inf  # keeps key[:m] sorted until the entry is placed
+        else:
+            i = self._rank_index(-old, pos)
+        j = self._rank_index(-new, pos)
+        if j > i:  # remove at i, insert at j - 1: shift (i, j) left
+            j -= 1
+            key[i:j] = key[i + 1:j + 1]
+            order[i:j] = order[i + 1:j + 1]
+        elif j < i:  # shift [j, i) right
+            key[j + 1:i + 1] = key[j:i]
+            order[j + 1:i + 1] = order[j:i]
+        key[j] = -new
+        order[j] = pos
+
+    def _rank_index(self, key: float, pos: int) -> int:
+        """Index of ``(key, pos)`` in the score order (where it is, or where it would be inserted)."""
+        m = self._n_buf
+        keys = self._rank_key[:m]
+        lo = int(np.searchsorted(keys, key, side="left"))
+        hi = int(np.searchsorted(keys, key, side="right"))
+        return lo + int(np.searchsorted(self._rank_pos[lo:hi], pos))
+
+    def _rebuild_sampling(self) -> None:
+        """Rebuild the score order and the Fenwick tree from the buffer arrays (after loading a state)."""
+        m = self._n_buf
+        self._rank_key[:] = 0.0
+        self._rank_pos[:] = 0
+        order = np.argsort(-self._buf_score[:m], kind="stable")
+        self._rank_key[:m] = -self._buf_score[:m][order]
+        self._rank_pos[:m] = order
+        c = np.concatenate(([0], np.cumsum(self._buf_last)))
+        i = np.arange(1, self.capacity + 1)
+        self._last_tree = np.concatenate(([0], c[i] - c[i - (i & -i)])).astype(np.int64)
+        self._last_total = int(self._buf_last[:m].sum())
+        self._ps_cdf = None
 
     def _draw_new(self, k: int) -> list[EncodedTask]:
         """``k`` tasks not in the buffer (finite spaces), or fresh from the generator (unbounded spaces)."""
@@ -341,8 +498,13 @@ class PLR(Curriculum):
         ticks = self._clock + 1 + np.arange(k)  # each sampled task advances the clock by one
         out: list[TaskSample | None] = [None] * k
         if n_rep:
-            pos = self.rng.choice(self._n_buf, size=n_rep, p=self.replay_weights())
-            np.maximum.at(self._buf_last, pos, ticks[replay])
+            if self.capacity >= _MIXTURE_MIN_CAPACITY:
+                pos = self._draw_replays(n_rep)
+            else:
+                pos = self.rng.choice(self._n_buf, size=n_rep, p=self.replay_weights())
+            # C_i <- the tick of entry i's last draw in this call (ticks increase, so the last one wins)
+            uniq, last = np.unique(pos[::-1], return_index=True)
+            self._set_last(uniq, ticks[replay][::-1][last])
             for j, t in zip(np.flatnonzero(replay).tolist(), self._index.tasks(self._buf_slot[pos])):
                 out[j] = TaskSample(t, True)
         if n_rep < k:
@@ -440,34 +602,41 @@ class PLR(Curriculum):
         # self._low is a lower bound of the lowest buffered score, so most rejections cost O(1).
         pos = int(self._pos[slot])
         if pos != _EMPTY:
+            old = float(self._buf_score[pos])
             self._buf_score[pos] = score
             self._low = min(self._low, score)
             self._ps_cache = None
+            if score != old:
+                self._rank_move(pos, old, score)
             return
         if self._n_buf < self.capacity:
-            self._put(self._n_buf, slot, score)
+            pos = self._n_buf
+            self._put(pos, slot, score)
             self._n_buf += 1
+            self._rank_move(pos, None, score)
             self._low = min(self._low, score)
             return
         if score <= self._low:
             return
         m = self._n_buf
-        low = self._buf_score[:m].min()
-        self._low = float(low)
+        key = self._rank_key[:m]
+        low = -float(key[m - 1])  # the score order's last entry holds the lowest score
+        self._low = low
         if not score > low:
             return
-        cand = np.flatnonzero(self._buf_score[:m] == low)
+        cand = np.sort(self._rank_pos[int(np.searchsorted(key, key[m - 1], side="left")):m])
         victim = int(cand[np.argmin(self._buf_last[cand])])
         self._pos[self._buf_slot[victim]] = _EMPTY
         self.num_evicted += 1
         self._evicted(int(self._buf_slot[victim]))
         self._put(victim, slot, score)
+        self._rank_move(victim, low, score)
 
     def _put(self, pos: int, slot: int, score: float) -> None:
         self._ps_cache = None
         self._buf_slot[pos] = slot
         self._buf_score[pos] = score
-        self._buf_last[pos] = self._clock
+        self._set_last(np.array([pos]), np.array([self._clock]))
         self._pos[slot] = pos
         self.num_inserted += 1
         self._inserted(slot)
@@ -597,6 +766,7 @@ class PLR(Curriculum):
         self._ep_n = np.array(state["ep_n"], dtype=np.int64)
         self._clock = int(state["clock"])
         self._ps_cache = None
+        self._rebuild_sampling()
         self._low = float(self._buf_score[: self._n_buf].min()) if self._n_buf else np.inf
         self._n_seen = int(state["n_seen"])
         counters = [int(x) for x in state["counters"]]

@@ -52,7 +52,6 @@ from magister.examples.puzzles.task import (
     depth_ladder,
     make_puzzle_env,
 )
-from magister.task_spaces.base import task_key
 
 logger = logging.getLogger(__name__)
 
@@ -71,7 +70,7 @@ class Args:
     size: str = "4x4c"
     """board parameters whose depth ladder is the default task space"""
     curriculum: str = "sfl"
-    """curriculum: dr, sfl, sfl-dist, plr, robust-plr, accel, lp"""
+    """curriculum: dr, sfl, sfl-dist, plr, robust-plr, accel, lp; none = one fixed task, no magister"""
     train_seeds: int = 200
     """instances per difficulty used for training (seeds 0 .. train_seeds-1)"""
     eval_seeds: int = 20
@@ -181,7 +180,7 @@ def make_task_spaces(args: Args) -> tuple[PuzzleTaskSpace, PuzzleTaskSpace, list
 
 
 #: Curricula selectable with ``--curriculum``.
-CURRICULA = ("dr", "sfl", "sfl-dist", "plr", "robust-plr", "accel", "lp")
+CURRICULA = ("dr", "sfl", "sfl-dist", "plr", "robust-plr", "accel", "lp", "none")
 
 
 def make_curriculum(name: str, task_space: PuzzleTaskSpace, seed: int, **kwargs: Any) -> Curriculum:
@@ -230,10 +229,17 @@ def wants_value_scores(curriculum: Curriculum) -> bool:
 # Environments
 # ----------------------------------------------------------------------------------------------------
 def make_env_fn(args: Args, task_space: PuzzleTaskSpace, source: Any):
-    """A factory for one synced puzzle env (picklable for worker processes when ``source`` is an address)."""
+    """A factory for one synced puzzle env (picklable for worker processes when ``source`` is an address).
+
+    With ``source=None`` (``--curriculum none``) the env is the bare puzzle on one fixed difficulty, with no
+    magister wrapper at all: the baseline for measuring what the curriculum machinery costs.
+    """
 
     def thunk() -> gym.Env:
         kwargs = {"max_steps": args.max_steps} if args.max_steps else {}
+        if source is None:
+            params = difficulties(args)[len(difficulties(args)) // 2]
+            return make_puzzle_env(args.puzzle, task_space, params=f"{params}#{args.seed}", **kwargs)
         env = PuzzleTaskWrapper(make_puzzle_env(args.puzzle, task_space, **kwargs), task_space)
         return GymnasiumSyncWrapper(env, source)
 
@@ -391,6 +397,9 @@ class RunResult:
     """share of training episodes spent on task instances the agent never solved during training"""
     global_step: int
     seconds: float
+    """wall time of the run, evaluations included"""
+    eval_seconds: float
+    """wall time spent in held-out evaluations"""
     run_dir: str
     history: list[dict[str, Any]]
 
@@ -405,13 +414,16 @@ def train(args: Args) -> RunResult:
     np_rng = np.random.default_rng(args.seed)
 
     task_space, eval_space, held_out = make_task_spaces(args)
-    curriculum = make_curriculum(args.curriculum, task_space, args.seed, **args.extra)
+    curriculum = None if args.curriculum == "none" else make_curriculum(
+        args.curriculum, task_space, args.seed, **args.extra)
     server = None
-    if args.vector == "async":
+    if curriculum is None:
+        source: Any = None
+    elif args.vector == "async":
         from magister.sync.server import serve
 
         server = serve(curriculum)
-        source: Any = server.address
+        source = server.address
     else:
         source = curriculum
     envs = make_vector_env(args, task_space, source)
@@ -429,7 +441,8 @@ def train(args: Args) -> RunResult:
         ckpt = torch.load(args.resume, weights_only=False)
         agent.load_state_dict(ckpt["agent"])
         optimizer.load_state_dict(ckpt["optimizer"])
-        (server or curriculum).load_state_dict(ckpt["curriculum"])
+        if curriculum is not None:
+            (server or curriculum).load_state_dict(ckpt["curriculum"])
         start_update, global_step, history = ckpt["update"], ckpt["global_step"], ckpt["history"]
         logger.info("resumed from %s at update %d", args.resume, start_update)
 
@@ -459,10 +472,10 @@ def train(args: Args) -> RunResult:
     instance_solved: set[Any] = set()
     window_counts: dict[str, int] = defaultdict(int)
     obs, info = envs.reset(seed=args.seed)
-    cur_train = np.asarray(info["task_train"], dtype=bool)
-    cur_task = list(info["task"])
+    cur_train, cur_task, cur_instance = _task_info(info, args.num_envs)
     next_done = torch.zeros(args.num_envs)
     t0 = time.time()
+    eval_seconds = 0.0
     last_eval: dict[str, dict[str, float]] = {}
     bar = _progress(args, num_updates, start_update)
     try:
@@ -493,17 +506,15 @@ def train(args: Args) -> RunResult:
                             rewards[step, idx] += args.gamma * agent.value(final)
                 next_done = torch.as_tensor(done, dtype=torch.float32)
                 for i in np.flatnonzero(done):
-                    params = _params_of(cur_task[i], task_space)
+                    params = cur_instance[i].split("#")[0]
                     solved = bool(info["final_info"]["success"][i])
                     episodes[params] += 1
                     window_counts[params] += 1
                     successes[params] += int(solved)
-                    key = task_key(cur_task[i])
-                    instance_episodes[key] += 1
+                    instance_episodes[cur_instance[i]] += 1
                     if solved:
-                        instance_solved.add(key)
-                cur_train = np.asarray(info["task_train"], dtype=bool)
-                cur_task = list(info["task"])
+                        instance_solved.add(cur_instance[i])
+                cur_train, cur_task, cur_instance = _task_info(info, args.num_envs)
 
             # GAE
             with torch.no_grad():
@@ -518,7 +529,7 @@ def train(args: Args) -> RunResult:
                     advantages[t] = lastgae
                 returns = advantages + values
 
-            if wants_value_scores(curriculum):
+            if curriculum is not None and wants_value_scores(curriculum):
                 from magister.integrations.scores import feed_scores
 
                 ends = torch.cat([dones[1:], next_done[None]], dim=0)
@@ -560,7 +571,8 @@ def train(args: Args) -> RunResult:
                             pg_loss.item(), v_loss.item(), ent.item())
 
             # logging, evaluation, checkpoints
-            sps = int((global_step - start_update * batch_size) / max(time.time() - t0, 1e-9))
+            elapsed = max(time.time() - t0 - eval_seconds, 1e-9)
+            sps = int((global_step - start_update * batch_size) / elapsed)
             row: dict[str, Any] = {"update": update + 1, "global_step": global_step,
                                    "counts": dict(window_counts),
                                    "train_fraction": float(b_train.mean())}
@@ -568,15 +580,17 @@ def train(args: Args) -> RunResult:
             do_eval = (args.eval_every and (update + 1) % args.eval_every == 0) or update + 1 == num_updates
             if do_eval:
                 agent.eval()
+                t_eval = time.time()
                 last_eval = evaluate(agent, args, eval_space, held_out, args.eval_episodes, seed=args.seed)
                 row["eval"] = last_eval
+                eval_seconds += time.time() - t_eval
             history.append(row)
             if writer is not None:
                 writer.add_scalar("charts/sps", sps, global_step)
                 writer.add_scalar("charts/train_fraction", row["train_fraction"], global_step)
                 for k, v in stats.items():
                     writer.add_scalar(f"losses/{k}", v, global_step)
-                for k, v in _curriculum_metrics(server or curriculum).items():
+                for k, v in _curriculum_metrics(server or curriculum).items() if curriculum else ():
                     writer.add_scalar(k, v, global_step)
                 for params, r in last_eval.items() if do_eval else ():
                     writer.add_scalar(f"eval/success/{params}", r["success"], global_step)
@@ -606,11 +620,14 @@ def train(args: Args) -> RunResult:
     if args.plot:
         plot_run(history, difficulties(args), run_dir / "curriculum.png", title=run_name)
     return RunResult(last_eval, dict(episodes), train_success, unsolved_share, global_step, seconds,
-                     str(run_dir), history)
+                     eval_seconds, str(run_dir), history)
 
 
-def _params_of(encoded: Any, task_space: PuzzleTaskSpace) -> str:
-    return task_space.decode(encoded).params
+def _task_info(info: dict[str, Any], n: int) -> tuple[np.ndarray, list[Any], list[str]]:
+    """Per env: train flag, encoded task (None without magister) and instance string ``"params#seed"``."""
+    train = np.asarray(info["task_train"], dtype=bool) if "task_train" in info else np.ones(n, dtype=bool)
+    tasks = list(info["task"]) if "task" in info else [None] * n
+    return train, tasks, [str(p) for p in info["params"]]
 
 
 def _curriculum_metrics(source: Any) -> dict[str, float]:
@@ -633,9 +650,16 @@ def save_checkpoint(path: Path, agent: Agent, optimizer: torch.optim.Optimizer, 
                     update: int, global_step: int, history: list, args: Args) -> None:
     """Atomically write policy, optimiser, curriculum state and counters."""
     tmp = path.with_suffix(".tmp")
-    torch.save({"agent": agent.state_dict(), "optimizer": optimizer.state_dict(),
-                "curriculum": curriculum.state_dict(), "update": update, "global_step": global_step,
-                "history": history, "args": dataclasses.asdict(args)}, tmp)
+    state = {
+        "agent": agent.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "curriculum": curriculum.state_dict() if curriculum is not None else None,
+        "update": update,
+        "global_step": global_step,
+        "history": history,
+        "args": dataclasses.asdict(args),
+    }
+    torch.save(state, tmp)
     os.replace(tmp, path)
 
 

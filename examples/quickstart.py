@@ -34,6 +34,7 @@ DEFAULTS = {
     "train_seeds": 200,
     "eval_seeds": 25,
     "eval_every": 20,
+    "seeds": [0],
 }
 
 
@@ -52,47 +53,53 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--train-seeds", type=int, default=DEFAULTS["train_seeds"])
     p.add_argument("--eval-seeds", type=int, default=DEFAULTS["eval_seeds"])
     p.add_argument("--eval-every", type=int, default=DEFAULTS["eval_every"])
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seeds", type=int, nargs="+", default=DEFAULTS["seeds"],
+                   help="training seeds; the table averages over them")
     p.add_argument("--vector", default="sync", choices=["sync", "async"])
     p.add_argument("--run-dir", default="runs/quickstart")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True)
     return p.parse_args(argv)
 
 
-def run_args(ns: argparse.Namespace, curriculum: str) -> Args:
+def run_args(ns: argparse.Namespace, curriculum: str, seed: int) -> Args:
     return Args(puzzle=ns.puzzle, size=ns.size, curriculum=curriculum, total_steps=ns.total_steps,
                 num_envs=ns.num_envs, num_steps=ns.num_steps, max_steps=ns.max_steps,
                 train_seeds=ns.train_seeds, eval_seeds=ns.eval_seeds, eval_every=ns.eval_every,
-                seed=ns.seed, vector=ns.vector, run_dir=ns.run_dir, run_name=curriculum,
+                seed=seed, vector=ns.vector, run_dir=ns.run_dir, run_name=f"{curriculum}_s{seed}",
                 progress=ns.progress)
 
 
-def table(results: dict[str, RunResult], params: list[str]) -> str:
-    """The comparison table as text."""
+def success(runs: list[RunResult], params: str) -> float:
+    """Held-out success on one difficulty, averaged over the runs (seeds)."""
+    return float(np.mean([r.eval.get(params, {}).get("success", np.nan) for r in runs]))
+
+
+def table(results: dict[str, list[RunResult]], params: list[str]) -> str:
+    """The comparison table as text (every number is a mean over the seeds)."""
     names = list(results)
     head = f"{'difficulty':>12} | " + " | ".join(f"{n + ' success':>12}" for n in names) + " | " + \
         " | ".join(f"{n + ' episodes':>13}" for n in names)
     lines = [head, "-" * len(head)]
     for p in params:
-        succ = [results[n].eval.get(p, {}).get("success", float("nan")) for n in names]
-        eps = [results[n].episodes_per_difficulty.get(p, 0) for n in names]
-        tot = [max(sum(results[n].episodes_per_difficulty.values()), 1) for n in names]
-        lines.append(f"{p:>12} | " + " | ".join(f"{s:>12.2f}" for s in succ) + " | " +
-                     " | ".join(f"{e:>6} ({e / t:4.0%})" for e, t in zip(eps, tot)))
+        eps = [np.mean([r.episodes_per_difficulty.get(p, 0) for r in results[n]]) for n in names]
+        tot = [np.mean([max(sum(r.episodes_per_difficulty.values()), 1) for r in results[n]]) for n in names]
+        lines.append(f"{p:>12} | " + " | ".join(f"{success(results[n], p):>12.2f}" for n in names) + " | " +
+                     " | ".join(f"{e:>6.0f} ({e / t:4.0%})" for e, t in zip(eps, tot)))
     lines.append("-" * len(head))
-    mean = [np.nanmean([results[n].eval.get(p, {}).get("success", np.nan) for p in params]) for n in names]
+    mean = [np.mean([success(results[n], p) for p in params]) for n in names]
     lines.append(f"{'mean':>12} | " + " | ".join(f"{m:>12.3f}" for m in mean))
     lines.append("")
     for n in names:
-        r = results[n]
-        lines.append(f"{n}: {r.global_step} steps in {r.seconds:.0f}s; "
-                     f"{r.unsolved_episode_share:.0%} of training episodes were spent on instances it never "
-                     f"solved")
+        runs = results[n]
+        wasted = np.mean([r.unsolved_episode_share for r in runs])
+        lines.append(f"{n}: {runs[0].global_step} steps x {len(runs)} seed(s), "
+                     f"{np.mean([r.seconds for r in runs]):.0f}s per run; {wasted:.0%} of training episodes "
+                     f"were spent on instances it never solved")
     return "\n".join(lines)
 
 
-def plot(results: dict[str, RunResult], params: list[str], path: Path) -> None:
-    """Bar chart of held-out success per difficulty for every run."""
+def plot(results: dict[str, list[RunResult]], params: list[str], path: Path) -> None:
+    """Bar chart of held-out success per difficulty for every curriculum (mean over seeds)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -101,8 +108,8 @@ def plot(results: dict[str, RunResult], params: list[str], path: Path) -> None:
     fig, ax = plt.subplots(figsize=(8, 4))
     width = 0.8 / len(results)
     x = np.arange(len(params))
-    for i, (name, r) in enumerate(results.items()):
-        ax.bar(x + i * width, [r.eval.get(p, {}).get("success", 0.0) for p in params], width, label=name)
+    for i, (name, runs) in enumerate(results.items()):
+        ax.bar(x + i * width, [success(runs, p) for p in params], width, label=name)
     ax.set_xticks(x + width * (len(results) - 1) / 2, params)
     ax.set(ylabel="held-out success", ylim=(0, 1), title="held-out success per difficulty (same budget)")
     ax.legend()
@@ -111,14 +118,15 @@ def plot(results: dict[str, RunResult], params: list[str], path: Path) -> None:
     plt.close(fig)
 
 
-def main(argv: list[str] | None = None) -> dict[str, RunResult]:
+def main(argv: list[str] | None = None) -> dict[str, list[RunResult]]:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     ns = parse(argv)
-    results: dict[str, RunResult] = {}
-    for name in (ns.baseline, ns.curriculum):
-        print(f"== training with {name} ({ns.total_steps} steps) ==", flush=True)
-        results[name] = train(run_args(ns, name))
-    params = difficulties(run_args(ns, ns.curriculum))
+    results: dict[str, list[RunResult]] = {ns.baseline: [], ns.curriculum: []}
+    for seed in ns.seeds:
+        for name in results:
+            print(f"== {name}, seed {seed}: {ns.total_steps} steps ==", flush=True)
+            results[name].append(train(run_args(ns, name, seed)))
+    params = difficulties(run_args(ns, ns.curriculum, ns.seeds[0]))
     print()
     print(table(results, params))
     out = Path(ns.run_dir) / "quickstart.png"

@@ -1,1 +1,5 @@
-"""Glue for trainers: score helpers, SB3 callback, RLlib callbacks, logging."""
+"""Glue for trainers: learner-side score helpers (numpy and torch), and later SB3/RLlib callbacks, logging."""
+
+from .scores import SegmentScores, compute_advantages, feed_scores, rollout_scores
+
+__all__ = ["SegmentScores", "compute_advantages", "feed_scores", "rollout_scores"]

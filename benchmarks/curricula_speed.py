@@ -1,0 +1,389 @@
+"""Curricula speed and memory against the reference library (syllabus-rl 0.7): PLR, Learning Progress, SFL.
+
+Run (magister only; the reference columns show ``n/a``)::
+
+    python benchmarks/curricula_speed.py [--quick]
+
+Run against the reference library, which lives in its own virtualenv (never in the development one)::
+
+    bash benchmarks/_reference_env.sh /work/bench-venv
+    /work/bench-venv/bin/python benchmarks/curricula_speed.py
+
+For each algorithm and each number of tasks ``n`` (10^3, 10^4, 10^5), both libraries get the same call
+sequence on a discrete space of ``n`` tasks:
+
+1. **Construction and warm-up** (untimed): every task gets one piece of feedback, so every per-task table
+   is filled. The bytes still allocated afterwards (``tracemalloc``, numpy buffers included; torch tensors,
+   which only the reference's PLR rollout storage uses, are not traced) divided by ``n`` is the
+   *memory per task*.
+2. **Timed**: ``M`` rounds of ``task = sample(1)`` followed by one *episode update* for that task. The two
+   calls are timed separately within the same loop, so the sample cost includes whatever the preceding
+   updates left to do (cache invalidation, pending refreshes). A block of ``M`` rounds is repeated
+   ``--repeats`` times, the two libraries alternating block by block; the table shows the median rate of
+   the blocks (``M`` is a multiple of 25, the update period of LP and SFL, so every block holds the same
+   number of periodic refreshes).
+
+The calls, per algorithm (configured alike: the settings below are the same on both sides):
+
+* **PLR** (value-L1 score, rank prioritisation, ``beta = 0.1``, staleness ``rho = 0.1``, every task
+  buffered: magister ``buffer_size = n, min_fill_ratio = 1``; reference ``replay_schedule="fixed"``, whose
+  ``rho = 1`` likewise replays only once every task has been seen). Episode update = one finished episode
+  of one step handed over as a rollout (reward, value, done, next value, task), the curriculum computing
+  its value-L1 score: magister :func:`~magister.integrations.scores.feed_scores` with ``T = N = 1``,
+  reference ``CentralPrioritizedLevelReplay.update(...)`` with ``num_steps = num_processes = 1`` (its only
+  working score door in 0.7: ``DirectPrioritizedLevelReplay.update`` calls a method that does not exist).
+  The row **PLR score write** times just the write of a ready score: magister ``update_scores([t], [s])``
+  against the reference's internal ``TaskSampler.update_task_score`` (what its ``update`` ends in).
+  Warm-up: magister samples the unbuffered tasks in batches and scores them until all ``n`` are buffered;
+  the reference gets one ``update_task_score`` per task (its public ``update`` costs O(n) Python work
+  per call, far too slow to call ``n`` times at 10^5).
+* **LP** (online learning progress, ``alpha = 0.1``, ``p_theta = 0.1``, EMA step every 25 episodes, uniform
+  mix 0.25 = the reference's default ``uniform_prob``): magister ``LearningProgress(variant="online")`` and
+  ``update_on_episode``; reference ``OnlineLearningProgress(update_interval=25)`` fed with
+  ``update_task_progress`` + ``update_on_episode`` (it needs both calls for one episode). Success is 0 or 1
+  (the reference floors fractional progress).
+* **SFL** (top-K learnability, ``K = 10``, sample ratio 1, refresh every 25 episodes): magister ``SFL`` with
+  the Syllabus-paper defaults (``N = 200`` candidates) fed by ``update_on_episode``; reference
+  ``Learnability(sampling="topk", topk=10, eval_interval=25)``, which learns only from an evaluator it
+  calls every 25 episodes: here a stub that returns precomputed success rates at no cost, so the
+  reference is timed on its curriculum bookkeeping alone (a real evaluation would cost rollouts on all
+  ``n`` tasks).
+
+The reference samples with the global ``np.random`` (seeded here); magister with its own generator.
+Rates are calls per second on this machine; compare the ratios (magister / reference), measured in one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import logging
+import shlex
+import sys
+import time
+import tracemalloc
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from magister.curricula.learning_progress import LearningProgress
+from magister.curricula.plr import PLR
+from magister.curricula.sfl import SFL
+from magister.integrations.scores import feed_scores
+from magister.task_spaces.discrete import Discrete
+
+logger = logging.getLogger(__name__)
+
+try:  # the reference library is optional: only in the separate benchmark virtualenv
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import syllabus.curricula as syl
+        from syllabus.task_space import DiscreteTaskSpace
+    HAVE_REFERENCE = True
+except ImportError:  # pragma: no cover - depends on the environment
+    syl = None
+    DiscreteTaskSpace = None
+    HAVE_REFERENCE = False
+
+PERIOD = 25  # update period of LP / refresh period of SFL, the same on both sides
+
+
+# -- feedback stream ------------------------------------------------------------------------------------
+class Feedback:
+    """Precomputed pseudo-random feedback, so the timed loops do not measure a random generator."""
+
+    def __init__(self, seed: int, size: int = 1 << 16) -> None:
+        rng = np.random.default_rng(seed)
+        self.scores = rng.random(size).tolist()
+        self.success = (rng.random(size) < 0.5).astype(float).tolist()
+        self.i = 0
+        self.size = size
+
+    def next(self) -> tuple[float, float]:
+        """``(score, success)`` of the next episode."""
+        i = self.i
+        self.i = (i + 1) % self.size
+        return self.scores[i], self.success[i]
+
+
+@dataclass
+class Case:
+    """One library's implementation of one algorithm, as the benchmark drives it."""
+
+    build: Callable[[int], Any]
+    warm: Callable[[Any, int, Feedback], None]
+    sample: Callable[[Any], Any]
+    update: Callable[[Any, Any, Feedback], None]
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+# -- magister -------------------------------------------------------------------------------------------
+def _mag_plr_build(n: int) -> PLR:
+    return PLR(Discrete(n), score="value_l1", buffer_size=n, min_fill_ratio=1.0, temperature=0.1,
+               staleness_coef=0.1, prioritization="rank", seed=0)
+
+
+def _mag_plr_warm(plr: PLR, n: int, fb: Feedback) -> None:
+    # Before the buffer is full, min_fill_ratio=1 makes every sample a new (unbuffered) task.
+    while len(plr) < n:
+        tasks = plr.sample(min(4096, n - len(plr)))
+        plr.update_scores(tasks, [fb.next()[0] for _ in tasks])
+
+
+_R = np.array([[1.0]])
+_V = np.array([[0.5]])
+_D = np.array([[True]])
+_NV = np.array([0.0])
+
+
+def _mag_plr_feed(plr: PLR, task: int, fb: Feedback) -> None:
+    score, _ = fb.next()
+    feed_scores(plr, _R * score, _V, _D, _NV, np.array([[task]]))
+
+
+def _mag_plr_write(plr: PLR, task: int, fb: Feedback) -> None:
+    plr.update_scores([task], [fb.next()[0]])
+
+
+def _mag_lp_build(n: int) -> LearningProgress:
+    return LearningProgress(Discrete(n), ema_alpha=0.1, p_theta=0.1, update_period=PERIOD, variant="online",
+                            uniform_mix=0.25, seed=0)
+
+
+def _mag_sfl_build(n: int) -> SFL:
+    return SFL(Discrete(n), method="topk", batch_size=200, update_period=PERIOD, buffer_size=10,
+               sample_ratio=1.0, seed=0)
+
+
+def _mag_episode(cur: Any, task: int, fb: Feedback) -> None:
+    _, success = fb.next()
+    cur.update_on_episode(success, 1, task, success)
+
+
+def _mag_warm_episodes(cur: Any, n: int, fb: Feedback) -> None:
+    for t in range(n):
+        _mag_episode(cur, t, fb)
+
+
+def _mag_sample(cur: Any) -> Any:
+    return cur.sample(1)[0]
+
+
+MAGISTER: dict[str, Case] = {
+    "PLR": Case(_mag_plr_build, _mag_plr_warm, _mag_sample, _mag_plr_feed),
+    "PLR score write": Case(_mag_plr_build, _mag_plr_warm, _mag_sample, _mag_plr_write),
+    "LP": Case(_mag_lp_build, _mag_warm_episodes, _mag_sample, _mag_episode),
+    "SFL": Case(_mag_sfl_build, _mag_warm_episodes, _mag_sample, _mag_episode),
+}
+
+
+# -- reference (syllabus-rl 0.7) ------------------------------------------------------------------------
+def _ref_plr_build(n: int) -> Any:
+    return syl.CentralPrioritizedLevelReplay(
+        DiscreteTaskSpace(n), num_steps=1, num_processes=1, gamma=0.999, gae_lambda=0.95,
+        task_sampler_kwargs_dict={"strategy": "value_l1", "replay_schedule": "fixed", "rho": 1.0,
+                                  "score_transform": "rank", "temperature": 0.1, "staleness_coef": 0.1},
+    )
+
+
+def _ref_plr_warm(plr: Any, n: int, fb: Feedback) -> None:
+    sampler = plr._task_sampler
+    for t in range(n):
+        s = fb.next()[0]
+        sampler.update_task_score(0, t, s, s, 1)
+
+
+def _ref_plr_feed(plr: Any, task: int, fb: Feedback) -> None:
+    score, _ = fb.next()
+    plr.update({"tasks": [task], "dones": [True], "value": [0.5], "rew": [score], "next_value": [0.0]})
+
+
+def _ref_plr_write(plr: Any, task: int, fb: Feedback) -> None:
+    s = fb.next()[0]
+    plr._task_sampler.update_task_score(0, task, s, s, 1)
+
+
+def _ref_lp_build(n: int) -> Any:
+    return syl.OnlineLearningProgress(DiscreteTaskSpace(n), ema_alpha=0.1, p_theta=0.1,
+                                      update_interval=PERIOD, uniform_prob=0.25)
+
+
+def _ref_lp_episode(cur: Any, task: int, fb: Feedback) -> None:
+    _, success = fb.next()
+    cur.update_task_progress(task, success)
+    cur.update_on_episode(success, 1, task, success)
+
+
+class _StubEvaluator:
+    """Stands in for the reference's evaluator: returns fixed success rates instantly."""
+
+    def __init__(self, n: int, seed: int) -> None:
+        self.rates = np.random.default_rng(seed).random(n)
+
+    def evaluate_agent(self, num_episodes: int = 1, verbose: bool = False, **_: Any) -> tuple:
+        return None, self.rates, self.rates, None
+
+
+def _ref_sfl_build(n: int) -> Any:
+    return syl.Learnability(_StubEvaluator(n, 1), DiscreteTaskSpace(n), topk=10, learnable_prob=1.0,
+                            sampling="topk", eval_interval=PERIOD)
+
+
+def _ref_sfl_episode(cur: Any, task: int, fb: Feedback) -> None:
+    _, success = fb.next()
+    cur.update_on_episode(success, 1, task, success)
+
+
+def _ref_warm_with(episode: Callable[[Any, int, Feedback], None]) -> Callable[[Any, int, Feedback], None]:
+    def warm(cur: Any, n: int, fb: Feedback) -> None:
+        for t in range(n):
+            episode(cur, t, fb)
+    return warm
+
+
+def _ref_sample(cur: Any) -> Any:
+    return int(cur.sample(1)[0])
+
+
+REFERENCE: dict[str, Case] = {
+    "PLR": Case(_ref_plr_build, _ref_plr_warm, _ref_sample, _ref_plr_feed),
+    "PLR score write": Case(_ref_plr_build, _ref_plr_warm, _ref_sample, _ref_plr_write),
+    "LP": Case(_ref_lp_build, _ref_warm_with(_ref_lp_episode), _ref_sample, _ref_lp_episode),
+    "SFL": Case(_ref_sfl_build, _ref_warm_with(_ref_sfl_episode), _ref_sample, _ref_sfl_episode),
+}
+
+
+# -- measurement ----------------------------------------------------------------------------------------
+def build_and_warm(case: Case, n: int, seed: int) -> tuple[Any, Feedback, float]:
+    """Construct and warm up; returns ``(curriculum, feedback stream, traced bytes per task)``."""
+    fb = Feedback(seed)
+    gc.collect()
+    tracemalloc.start()
+    base = tracemalloc.get_traced_memory()[0]
+    cur = case.build(n)
+    case.warm(cur, n, fb)
+    gc.collect()
+    used = tracemalloc.get_traced_memory()[0] - base
+    tracemalloc.stop()
+    return cur, fb, used / n
+
+
+def time_block(case: Case, cur: Any, fb: Feedback, m: int) -> tuple[float, float]:
+    """``m`` rounds of sample(1) + one episode update; returns (samples/s, updates/s)."""
+    t_sample = t_update = 0.0
+    clock = time.perf_counter
+    for _ in range(m):
+        t0 = clock()
+        task = case.sample(cur)
+        t1 = clock()
+        case.update(cur, task, fb)
+        t2 = clock()
+        t_sample += t1 - t0
+        t_update += t2 - t1
+    return m / t_sample, m / t_update
+
+
+@dataclass
+class Row:
+    algo: str
+    n: int
+    rates: dict[str, list[tuple[float, float]]]
+    mem: dict[str, float]
+
+
+def measure(algo: str, n: int, m: int, repeats: int, libs: dict[str, Case]) -> Row:
+    """Build both libraries' curricula, then time ``repeats`` blocks of each, alternating."""
+    state = {}
+    mem = {}
+    for lib, case in libs.items():
+        np.random.seed(0)
+        t0 = time.perf_counter()
+        cur, fb, per_task = build_and_warm(case, n, seed=1)
+        logger.info("%s %s n=%d: built and warmed in %.1f s", lib, algo, n, time.perf_counter() - t0)
+        state[lib] = (cur, fb)
+        mem[lib] = per_task
+    rates: dict[str, list[tuple[float, float]]] = {lib: [] for lib in libs}
+    for _ in range(repeats):
+        for lib, case in libs.items():
+            cur, fb = state[lib]
+            rates[lib].append(time_block(case, cur, fb, m))
+    return Row(algo, n, rates, mem)
+
+
+def _fmt_rate(x: float | None) -> str:
+    if x is None:
+        return "n/a"
+    if x >= 1e5:
+        return f"{x / 1e3:,.0f}k"
+    return f"{x:,.0f}"
+
+
+def _fmt_ratio(a: float | None, b: float | None) -> str:
+    return "n/a" if a is None or b is None else f"{a / b:,.1f}x"
+
+
+def _fmt_mem(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:,.0f}"
+
+
+def table(rows: list[Row]) -> str:
+    head = ("algorithm", "n", "sample/s mag", "sample/s ref", "ratio", "update/s mag", "update/s ref",
+            "ratio", "B/task mag", "B/task ref")
+    lines = []
+    for r in rows:
+        med = {lib: (float(np.median([s for s, _ in v])), float(np.median([u for _, u in v])))
+               for lib, v in r.rates.items()}
+        ms, mu = med["magister"]
+        rs, ru = med.get("reference", (None, None))
+        lines.append((r.algo, f"{r.n:,}", _fmt_rate(ms), _fmt_rate(rs), _fmt_ratio(ms, rs), _fmt_rate(mu),
+                      _fmt_rate(ru), _fmt_ratio(mu, ru), _fmt_mem(r.mem["magister"]),
+                      _fmt_mem(r.mem.get("reference"))))
+    widths = [max(len(x) for x in col) for col in zip(head, *lines)]
+    out = ["  ".join(h.ljust(w) if i < 2 else h.rjust(w) for i, (h, w) in enumerate(zip(head, widths)))]
+    out.append("  ".join("-" * w for w in widths))
+    for line in lines:
+        out.append("  ".join(x.ljust(w) if i < 2 else x.rjust(w) for i, (x, w) in enumerate(zip(line, widths))))
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="smoke run: small n, few calls")
+    parser.add_argument("--sizes", type=int, nargs="+", default=None, help="numbers of tasks")
+    parser.add_argument("--calls", type=int, default=None, help="M, rounds per timed block (multiple of 25)")
+    parser.add_argument("--repeats", type=int, default=3, help="timed blocks per library (median shown)")
+    parser.add_argument("--algos", nargs="+", default=list(MAGISTER), choices=list(MAGISTER))
+    parser.add_argument("--no-reference", action="store_true", help="time magister only")
+    args = parser.parse_args(argv)
+    sizes = args.sizes or ([1000, 10000] if args.quick else [1000, 10000, 100000])
+    m = args.calls or (25 if args.quick else 100)
+    if m % PERIOD:
+        parser.error(f"--calls must be a multiple of {PERIOD}, got {m}")
+    if args.repeats < 1:
+        parser.error("--repeats must be >= 1")
+    use_ref = HAVE_REFERENCE and not args.no_reference
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    warnings.filterwarnings("ignore")  # the reference warns on every large-space construction
+
+    rows = []
+    for algo in args.algos:
+        for n in sizes:
+            libs = {"magister": MAGISTER[algo]}
+            if use_ref:
+                libs["reference"] = REFERENCE[algo]
+            rows.append(measure(algo, n, m, args.repeats, libs))
+
+    argv_used = sys.argv[1:] if argv is None else argv
+    print(f"Curricula speed: magister vs {'syllabus-rl 0.7' if use_ref else 'n/a (reference not installed)'}"
+          f"; {m} rounds of sample(1) + episode update per block, median of {args.repeats} blocks")
+    print(table(rows))
+    print("ratio = magister / reference (higher is better for magister); B/task = bytes allocated by "
+          "construction + warm-up, per task")
+    print("Reproduce: " + shlex.join([sys.executable, "benchmarks/curricula_speed.py", *argv_used]))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,13 @@
+"""Minigrid levels x reward-machine tasks in JAX: the on-device fast path of magister.
+
+Everything here needs the optional ``jax`` extra (``pip install magister[jax]``). Modules:
+
+* :mod:`.env` - grid dynamics on fixed-shape arrays (jit/vmap friendly), 5x5 egocentric observations;
+* :mod:`.propositions` - the 889-proposition alphabet and the labelling function;
+* :mod:`.reward_machines` - reward machines as arrays, stepping and the sequential sampler;
+* :mod:`.levels` - the level sampler, problem samplers and the solvability checker;
+* :mod:`.mutations` - the 8 level, 3 task and 2 hindsight edits of ATLAS with their preconditions;
+* :mod:`.curriculum` - PLR-perp, ACCEL, SFL and DR as pure functions over a fixed-capacity buffer;
+* :mod:`.probes` - a small hand-designed evaluation set (MYOPIC, PATROL, CHOICE and simpler problems);
+* :mod:`.ppo` - a recurrent PPO trainer (``python -m magister.examples.minigrid_rm.ppo --help``).
+"""

@@ -1,0 +1,334 @@
+"""Level and problem samplers, and the solvability checker.
+
+Paper: Furelos-Blanco et al., "Beyond Fixed Tasks: Unsupervised Environment Design for Task-Level Pairs"
+(Sec. 3.1, 3.3, Appendix D, E.2, E.3).
+
+**Level sampler** (Appendix E.2; jit/vmap friendly): the number of rooms is drawn uniformly from
+``{1, 2, 4, 6}``; the number of objects uniformly from the layout's range (1-5, 1-10, 4-15, 7-20 objects,
+*doors included*: the minimum is ``max(1, number of doors)``); every door gets a uniform state
+(open/closed/locked) and colour; the remaining objects are non-door objects of uniform type
+(key/ball/square) and colour on distinct uniform free cells; the agent goes on another free cell, facing a
+uniform direction.
+
+**Problem samplers** (Sec. 3.3): *independent* draws a level and a sequential RM separately (most problems
+are unsolvable: about 3% are solvable in the paper); *level-conditioned* draws the RM's propositions only
+among those whose objects are in the level (front/carrying: a matching object; next: two distinct
+matching objects).
+
+**Solvability** (Appendix E.3; host-side numpy): an RM is solvable in a level if some simple path
+``u0 -> uA`` has all its edge formulas satisfiable in order. A formula (conjunction) is satisfiable if each
+positive literal is satisfiable by the objects *within reach* (negative literals are assumed avoidable);
+reach is the agent's connected region, where floor, objects (they can be moved), open and closed doors are
+passable and locked doors are not. When a formula is not satisfiable, the search opens a locked door that
+borders the region and whose colour matches a key within reach, which grows the region; different opening
+orders are explored (a depth-first search over (path position, set of opened doors)), because opening a
+door can make a later formula unsatisfiable (``front_door_<colour>_locked``). A satisfiable formula is
+always taken at once: opening more doors first never helps, since reach only grows with opened doors.
+
+>>> import jax
+>>> lvl = sample_level(jax.random.PRNGKey(0))
+>>> int(lvl.n_rooms) in (1, 2, 4, 6)
+True
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from scipy import ndimage
+
+from .env import (
+    BALL, DIR_VEC, DOOR_CLOSED, DOOR_LOCKED, DOOR_OPEN, FLOOR, KEY, MAX_H, MAX_W, NUM_COLOURS, ROOM_COUNTS,
+    SQUARE, Level, door_cells, wall_template,
+)
+from .problem import Problem
+from .propositions import (
+    CARRYING, FRONT, MATCH, NUM_DESCRIPTORS, NUM_MOVABLE_DESCRIPTORS, NUM_PROPS, PROP_D1, PROP_D2,
+    PROP_KIND,
+)
+from .reward_machines import RewardMachine, sample_sequential_rm
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "MAX_NONDOOR", "OBJECT_RANGE", "ProblemSampler", "allowed_props", "count_objects", "is_solvable",
+    "sample_level", "sample_problem", "solvable_batch",
+]
+
+#: rooms -> (min objects, max objects), doors included (Appendix D/E.2)
+OBJECT_RANGE = {1: (1, 5), 2: (1, 10), 4: (4, 15), 6: (7, 20)}
+_N_DOORS = {n: len(door_cells(n)) for n in ROOM_COUNTS}
+#: the most non-door objects any layout can hold (six rooms: 20 - 7 doors)
+MAX_NONDOOR = max(OBJECT_RANGE[n][1] - _N_DOORS[n] for n in ROOM_COUNTS)
+MAX_DOORS = max(_N_DOORS.values())
+
+_TEMPLATES = jnp.asarray(np.stack([wall_template(n) for n in ROOM_COUNTS]))
+_DOOR_POS = np.zeros((len(ROOM_COUNTS), MAX_DOORS, 2), np.int32)
+for _i, _n in enumerate(ROOM_COUNTS):
+    for _j, _rc in enumerate(door_cells(_n)):
+        _DOOR_POS[_i, _j] = _rc
+_DOOR_POS_J = jnp.asarray(_DOOR_POS)
+_NDOORS_J = jnp.asarray([_N_DOORS[n] for n in ROOM_COUNTS], jnp.int32)
+_MIN_OBJ = jnp.asarray([OBJECT_RANGE[n][0] for n in ROOM_COUNTS], jnp.int32)
+_MAX_OBJ = jnp.asarray([OBJECT_RANGE[n][1] for n in ROOM_COUNTS], jnp.int32)
+_ROOMS_J = jnp.asarray(ROOM_COUNTS, jnp.int32)
+_MOVABLE_J = jnp.asarray([KEY, BALL, SQUARE], jnp.int32)
+_DOOR_TILES_J = jnp.asarray([DOOR_OPEN, DOOR_CLOSED, DOOR_LOCKED], jnp.int32)
+
+
+def _layout_mask(rooms: Sequence[int]) -> np.ndarray:
+    bad = [r for r in rooms if r not in ROOM_COUNTS]
+    if bad or not rooms:
+        raise ValueError(f"rooms must be a non-empty subset of {ROOM_COUNTS}, got {tuple(rooms)!r}")
+    return np.array([n in rooms for n in ROOM_COUNTS])
+
+
+def sample_level(
+    key: jax.Array,
+    rooms: Sequence[int] = ROOM_COUNTS,
+    object_range: tuple[int, int] | None = None,
+) -> Level:
+    """One random level (traceable: ``jax.vmap(sample_level)(keys)`` for a batch).
+
+    Args:
+        key: PRNG key.
+        rooms: room counts to draw from uniformly.
+        object_range: ``(lo, hi)`` overriding the per-layout object counts (doors included; counts below
+            the number of doors mean no non-door object), e.g. ``(1, 1)`` with ``rooms=(1,)`` for ACCEL-0.
+    """
+    mask = jnp.asarray(_layout_mask(rooms))
+    if object_range is not None and not 0 <= object_range[0] <= object_range[1]:
+        raise ValueError(f"object_range must be (lo, hi) with 0 <= lo <= hi, got {object_range!r}")
+    ks = jax.random.split(key, 8)
+    li = jax.random.categorical(ks[0], jnp.where(mask, 0.0, -jnp.inf))
+    tiles = _TEMPLATES[li].astype(jnp.int32)
+    colours = jnp.zeros((MAX_H, MAX_W), jnp.int32)
+    nd = _NDOORS_J[li]
+    dvalid = jnp.arange(MAX_DOORS) < nd
+    dpos = _DOOR_POS_J[li]
+    dstate = _DOOR_TILES_J[jax.random.randint(ks[1], (MAX_DOORS,), 0, 3)]
+    dcol = jax.random.randint(ks[2], (MAX_DOORS,), 0, NUM_COLOURS)
+    tiles = tiles.at[dpos[:, 0], dpos[:, 1]].set(jnp.where(dvalid, dstate, tiles[dpos[:, 0], dpos[:, 1]]))
+    colours = colours.at[dpos[:, 0], dpos[:, 1]].set(jnp.where(dvalid, dcol, 0))
+    if object_range is None:
+        lo, hi = _MIN_OBJ[li], _MAX_OBJ[li]
+    else:
+        lo, hi = jnp.int32(object_range[0]), jnp.int32(object_range[1])
+    n_obj = jax.random.randint(ks[3], (), lo, hi + 1)
+    n_nd = jnp.clip(n_obj - nd, 0, MAX_NONDOOR)
+    free = (tiles == FLOOR).reshape(-1)
+    noise = jax.random.uniform(ks[4], free.shape)
+    order = jnp.argsort(jnp.where(free, -noise, 1.0))[: MAX_NONDOOR + 1]
+    otype = _MOVABLE_J[jax.random.randint(ks[5], (MAX_NONDOOR,), 0, 3)]
+    ocol = jax.random.randint(ks[6], (MAX_NONDOOR,), 0, NUM_COLOURS)
+    place = jnp.arange(MAX_NONDOOR) < n_nd
+    cells = order[:MAX_NONDOOR]
+    ft, fc = tiles.reshape(-1), colours.reshape(-1)
+    ft = ft.at[cells].set(jnp.where(place, otype, ft[cells]))
+    fc = fc.at[cells].set(jnp.where(place, ocol, fc[cells]))
+    acell = order[n_nd]
+    agent = jnp.stack([acell // MAX_W, acell % MAX_W]).astype(jnp.int32)
+    adir = jax.random.randint(ks[7], (), 0, 4)
+    return Level(ft.reshape(MAX_H, MAX_W).astype(jnp.uint8), fc.reshape(MAX_H, MAX_W).astype(jnp.uint8),
+                 agent, adir.astype(jnp.int32), jnp.array([FLOOR, 0], jnp.int32), _ROOMS_J[li])
+
+
+_MATCH_FLAT = jnp.asarray(MATCH.reshape(NUM_DESCRIPTORS, -1).astype(np.float32))
+
+
+def count_objects(level: Level) -> tuple[jax.Array, jax.Array]:
+    """``(doors, non-door objects)`` on the grid (traceable)."""
+    t = level.tiles.astype(jnp.int32)
+    doors = jnp.sum((t == DOOR_OPEN) | (t == DOOR_CLOSED) | (t == DOOR_LOCKED))
+    nondoor = jnp.sum((t == KEY) | (t == BALL) | (t == SQUARE))
+    return doors, nondoor
+
+
+def allowed_props(level: Level) -> jax.Array:
+    """``bool[889]``: propositions whose objects exist in ``level`` (for level-conditioned sampling).
+
+    ``front_d``/``carrying_d``: an object matching ``d`` (carrying: movable); ``next_d1_d2``: two distinct
+    objects, one matching each descriptor.
+    """
+    cell = (level.tiles.astype(jnp.int32) * NUM_COLOURS + level.colours.astype(jnp.int32)).reshape(-1)
+    m = _MATCH_FLAT[:, cell]  # [49, cells]
+    has_carry = level.carry[0] != FLOOR
+    cm = _MATCH_FLAT[:, level.carry[0] * NUM_COLOURS + level.carry[1]] * has_carry
+    m = jnp.concatenate([m, cm[:, None]], axis=1)
+    cnt = m.sum(axis=1)
+    both = m @ m.T
+    kind, d1, d2 = jnp.asarray(PROP_KIND), jnp.asarray(PROP_D1), jnp.asarray(PROP_D2)
+    single = cnt[d1] >= 1
+    union = cnt[d1] + cnt[d2] - both[d1, d2]
+    pair = (cnt[d1] >= 1) & (cnt[d2] >= 1) & (union >= 2)
+    movable = d1 < NUM_MOVABLE_DESCRIPTORS
+    return jnp.where(kind == FRONT, single, jnp.where(kind == CARRYING, single & movable, pair))
+
+
+@dataclass(frozen=True)
+class ProblemSampler:
+    """Problem generator settings (hashable: pass it as a static argument under ``jit``).
+
+    Attributes:
+        mode: ``"independent"`` (paper default) or ``"level_conditioned"``.
+        rooms: room counts to draw from.
+        object_range: optional override of the object counts (see :func:`sample_level`).
+        min_transitions, max_transitions: sequential RM length range (1-5 in the paper).
+    """
+
+    mode: str = "independent"
+    rooms: tuple[int, ...] = ROOM_COUNTS
+    object_range: tuple[int, int] | None = None
+    min_transitions: int = 1
+    max_transitions: int = 5
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("independent", "level_conditioned"):
+            raise ValueError(f"mode must be 'independent' or 'level_conditioned', got {self.mode!r}")
+        _layout_mask(self.rooms)
+
+    def __call__(self, key: jax.Array) -> Problem:
+        return sample_problem(key, self)
+
+
+#: ACCEL-0's generator: one room, one object, one transition (Sec. 5.1)
+ACCEL0_SAMPLER = ProblemSampler(rooms=(1,), object_range=(1, 1), min_transitions=1, max_transitions=1)
+
+
+def sample_problem(key: jax.Array, sampler: ProblemSampler = ProblemSampler()) -> Problem:
+    """One problem (traceable)."""
+    k1, k2 = jax.random.split(key)
+    level = sample_level(k1, sampler.rooms, sampler.object_range)
+    allowed = allowed_props(level) if sampler.mode == "level_conditioned" else None
+    rm = sample_sequential_rm(k2, sampler.min_transitions, sampler.max_transitions, allowed)
+    return Problem(level, rm)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Solvability (host side)
+# ---------------------------------------------------------------------------------------------------
+_MOVABLE_SET = (KEY, BALL, SQUARE)
+_STRUCT = np.array([[0, 1, 0], [1, 1, 1], [0, 1, 0]])
+
+
+class _Reach:
+    """What is within reach for one set of opened locked doors."""
+
+    def __init__(self, tiles: np.ndarray, colours: np.ndarray, agent: tuple[int, int], carry: np.ndarray,
+                 locked: list[tuple[int, int]], opened: int) -> None:
+        passable = np.isin(tiles, (FLOOR, KEY, BALL, SQUARE, DOOR_OPEN, DOOR_CLOSED))
+        for i, rc in enumerate(locked):
+            if opened >> i & 1:
+                passable[rc] = True
+        lab, _ = ndimage.label(passable, structure=_STRUCT)
+        region = lab == lab[agent] if passable[agent] else np.zeros_like(passable)
+        region[agent] = True
+        border = ndimage.binary_dilation(region, structure=_STRUCT) & ~region
+        # objects: (tiles it can show, colour, movable)
+        objs: list[tuple[tuple[int, ...], int, bool]] = []
+        rr, cc = np.nonzero(region & np.isin(tiles, _MOVABLE_SET))
+        for r, c in zip(rr.tolist(), cc.tolist()):
+            objs.append(((int(tiles[r, c]),), int(colours[r, c]), True))
+        if int(carry[0]) != FLOOR:
+            objs.append(((int(carry[0]),), int(carry[1]), True))
+        dr, dc = np.nonzero((region | border) & np.isin(tiles, (DOOR_OPEN, DOOR_CLOSED, DOOR_LOCKED)))
+        for r, c in zip(dr.tolist(), dc.tolist()):
+            t = int(tiles[r, c])
+            states = (DOOR_OPEN, DOOR_CLOSED) if (t != DOOR_LOCKED or region[r, c]) else (DOOR_LOCKED,)
+            objs.append((states, int(colours[r, c]), False))
+        self.objs = objs
+        self.key_colours = {o[1] for o in objs if o[2] and o[0][0] == KEY}
+        self.openable = [i for i, rc in enumerate(locked)
+                         if not opened >> i & 1 and border[rc] and int(colours[rc]) in self.key_colours]
+
+    def _matches(self, d: int) -> list[int]:
+        return [i for i, (ts, c, _) in enumerate(self.objs) if any(MATCH[d, t, c] for t in ts)]
+
+    def literal(self, p: int) -> bool:
+        kind, d1, d2 = int(PROP_KIND[p]), int(PROP_D1[p]), int(PROP_D2[p])
+        if kind == FRONT:
+            return bool(self._matches(d1))
+        if kind == CARRYING:
+            return any(self.objs[i][2] for i in self._matches(d1))
+        a, b = self._matches(d1), self._matches(d2)
+        return any(i != j and (self.objs[i][2] or self.objs[j][2]) for i in a for j in b)
+
+    def formula(self, lits: Sequence[int]) -> bool:
+        return all(self.literal(c - 1) for c in lits if c > 0)
+
+
+def _simple_paths(rm: RewardMachine) -> list[list[list[int]]]:
+    src, dst, lits = (np.asarray(x) for x in (rm.edge_src, rm.edge_dst, rm.edge_lits))
+    init, acc = int(rm.initial), int(rm.accepting)
+    out: list[list[list[int]]] = []
+
+    def walk(u: int, visited: set[int], forms: list[list[int]]) -> None:
+        if u == acc:
+            out.append(list(forms))
+            return
+        for e in np.flatnonzero((src == u) & (src >= 0)).tolist():
+            v = int(dst[e])
+            if v not in visited:
+                walk(v, visited | {v}, forms + [[int(c) for c in lits[e] if c != 0]])
+
+    walk(init, {init}, [])
+    return out
+
+
+def is_solvable(level: Level, rm: RewardMachine) -> bool:
+    """Whether ``rm`` can be completed in ``level`` (reachability with door-opening orders, see above)."""
+    tiles = np.asarray(level.tiles).astype(np.int64)
+    colours = np.asarray(level.colours).astype(np.int64)
+    agent = tuple(int(x) for x in np.asarray(level.agent_pos))
+    carry = np.asarray(level.carry)
+    locked = [tuple(int(v) for v in rc) for rc in zip(*np.nonzero(tiles == DOOR_LOCKED))]
+    cache: dict[int, _Reach] = {}
+
+    def reach(mask: int) -> _Reach:
+        if mask not in cache:
+            cache[mask] = _Reach(tiles, colours, agent, carry, locked, mask)
+        return cache[mask]
+
+    for path in _simple_paths(rm):
+        stack = [(0, 0)]
+        seen = set()
+        while stack:
+            i, mask = stack.pop()
+            if i == len(path):
+                return True
+            if (i, mask) in seen:
+                continue
+            seen.add((i, mask))
+            rc = reach(mask)
+            if rc.formula(path[i]):
+                stack.append((i + 1, mask))
+            else:
+                stack.extend((i, mask | 1 << d) for d in rc.openable)
+    return False
+
+
+def solvable_batch(problems: Problem) -> np.ndarray:
+    """``bool[B]``: :func:`is_solvable` of each problem of a batched :class:`Problem` (host side)."""
+    host = jax.device_get(problems)
+    n = int(np.asarray(host.rm.n_states).shape[0])
+    out = np.zeros(n, dtype=bool)
+    for i in range(n):
+        lvl = jax.tree_util.tree_map(lambda a, i=i: a[i], host.level)
+        rm = jax.tree_util.tree_map(lambda a, i=i: a[i], host.rm)
+        out[i] = is_solvable(lvl, rm)
+    return out
+
+
+def front_cell(level: Level) -> tuple[int, int]:
+    """The cell in front of the agent (host side)."""
+    p = np.asarray(level.agent_pos)
+    d = DIR_VEC[int(level.agent_dir)]
+    return int(p[0] + d[0]), int(p[1] + d[1])
+
+
+assert NUM_PROPS == len(PROP_KIND)

@@ -1,0 +1,224 @@
+"""Reward machines (RMs) as fixed-shape arrays: stepping, construction and the sequential sampler.
+
+Paper: Furelos-Blanco et al., "Beyond Fixed Tasks: Unsupervised Environment Design for Task-Level Pairs"
+(Sec. 2.3, 3.2, 5.1), after Toro Icarte et al. (2018). An RM ``<U, P, delta, R, u0, uA>`` has states
+``0 .. n_states-1``, an initial state ``u0`` and an accepting state ``uA``; each edge ``(src, dst)`` carries
+a conjunction of literals (a proposition or its negation). Given the label ``L`` of the current environment
+state, ``delta(u, L)`` follows the edge from ``u`` whose conjunction holds (none: stay in ``u``). Rewards are
+sparse: 1 on the transition into ``uA``, else 0, and the episode ends there.
+
+Determinism is by construction: the constructors conjoin each edge with the negations of the propositions
+on the other edges leaving the same state (as the paper's samplers do), so at most one edge can fire; if a
+hand-written RM breaks this, the first satisfied edge (lowest index) is taken.
+
+Array encoding (``MAX_STATES = 8``, ``MAX_EDGES = 10``, ``MAX_LITERALS = 3``): ``edge_src``/``edge_dst``
+``int32[MAX_EDGES]`` (``-1`` = no edge), ``edge_lits`` ``int32[MAX_EDGES, MAX_LITERALS]`` with ``+(p+1)``
+for proposition ``p``, ``-(p+1)`` for its negation and ``0`` for padding (true). The policy observes these
+arrays and the current state.
+
+The **sequential sampler** (Sec. 3.2) draws ``k ~ U{min_transitions .. max_transitions}`` (1-5 in the
+paper's training setup) and a single path ``u0 -> u1 -> ... -> uk = uA`` whose edges are labelled by
+propositions drawn uniformly from the alphabet (or from an allowed subset, for level-conditioned sampling).
+
+>>> import jax.numpy as jnp
+>>> from magister.examples.minigrid_rm.propositions import NUM_PROPS, prop_id
+>>> rm = sequential_rm([prop_id("front_ball"), prop_id("carrying_key")])
+>>> lab = jnp.zeros(NUM_PROPS, bool).at[prop_id("front_ball")].set(True)
+>>> u, r = rm_step(rm, jnp.int32(0), lab)
+>>> int(u), float(r)
+(1, 0.0)
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .propositions import NUM_PROPS, prop_id, prop_name
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "MAX_EDGES", "MAX_LITERALS", "MAX_STATES", "RewardMachine", "is_sequential", "literal",
+    "rm_from_edges", "rm_props", "rm_step", "rm_to_str", "sample_sequential_rm", "sequential_rm",
+]
+
+MAX_STATES = 8
+MAX_EDGES = 10
+MAX_LITERALS = 3
+
+
+class RewardMachine(NamedTuple):
+    """A reward machine as arrays (batch them by stacking every field)."""
+
+    n_states: jax.Array  # int32[]
+    initial: jax.Array  # int32[]
+    accepting: jax.Array  # int32[]
+    edge_src: jax.Array  # int32[MAX_EDGES], -1 = unused
+    edge_dst: jax.Array  # int32[MAX_EDGES]
+    edge_lits: jax.Array  # int32[MAX_EDGES, MAX_LITERALS]
+
+
+def literal(name: str) -> int:
+    """Signed literal code of ``"prop"`` or ``"!prop"`` / ``"~prop"``.
+
+    >>> literal("front_ball"), literal("!front_ball")
+    (8, -8)
+    """
+    neg = name[:1] in ("!", "~")
+    p = prop_id(name[1:] if neg else name)
+    return -(p + 1) if neg else p + 1
+
+
+def rm_from_edges(
+    n_states: int,
+    edges: Sequence[tuple[int, int, Sequence[int | str]]],
+    initial: int = 0,
+    accepting: int | None = None,
+    add_negations: bool = True,
+) -> RewardMachine:
+    """Build an RM from ``(src, dst, literals)`` edges (literals as signed codes or names like ``"!p"``).
+
+    With ``add_negations`` each edge is conjoined with the negation of the first positive literal of every
+    other edge leaving the same state (determinism by construction).
+
+    Raises:
+        ValueError: too many states/edges/literals, a state out of range, or an edge leaving ``uA``.
+    """
+    accepting = n_states - 1 if accepting is None else accepting
+    if not 2 <= n_states <= MAX_STATES:
+        raise ValueError(f"n_states must be in [2, {MAX_STATES}], got {n_states}")
+    if len(edges) > MAX_EDGES:
+        raise ValueError(f"at most {MAX_EDGES} edges, got {len(edges)}")
+    for name, s in (("initial", initial), ("accepting", accepting)):
+        if not 0 <= s < n_states:
+            raise ValueError(f"{name} state {s} out of range for {n_states} states")
+    if initial == accepting:
+        raise ValueError("the initial and accepting states must differ")
+    lits: list[list[int]] = []
+    for src, dst, ls in edges:
+        if not (0 <= src < n_states and 0 <= dst < n_states):
+            raise ValueError(f"edge ({src}, {dst}) out of range for {n_states} states")
+        if src == accepting:
+            raise ValueError(f"edge ({src}, {dst}) leaves the accepting state")
+        if src == dst:
+            raise ValueError(f"self-loop ({src}, {dst}): staying is implicit, give only state-changing edges")
+        codes = [literal(x) if isinstance(x, str) else int(x) for x in ls]
+        for c in codes:
+            if c == 0 or abs(c) > NUM_PROPS:
+                raise ValueError(f"literal code {c} out of range (+-1 .. +-{NUM_PROPS})")
+        if not codes:
+            raise ValueError(f"edge ({src}, {dst}) has no literal")
+        lits.append(codes)
+    if add_negations:
+        full = []
+        for i, (src, _, _) in enumerate(edges):
+            extra = []
+            for j, (src2, _, _) in enumerate(edges):
+                if j != i and src2 == src:
+                    pos = [c for c in lits[j] if c > 0]
+                    if pos and -pos[0] not in lits[i]:
+                        extra.append(-pos[0])
+            full.append(lits[i] + extra)
+        lits = full
+    src_a = np.full(MAX_EDGES, -1, np.int32)
+    dst_a = np.full(MAX_EDGES, -1, np.int32)
+    lit_a = np.zeros((MAX_EDGES, MAX_LITERALS), np.int32)
+    for i, ((src, dst, _), codes) in enumerate(zip(edges, lits)):
+        if len(codes) > MAX_LITERALS:
+            raise ValueError(f"edge ({src}, {dst}) has {len(codes)} literals; at most {MAX_LITERALS}")
+        src_a[i], dst_a[i] = src, dst
+        lit_a[i, : len(codes)] = codes
+    return RewardMachine(jnp.int32(n_states), jnp.int32(initial), jnp.int32(accepting), jnp.asarray(src_a),
+                         jnp.asarray(dst_a), jnp.asarray(lit_a))
+
+
+def sequential_rm(props: Sequence[int | str]) -> RewardMachine:
+    """The sequential RM ``u0 -p0-> u1 -p1-> ... -> uA`` (``len(props)`` transitions, 1..7)."""
+    if not 1 <= len(props) <= MAX_STATES - 1:
+        raise ValueError(f"a sequential RM needs 1..{MAX_STATES - 1} propositions, got {len(props)}")
+    ids = [prop_id(p) if isinstance(p, str) else int(p) for p in props]
+    for p in ids:
+        if not 0 <= p < NUM_PROPS:
+            raise ValueError(f"proposition id {p} out of range [0, {NUM_PROPS})")
+    return rm_from_edges(len(ids) + 1, [(i, i + 1, [p + 1]) for i, p in enumerate(ids)])
+
+
+def rm_step(rm: RewardMachine, u: jax.Array, lab: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """``(delta(u, L), R(u, u'))``: the next RM state and the sparse reward, for label ``lab`` (bool[889])."""
+    ext = jnp.concatenate([jnp.ones(1, bool), lab])
+    lits = rm.edge_lits
+    truth = ext[jnp.abs(lits)]
+    val = jnp.where(lits >= 0, truth, ~truth)
+    sat = (rm.edge_src == u) & (rm.edge_src >= 0) & jnp.all(val, axis=-1) & (u != rm.accepting)
+    fire = jnp.any(sat)
+    nxt = jnp.where(fire, rm.edge_dst[jnp.argmax(sat)], u)
+    reward = ((nxt == rm.accepting) & (u != rm.accepting)).astype(jnp.float32)
+    return nxt.astype(jnp.int32), reward
+
+
+def sample_sequential_rm(
+    key: jax.Array,
+    min_transitions: int = 1,
+    max_transitions: int = 5,
+    allowed: jax.Array | None = None,
+) -> RewardMachine:
+    """Sequential sampler: ``k ~ U{min..max}`` transitions, each labelled by a uniform proposition.
+
+    ``allowed`` (``bool[889]``) restricts the propositions (level-conditioned sampling); if it is all
+    false, propositions are drawn from the whole alphabet.
+    """
+    if not 1 <= min_transitions <= max_transitions <= MAX_STATES - 1:
+        raise ValueError(f"need 1 <= min_transitions <= max_transitions <= {MAX_STATES - 1}, "
+                         f"got {min_transitions}, {max_transitions}")
+    k1, k2 = jax.random.split(key)
+    k = jax.random.randint(k1, (), min_transitions, max_transitions + 1)
+    if allowed is None:
+        props = jax.random.randint(k2, (MAX_EDGES,), 0, NUM_PROPS)
+    else:
+        ok = jnp.where(jnp.any(allowed), allowed, True)
+        logits = jnp.where(ok, 0.0, -jnp.inf)
+        props = jax.random.categorical(k2, logits, shape=(MAX_EDGES,))
+    return _sequential_arrays(props, k)
+
+
+def _sequential_arrays(props: jax.Array, k: jax.Array) -> RewardMachine:
+    """Sequential RM arrays from ``props[:k]`` (traceable; ``k`` transitions)."""
+    idx = jnp.arange(MAX_EDGES)
+    used = idx < k
+    src = jnp.where(used, idx, -1).astype(jnp.int32)
+    dst = jnp.where(used, idx + 1, -1).astype(jnp.int32)
+    lits = jnp.zeros((MAX_EDGES, MAX_LITERALS), jnp.int32).at[:, 0].set(jnp.where(used, props + 1, 0))
+    k = jnp.asarray(k, jnp.int32)
+    return RewardMachine(k + 1, jnp.int32(0), k, src, dst, lits)
+
+
+def is_sequential(rm: RewardMachine) -> jax.Array:
+    """Whether ``rm`` is in canonical sequential form (edge ``i``: ``i -> i+1``, one positive literal)."""
+    k = rm.n_states - 1
+    idx = jnp.arange(MAX_EDGES)
+    used = idx < k
+    ok_edges = jnp.where(used, (rm.edge_src == idx) & (rm.edge_dst == idx + 1) & (rm.edge_lits[:, 0] > 0)
+                         & jnp.all(rm.edge_lits[:, 1:] == 0, axis=-1), rm.edge_src == -1)
+    return jnp.all(ok_edges) & (rm.initial == 0) & (rm.accepting == k)
+
+
+def rm_props(rm: RewardMachine) -> np.ndarray:
+    """Proposition ids along a sequential RM's path (host side)."""
+    k = int(rm.n_states) - 1
+    return np.asarray(rm.edge_lits)[:k, 0] - 1
+
+
+def rm_to_str(rm: RewardMachine) -> str:
+    """Readable form, e.g. ``'0 -[front_ball]-> 1 -[carrying_key]-> 2*'`` for sequential RMs."""
+    src, dst, lits = (np.asarray(x) for x in (rm.edge_src, rm.edge_dst, rm.edge_lits))
+    parts = []
+    for e in np.flatnonzero(src >= 0):
+        names = [("!" if c < 0 else "") + prop_name(abs(int(c)) - 1) for c in lits[e] if c != 0]
+        parts.append(f"{src[e]}-[{' & '.join(names)}]->{dst[e]}")
+    return f"RM(u0={int(rm.initial)}, uA={int(rm.accepting)}: " + ", ".join(parts) + ")"

@@ -1,0 +1,139 @@
+"""The XLand task space: wire form, held-out test/validation sets, split, mutation; and module doctests."""
+
+from __future__ import annotations
+
+import doctest
+import importlib
+
+import msgpack
+import numpy as np
+import pytest
+
+from magister.examples.xland.coplayers import LEARNER, NOOP, RANDOM, SEEKER
+from magister.examples.xland.env import XLandTask
+from magister.examples.xland.game import PROBE_GAMES, game_hash, recolour_game
+from magister.examples.xland.task import FixedXLandTasks, XLandTaskSpace, world_hash
+from magister.examples.xland.world import condition_world, generate_world
+from magister.task_spaces.base import task_key
+
+
+def _wire(x):
+    return msgpack.unpackb(msgpack.packb(x))
+
+
+def test_encoded_tasks_are_small_ints_and_survive_msgpack():
+    space = XLandTaskSpace(seed=0)
+    for enc in space.sample_encoded(5):
+        back = _wire(enc)
+        assert task_key(back) == task_key(enc)
+        assert space.decode(back).encode() == enc
+        flat = str(enc).replace("(", "").replace(")", "").replace(",", " ").split()
+        assert all(int(x) == float(x) for x in flat)  # ints only
+    with pytest.raises(ValueError, match="not an encoded task"):
+        space.decode((1, 2))
+
+
+def test_samples_are_valid_tasks_with_a_learner_in_slot_0():
+    space = XLandTaskSpace(coplayer_ids=(NOOP, SEEKER), three_player_prob=0.5, seed=1)
+    seen_three = False
+    for _ in range(20):
+        t = space.sample()
+        assert t.coplayers[0] == LEARNER and set(t.coplayers[1:]) <= {NOOP, SEEKER}
+        assert t.world.entities_reachable() and 7 <= t.world.size <= 11
+        assert set(t.game.objects) <= {k for k, _, _ in t.world.objects}
+        seen_three |= t.game.n_players == 3
+    assert seen_three
+
+
+def test_same_seed_same_tasks():
+    a, b = XLandTaskSpace(seed=3), XLandTaskSpace(seed=3)
+    assert a.sample_encoded(3) == b.sample_encoded(3)
+    rng1, rng2 = np.random.default_rng(9), np.random.default_rng(9)
+    assert a.sample_encoded(2, rng=rng1) == b.sample_encoded(2, rng=rng2)
+
+
+def test_probe_games_are_held_out_by_default():
+    space = XLandTaskSpace()
+    assert {game_hash(g) for g in PROBE_GAMES.values()} <= space.heldout_game_hashes
+    assert not XLandTaskSpace(hold_out_probe_games=False).heldout_game_hashes
+    rng = np.random.default_rng(0)
+    g = recolour_game(PROBE_GAMES["xrps"], (2, 0, 1))  # a recolouring is held out too
+    w = condition_world(generate_world(rng, 7), g, rng)
+    assert space.is_heldout(XLandTask(w, g, (LEARNER, NOOP)))
+
+
+def test_evaluation_sets_are_disjoint_and_never_sampled_for_training():
+    space = XLandTaskSpace(seed=0)
+    test, val = space.make_evaluation_sets(4, 4, seed=1)
+    assert len(test) == len(val) == 4
+    tg, vg = {game_hash(t.game) for t in test}, {game_hash(t.game) for t in val}
+    assert not tg & vg
+    assert all(set(t.coplayers[1:]) <= {NOOP, RANDOM, SEEKER} for t in test + val)
+    assert all(space.is_heldout(t) for t in test + val)
+    for t in space.sample_encoded(30):
+        task = space.decode(t)
+        assert game_hash(task.game) not in tg | vg
+        assert world_hash(task.world) not in space.heldout_world_hashes
+
+
+def test_rejection_counts_held_out_draws():
+    space = XLandTaskSpace(seed=5)
+    first = XLandTaskSpace(seed=5).sample()
+    space.hold_out(games=[first.game])
+    t = space.sample()
+    assert game_hash(t.game) != game_hash(first.game) and space.rejected >= 1
+
+
+def test_split_returns_training_space_and_fixed_heldout_space():
+    space = XLandTaskSpace(seed=0)
+    train, held = space.split(3, seed=2)
+    assert isinstance(held, FixedXLandTasks) and held.num_tasks == 3 and held.indexed
+    assert held.encoded_tasks == [0, 1, 2]
+    assert all(train.is_heldout(t) for t in held.tasks)
+    assert not any(space.is_heldout(t) for t in held.tasks)  # the original space is unchanged
+    with pytest.raises(ValueError, match="holdout"):
+        space.split(0.5)
+
+
+def test_fixed_tasks_space():
+    space = XLandTaskSpace(seed=0)
+    tasks = [space.sample() for _ in range(3)]
+    fixed = FixedXLandTasks(tasks)
+    assert [fixed.decode(fixed.encode(t)) for t in tasks] == tasks
+    assert fixed.contains(tasks[0]) and not fixed.contains(space.sample())
+    with pytest.raises(ValueError):
+        fixed.decode(3)
+    with pytest.raises(ValueError):
+        FixedXLandTasks([])
+
+
+def test_mutation_is_small_and_avoids_held_out_tasks():
+    space = XLandTaskSpace(seed=0)
+    rng = np.random.default_rng(0)
+    enc = space.sample_encoded(1)[0]
+    changed = 0
+    for _ in range(20):
+        new = space.mutate(enc, rng)
+        t0, t1 = space.decode(enc), space.decode(new)
+        assert not space.is_heldout(t1)
+        parts = [t0.world != t1.world, t0.game != t1.game, t0.coplayers != t1.coplayers]
+        assert sum(parts) <= 2  # a game edit may recondition the world; never all three
+        changed += any(parts)
+        enc = new
+    assert changed >= 15 and space.can_mutate
+
+
+def test_bad_space_arguments():
+    with pytest.raises(ValueError, match="co-player id"):
+        XLandTaskSpace(coplayer_ids=(-7,))
+    with pytest.raises(ValueError, match="three_player_prob"):
+        XLandTaskSpace(three_player_prob=2.0)
+    with pytest.raises(ValueError, match="world_sizes"):
+        XLandTaskSpace(world_sizes=(7, 12))
+
+
+@pytest.mark.parametrize("module", ["game", "world", "env", "task", "coplayers"])
+def test_module_doctests(module):
+    mod = importlib.import_module(f"magister.examples.xland.{module}")
+    result = doctest.testmod(mod, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    assert result.failed == 0
