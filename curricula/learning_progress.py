@@ -64,7 +64,7 @@ from typing import Any
 import numpy as np
 
 from ..task_spaces.base import EncodedTask, TaskSpace
-from ._table import TaskIndex
+from ._table import TaskIndex, grow
 from .base import Curriculum, check_finite
 
 logger = logging.getLogger(__name__)
@@ -230,7 +230,10 @@ class LearningProgress(Curriculum):
         self.num_ema_steps = 0
         # tasks that were ever active (LP > 0 or fast > 0); every other task has probability 0 (or ε/n)
         self._ever_active = np.zeros(n, dtype=bool)
-        self._candidates: list[int] = []
+        # the ever-active slots, in order of activation: _cand[:_n_cand] (a growable array)
+        self._cand = np.zeros(16, dtype=np.int64)
+        self._n_cand = 0
+        self._lp = np.zeros(n)  # LP_i, rewritten for the slots of each EMA step
         # lazily rebuilt sampling cache: active slots and the CDF of their probabilities
         self._act_slots: np.ndarray | None = None
         self._act_cdf: np.ndarray | None = None
@@ -247,9 +250,10 @@ class LearningProgress(Curriculum):
         self.latest[slots] = rates
         self.num_ema_steps += 1
         lp = learning_progress(fast, slow, self.p_theta)
+        self._lp[slots] = lp
         newly = slots[((lp > 0) | (fast > 0)) & ~self._ever_active[slots]]
         self._ever_active[newly] = True
-        self._candidates.extend(newly.tolist())
+        self._add_candidates(newly)
         self._act_slots = None
         self._act_cdf = None
 
@@ -325,12 +329,21 @@ class LearningProgress(Curriculum):
 
         Only tasks that were ever active can be active, so this costs O(#active), not O(num_tasks).
         """
-        cand = np.asarray(self._candidates, dtype=np.int64)
-        lp = learning_progress(self.fast[cand], self.slow[cand], self.p_theta)
-        keep = (lp > 0) | (self.fast[cand] > 0)
+        cand = self._cand[: self._n_cand]
+        lp = self._lp[cand]
+        fast = self.fast[cand]
+        keep = (lp > 0) | (fast > 0)
         if not keep.any():
             return cand[:0], np.zeros(0)
-        return cand[keep], lp_distribution(lp[keep], self.fast[cand][keep])
+        return cand[keep], lp_distribution(lp[keep], fast[keep])
+
+    def _add_candidates(self, slots: np.ndarray) -> None:
+        """Append newly active ``slots`` to the candidates (capacity doubles, amortised O(1) each)."""
+        end = self._n_cand + slots.size
+        if end > self._cand.shape[0]:
+            self._cand = grow(self._cand, end)
+        self._cand[self._n_cand:end] = slots
+        self._n_cand = end
 
     def distribution(self) -> np.ndarray:
         """Sampling probabilities over ``task_space.encoded_tasks``."""
@@ -387,7 +400,7 @@ class LearningProgress(Curriculum):
             fast=self.fast.copy(), slow=self.slow.copy(), seen=self.seen.copy(), latest=self.latest.copy(),
             acc_sum=self._acc_sum.copy(), acc_cnt=self._acc_cnt.copy(), touched=list(self._touched),
             pending=self._pending, num_ema_steps=self.num_ema_steps, index=self.index.state_dict(),
-            candidates=list(self._candidates),
+            candidates=self._cand[: self._n_cand].tolist(),
         )
         return state
 
@@ -408,10 +421,13 @@ class LearningProgress(Curriculum):
         self._pending = int(state["pending"])
         self.num_ema_steps = int(state["num_ema_steps"])
         self.index.load_state_dict(state["index"])
-        self._ever_active = (self.learning_progress() > 0) | (self.fast > 0)
-        self._candidates = [int(s) for s in state["candidates"]]
-        if not set(self._candidates) >= set(np.flatnonzero(self._ever_active).tolist()):
+        self._lp = self.learning_progress()
+        self._ever_active = (self._lp > 0) | (self.fast > 0)
+        candidates = [int(s) for s in state["candidates"]]
+        if not set(candidates) >= set(np.flatnonzero(self._ever_active).tolist()):
             raise ValueError("state_dict['candidates'] does not cover the active tasks")
-        self._ever_active[self._candidates] = True
+        self._ever_active[candidates] = True
+        self._cand = np.array(candidates, dtype=np.int64)
+        self._n_cand = len(candidates)
         self._act_slots = None
         self._act_cdf = None

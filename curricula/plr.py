@@ -199,6 +199,8 @@ class PLR(Curriculum):
         self._last_tree = np.zeros(self.capacity + 1, dtype=np.int64)
         self._last_total = 0  # sum of C_i over the filled entries
         self._rank_cdf_cache: tuple[float, np.ndarray] | None = None  # (temperature, cumulative rank weights)
+        # After a large batch of scores, re-sort once before the next draw instead of moving each entry.
+        self._sampling_dirty = False
         self._ps_cdf: np.ndarray | None = None  # power prioritisation: CDF of the cached P_S
         # Per-slot statistics (grown on demand): buffer position, seen flag, best return, episode means.
         self._pos = np.full(0, _EMPTY, dtype=np.int64)
@@ -318,9 +320,11 @@ class PLR(Curriculum):
             self._ps_cdf = None
         return self._ps_cache
 
-    # -- replay draws without building P ----------------------------------------------------------
+    # -- replay draws without building P (buffers of capacity >= _MIXTURE_MIN_CAPACITY) -----------
     def _draw_replays(self, k: int) -> np.ndarray:
         """``k`` buffer positions drawn i.i.d. from ``P = (1 - rho) P_S + rho P_C`` as a mixture."""
+        if self._sampling_dirty:
+            self._rebuild_sampling()
         stale = self.rng.random(k) < self.staleness_coef
         u = self.rng.random(k)
         out = np.empty(k, dtype=np.int64)
@@ -335,8 +339,9 @@ class PLR(Curriculum):
         """Buffer positions for uniforms ``u``, drawn from ``P_S``."""
         m = self._n_buf
         if self.prioritization == "power":
-            if self._ps_cdf is None or self._ps_cache is None or self._ps_key[0] != m:
-                self._ps_cdf = np.cumsum(self._score_probs())
+            ps = self._score_probs()  # resets the CDF whenever it recomputes P_S
+            if self._ps_cdf is None:
+                self._ps_cdf = np.cumsum(ps)
             cdf = self._ps_cdf
             return np.minimum(np.searchsorted(cdf, u * cdf[-1], side="right"), m - 1)
         # rank: pick a rank r with probability h_r / sum h, then an entry uniformly among those tied with
@@ -371,13 +376,27 @@ class PLR(Curriculum):
         if total <= 0:  # every entry is fresh: P_C is uniform
             return np.minimum((u * m).astype(np.int64), m - 1)
         tree = self._last_tree
+        top = 1 << (m.bit_length() - 1)
+        if u.size <= 4:  # a few draws: scalar descents beat vectorised passes
+            out = []
+            for target in (u * float(total)).tolist():
+                pos, step = 0, top
+                while step:
+                    nxt = pos + step
+                    if nxt <= m:
+                        val = c * step - tree.item(nxt)
+                        if val <= target:
+                            target -= val
+                            pos = nxt
+                    step >>= 1
+                out.append(min(pos, m - 1))
+            return np.array(out, dtype=np.int64)
         target = u * float(total)
         pos = np.zeros(u.shape[0], dtype=np.int64)
-        step = 1 << (m.bit_length() - 1)
+        step = top
         while step:
             nxt = pos + step
-            inside = nxt <= m
-            val = np.where(inside, c * step - tree[np.minimum(nxt, m)], np.inf)
+            val = np.where(nxt <= m, c * step - tree[np.minimum(nxt, m)], np.inf)
             go = val <= target
             target = np.where(go, target - val, target)
             pos = np.where(go, nxt, pos)
@@ -386,23 +405,35 @@ class PLR(Curriculum):
 
     def _set_last(self, pos: np.ndarray, last: np.ndarray) -> None:
         """``C[pos] = last`` for distinct buffer positions, keeping the Fenwick tree in step."""
+        if pos.size <= 4:  # a few point updates: scalar loops beat vectorised passes
+            for p, c in zip(pos.tolist(), last.tolist()):
+                self._set_last_one(p, c)
+            return
         delta = last - self._buf_last[pos]
         self._buf_last[pos] = last
         self._last_total += int(delta.sum())
-        tree, size = self._last_tree, self.capacity
-        if pos.size <= 4:  # a few point updates: scalar loops beat vectorised passes
-            for p, d in zip(pos.tolist(), delta.tolist()):
-                i = p + 1
-                while i <= size:
-                    tree[i] += d
-                    i += i & -i
-            return
+        if self._sampling_dirty:
+            return  # the tree is rebuilt before the next draw
         idx = pos + 1
         while idx.size:
-            np.add.at(tree, idx, delta)
+            np.add.at(self._last_tree, idx, delta)
             idx = idx + (idx & -idx)
-            keep = idx <= size
+            keep = idx <= self.capacity
             idx, delta = idx[keep], delta[keep]
+
+    def _set_last_one(self, pos: int, last: int) -> None:
+        """``C[pos] = last`` for one buffer position: O(log capacity) tree nodes, one numpy call."""
+        d = last - int(self._buf_last[pos])
+        self._buf_last[pos] = last
+        self._last_total += d
+        if d == 0 or self._sampling_dirty:
+            return
+        nodes = []
+        i, size = pos + 1, self.capacity
+        while i <= size:
+            nodes.append(i)
+            i += i & -i
+        self._last_tree[nodes] += d  # distinct nodes, so a fancy-indexed add is exact
 
     def _rank_move(self, pos: int, old: float | None, new: float) -> None:
         """Keep the score order in step: entry ``pos`` goes from score ``old`` (``None``: it was just
@@ -411,6 +442,8 @@ class PLR(Curriculum):
         The order is by score, descending, then by buffer position, so it depends only on the buffer's
         contents (a loaded state samples exactly as the saved one would).
         """
+        if self._sampling_dirty:
+            return  # the order is rebuilt before the next draw
         m = self._n_buf
         key, order = self._rank_key, self._rank_pos
         if old is None:
@@ -438,10 +471,8 @@ class PLR(Curriculum):
         return lo + int(np.searchsorted(self._rank_pos[lo:hi], pos))
 
     def _rebuild_sampling(self) -> None:
-        """Rebuild the score order and the Fenwick tree from the buffer arrays (after loading a state)."""
+        """Rebuild the score order (a sort) and the Fenwick tree of ``C`` from the buffer arrays."""
         m = self._n_buf
-        self._rank_key[:] = 0.0
-        self._rank_pos[:] = 0
         order = np.argsort(-self._buf_score[:m], kind="stable")
         self._rank_key[:m] = -self._buf_score[:m][order]
         self._rank_pos[:m] = order
@@ -450,6 +481,7 @@ class PLR(Curriculum):
         self._last_tree = np.concatenate(([0], c[i] - c[i - (i & -i)])).astype(np.int64)
         self._last_total = int(self._buf_last[:m].sum())
         self._ps_cdf = None
+        self._sampling_dirty = False
 
     def _draw_new(self, k: int) -> list[EncodedTask]:
         """``k`` tasks not in the buffer (finite spaces), or fresh from the generator (unbounded spaces)."""
@@ -578,6 +610,8 @@ class PLR(Curriculum):
             mr = self._check_values("max_returns", max_returns, slots.size, allow_neginf=True)
         if mr is not None:
             np.maximum.at(self._max_return, slots, mr)
+        if slots.size > 32:  # cheaper to re-sort the score order once than to move each entry
+            self._sampling_dirty = True
         for slot, score in zip(slots.tolist(), s.tolist()):
             self._set_score(slot, score)
 
@@ -619,12 +653,18 @@ class PLR(Curriculum):
         if score <= self._low:
             return
         m = self._n_buf
-        key = self._rank_key[:m]
-        low = -float(key[m - 1])  # the score order's last entry holds the lowest score
+        if self._sampling_dirty:
+            low = float(self._buf_score[:m].min())
+        else:
+            low = -float(self._rank_key[m - 1])  # the score order's last entry holds the lowest score
         self._low = low
         if not score > low:
             return
-        cand = np.sort(self._rank_pos[int(np.searchsorted(key, key[m - 1], side="left")):m])
+        if self._sampling_dirty:
+            cand = np.flatnonzero(self._buf_score[:m] == low)
+        else:  # the tie group of the lowest score, at the end of the order
+            key = self._rank_key[:m]
+            cand = np.sort(self._rank_pos[int(np.searchsorted(key, key[m - 1], side="left")):m])
         victim = int(cand[np.argmin(self._buf_last[cand])])
         self._pos[self._buf_slot[victim]] = _EMPTY
         self.num_evicted += 1
@@ -636,7 +676,7 @@ class PLR(Curriculum):
         self._ps_cache = None
         self._buf_slot[pos] = slot
         self._buf_score[pos] = score
-        self._set_last(np.array([pos]), np.array([self._clock]))
+        self._set_last_one(pos, self._clock)
         self._pos[slot] = pos
         self.num_inserted += 1
         self._inserted(slot)

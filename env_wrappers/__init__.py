@@ -2,9 +2,12 @@
 
 from .pettingzoo_wrapper import PettingZooReinitTaskWrapper, PettingZooTaskWrapper
 from .reinit import ReinitTaskWrapper
+from .sync_wrappers import GymnasiumSyncWrapper, PettingZooSyncWrapper
 from .task_wrapper import TaskSwitching, TaskWrapper, check_progress
 
 __all__ = [
+    "GymnasiumSyncWrapper",
+    "PettingZooSyncWrapper",
     "PettingZooReinitTaskWrapper",
     "PettingZooTaskWrapper",
     "ReinitTaskWrapper",

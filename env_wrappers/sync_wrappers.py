@@ -5,11 +5,13 @@ it to a curriculum. ``source`` is one of
 
 * a server address ``str`` (``server.address``): the wrapper runs in a worker process (``AsyncVectorEnv``,
   SB3 ``SubprocVecEnv`` ...) and talks to the :class:`~magister.sync.server.CurriculumServer` over
-  ZeroMQ (:class:`~magister.sync.client.CurriculumClient`);
+  ZeroMQ (:class:`~magister.sync.client.CurriculumClient`), or, for a ``"ray://..."`` address from
+  :func:`magister.sync.ray_backend.serve_ray`, with the curriculum's Ray actor;
 * a :class:`~magister.curricula.base.Curriculum` or the :class:`~magister.sync.server.CurriculumServer`
   object: the env lives in the learner's process (``SyncVectorEnv``, one env) and the wrapper calls the
   curriculum directly, under its lock, without sockets (a server object used from a forked worker is
-  reached through its address automatically).
+  reached through its address automatically);
+* a ready-made :class:`~magister.sync.client.TaskFeed` (e.g. a configured client), used as it is.
 
 On ``reset`` the wrapper takes the next task, decodes it with the env's task space and resets through the
 standard hook ``options={"task": decoded}``. A ``reset`` that passes its own ``options["task"]`` plays that
@@ -23,7 +25,8 @@ undiscounted return, length, task and final progress). Every ``info`` carries ``
 With ``change_task_on_completion=True``, a task whose progress reaches 1 mid-episode is reported with a
 progress update and replaced by the next task without resetting the env: the task wrapper's ``set_task``
 (or ``change_task``) is called and must then apply the task at once, not only at the next reset. The
-episode update that follows covers the steps played on the last task.
+switching step's info still names the completed task and adds ``info["next_task"]`` (and
+``info["next_task_train"]``); the episode update that follows covers the steps played on the last task.
 
 Rewards and progress must be finite (``ValueError`` otherwise, naming the value and the task): a NaN would
 otherwise poison the curriculum's statistics.
@@ -69,7 +72,7 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["GymnasiumSyncWrapper", "PettingZooSyncWrapper"]
 
-Source = str | Curriculum | CurriculumServer
+Source = str | Curriculum | CurriculumServer | TaskFeed
 
 
 def _finite(name: str, value: Any, task: Any) -> float:
@@ -100,9 +103,9 @@ class _Episode:
         options: dict[str, Any],
         change_task_on_completion: bool,
     ) -> None:
-        if not isinstance(source, (str, Curriculum, CurriculumServer)):
+        if not isinstance(source, (str, Curriculum, CurriculumServer, TaskFeed)):
             raise TypeError(
-                "source must be a server address (str), a Curriculum or a CurriculumServer, got "
+                "source must be a server address (str), a Curriculum, a CurriculumServer or a TaskFeed, got "
                 f"{type(source).__name__}"
             )
         self.source = source

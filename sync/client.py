@@ -304,7 +304,7 @@ class CurriculumClient(TaskFeed):
         self._fallback = False
         self._closed = False
         self._goodbye_acked = False
-        self._sample_error: str | None = None
+        self._refusal: str | None = None
         self.stats = dict.fromkeys(
             ("tasks_received", "updates_sent", "updates_dropped", "errors_received", "send_waits"), 0
         )
@@ -413,9 +413,11 @@ class CurriculumClient(TaskFeed):
             self.stats["errors_received"] += 1
             if msg.code == "version":
                 raise P.ProtocolVersionError(msg.message)
-            if msg.code in ("sample_failed", "bad_request") and self._outstanding:
+            if self.env_id is None:  # the hello itself was refused (e.g. too many envs)
+                self._refusal = f"{msg.code}: {msg.message}"
+            elif msg.code in ("sample_failed", "bad_request") and self._outstanding:
                 self._outstanding = 0
-                self._sample_error = msg.message
+                self._refusal = f"{msg.code}: {msg.message}"
             logger.error(
                 "curriculum server refused a message from env %s (%s): %s", self.env_id, msg.code, msg.message
             )
@@ -424,9 +426,9 @@ class CurriculumClient(TaskFeed):
     def _wait_for(self, condition: Any, what: str) -> bool:
         deadline = time.monotonic() + self.timeout
         while not condition():
-            if self._sample_error is not None:
-                err, self._sample_error = self._sample_error, None
-                raise SyncError(f"curriculum server could not provide tasks: {err}")
+            if self._refusal is not None:
+                err, self._refusal = self._refusal, None
+                raise SyncError(f"curriculum server at {self.address} refused (waiting for {what}): {err}")
             left = deadline - time.monotonic()
             if left <= 0:
                 return self._go_fallback(what)
@@ -721,6 +723,9 @@ class LocalClient(TaskFeed):
 def connect(source: str | Curriculum | CurriculumServer, **options: Any) -> TaskFeed:
     """The feed for ``source``: an address str (sockets), a Curriculum or a CurriculumServer (in-process).
 
+    A ``"ray://..."`` address (from :func:`magister.sync.ray_backend.serve_ray`) gives a
+    :class:`~magister.sync.ray_backend.RayClient`; any other address a :class:`CurriculumClient`.
+
     A :class:`CurriculumServer` used from a process other than the one that created it (a forked worker)
     is reached through its address, so its updates are never applied to a stale copy.
 
@@ -728,7 +733,15 @@ def connect(source: str | Curriculum | CurriculumServer, **options: Any) -> Task
         TypeError: ``source`` is none of the three.
     """
     local_opts = {k: options.pop(k) for k in ("strip_keys", "send_obs", "send_infos") if k in options}
+    if isinstance(source, TaskFeed):
+        return source
     if isinstance(source, str):
+        if source.startswith("ray://"):  # the Ray backend; ray is an optional dependency
+            if options.pop("curve_server_key", None) is not None:
+                raise ValueError("curve_server_key applies to ZeroMQ tcp:// addresses, not to ray:// ones")
+            from .ray_backend import RayClient  # only imported for Ray addresses
+
+            return RayClient(source, **local_opts, **options)
         return CurriculumClient(source, **local_opts, **options)
     if isinstance(source, CurriculumServer):
         if os.getpid() != source._pid:

@@ -638,6 +638,7 @@ def serve(
     insecure: bool = False,
     validate_tasks: bool = True,
     max_message_bytes: int = 256 * 1024 * 1024,
+    max_envs: int = 65536,
 ) -> CurriculumServer:
     """Serve ``curriculum`` to environment workers; returns the running :class:`CurriculumServer`.
 
@@ -652,6 +653,7 @@ def serve(
         insecure: Explicitly allow an unencrypted non-loopback TCP address.
         validate_tasks: Check tasks that clients chose themselves against the task space.
         max_message_bytes: Larger incoming messages are dropped by ZeroMQ (protects memory).
+        max_envs: Most envs the server registers; further hellos get an error reply.
 
     Raises:
         ValueError: an unsupported address, or an exposed TCP address without keys or ``insecure=True``.
@@ -665,4 +667,5 @@ def serve(
         insecure=insecure,
         validate_tasks=validate_tasks,
         max_message_bytes=max_message_bytes,
+        max_envs=max_envs,
     )

@@ -47,17 +47,24 @@ class Recorder(Curriculum):
         self.calls.append(("progress", task, progress))
 
 
+_OPENED: list = []  # raw sockets made by the tests, closed by their fixture
+
+
 @pytest.fixture
 def ctx():
     c = zmq.Context()
     yield c
-    c.destroy(linger=0)
+    while _OPENED:
+        _OPENED.pop().close(0)
+    c.term()
 
 
-def _raw(ctx, address):
-    s = ctx.socket(zmq.DEALER)
+def _raw(ctx, address, kind=zmq.DEALER):
+    s = ctx.socket(kind)
     s.setsockopt(zmq.LINGER, 0)
-    s.connect(address)
+    if kind == zmq.DEALER:
+        s.connect(address)
+    _OPENED.append(s)
     return s
 
 
@@ -120,8 +127,7 @@ def test_wrong_protocol_version_is_answered_with_a_version_error(ctx):
 
 
 def test_client_facing_a_server_of_another_version_raises_clearly(ctx):
-    router = ctx.socket(zmq.ROUTER)
-    router.setsockopt(zmq.LINGER, 0)
+    router = _raw(ctx, None, zmq.ROUTER)
     port = router.bind_to_random_port("tcp://127.0.0.1")
     client = CurriculumClient(f"tcp://127.0.0.1:{port}", timeout=5.0, close_timeout=0.1)
     import threading
@@ -241,7 +247,10 @@ def _fuzz_server():
     cur = Recorder()
     server = serve(cur)
     ctx = zmq.Context()
-    _FUZZ.update(server=server, sock=_raw(ctx, server.address))
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(server.address)
+    _FUZZ.update(server=server, sock=sock)
     yield
     # after the fuzzing the server still works and the curriculum saw nothing odd
     _still_serving(server)
@@ -270,7 +279,10 @@ def test_sigkilled_worker_loses_only_its_in_flight_tasks():
         p = ctx.Process(target=_worker_holding_tasks, args=(server.address, ready))
         p.start()
         assert ready.wait(20)
-        time.sleep(0.2)
+        deadline = time.monotonic() + 20  # its step update arrived, so its task requests did before it
+        while server.metrics().get("sync/env0/steps_applied") != 1:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
         os.kill(p.pid, signal.SIGKILL)
         p.join(10)
         assert p.exitcode == -signal.SIGKILL
@@ -313,9 +325,10 @@ def test_fallback_samples_locally_and_warns_once(tmp_path, caplog):
 
 def test_server_that_disappears_mid_run():
     with serve(Recorder()) as server:
-        c = CurriculumClient(server.address, prefetch=0, timeout=0.5, close_timeout=0.1)
+        c = CurriculumClient(server.address, prefetch=0, timeout=5.0, close_timeout=0.1)
         a = c.next_task()
         c.record_episode(a, 1.0, 1, 1.0)
+    c.timeout = 0.5
     with pytest.raises(ServerUnavailableError):
         c.next_task()
     c.close()
@@ -363,10 +376,13 @@ def test_non_finite_values_never_reach_the_curriculum_through_the_client():
 
 
 def test_a_flood_of_hellos_is_bounded(ctx):
-    with serve(Recorder()) as server:
-        server.max_envs = 3
+    with serve(Recorder(), max_envs=3) as server:
         socks = [_raw(ctx, server.address) for _ in range(4)]
         assert [_hello(s) for s in socks[:3]] == [0, 1, 2]
         reply = _ask(socks[3], P.encode(P.Hello(1, "one too many")))
         assert isinstance(reply, P.Error) and reply.code == "too_many_envs"
         assert server.metrics()["sync/envs"] == 3
+        c = CurriculumClient(server.address, timeout=5.0)
+        with pytest.raises(SyncError, match="too_many_envs"):
+            c.next_task()  # a clear refusal, not a timeout
+        c.close()

@@ -465,3 +465,46 @@ def test_bind_failure_leaves_nothing_behind():
             serve(Recorder(), server.address)
         assert threading.active_count() == threads + 1
     assert threading.active_count() == threads
+
+
+def _child_connects(source, queue):
+    try:
+        feed = connect(source)
+        kind = type(feed).__name__
+        a = feed.next_task()
+        feed.record_episode(a, 1.0, 1, 1.0)
+        feed.close()
+        queue.put((kind, None))
+    except Exception as exc:  # reported to the parent
+        queue.put((None, f"{type(exc).__name__}: {exc}"))
+
+
+def test_in_process_sources_used_from_a_forked_worker():
+    ctx = mp.get_context("fork")
+    with serve(Recorder()) as server:
+        # a server object in a forked worker is reached through its address, never a stale copy
+        q = ctx.Queue()
+        p = ctx.Process(target=_child_connects, args=(server, q))
+        p.start()
+        assert q.get(timeout=20) == ("CurriculumClient", None)
+        p.join(20)
+        assert server.metrics()["sync/total/tasks_consumed"] == 1
+    # a bare curriculum already used in-process cannot be updated from a fork: a clear error
+    cur = Recorder()
+    connect(cur).close()
+    q = ctx.Queue()
+    p = ctx.Process(target=_child_connects, args=(cur, q))
+    p.start()
+    kind, err = q.get(timeout=20)
+    p.join(20)
+    assert kind is None and "RuntimeError" in err and "server.address" in err
+
+
+def test_ray_addresses_get_the_ray_client():
+    pytest.importorskip("ray")
+    from magister.sync.ray_backend import RayClient
+
+    feed = connect("ray://my_curriculum", prefetch=2, timeout=1.0, strip_keys=("x",))
+    assert isinstance(feed, RayClient) and feed.prefetch == 2  # nothing connected yet: the lookup is lazy
+    with pytest.raises(ValueError, match="ray://"):
+        connect("ray://my_curriculum", curve_server_key=generate_keypair().public_key)

@@ -409,3 +409,70 @@ def test_random_reset_step_sequences_keep_the_books_balanced(ops, prefetch, requ
         assert m["sync/total/steps_applied"] == steps == sum(len(b) for b in cur.batches)
     else:
         assert m["sync/total/steps_applied"] == 0 and cur.batches == []
+
+
+class QuickDuel(Duel):
+    """Progress reaches 1 after the first step, but the episode lasts three steps."""
+
+    def step(self, actions):
+        self.t += 1
+        done = self.t >= 3
+        obs = {a: np.array([self.task], np.float32) for a in self.agents}
+        infos = {a: {"task_progress": 1.0} for a in self.agents}
+        terms, truncs = {a: done for a in self.agents}, {a: False for a in self.agents}
+        out = obs, {"a": 1.0, "b": 1.0}, terms, truncs, infos
+        if done:
+            self.agents = []
+        return out
+
+
+def test_pettingzoo_change_task_on_completion():
+    cur = Recorder()
+    inner = QuickDuel()
+    env = PettingZooSyncWrapper(inner, cur, change_task_on_completion=True)
+    _, infos = env.reset()
+    assert infos["a"]["task"] == 0
+    _, _, _, _, infos = env.step({"a": 0, "b": 0})
+    assert infos["a"]["task"] == 0 and inner.task == 1  # switched without a reset
+    _, _, _, _, infos = env.step({"a": 0, "b": 0})
+    assert infos["b"]["task"] == 1 and inner.task == 2
+    _, _, terms, _, infos = env.step({"a": 0, "b": 0})  # the episode ends on task 2
+    assert all(terms.values()) and infos["a"]["task"] == 2
+    env.close()
+    assert cur.progress == [(0, 1.0), (1, 1.0)]
+    assert cur.episodes == [(2, 2.0, 1, 1.0, 0)] and cur.extras == [{"agent_returns": {"a": 1.0, "b": 1.0}}]
+
+
+def test_pettingzoo_sync_wrapper_with_the_real_pettingzoo_task_wrapper():
+    from magister.curricula.domain_randomization import DomainRandomization
+    from magister.examples.tiny_pz import TinyTag, TinyTagTask
+
+    inner = TinyTagTask(TinyTag(max_cycles=10))
+    with serve(DomainRandomization(inner.task_space, seed=0)) as server:
+        env = PettingZooSyncWrapper(inner, server.address)
+        rng = np.random.default_rng(0)
+        for _ in range(6):
+            _, infos = env.reset(seed=int(rng.integers(100)))
+            task = infos["chaser"]["task"]
+            size, _density = inner.task_space.decode(task)
+            assert inner.unwrapped.grid.shape == (size, size)
+            while env.agents:
+                _, _, _, _, infos = env.step({a: int(rng.integers(5)) for a in env.agents})
+                assert infos["runner"]["task"] == task and "task_train" in infos["chaser"]
+        env.close()
+        m = server.metrics()
+        assert m["sync/total/tasks_consumed"] == 6 and m["sync/total/episodes_applied"] == 6
+        assert m["sync/total/tasks_in_flight"] == 0 and m["curriculum/episodes"] == 6
+
+
+def test_a_ready_made_feed_is_used_as_is():
+    from magister.sync.client import connect
+
+    cur = Recorder()
+    feed = connect(cur, prefetch=2)
+    env = _make(feed)
+    env.reset()
+    assert env.feed is feed
+    _run_episode(env)
+    env.close()
+    assert feed.core.sync_metrics()["sync/total/tasks_returned"] == 1  # the second prefetched task

@@ -24,6 +24,7 @@ from magister.examples.xland.game import (
     SEE,
     Game,
     feasible_states,
+    reward_table,
 )
 from magister.examples.xland.task import XLandTaskSpace
 from magister.examples.xland.world import World, condition_world, generate_world
@@ -58,6 +59,21 @@ def test_parallel_api_with_random_tasks():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # 2-player games leave player_2 unused
         parallel_api_test(XLandEnv(seed=0, episode_length=30), num_cycles=100)
+
+
+def test_parallel_api_with_coplayers_through_the_task_wrapper():
+    rng = np.random.default_rng(0)
+    g = PROBE_GAMES["choose_wisely_3p"]
+    w = condition_world(generate_world(rng, 8, n_players=3), g, rng)
+    task = XLandTask(w, g, (LEARNER, SEEKER, LEARNER))
+    env = XLandTaskWrapper(XLandEnv(episode_length=30), XLandTaskSpace(seed=0))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        parallel_api_test(env, num_cycles=50)  # on tasks drawn from the space
+        env.reset(options={"task": task})
+        parallel_api_test(env, num_cycles=50)  # the task is kept across resets
+    obs, infos = env.reset(seed=1)
+    assert set(obs) == {"player_0", "player_2"} and infos["player_2"]["player_index"] == 2
 
 
 def test_parallel_seed_determinism():
@@ -321,3 +337,52 @@ def test_every_visited_predicate_state_is_feasible(seed):
         assert state in feasible
         visited.add(state)
     assert len(visited) >= 10  # the random play moved through many predicate states
+
+
+@settings(max_examples=8)
+@given(seed=st.integers(0, 2**31 - 1))
+def test_random_play_keeps_invariants_and_rewards_match_the_reward_table(seed):
+    space = XLandTaskSpace(coplayer_ids=(RANDOM, SEEKER, LEARNER), three_player_prob=0.5, seed=seed)
+    task = space.sample()
+    env = XLandEnv(task, episode_length=60)
+    env.reset(seed=seed)
+    rng = np.random.default_rng(seed)
+    atoms, states, table = reward_table(task.game)
+    assert atoms == env.ground_atoms
+    row = {tuple(s): k for k, s in enumerate(states.tolist())}
+    area = task.world.playable_area
+    while env.agents:
+        _, rews, *_ = env.step({a: int(rng.integers(6)) for a in env.agents})
+        present = env.premoved == 0
+        tiles = [tuple(p) for p in env.ppos[present].tolist()]
+        assert len(set(tiles)) == len(tiles) and all(area[t] for t in tiles)
+        for i, o in enumerate(env.hold.tolist()):
+            if o >= 0:
+                assert np.abs(env.ppos[i] - env.opos[o]).max() <= 1
+                assert tuple(env.opos[o]) == tuple(env.ppos[env.carrier[o]])
+        k = row[tuple(env.atom_values().tolist())]
+        assert env.rewards_now.tolist() == table[:, k].astype(float).tolist()
+        for a, r in rews.items():
+            assert r == table[int(a[-1]), k]
+
+
+def test_learner_id_is_the_stores_current_agent_and_render():
+    from magister.curricula.opponent_store import CURRENT_AGENT
+
+    assert LEARNER == CURRENT_AGENT
+    env = make_env(make_world([(0, 0, E, 0), (2, 2, W, 0)], [(YS, 1, 1)], size=3), render_mode="ansi")
+    assert env.render() == "A00\n0o0\n00B"
+    assert XLandEnv().render() is None
+    with pytest.raises(ValueError, match="render_mode"):
+        XLandEnv(render_mode="human")
+
+
+def test_carrier_handover_when_the_carrier_is_tagged():
+    # p0 carries the sphere that p1 also holds; p2 tags p0: p1 becomes the carrier, on its own tile
+    env = make_env(make_world([(3, 2, E, 0), (2, 2, S, 0), (3, 5, W, 1)], [(YS, 3, 3)]),
+                   game=PROBE_GAMES["choose_wisely_3p"])
+    env.step({"player_0": GRAB, "player_1": GRAB, "player_2": NOOP_A})
+    assert env.carrier[0] == 0 and env.hold.tolist() == [0, 0, -1]
+    env.step({"player_0": NOOP_A, "player_1": NOOP_A, "player_2": GADGET})
+    assert env._pos(P0) is None and env.hold.tolist() == [-1, 0, -1]
+    assert env.carrier[0] == 1 and env._pos(YS) == (2, 2)

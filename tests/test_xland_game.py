@@ -26,11 +26,14 @@ from magister.examples.xland.game import (
     Game,
     Goal,
     Transforms,
+    _ground_game,
+    _rewards,
     atom_id,
     atom_name,
     balance,
     canonical_game,
     feasible_states,
+    game_distance,
     game_hash,
     game_measures,
     generate_game,
@@ -307,3 +310,47 @@ def test_probe_games_are_encodable_for_the_policy():
             goal_observation(goal)
     ids, mat = goal_observation(PROBE_GAMES["tag_fiesta_2p"].goals[0])
     assert (ids >= 0).all() and (mat[0] == -1).all()
+
+
+# -- the game metric (Section 3.2) ---------------------------------------------------------------------
+def test_game_distance_by_hand():
+    g = PROBE_GAMES["simple_navigation"]
+    assert game_distance(g, g) == 0.0
+    # flipping player 1's only literal: its reward differs in every state, player 0's in none
+    h = Game((g.goals[0], Goal.parse("not(near(me, yellow pyramid))")))
+    assert game_distance(g, h) == 0.5
+    # near(me, yp) vs near(me, ys): over the 8 states of the three atoms they differ in 4 -> (0 + 1/2) / 2
+    k = Game((g.goals[0], Goal.parse("near(me, yellow sphere)")))
+    assert game_distance(g, k) == 0.25
+    with pytest.raises(ValueError, match="players"):
+        game_distance(g, PROBE_GAMES["choose_wisely_3p"])
+
+
+@settings(max_examples=20)
+@given(seed=st.integers(0, 2**31 - 1))
+def test_exploration_difficulty_is_lipschitz_in_one_goal(seed):
+    """Proposition 3.2: changing one goal changes kappa by at most that goal's distance (here over the
+    union of both games' ground atoms, as the metric is defined on one predicate-state space)."""
+    rng = np.random.default_rng(seed)
+    g = random_game(rng, 2, 2)
+    k = int(rng.integers(2))
+    opts = [list(o) for o in g.goals[k].options]
+    i = int(rng.integers(len(opts)))
+    opts[i][int(rng.integers(len(opts[i])))] *= -1
+    goals = list(g.goals)
+    goals[k] = Goal(tuple(tuple(o) for o in opts))
+    h = Game(tuple(goals))
+    index: dict = {}
+    _, cg = _ground_game(g.goals, index)
+    atoms, ch = _ground_game(h.goals, index)
+    states = feasible_states(atoms)
+    kappa_g = 1.0 - _rewards(cg, states).any(axis=0).mean()
+    kappa_h = 1.0 - _rewards(ch, states).any(axis=0).mean()
+    goal_dist = 2 * game_distance(g, h)  # the other goal is unchanged
+    assert abs(kappa_g - kappa_h) <= goal_dist + 1e-12
+
+
+def test_too_many_predicate_states_is_a_clear_error():
+    atoms = [a for a in ATOMS if a[0] == NEAR and a[1] < 9 and a[2] < 9][:21]  # 21 independent atoms
+    with pytest.raises(ValueError, match="MAX_STATES"):
+        feasible_states(atoms)

@@ -11,8 +11,8 @@ import pytest
 
 from magister.examples.xland.coplayers import LEARNER, NOOP, RANDOM, SEEKER
 from magister.examples.xland.env import XLandTask
-from magister.examples.xland.game import PROBE_GAMES, game_hash, recolour_game
-from magister.examples.xland.task import FixedXLandTasks, XLandTaskSpace, world_hash
+from magister.examples.xland.game import FLOOR_COLOURS, PROBE_GAMES, game_hash, recolour_game
+from magister.examples.xland.task import FixedXLandTasks, XLandTaskSpace, probe_tasks, world_hash
 from magister.examples.xland.world import condition_world, generate_world
 from magister.task_spaces.base import task_key
 
@@ -137,3 +137,17 @@ def test_module_doctests(module):
     mod = importlib.import_module(f"magister.examples.xland.{module}")
     result = doctest.testmod(mod, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
     assert result.failed == 0
+
+
+def test_probe_tasks():
+    fixed = probe_tasks(coplayer=NOOP, seed=1)
+    assert fixed.num_tasks == len(PROBE_GAMES)
+    for task, (name, game) in zip(fixed.tasks, PROBE_GAMES.items()):
+        assert task.game == game and task.coplayers == (LEARNER,) + (NOOP,) * (game.n_players - 1)
+        assert set(game.floors) <= set(task.world.floor_map[task.world.playable_area].tolist())
+        if name == "king_of_the_hill":
+            w = task.world
+            white = w.floor_map == FLOOR_COLOURS.index("white")
+            assert (w.height_map[white] == w.height_map[w.playable_area].max()).all()
+    with pytest.raises(KeyError, match="unknown probe"):
+        probe_tasks(names=["tic_tac_toe"])

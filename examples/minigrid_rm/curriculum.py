@@ -268,7 +268,7 @@ def plr_sample(
     return buffer, Sample(problems, replay, idx.astype(jnp.int32), train, child)
 
 
-_HASH_MULT: dict[int, jax.Array] = {}
+_HASH_MULT: dict[int, np.ndarray] = {}
 
 
 def problem_hash(problem: Problem) -> jax.Array:
@@ -277,8 +277,8 @@ def problem_hash(problem: Problem) -> jax.Array:
     n = flat.shape[0]
     if n not in _HASH_MULT:
         rng = np.random.default_rng(12345)
-        _HASH_MULT[n] = jnp.asarray(rng.integers(1, 2**32 - 1, size=n, dtype=np.uint64).astype(np.uint32) | 1)
-    mult = _HASH_MULT[n]
+        _HASH_MULT[n] = rng.integers(1, 2**32 - 1, size=n, dtype=np.uint64).astype(np.uint32) | 1
+    mult = jnp.asarray(_HASH_MULT[n])
     h = jnp.sum((flat + jnp.uint32(0x9E3779B9)) * mult, dtype=jnp.uint32)
     h = h ^ (h >> 16)
     h = h * jnp.uint32(0x85EBCA6B)

@@ -43,12 +43,32 @@ import numpy as np
 from scipy import ndimage
 
 from .env import (
-    BALL, DIR_VEC, DOOR_CLOSED, DOOR_LOCKED, DOOR_OPEN, FLOOR, KEY, MAX_H, MAX_W, NUM_COLOURS, ROOM_COUNTS,
-    SQUARE, Level, door_cells, wall_template,
+    BALL,
+    DIR_VEC,
+    DOOR_CLOSED,
+    DOOR_LOCKED,
+    DOOR_OPEN,
+    FLOOR,
+    KEY,
+    MAX_H,
+    MAX_W,
+    NUM_COLOURS,
+    ROOM_COUNTS,
+    SQUARE,
+    Level,
+    door_cells,
+    wall_template,
 )
 from .problem import Problem
 from .propositions import (
-    CARRYING, FRONT, MATCH, NUM_DESCRIPTORS, NUM_MOVABLE_DESCRIPTORS, NUM_PROPS, PROP_D1, PROP_D2,
+    CARRYING,
+    FRONT,
+    MATCH,
+    NUM_DESCRIPTORS,
+    NUM_MOVABLE_DESCRIPTORS,
+    NUM_PROPS,
+    PROP_D1,
+    PROP_D2,
     PROP_KIND,
 )
 from .reward_machines import RewardMachine, sample_sequential_rm

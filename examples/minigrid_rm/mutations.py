@@ -47,8 +47,21 @@ import jax.numpy as jnp
 import numpy as np
 
 from .env import (
-    BALL, DOOR_CLOSED, DOOR_LOCKED, DOOR_OPEN, FLOOR, KEY, MAX_H, MAX_W, NUM_COLOURS, ROOM_COUNTS, SQUARE,
-    WALL, GridState, Level, level_shape,
+    BALL,
+    DOOR_CLOSED,
+    DOOR_LOCKED,
+    DOOR_OPEN,
+    FLOOR,
+    KEY,
+    MAX_H,
+    MAX_W,
+    NUM_COLOURS,
+    ROOM_COUNTS,
+    SQUARE,
+    WALL,
+    GridState,
+    Level,
+    level_shape,
 )
 from .levels import _DOOR_POS_J, _MAX_OBJ, _MIN_OBJ, _NDOORS_J, _TEMPLATES, MAX_DOORS
 from .problem import Problem

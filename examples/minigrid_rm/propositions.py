@@ -33,8 +33,19 @@ import jax.numpy as jnp
 import numpy as np
 
 from .env import (
-    BALL, COLOURS, DOOR_CLOSED, DOOR_LOCKED, DOOR_OPEN, FLOOR, KEY, NUM_COLOURS, NUM_TILES, SQUARE, VIEW,
-    GridState, view_cells,
+    BALL,
+    COLOURS,
+    DOOR_CLOSED,
+    DOOR_LOCKED,
+    DOOR_OPEN,
+    FLOOR,
+    KEY,
+    NUM_COLOURS,
+    NUM_TILES,
+    SQUARE,
+    VIEW,
+    GridState,
+    view_cells,
 )
 
 logger = logging.getLogger(__name__)

@@ -60,7 +60,10 @@ from ...task_spaces.base import EncodedTask, TaskSpace
 from .coplayers import BUILTIN_COPLAYERS, LEARNER, CoPlayer, PolicyCoPlayer, make_builtin
 from .game import (
     HOLD,
+    MAX_GOAL_ATOMS,
+    MAX_OPTIONS,
     NEAR,
+    NUM_ATOMS,
     NUM_OBJECTS,
     ON,
     PLAYER0,
@@ -202,8 +205,8 @@ class XLandEnv(ParallelEnv):
         self._obs_space = spaces.Dict({
             "grid": spaces.Box(0.0, 1.0, shape=(N_CHANNELS, MAX_SIZE, MAX_SIZE), dtype=np.float32),
             "vector": spaces.Box(0.0, 1.0, shape=(N_VECTOR,), dtype=np.float32),
-            "goal_atoms": spaces.Box(-1, 212, shape=(6,), dtype=np.int64),
-            "goal_matrix": spaces.Box(-1.0, 1.0, shape=(3, 6), dtype=np.float32),
+            "goal_atoms": spaces.Box(-1, NUM_ATOMS - 1, shape=(MAX_GOAL_ATOMS,), dtype=np.int64),
+            "goal_matrix": spaces.Box(-1.0, 1.0, shape=(MAX_OPTIONS, MAX_GOAL_ATOMS), dtype=np.float32),
         })
         self._act_space = spaces.Discrete(len(ACTIONS))
         self._pending: XLandTask | None = None
@@ -399,6 +402,8 @@ class XLandEnv(ParallelEnv):
         if self.carrier[o] == i:
             others = np.flatnonzero(self.hold == o)
             self.carrier[o] = int(others[0]) if len(others) else -1
+            if len(others):
+                self.opos[o] = self.ppos[others[0]]  # the next holder carries it from its own tile
 
     def _release_object(self, o: int) -> None:
         for j in np.flatnonzero(self.hold == o):

@@ -26,10 +26,10 @@ This module implements the game side of *Open-Ended Learning Leads to Generally 
   paper, A.2.1). With these, the paper's example values are reproduced: simple navigation
   ``kappa = 1/4, comp = 2/3``; simple cooperation ``kappa = 1/2, comp = 0, bal = 1``; hide and seek
   ``kappa = 0, comp = 1, bal = 1/3``; XRPS ``kappa = 1/4, comp = 1, bal = 1`` (16 feasible states).
-  Two printed values are not: the navigation game's balance is 1/3 here (the paper prints 7/15, which no
-  pair of single-atom goals can give over independent atoms), and capture the cube's exploration
-  difficulty is 1/3 (the paper prints 1/4; its goals are rewarded in exactly one state each, so 1/4 would
-  need 8 states with 6 unrewarded, which is not the game as written).
+  Two printed values are not: the navigation game's balance is 1/3 here (the paper prints 7/15; two
+  single-atom goals over independent atoms can only give 0, 1/3 or 1), and capture the cube's exploration
+  difficulty is 1/3 (the paper prints 1/4; with the cube on at most one floor there are 3 states, of which
+  only "on neither floor" rewards nobody, and without that constraint 2 of 4 states reward nobody).
 
   The transformations ``Xi`` of the balance are, per goal, bijective recolourings: of objects (the
   paper's "consistent across the entire goal"), of floors, and of the two player colours (``me`` <->
@@ -86,6 +86,7 @@ __all__ = [
     "atom_name",
     "balance",
     "canonical_game",
+    "game_distance",
     "game_hash",
     "game_measures",
     "generate_game",
@@ -397,6 +398,7 @@ def goal_observation(goal: Goal) -> tuple[np.ndarray, np.ndarray]:
 
 
 # -- grounding: me/opponent -> players ----------------------------------------------------------------
+@lru_cache(maxsize=1 << 16)
 def ground_literal(lit: int, player: int, n_players: int) -> tuple[tuple[Atom, ...], bool]:
     """The ground atoms whose disjunction is the literal's atom for ``player``, and the literal's sign.
 
@@ -420,9 +422,11 @@ def ground_literal(lit: int, player: int, n_players: int) -> tuple[tuple[Atom, .
     return tuple(grounds), lit > 0
 
 
-def _ground_game(goals: Sequence[Goal]) -> tuple[list[Atom], list[list[list[tuple[np.ndarray, bool]]]]]:
+def _ground_game(
+    goals: Sequence[Goal], index: dict[Atom, int] | None = None
+) -> tuple[list[Atom], list[list[list[tuple[np.ndarray, bool]]]]]:
     n = len(goals)
-    index: dict[Atom, int] = {}
+    index = {} if index is None else index
     compiled = []
     for p, goal in enumerate(goals):
         options = []
@@ -442,11 +446,22 @@ def feasible_states(atoms: Sequence[Atom]) -> np.ndarray:
 
     Constraints: a player holds at most one object; an entity is on at most one floor; a held object is
     near its holder (when that atom is listed) and on no floor. Raises ``ValueError`` when there would be
-    more than :data:`MAX_STATES` candidate states.
+    more than :data:`MAX_STATES` candidate states. Cached; the returned array is read-only.
 
     >>> feasible_states([(HOLD, 20, 0), (HOLD, 20, 1)]).astype(int).tolist()
     [[0, 0], [1, 0], [0, 1]]
     """
+    return _feasible_cached(tuple(tuple(int(x) for x in a) for a in atoms))
+
+
+@lru_cache(maxsize=4096)
+def _feasible_cached(atoms: tuple[Atom, ...]) -> np.ndarray:
+    out = _feasible_states(atoms)
+    out.setflags(write=False)
+    return out
+
+
+def _feasible_states(atoms: Sequence[Atom]) -> np.ndarray:
     n = len(atoms)
     groups: dict[tuple[int, int], list[int]] = {}
     free: list[int] = []
@@ -488,16 +503,29 @@ def feasible_states(atoms: Sequence[Atom]) -> np.ndarray:
 
 
 def _rewards(compiled: list, states: np.ndarray) -> np.ndarray:
-    out = np.zeros((len(compiled), len(states)), dtype=bool)
+    """``rewards[k, s]``: max over player ``k``'s options of min over their literals, on every state."""
+    n = len(states)
+    out = np.zeros((len(compiled), n), dtype=bool)
+    cols = states.T
+    memo: dict[tuple[tuple[int, ...], bool], np.ndarray] = {}
     for p, options in enumerate(compiled):
-        r = np.zeros(len(states), dtype=bool)
+        r = out[p]
         for lits in options:
-            v = np.ones(len(states), dtype=bool)
+            v = None
             for idx, positive in lits:
-                t = states[:, idx].any(axis=1) if len(idx) else np.zeros(len(states), dtype=bool)
-                v &= t if positive else ~t
+                key = (tuple(idx.tolist()), positive)
+                t = memo.get(key)
+                if t is None:
+                    if len(idx) == 1:
+                        t = cols[idx[0]]
+                    elif len(idx):
+                        t = cols[idx].any(axis=0)
+                    else:
+                        t = np.zeros(n, dtype=bool)
+                    t = t if positive else ~t
+                    memo[key] = t
+                v = t.copy() if v is None else v & t
             r |= v
-        out[p] = r
     return out
 
 
@@ -507,6 +535,23 @@ def reward_table(game: Game | Sequence[Goal]) -> tuple[list[Atom], np.ndarray, n
     atoms, compiled = _ground_game(goals)
     states = feasible_states(atoms)
     return atoms, states, _rewards(compiled, states)
+
+
+def game_distance(a: Game, b: Game) -> float:
+    """``||G_a - G_b|| = (1/n) sum_k #{phi(s): r_{a,k}(s) != r_{b,k}(s)} / N_phi`` (Section 3.2), over the
+    feasible states of the union of both games' ground atoms.
+
+    >>> g = PROBE_GAMES["simple_navigation"]
+    >>> game_distance(g, g), game_distance(g, Game((g.goals[0], Goal.parse("not(near(me, yellow pyramid))"))))
+    (0.0, 0.5)
+    """
+    if a.n_players != b.n_players:
+        raise ValueError(f"games have {a.n_players} and {b.n_players} players; the distance needs the same")
+    index: dict[Atom, int] = {}
+    _, ca = _ground_game(a.goals, index)
+    atoms, cb = _ground_game(b.goals, index)
+    states = feasible_states(atoms)
+    return float((_rewards(ca, states) != _rewards(cb, states)).mean())
 
 
 def _coop_counts(goals: Sequence[Goal]) -> tuple[int, int, int]:
@@ -546,18 +591,16 @@ def recolour_goal(
 ) -> Goal:
     """Apply a recolouring: object colour ``c`` -> ``colour_perm[c]``, floor ``f`` -> ``floor_map[f]``
     (unlisted floors unchanged) and, with ``swap_players``, ``me`` <-> ``opponent``."""
-    fm = floor_map or {}
-    opts = []
-    for opt in goal.options:
-        lits = []
-        for lit in opt:
-            rel, a, b = ATOMS[abs(lit) - 1]
-            na = _map_entity(a, colour_perm, fm, swap_players)
-            nb = _map_entity(b, colour_perm, fm, swap_players)
-            aid = atom_id(rel, na, nb) + 1
-            lits.append(aid if lit > 0 else -aid)
-        opts.append(tuple(lits))
-    return Goal(tuple(opts))
+    key = (tuple(colour_perm), tuple(sorted((floor_map or {}).items())), bool(swap_players))
+    return Goal(tuple(tuple(_recolour_literal(lit, *key) for lit in opt) for opt in goal.options))
+
+
+@lru_cache(maxsize=1 << 16)
+def _recolour_literal(lit: int, colour_perm: tuple[int, ...], floor_items: tuple, swap: bool) -> int:
+    rel, a, b = ATOMS[abs(lit) - 1]
+    fm = dict(floor_items)
+    aid = atom_id(rel, _map_entity(a, colour_perm, fm, swap), _map_entity(b, colour_perm, fm, swap)) + 1
+    return aid if lit > 0 else -aid
 
 
 def recolour_game(
@@ -590,8 +633,9 @@ def _check_floor_map(m: dict[int, int]) -> None:
         )
 
 
-def _goal_variants(goal: Goal, game_floors: Sequence[int], transforms: Transforms) -> list[Goal]:
-    """Distinct images of ``goal`` under the per-goal transformations."""
+@lru_cache(maxsize=8192)
+def _goal_variants(goal: Goal, game_floors: tuple[int, ...], transforms: Transforms) -> list[Goal]:
+    """Distinct images of ``goal`` under the per-goal transformations (cached: do not modify)."""
     colour_perms = list(itertools.permutations(range(3))) if transforms.objects else [(0, 1, 2)]
     own = sorted({x - FLOOR0 for a in goal.atoms for x in ATOMS[a][1:] if _is_floor(x)})
     if transforms.floors and own:
@@ -670,6 +714,7 @@ def goal_difficulty(goal: Goal) -> float:
 
 
 # -- canonical form and hashing -----------------------------------------------------------------------
+@lru_cache(maxsize=4096)
 def canonical_game(game: Game) -> Game:
     """The representative of ``game``'s recolouring class: the smallest encoding over every bijective
     recolouring of object colours and of floor colours applied to the whole game (player order kept).
@@ -841,10 +886,14 @@ def generate_game(
         raise ValueError(f"n_players must be 2 or 3, got {n_players!r}")
     b_t, c_t = float(target_balance), float(target_competitiveness)
 
-    def measure(atoms: list[int], mats: list[np.ndarray]) -> tuple[float, float]:
+    def competitiveness(atoms: list[int], mats: list[np.ndarray]) -> tuple[Game, float]:
         g = Game(tuple(_matrix_goal(atoms, m) for m in mats))
         _, anyr, allr = _coop_counts(g.goals)
-        return balance(g, transforms), (anyr - allr) / anyr
+        return g, (anyr - allr) / anyr
+
+    def measure(atoms: list[int], mats: list[np.ndarray]) -> tuple[float, float]:
+        g, c = competitiveness(atoms, mats)
+        return balance(g, transforms), c
 
     best_game, best_dist = None, np.inf
     for _ in range(restarts):
@@ -863,8 +912,12 @@ def generate_game(
                     continue  # trivial goal
                 trial = list(mats)
                 trial[k] = cand
-                b2, c2 = measure(atoms, trial)
-                imp = min(abs(b - b_t) - abs(b2 - b_t), abs(c - c_t) - abs(c2 - c_t))
+                g2, c2 = competitiveness(atoms, trial)
+                c_gain = abs(c - c_t) - abs(c2 - c_t)
+                if c_gain < 0 or c_gain <= best_imp:
+                    continue  # imp = min(b_gain, c_gain) can be neither kept nor the best: skip the balance
+                b2 = balance(g2, transforms)
+                imp = min(abs(b - b_t) - abs(b2 - b_t), c_gain)
                 if imp > best_imp:
                     best_imp, best_cand, best_bc = imp, trial, (b2, c2)
             if best_cand is None or best_imp < 0:

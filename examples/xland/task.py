@@ -35,12 +35,12 @@ import numpy as np
 from ...task_spaces.base import EncodedTask, TaskSpace, _check_k, stable_hash, task_key
 from .coplayers import BUILTIN_COPLAYERS, LEARNER, NOOP, RANDOM, SEEKER
 from .env import XLandTask
-from .game import PROBE_GAMES, Game, Goal, game_hash, random_game
-from .world import condition_world, generate_world, mutate_world
+from .game import FLOOR_COLOURS, PROBE_GAMES, Game, Goal, game_hash, random_game
+from .world import World, condition_world, generate_world, mutate_world
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["FixedXLandTasks", "XLandTaskSpace", "world_hash"]
+__all__ = ["FixedXLandTasks", "XLandTaskSpace", "probe_tasks", "world_hash"]
 
 _MAX_REJECTS = 1000
 
@@ -207,13 +207,14 @@ class XLandTaskSpace(TaskSpace[XLandTask]):
 
     def mutate(self, encoded: EncodedTask, rng: np.random.Generator) -> EncodedTask:
         """A small edit: the world (:func:`~.world.mutate_world`, probability 1/2), one literal of one goal
-        flipped or replaced (1/4), or one co-player slot resampled (1/4); never into a held-out task."""
+        flipped or replaced by another literal of the game (1/4), or one co-player slot resampled (1/4);
+        the world is re-conditioned on the game, and the result is never a held-out task."""
         task = self.decode(encoded)
         for _ in range(100):
             u = rng.random()
             world, game, cps = task.world, task.game, task.coplayers
             if u < 0.5:
-                world = mutate_world(world, rng)
+                world = condition_world(mutate_world(world, rng), game, rng)  # keep its floors present
             elif u < 0.75:
                 game = _mutate_game(game, rng)
                 world = condition_world(world, game, rng)
@@ -293,3 +294,44 @@ class FixedXLandTasks(TaskSpace[XLandTask]):
         ):
             raise ValueError(f"{encoded!r} is not an encoded task of {self!r} (0..{len(self._tasks) - 1})")
         return self._tasks[int(encoded)]
+
+
+_HILL_GAMES = ("king_of_the_hill", "race_to_clifftop")
+
+
+def _white_hilltop(world: World) -> World:
+    """Paint the highest playable tiles white and every other white tile its neighbour's colour."""
+    white = FLOOR_COLOURS.index("white")
+    area, h = world.playable_area, world.height_map
+    top = area & (h == h[area].max())
+    floors = world.floor_map.copy()
+    floors[(floors == white) & ~top] = (white + 1) % len(FLOOR_COLOURS)
+    floors[top] = white
+    return World(world.size, world.heights, world.ramps, tuple(floors.ravel().tolist()), world.objects,
+                 world.players)
+
+
+def probe_tasks(
+    coplayer: int = SEEKER, seed: int = 0, size: int = 9, names: Sequence[str] | None = None
+) -> FixedXLandTasks:
+    """The probe games (:data:`~.game.PROBE_GAMES`) as fixed tasks: each on a generated world conditioned
+    on it (for the hill games, the white floor is the highest plateau), the learner in slot 0 and
+    ``coplayer`` in every other slot. Task ``i`` is the ``i``-th name (default: all, in dict order).
+
+    >>> probe_tasks(names=["hide_and_seek"]).tasks[0].coplayers
+    (-1, -4)
+    """
+    names = list(PROBE_GAMES) if names is None else list(names)
+    unknown = [n for n in names if n not in PROBE_GAMES]
+    if unknown:
+        raise KeyError(f"unknown probe games {unknown}; known: {sorted(PROBE_GAMES)}")
+    _check_coplayers([coplayer])
+    rng = np.random.default_rng(seed)
+    tasks = []
+    for name in names:
+        game = PROBE_GAMES[name]
+        world = condition_world(generate_world(rng, size, n_players=game.n_players), game, rng)
+        if name in _HILL_GAMES:
+            world = _white_hilltop(world)
+        tasks.append(XLandTask(world, game, (LEARNER,) + (int(coplayer),) * (game.n_players - 1)))
+    return FixedXLandTasks(tasks)

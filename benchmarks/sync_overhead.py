@@ -1,0 +1,707 @@
+"""Wall-time overhead of the sync layer on NetHack, against no curriculum and the reference library.
+
+Reproduces the setup of the Syllabus paper's overhead table (Sullivan et al., Supplementary B, Table 1)
+on this machine, at a smaller scale: NetHack (``nle``, ``NetHackScore-v0``, at most 200 steps per episode,
+the full dict observation of ~150 KB per step), random actions, independent (not vectorised) envs, one per
+worker process, and a minimal curriculum that always returns the same task, so that only the
+sender-receiver machinery is measured.
+
+Build the environment first (nle, syllabus-rl 0.7 and Ray never go into the development venv)::
+
+    bash benchmarks/_nle_env.sh                          # -> /work/bench-venv-nle
+    /work/bench-venv-nle/bin/python benchmarks/sync_overhead.py          # 4 workers x 64 episodes, 3 rounds
+    /work/bench-venv-nle/bin/python benchmarks/sync_overhead.py --quick  # smoke: 4 x 8 episodes, 1 round
+
+Modes (all in the same run, interleaved within each round, the order rotated every round):
+
+========================  ==============================================================================
+``none``                  the bare env in a worker process (the native baseline)
+``magister-episodic``     ``serve(Constant)`` + ``GymnasiumSyncWrapper(TaskWrapper(env), server.address)``
+``magister-step``         the same with ``requires_step_updates = True`` and ``step_batch_size=100``
+``syllabus-episodic``     syllabus-rl 0.7: ``make_multiprocessing_curriculum(Constant)`` + its
+                          ``GymnasiumSyncWrapper(TaskWrapper(env), task_space, components)``
+``syllabus-step``         the same with ``require_step_updates=True`` (its default batch of 100 steps)
+``ray-none``              the bare env in a Ray actor (the Ray baseline, as the paper's Ray row has its own)
+``magister-ray-episodic`` ``serve_ray(Constant)`` + the same wrapper with the ``ray://`` address
+``magister-ray-step``     the same with step updates (batch 100)
+``syllabus-ray-episodic`` syllabus-rl 0.7: ``make_ray_curriculum`` + its ``RayGymnasiumSyncWrapper``
+========================  ==============================================================================
+
+Every worker plays exactly the same episodes in every mode: episode ``e`` of worker ``w`` is reset with
+seed ``1000 * w + e`` and its actions come from a generator seeded with ``w``, so the env work is identical
+and the time difference is the middleware's. Worker processes are started and their envs built before the
+clock starts (a forkserver, so Ray's threads in this process are never forked); the clock runs from the
+start signal until every worker has closed its env *and* the curriculum has received every update
+(counted in the curriculum itself, which also checks that nothing was lost). Reported: the median wall
+time per mode, and the median over rounds of the per-round ratio to the baseline of the same worker kind.
+
+The task-request round trip and the update throughput come from ``benchmarks/sync_latency.py`` (the sync
+layer's own benchmark, imported, not duplicated); this script adds the update throughput with NetHack's
+observations (step records carrying the full ~150 KB dict observation each).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import multiprocessing as mp
+import os
+import platform
+import queue
+import statistics
+import sys
+import time
+import traceback
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from magister.curricula.constant import Constant
+from magister.env_wrappers.sync_wrappers import GymnasiumSyncWrapper
+from magister.env_wrappers.task_wrapper import TaskWrapper
+from magister.sync.server import serve
+from magister.task_spaces.discrete import Discrete
+
+ENV_ID = "NetHackScore-v0"
+STEP_BATCH = 100
+#: Seconds any single wait of this benchmark may take before it gives up.
+WAIT_S = 300.0
+
+#: (mode, worker kind, library, step updates)
+MODES: list[tuple[str, str, str, bool]] = [
+    ("none", "native", "none", False),
+    ("magister-episodic", "native", "magister", False),
+    ("magister-step", "native", "magister", True),
+    ("syllabus-episodic", "native", "syllabus", False),
+    ("syllabus-step", "native", "syllabus", True),
+    ("ray-none", "ray", "none", False),
+    ("magister-ray-episodic", "ray", "magister", False),
+    ("magister-ray-step", "ray", "magister", True),
+    ("syllabus-ray-episodic", "ray", "syllabus", False),
+]
+BASELINE = {"native": "none", "ray": "ray-none"}
+#: Largest ratio to the baseline the issue asks for, per magister mode.
+TARGETS = {"magister-episodic": 1.02, "magister-step": 1.08, "magister-ray-episodic": 1.05}
+#: The reference mode each magister mode is compared with (its overhead must be at most a quarter).
+REFERENCE_OF = {
+    "magister-episodic": "syllabus-episodic",
+    "magister-step": "syllabus-step",
+    "magister-ray-episodic": "syllabus-ray-episodic",
+}
+
+
+# -- the curricula: a constant task, counting what they receive -------------------------------------------
+
+
+class CountingConstant(Constant):
+    """magister's ``Constant`` that also counts step records (so the benchmark can wait for ingestion)."""
+
+    def __init__(self, task_space: Any, task: Any, *, step_updates: bool = False) -> None:
+        super().__init__(task_space, task)
+        self._step_updates = bool(step_updates)
+        self.step_records = 0
+
+    @property
+    def requires_step_updates(self) -> bool:
+        return self._step_updates
+
+    def update_on_step_batch(self, batch: Any, env_id: int | None = None) -> None:
+        self.step_records += len(batch)
+
+    def metrics(self) -> dict[str, float]:
+        out = super().metrics()
+        out["bench/step_records"] = float(self.step_records)
+        return out
+
+
+def _syllabus() -> dict[str, Any]:
+    """syllabus-rl's classes plus our two small subclasses (imported only when a reference mode runs)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import syllabus.core as sc
+        from syllabus.curricula import Constant as SConstant
+        from syllabus.task_space import DiscreteTaskSpace
+
+    class SyllabusCounting(SConstant):
+        """The reference library's Constant curriculum, counting episodes and step records."""
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.episodes = 0
+            self.step_records = 0
+
+        def update_on_episode(self, episode_return, length, task, progress, env_id=None) -> None:
+            self.episodes += 1
+
+        def update_on_step_batch(self, step_results, env_id=None) -> None:
+            self.step_records += len(step_results[0])
+
+    class SyllabusNLE(sc.TaskWrapper):
+        """The reference library's task wrapper around NetHack: the single task changes nothing."""
+
+        def __init__(self, env: gym.Env) -> None:
+            super().__init__(env)
+            self.task = 0
+
+        def change_task(self, new_task: Any) -> None:
+            self.task = new_task
+
+    return {"core": sc, "Constant": SyllabusCounting, "TaskWrapper": SyllabusNLE, "Space": DiscreteTaskSpace}
+
+
+class NLETask(TaskWrapper):
+    """magister's task wrapper around NetHack: the single task changes nothing."""
+
+    def change_task(self, task: Any) -> None:
+        self.task = task
+
+
+# -- the work each worker does ----------------------------------------------------------------------------
+
+
+def _make_env(max_steps: int) -> gym.Env:
+    import nle  # noqa: F401  (registers the NetHack envs)
+
+    return gym.make(ENV_ID, max_episode_steps=max_steps)
+
+
+def _build_env(library: str, max_steps: int, source: Any, step_updates: bool) -> gym.Env:
+    """The env stack of one worker for ``library`` (``source``: an address, or syllabus's components)."""
+    env = _make_env(max_steps)
+    if library == "none":
+        return env
+    if library == "magister":
+        return GymnasiumSyncWrapper(NLETask(env, Discrete(1)), source, timeout=60.0)
+    syl = _syllabus()
+    if isinstance(source, str) and source == "ray":
+        return syl["core"].RayGymnasiumSyncWrapper(
+            syl["TaskWrapper"](env), update_on_step=step_updates, task_space=syl["Space"](1)
+        )
+    return syl["core"].GymnasiumSyncWrapper(
+        syl["TaskWrapper"](env), syl["Space"](1), source, batch_size=STEP_BATCH
+    )
+
+
+def _play(env: gym.Env, worker: int, episodes: int, max_steps: int) -> tuple[int, int, float]:
+    """Play the worker's fixed episodes with its fixed random actions; (steps, episodes, return sum)."""
+    actions = np.random.default_rng(worker).integers(env.action_space.n, size=episodes * max_steps)
+    steps, total = 0, 0.0
+    for e in range(episodes):
+        seed = 1000 * worker + e
+        # NetHack's own RNGs (gymnasium's reset seed does not reach them); no reseeding, so reproducible
+        env.unwrapped.seed(core=seed, disp=seed, reseed=False)
+        env.reset(seed=seed)
+        while True:
+            _, reward, term, trunc, _ = env.step(int(actions[steps]))
+            steps += 1
+            total += float(reward)
+            if term or trunc:
+                break
+    env.close()
+    return steps, episodes, total
+
+
+def _native_worker(
+    library: str,
+    worker: int,
+    episodes: int,
+    max_steps: int,
+    source: Any,
+    step_updates: bool,
+    start: Any,
+    results: Any,
+) -> None:
+    """Worker process: build the env, say ready, wait for the start signal, play, report."""
+    try:
+        env = _build_env(library, max_steps, source, step_updates)
+        results.put(("ready", worker, None))
+        if not start.wait(WAIT_S):
+            raise TimeoutError("no start signal")
+        results.put(("done", worker, _play(env, worker, episodes, max_steps)))
+    except BaseException:
+        results.put(("error", worker, traceback.format_exc()))
+
+
+class RayEnvWorker:
+    """Ray actor body: one env per actor, rebuilt for every run (outside the timed part)."""
+
+    def setup(
+        self, library: str, worker: int, episodes: int, max_steps: int, source: Any, steps: bool
+    ) -> int:
+        self.args = (worker, episodes, max_steps)
+        self.env = _build_env(library, max_steps, source, steps)
+        return os.getpid()
+
+    def run(self) -> tuple[int, int, float]:
+        return _play(self.env, *self.args)
+
+
+# -- one timed run of one mode ----------------------------------------------------------------------------
+
+
+@dataclass
+class Run:
+    """One timed run: wall seconds, and the steps/episodes/returns the workers reported."""
+
+    wall: float
+    steps: int
+    episodes: int
+    ret: float
+    received: dict[str, int] = field(default_factory=dict)
+
+
+def _wait_until(cond: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
+    deadline = time.perf_counter() + timeout
+    while not cond():
+        if time.perf_counter() > deadline:
+            raise TimeoutError(f"timed out after {timeout:g}s waiting for {what}")
+        time.sleep(0.0005)
+
+
+class Bench:
+    """Holds the run configuration, the forkserver context and (when needed) Ray."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.workers, self.episodes, self.max_steps = args.workers, args.episodes, args.max_steps
+        # One start method for every worker, set globally so that the queues syllabus-rl creates through
+        # torch.multiprocessing belong to it too. A forkserver, because Ray's threads must not be forked.
+        mp.set_start_method("forkserver", force=True)
+        self.ctx = mp.get_context("forkserver")
+        preload = ["nle", "gymnasium", "numpy", "magister.env_wrappers.sync_wrappers"]
+        if args.reference:
+            preload.append("syllabus.core")
+        self.ctx.set_forkserver_preload(preload)
+        self.ray_workers: list[Any] = []
+        self._run_id = 0
+
+    # -- native workers -----------------------------------------------------------------------------
+    def _native(self, library: str, step_updates: bool, source: Any, received: Callable[[], dict]) -> Run:
+        results = self.ctx.Queue()
+        start = self.ctx.Event()
+        procs = [
+            self.ctx.Process(
+                target=_native_worker,
+                args=(library, w, self.episodes, self.max_steps, source, step_updates, start, results),
+                daemon=True,
+            )
+            for w in range(self.workers)
+        ]
+        for p in procs:
+            p.start()
+        try:
+            self._collect(results, "ready")
+            t0 = time.perf_counter()
+            start.set()
+            done = self._collect(results, "done")
+            expected = self._expected(done, library, step_updates)
+            _wait_until(lambda: received() == expected, f"the curriculum to receive {expected}")
+            wall = time.perf_counter() - t0
+        finally:
+            for p in procs:
+                p.join(10)
+                if p.is_alive():
+                    p.kill()
+                    p.join(5)
+        return self._run(wall, done, received())
+
+    def _collect(self, results: Any, kind: str) -> list[Any]:
+        out: list[Any] = []
+        deadline = time.perf_counter() + WAIT_S
+        while len(out) < self.workers:
+            try:
+                what, worker, payload = results.get(timeout=max(0.01, deadline - time.perf_counter()))
+            except queue.Empty:
+                raise TimeoutError(f"workers did not report {kind!r} within {WAIT_S:g}s") from None
+            if what == "error":
+                raise RuntimeError(f"worker {worker} failed:\n{payload}")
+            if what != kind:
+                raise RuntimeError(f"worker {worker} sent {what!r} while {kind!r} was expected")
+            out.append(payload)
+        return out
+
+    def _expected(self, done: list[tuple[int, int, float]], library: str, step_updates: bool) -> dict:
+        if library == "none":
+            return {}
+        steps = sum(d[0] for d in done)
+        episodes = sum(d[1] for d in done)
+        exp = {"episodes": episodes}
+        if step_updates:
+            # syllabus records the reset observation as a step record too (one extra per episode)
+            exp["step_records"] = steps + (episodes if library == "syllabus" else 0)
+        return exp
+
+    @staticmethod
+    def _run(wall: float, done: list[tuple[int, int, float]], received: dict) -> Run:
+        return Run(wall, sum(d[0] for d in done), sum(d[1] for d in done), sum(d[2] for d in done), received)
+
+    def native_none(self) -> Run:
+        return self._native("none", False, None, dict)
+
+    def magister_native(self, step_updates: bool) -> Run:
+        cur = CountingConstant(Discrete(1), 0, step_updates=step_updates)
+        with serve(cur, step_batch_size=STEP_BATCH) as server:
+
+            def received() -> dict:
+                with server.lock:
+                    out = {"episodes": cur.num_episodes}
+                    if step_updates:
+                        out["step_records"] = cur.step_records
+                    return out
+
+            run = self._native("magister", step_updates, server.address, received)
+            m = server.metrics()
+        lost = m["sync/total/tasks_in_flight"]
+        if lost or m["sync/total/updates_rejected"]:
+            raise RuntimeError(f"magister accounting: {lost} tasks in flight, metrics {m}")
+        return run
+
+    def syllabus_native(self, step_updates: bool) -> Run:
+        syl = _syllabus()
+        cur = syl["Constant"](0, syl["Space"](1), require_step_updates=step_updates)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            mp_cur = syl["core"].make_multiprocessing_curriculum(cur)
+
+        def received() -> dict:
+            out = {"episodes": cur.episodes}
+            if step_updates:
+                out["step_records"] = cur.step_records
+            return out
+
+        try:
+            return self._native("syllabus", step_updates, mp_cur.components, received)
+        finally:
+            mp_cur.stop()
+
+    # -- Ray workers ----------------------------------------------------------------------------------
+    def _ray_start(self) -> None:
+        import ray
+
+        if not ray.is_initialized():
+            ray.init(
+                num_cpus=self.workers,
+                include_dashboard=False,
+                log_to_driver=False,
+                logging_level="ERROR",
+                configure_logging=False,
+            )
+        if not self.ray_workers:
+            cls = ray.remote(num_cpus=1)(RayEnvWorker)
+            self.ray_workers = [cls.remote() for _ in range(self.workers)]
+
+    def _ray(self, library: str, step_updates: bool, source: Any, received: Callable[[], dict]) -> Run:
+        import ray
+
+        self._ray_start()
+        ray.get(
+            [
+                w.setup.remote(library, i, self.episodes, self.max_steps, source, step_updates)
+                for i, w in enumerate(self.ray_workers)
+            ],
+            timeout=WAIT_S,
+        )
+        t0 = time.perf_counter()
+        done = ray.get([w.run.remote() for w in self.ray_workers], timeout=WAIT_S)
+        expected = self._expected(done, library, step_updates)
+        _wait_until(lambda: received() == expected, f"the curriculum to receive {expected}")
+        wall = time.perf_counter() - t0
+        return self._run(wall, done, received())
+
+    def ray_none(self) -> Run:
+        return self._ray("none", False, None, dict)
+
+    def magister_ray(self, step_updates: bool) -> Run:
+        from magister.sync.ray_backend import serve_ray
+
+        self._ray_start()
+        self._run_id += 1
+        cur = CountingConstant(Discrete(1), 0, step_updates=step_updates)
+        server = serve_ray(
+            cur, name=f"bench_curriculum_{os.getpid()}_{self._run_id}", step_batch_size=STEP_BATCH
+        )
+        try:
+
+            def received() -> dict:
+                m = server.metrics()
+                out = {"episodes": int(m["curriculum/episodes"])}
+                if step_updates:
+                    out["step_records"] = int(m["bench/step_records"])
+                return out
+
+            run = self._ray("magister", step_updates, server.address, received)
+            m = server.metrics()
+        finally:
+            server.close()
+        if m["sync/total/tasks_in_flight"] or m["sync/total/updates_rejected"]:
+            raise RuntimeError(f"magister ray accounting: {m}")
+        return run
+
+    def syllabus_ray(self, step_updates: bool) -> Run:
+        import ray
+
+        self._ray_start()
+        syl = _syllabus()
+        cur = syl["Constant"](0, syl["Space"](1), require_step_updates=step_updates)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ray_cur = syl["core"].make_ray_curriculum(cur)  # the actor is named "curriculum"
+        try:
+
+            def received() -> dict:
+                out = {"episodes": int(ray_cur.get_remote_attr("episodes"))}
+                if step_updates:
+                    out["step_records"] = int(ray_cur.get_remote_attr("step_records"))
+                return out
+
+            return self._ray("syllabus", step_updates, "ray", received)
+        finally:
+            ray.kill(ray.get_actor("curriculum"))
+
+    def close(self) -> None:
+        if self.ray_workers:
+            import ray
+
+            ray.shutdown()
+            self.ray_workers = []
+
+    def run_mode(self, mode: str) -> Run:
+        kind, library, steps = next((k, lib, s) for m, k, lib, s in MODES if m == mode)
+        if library == "none":
+            return self.native_none() if kind == "native" else self.ray_none()
+        if library == "magister":
+            return self.magister_native(steps) if kind == "native" else self.magister_ray(steps)
+        return self.syllabus_native(steps) if kind == "native" else self.syllabus_ray(steps)
+
+
+# -- latency and throughput -------------------------------------------------------------------------------
+
+
+def _sync_latency_module() -> Any:
+    """``benchmarks/sync_latency.py`` (the sync layer's benchmark), loaded by path."""
+    path = Path(__file__).with_name("sync_latency.py")
+    spec = importlib.util.spec_from_file_location("magister_bench_sync_latency", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _nle_steps_client(address: str, n: int, max_steps: int, out: Any) -> None:
+    """Worker: send ``n`` step records carrying real NetHack observations as fast as the client can."""
+    from magister.sync.client import CurriculumClient
+
+    env = _make_env(max_steps)
+    obs, _ = env.reset(seed=0)
+    _, _, _, _, info = env.step(0)
+    client = CurriculumClient(address, prefetch=0)
+    a = client.next_task()
+    out.put(("ready", 0, None))
+    t0 = time.time()
+    for _ in range(n):
+        client.record_step(a, obs, 0.0, False, False, info, 0.0)
+    client.record_episode(a, 0.0, n, 0.0)
+    client.close()  # flushes and waits for the goodbye ack: everything before it was applied
+    env.close()
+    out.put(("done", 0, t0))
+
+
+def nle_throughput(ctx: Any, n: int, max_steps: int) -> float:
+    """Step records per second the server ingests when each carries NetHack's full dict observation."""
+    cur = CountingConstant(Discrete(1), 0, step_updates=True)
+    with serve(cur, step_batch_size=STEP_BATCH) as server:
+        results = ctx.Queue()
+        p = ctx.Process(target=_nle_steps_client, args=(server.address, n, max_steps, results), daemon=True)
+        p.start()
+        try:
+            results.get(timeout=WAIT_S)
+            _, _, t0 = results.get(timeout=WAIT_S)
+            dt = time.time() - t0
+        finally:
+            p.join(30)
+        with server.lock:
+            got = cur.step_records
+    if got != n:
+        raise RuntimeError(f"the server applied {got} of {n} step records")
+    return n / dt
+
+
+def latency_report(ctx: Any, quick: bool, max_steps: int) -> list[str]:
+    lines = ["", "== task request round trip and update throughput (benchmarks/sync_latency.py) =="]
+    lat = _sync_latency_module()
+    n = 500 if quick else 3000
+    med, p99 = lat.round_trip(None, n)
+    lines.append(f"task request round trip over ipc://, {n} requests: median {med:.1f} µs, p99 {p99:.1f} µs")
+    med, p99 = lat.in_process(n)
+    lines.append(f"in-process path (no sockets):                       median {med:.1f} µs, p99 {p99:.1f} µs")
+    steps = 20_000 if quick else 100_000
+    rate = lat.throughput(STEP_BATCH, steps, obs=True)
+    lines.append(f"update throughput, batch {STEP_BATCH}, 16-float obs: {rate:,.0f} step records/s")
+    n_nle = 2_000 if quick else 10_000
+    rate = nle_throughput(ctx, n_nle, max_steps)
+    lines.append(
+        f"update throughput, batch {STEP_BATCH}, full NetHack dict obs (~150 KB/step): "
+        f"{rate:,.0f} step records/s"
+    )
+    return lines
+
+
+# -- the report -------------------------------------------------------------------------------------------
+
+
+def _fmt_ratio(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.3f}x"
+
+
+def report(modes: list[str], runs: dict[str, list[Run]], failed: dict[str, str], rounds: int) -> list[str]:
+    lines = []
+    ratios: dict[str, float | None] = {}
+    for mode in modes:
+        kind = next(k for m, k, _, _ in MODES if m == mode)
+        base = BASELINE[kind]
+        if mode in failed or base in failed or not runs.get(mode) or not runs.get(base):
+            ratios[mode] = None
+            continue
+        per_round = [r.wall / b.wall for r, b in zip(runs[mode], runs[base])]
+        ratios[mode] = statistics.median(per_round)
+    head = f"{'mode':24s} {'median wall s':>13s} {'ratio':>9s} {'overhead':>9s} {'target':>8s}  {'check':s}"
+    lines += [head, "-" * len(head)]
+    for mode in modes:
+        kind = next(k for m, k, _, _ in MODES if m == mode)
+        if mode in failed:
+            lines.append(f"{mode:24s} {'failed':>13s} {'n/a':>9s} {'':>9s} {'':>8s}  {failed[mode]}")
+            continue
+        wall = statistics.median(r.wall for r in runs[mode])
+        ratio = ratios[mode]
+        over = "" if ratio is None or mode == BASELINE[kind] else f"{100 * (ratio - 1):+.1f}%"
+        target = TARGETS.get(mode)
+        checks = []
+        if target is not None and ratio is not None:
+            checks.append(f"{'ok' if ratio <= target else 'MISSED'} (<= {target:.2f}x)")
+        ref = REFERENCE_OF.get(mode)
+        if ref is not None:
+            rr = ratios.get(ref)
+            if rr is None or ratio is None:
+                checks.append(f"vs {ref}: n/a")
+            elif rr <= 1.0:
+                checks.append(f"vs {ref}: reference overhead <= 0, quarter rule undefined")
+            else:
+                q = (ratio - 1) / (rr - 1)
+                checks.append(f"{'ok' if q <= 0.25 else 'MISSED'}: {q:.2f} of {ref}'s overhead (<= 0.25)")
+        tgt = "" if target is None else f"{target:.2f}x"
+        base_note = " (baseline)" if mode == BASELINE[kind] else ""
+        lines.append(
+            f"{mode:24s} {wall:13.2f} {_fmt_ratio(ratio):>9s} {over:>9s} {tgt:>8s}  "
+            f"{'; '.join(checks)}{base_note}"
+        )
+    lines.append(
+        f"ratio: median over {rounds} round(s) of the per-round wall time / the same round's baseline "
+        "(native modes vs 'none', Ray modes vs 'ray-none')"
+    )
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="smoke run: 8 episodes per worker, 1 round")
+    parser.add_argument("--workers", type=int, default=4, help="worker processes per mode (default 4)")
+    parser.add_argument("--episodes", type=int, default=None, help="episodes per worker (default 64)")
+    parser.add_argument("--rounds", type=int, default=None, help="rounds (default 3)")
+    parser.add_argument("--max-steps", type=int, default=200, help="episode step limit (default 200)")
+    parser.add_argument(
+        "--modes", default=None, help="comma-separated subset of: " + ", ".join(m for m, *_ in MODES)
+    )
+    parser.add_argument("--no-ray", action="store_true", help="skip the Ray modes")
+    parser.add_argument("--no-reference", dest="reference", action="store_false", help="skip syllabus-rl")
+    parser.add_argument("--no-latency", action="store_true", help="skip the round-trip/throughput section")
+    args = parser.parse_args(argv)
+    args.episodes = args.episodes or (8 if args.quick else 64)
+    args.rounds = args.rounds or (1 if args.quick else 3)
+    for name in ("workers", "episodes", "rounds", "max_steps"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    try:
+        import nle  # noqa: F401
+    except ImportError:
+        parser.error("nle is not installed here: build the benchmark venv with bash benchmarks/_nle_env.sh")
+
+    modes = [m for m, *_ in MODES]
+    if args.modes:
+        wanted = [m.strip() for m in args.modes.split(",") if m.strip()]
+        unknown = sorted(set(wanted) - set(modes))
+        if unknown:
+            parser.error(f"unknown modes {unknown}; known: {modes}")
+        modes = [m for m in modes if m in wanted]
+    if args.no_ray:
+        modes = [m for m in modes if dict((m2, k) for m2, k, *_ in MODES)[m] != "ray"]
+    if not args.reference:
+        modes = [m for m in modes if "syllabus" not in m]
+    for m in list(modes):  # every measured mode needs its baseline in the same run
+        base = BASELINE[dict((m2, k) for m2, k, *_ in MODES)[m]]
+        if base not in modes:
+            modes.insert(0, base)
+    if any(m.startswith("magister-ray") for m in modes):
+        if importlib.util.find_spec("magister.sync.ray_backend") is None:
+            modes = [m for m in modes if not m.startswith("magister-ray")]
+            print("magister.sync.ray_backend does not exist: the magister Ray rows are n/a")
+
+    cmd = " ".join([Path(sys.executable).as_posix(), *sys.argv]) if argv is None else " ".join(argv)
+    print(f"command: {cmd}")
+    print(
+        f"setup: {ENV_ID}, max {args.max_steps} steps/episode, full dict observations, random actions; "
+        f"{args.workers} workers x {args.episodes} episodes per mode, {args.rounds} round(s); "
+        f"step batch {STEP_BATCH}"
+    )
+    load = os.getloadavg()
+    print(
+        f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
+        f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} at start; python {platform.python_version()}"
+    )
+    bench = Bench(args)
+    runs: dict[str, list[Run]] = {m: [] for m in modes}
+    failed: dict[str, str] = {}
+    lat_lines: list[str] = []
+    try:
+        for r in range(args.rounds):
+            order = modes[r % len(modes) :] + modes[: r % len(modes)]
+            for mode in order:
+                if mode in failed:
+                    continue
+                try:
+                    run = bench.run_mode(mode)
+                except Exception as exc:
+                    failed[mode] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1][:150]}"
+                    print(f"round {r + 1}: {mode} failed: {failed[mode]}", flush=True)
+                    continue
+                runs[mode].append(run)
+                print(
+                    f"round {r + 1}: {mode:24s} {run.wall:7.2f} s  {run.steps} steps, {run.episodes} ep, "
+                    f"return sum {run.ret:.0f}, received {run.received}",
+                    flush=True,
+                )
+        steps = {runs[m][0].steps for m in modes if runs[m]}
+        if len(steps) > 1:
+            print(f"WARNING: the modes played different numbers of steps: {sorted(steps)}")
+        bench.close()
+        if not args.no_latency:
+            lat_lines = latency_report(bench.ctx, args.quick, args.max_steps)
+    finally:
+        bench.close()
+    load = os.getloadavg()
+    print()
+    print(f"== wall time per mode, {args.workers} workers x {args.episodes} episodes ==")
+    for line in report(modes, runs, failed, args.rounds):
+        print(line)
+    print(f"load average at the end: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+    for line in lat_lines:
+        print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,902 @@
+"""The Ray backend of the sync layer: the curriculum in a named Ray actor.
+
+This is the ZeroMQ server/client pair of :mod:`magister.sync.server` and :mod:`magister.sync.client`
+with Ray as the transport, for environments that run in Ray workers (RLlib env runners, Ray tasks and
+actors) on one machine or across a Ray cluster.
+
+* :func:`serve_ray` starts a named Ray actor holding the curriculum inside a
+  :class:`~magister.sync.server.SyncCore`, the same object the ZeroMQ server feeds, so validation,
+  accounting and metrics are identical on both paths. It returns a :class:`RayCurriculumServer`, the
+  learner-side proxy (``sample``, ``update_on_demand``, ``metrics``, ``state_dict``, ...) whose
+  :attr:`~RayCurriculumServer.address` is ``"ray://<name>"`` (``"ray://<namespace>/<name>"`` when a
+  namespace is given).
+* :class:`RayClient` is the env side. :func:`magister.sync.client.connect` returns one for any
+  ``"ray://..."`` source, so ``GymnasiumSyncWrapper(env, server.address)`` works unchanged. The client
+  looks the actor up by name lazily, in the process that first uses it (``ray.get_actor``); it keeps a
+  prefetch buffer of task requests as object refs and blocks (``ray.get`` with a timeout) only when a
+  ``reset`` finds no task ready; it sends step, episode and progress updates as fire-and-forget actor
+  calls (their replies are checked later, without blocking, for refusals); and it returns unused tasks
+  when it closes.
+
+**Messages.** Every call carries one protocol message encoded by :func:`magister.sync.protocol.encode`
+into a single ``bytes`` frame (arrays inline), and the actor decodes it with
+:func:`~magister.sync.protocol.decode`: the message layout, the protocol-version check and the field
+validation are exactly those of the socket path. Malformed messages and refused updates are answered with
+an :class:`~magister.sync.protocol.Error` and counted; the curriculum is not touched.
+
+**Ordering and exactly-once.** The actor runs one call at a time (``max_concurrency=1``), and Ray runs
+the calls of one caller to one such actor in submission order, so an env's updates are applied in the
+order it sent them and its goodbye is applied after all of them. Each task the actor hands out has an
+id; the env acknowledges it with its episode (or completion) update or returns it unused at close, so
+the actor's ``sync/...`` counters show every task sampled, consumed, returned and still in flight.
+
+**Faults.** A client that cannot find the actor (wrong name or namespace, not started yet) or whose
+actor died raises :class:`~magister.sync.client.ServerUnavailableError` naming the actor after its
+timeout, unless ``fallback_task_space`` opts into local sampling (logged once, feedback dropped).
+
+Namespaces: a non-detached actor created without a namespace lives in the driver job's namespace, which
+the job's own workers share, so ``"ray://<name>"`` finds it from them. To reach the curriculum from
+another job (a detached actor, a second driver), give a ``namespace``.
+
+Example (not run as a doctest: it starts Ray)::
+
+    import ray
+    from magister.sync.ray_backend import serve_ray
+
+    ray.init()
+    server = serve_ray(curriculum, name="my_curriculum")
+    make_env = lambda: GymnasiumSyncWrapper(MyTaskWrapper(gym.make("MyEnv-v0")), server.address)
+    ...                                    # build envs in Ray workers with make_env
+    print(server.metrics())                # curriculum metrics + sync accounting
+    server.close()
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections import deque
+from collections.abc import Iterable
+from typing import Any
+
+try:
+    import ray
+    from ray.exceptions import GetTimeoutError, RayActorError
+except ImportError as _exc:  # pragma: no cover - exercised only without ray
+    raise ImportError(
+        "magister.sync.ray_backend needs Ray; install it with `pip install 'magister[ray]'` "
+        "(or `pip install ray`)"
+    ) from _exc
+
+from ..curricula.base import Curriculum, TaskSample
+from ..task_spaces.base import EncodedTask, TaskSpace
+from . import protocol as P
+from .client import (
+    DEFAULT_PREFETCH,
+    DEFAULT_TIMEOUT,
+    Assignment,
+    ServerUnavailableError,
+    SyncError,
+    TaskFeed,
+    _StepBuffer,
+)
+from .server import DEFAULT_STEP_BATCH_SIZE, SyncCore, SyncRejected
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "ADDRESS_PREFIX",
+    "DEFAULT_ACTOR_NAME",
+    "CurriculumActor",
+    "RayClient",
+    "RayCurriculumServer",
+    "parse_ray_address",
+    "ray_address",
+    "serve_ray",
+]
+
+#: Every Ray backend address starts with this.
+ADDRESS_PREFIX = "ray://"
+#: Name of the curriculum actor when none is given.
+DEFAULT_ACTOR_NAME = "magister_curriculum"
+#: Updates a client may have in flight (sent, reply not yet seen) before it waits for the actor.
+DEFAULT_MAX_PENDING = 1024
+#: Messages an env may send to the actor.
+_ENV_MESSAGES = (P.TaskRequest, P.StepUpdate, P.EpisodeUpdate, P.ProgressUpdate, P.Goodbye)
+#: Arrays at least this large would travel out of band; nothing does here: one frame per message.
+_INLINE = 1 << 62
+
+
+def ray_address(name: str, namespace: str | None = None) -> str:
+    """The address of the curriculum actor ``name`` (in ``namespace``).
+
+    >>> ray_address("cur")
+    'ray://cur'
+    >>> ray_address("cur", "team")
+    'ray://team/cur'
+    """
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"actor name must be a non-empty str, got {name!r}")
+    if namespace is None:
+        if "/" in name:
+            raise ValueError(
+                f"actor name {name!r} contains '/', which the address reserves to separate the namespace; "
+                "pass namespace=... or choose another name"
+            )
+        return ADDRESS_PREFIX + name
+    if not isinstance(namespace, str) or not namespace or "/" in namespace:
+        raise ValueError(f"namespace must be a non-empty str without '/', got {namespace!r}")
+    return f"{ADDRESS_PREFIX}{namespace}/{name}"
+
+
+def parse_ray_address(address: str) -> tuple[str, str | None]:
+    """``(name, namespace)`` of a ``"ray://[<namespace>/]<name>"`` address (inverse of :func:`ray_address`).
+
+    >>> parse_ray_address("ray://team/cur")
+    ('cur', 'team')
+    >>> parse_ray_address("ray://cur")
+    ('cur', None)
+    >>> parse_ray_address("tcp://127.0.0.1:5555")
+    Traceback (most recent call last):
+    ...
+    ValueError: not a Ray backend address: 'tcp://127.0.0.1:5555'; expected 'ray://<name>' or 'ray://<namespace>/<name>'
+    """
+    if not isinstance(address, str) or not address.startswith(ADDRESS_PREFIX):
+        raise ValueError(
+            f"not a Ray backend address: {address!r}; expected 'ray://<name>' or 'ray://<namespace>/<name>'"
+        )
+    rest = address[len(ADDRESS_PREFIX) :]
+    namespace: str | None = None
+    if "/" in rest:
+        namespace, rest = rest.split("/", 1)
+    if not rest or namespace == "":
+        raise ValueError(
+            f"Ray backend address {address!r} names no actor; expected 'ray://<name>' or "
+            "'ray://<namespace>/<name>'"
+        )
+    return rest, namespace
+
+
+def _pack(msg: P.Message) -> bytes:
+    """One protocol message as one ``bytes`` frame (arrays inline)."""
+    frames = P.encode(msg, oob_threshold=_INLINE)
+    assert len(frames) == 1
+    return bytes(frames[0])
+
+
+def _describe(name: str, namespace: str | None) -> str:
+    return f"Ray actor {name!r}" + (f" in namespace {namespace!r}" if namespace else "")
+
+
+# -- the actor ---------------------------------------------------------------------------------------
+
+
+class CurriculumActor:
+    """The body of the curriculum actor (made a Ray actor by :func:`serve_ray`).
+
+    Env clients call :meth:`handle` with encoded protocol messages; the learner calls the other methods
+    through :class:`RayCurriculumServer`. All curriculum access holds the core's lock.
+
+    Args:
+        curriculum: The curriculum (a copy of the learner's object: it was pickled into the actor).
+        step_batch_size: Steps per step update that clients are told to batch.
+        validate_tasks: Check tasks the server did not hand out against the task space.
+        max_envs: Most envs this actor registers.
+    """
+
+    def __init__(
+        self,
+        curriculum: Curriculum,
+        step_batch_size: int = DEFAULT_STEP_BATCH_SIZE,
+        validate_tasks: bool = True,
+        max_envs: int = 65536,
+    ) -> None:
+        self.core = SyncCore(curriculum, step_batch_size=step_batch_size, validate_tasks=validate_tasks)
+        self.curriculum = curriculum
+        self.max_envs = int(max_envs)
+        self.errors_sent = 0
+
+    def _error(self, code: str, message: str, env_id: int = -1) -> bytes:
+        self.errors_sent += 1
+        return _pack(P.Error(code, message[:2000], max(-1, int(env_id))))
+
+    def handle(self, frame: bytes) -> bytes | None:
+        """Apply one encoded message from an env; returns the encoded reply, if any.
+
+        Never raises for a bad message: it is answered with an encoded Error (and counted).
+        """
+        try:
+            msg = P.decode([frame])
+        except P.ProtocolVersionError as exc:
+            self.core.note_malformed(None)
+            return self._error("version", str(exc))
+        except P.ProtocolError as exc:
+            self.core.note_malformed(None)
+            return self._error("malformed", str(exc))
+        try:
+            if isinstance(msg, P.Hello):
+                if len(self.core.env_ids) >= self.max_envs:
+                    return self._error(
+                        "too_many_envs", f"the curriculum accepts at most {self.max_envs} envs"
+                    )
+                welcome = self.core.register_env()
+                logger.debug("env %d joined (pid %d, %r)", welcome.env_id, msg.pid, msg.name)
+                return _pack(welcome)
+            env_id = getattr(msg, "env_id", -1)
+            if not isinstance(msg, _ENV_MESSAGES):
+                self.core.note_malformed(env_id)
+                return self._error(
+                    "bad_request", f"an env may not send {type(msg).__name__} messages", env_id
+                )
+            try:
+                reply = self.core.apply(msg)
+            except SyncRejected as exc:
+                return self._error(exc.code, str(exc), env_id)
+            return None if reply is None else _pack(reply)
+        except Exception as exc:  # the actor must answer every message
+            logger.exception("curriculum actor: unexpected error handling a %s", type(msg).__name__)
+            return self._error("internal", f"{type(exc).__name__}: {exc}", getattr(msg, "env_id", -1))
+
+    # -- learner side -------------------------------------------------------------------------------
+    def ping(self) -> int:
+        """The actor's pid (a liveness check)."""
+        return os.getpid()
+
+    def sample(self, k: int = 1) -> list[EncodedTask]:
+        with self.core.lock:
+            return self.curriculum.sample(k)
+
+    def sample_tasks(self, k: int = 1) -> list[TaskSample]:
+        with self.core.lock:
+            return self.curriculum.sample_tasks(k)
+
+    def update_on_demand(self, metrics: dict[str, Any]) -> None:
+        with self.core.lock:
+            self.curriculum.update_on_demand(metrics)
+
+    def metrics(self) -> dict[str, float]:
+        with self.core.lock:
+            out = dict(self.curriculum.metrics())
+            out.update(self.core.sync_metrics())
+            out["sync/errors_sent"] = float(self.errors_sent)
+        return out
+
+    def state_dict(self) -> dict[str, Any]:
+        with self.core.lock:
+            return self.curriculum.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        with self.core.lock:
+            self.curriculum.load_state_dict(state)
+
+    def in_flight(self, env_id: int) -> dict[int, EncodedTask]:
+        return self.core.in_flight(env_id)
+
+    def call(self, method: str, args: tuple = (), kwargs: dict | None = None) -> Any:
+        if not isinstance(method, str) or method.startswith("_"):
+            raise ValueError(f"method must be the name of a public curriculum method, got {method!r}")
+        with self.core.lock:
+            fn = getattr(self.curriculum, method, None)
+            if not callable(fn):
+                raise AttributeError(f"{type(self.curriculum).__name__} has no method {method!r}")
+            return fn(*args, **(kwargs or {}))
+
+    def curriculum_type(self) -> str:
+        return type(self.curriculum).__name__
+
+
+# -- learner-side proxy ------------------------------------------------------------------------------
+
+
+class RayCurriculumServer:
+    """Learner-side proxy of a curriculum actor. Create it with :func:`serve_ray` (or :meth:`attach`).
+
+    The curriculum lives in the actor: the object given to :func:`serve_ray` was *copied* into it, so
+    read and change it only through these methods. Each blocks for the actor's reply, at most
+    ``timeout`` seconds (then :class:`~magister.sync.client.ServerUnavailableError`); exceptions the
+    curriculum raises are re-raised here (as Ray's subclass of the original exception type).
+
+    Attributes:
+        name: The actor's name.
+        namespace: Its Ray namespace (``None``: the creating job's).
+        actor: The Ray actor handle.
+        timeout: Seconds each call waits for the actor.
+    """
+
+    def __init__(
+        self, actor: Any, name: str, namespace: str | None, *, owner: bool, timeout: float = 30.0
+    ) -> None:
+        self.actor = actor
+        self.name = name
+        self.namespace = namespace
+        self.timeout = float(timeout)
+        self._owner = bool(owner)
+        self._closed = False
+        self.address: str = ray_address(name, namespace)
+
+    @classmethod
+    def attach(cls, address: str, *, timeout: float = 30.0) -> RayCurriculumServer:
+        """A proxy of the running curriculum actor at ``address`` (``close`` does not kill it).
+
+        Raises:
+            ServerUnavailableError: no such actor appeared within ``timeout`` seconds.
+        """
+        name, namespace = parse_ray_address(address)
+        actor = _lookup(name, namespace, timeout)
+        return cls(actor, name, namespace, owner=False, timeout=timeout)
+
+    def _get(self, ref: Any, what: str) -> Any:
+        if self._closed:
+            raise SyncError(f"{self!r} is closed")
+        try:
+            return ray.get(ref, timeout=self.timeout)
+        except GetTimeoutError:
+            raise ServerUnavailableError(
+                f"the curriculum {_describe(self.name, self.namespace)} did not answer {what} within "
+                f"{self.timeout:g}s"
+            ) from None
+        except RayActorError as exc:
+            raise ServerUnavailableError(
+                f"the curriculum {_describe(self.name, self.namespace)} is dead ({what}): {exc}"
+            ) from exc
+
+    def sample(self, k: int = 1) -> list[EncodedTask]:
+        """``curriculum.sample(k)`` in the actor (tasks for the learner's own use, not accounted)."""
+        return self._get(self.actor.sample.remote(k), "sample()")
+
+    def sample_tasks(self, k: int = 1) -> list[TaskSample]:
+        """``curriculum.sample_tasks(k)`` in the actor."""
+        return self._get(self.actor.sample_tasks.remote(k), "sample_tasks()")
+
+    def update_on_demand(self, metrics: dict[str, Any], *, wait: bool = True) -> Any:
+        """Learner-side feedback, ``curriculum.update_on_demand(metrics)`` in the actor.
+
+        With ``wait=False`` the call is fire-and-forget and its object ref is returned (``ray.get`` it
+        to see an error); with ``wait=True`` it returns ``None`` once applied.
+        """
+        if not isinstance(metrics, dict):
+            raise TypeError(f"metrics must be a dict, got {type(metrics).__name__}")
+        if self._closed:
+            raise SyncError(f"{self!r} is closed")
+        ref = self.actor.update_on_demand.remote(metrics)
+        if not wait:
+            return ref
+        self._get(ref, "update_on_demand()")
+        return None
+
+    def metrics(self) -> dict[str, float]:
+        """The curriculum's metrics plus the sync accounting (``sync/env<i>/...``, ``sync/total/...``)."""
+        return self._get(self.actor.metrics.remote(), "metrics()")
+
+    def state_dict(self) -> dict[str, Any]:
+        """``curriculum.state_dict()`` (for checkpoints)."""
+        return self._get(self.actor.state_dict.remote(), "state_dict()")
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """``curriculum.load_state_dict(state)`` (resume from a checkpoint)."""
+        self._get(self.actor.load_state_dict.remote(state), "load_state_dict()")
+
+    def in_flight(self, env_id: int) -> dict[int, EncodedTask]:
+        """Tasks sent to ``env_id`` and not yet consumed or returned, by task id."""
+        return self._get(self.actor.in_flight.remote(env_id), "in_flight()")
+
+    def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """Call a public method of the curriculum in the actor, e.g. ``call("distribution")``."""
+        if not isinstance(method, str) or method.startswith("_"):
+            raise ValueError(f"method must be the name of a public curriculum method, got {method!r}")
+        return self._get(self.actor.call.remote(method, args, kwargs), f"call({method!r})")
+
+    # -- lifecycle ----------------------------------------------------------------------------------
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` has run."""
+        return self._closed
+
+    def close(self) -> None:
+        """Kill the actor (only if this proxy created it) and stop using it. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._owner:
+            try:
+                ray.kill(self.actor, no_restart=True)
+            except Exception as exc:  # already gone, or Ray shut down first
+                logger.debug("curriculum actor %r: kill failed: %s", self.name, exc)
+            logger.info("curriculum %s closed", _describe(self.name, self.namespace))
+
+    def __enter__(self) -> RayCurriculumServer:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __reduce__(self) -> Any:
+        raise TypeError(
+            "a RayCurriculumServer is not sent to workers; pass server.address (a str) to the workers' "
+            "GymnasiumSyncWrapper, or RayCurriculumServer.attach(address) for a learner-side proxy"
+        )
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "serving"
+        return f"RayCurriculumServer({self.address!r}, {state})"
+
+
+def _lookup(name: str, namespace: str | None, timeout: float) -> Any:
+    """``ray.get_actor`` retried until ``timeout``; :class:`ServerUnavailableError` naming the actor."""
+    deadline = time.monotonic() + timeout
+    delay = 0.02
+    while True:
+        try:
+            return ray.get_actor(name, namespace=namespace)
+        except ValueError as exc:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise ServerUnavailableError(
+                    f"no curriculum {_describe(name, namespace)} found within {timeout:g}s; is serve_ray() "
+                    "running in this Ray cluster, under this name and namespace? (a non-detached actor "
+                    f"created without a namespace is only visible to its own job) [{exc}]"
+                ) from None
+            time.sleep(min(delay, left))
+            delay = min(2 * delay, 0.5)
+
+
+def serve_ray(
+    curriculum: Curriculum,
+    name: str = DEFAULT_ACTOR_NAME,
+    namespace: str | None = None,
+    *,
+    detached: bool = False,
+    step_batch_size: int = DEFAULT_STEP_BATCH_SIZE,
+    validate_tasks: bool = True,
+    max_envs: int = 65536,
+    actor_options: dict[str, Any] | None = None,
+    timeout: float = 30.0,
+) -> RayCurriculumServer:
+    """Start the curriculum in a named Ray actor; returns the learner-side :class:`RayCurriculumServer`.
+
+    Ray must be initialised (``ray.init(...)``), or Ray initialises a local instance itself.
+
+    Args:
+        curriculum: Any :class:`~magister.curricula.base.Curriculum`; it is pickled into the actor, so
+            use the returned proxy (not this object) from now on.
+        name: The actor's name; workers find it through ``server.address``.
+        namespace: Ray namespace of the actor (needed to reach it from other jobs).
+        detached: Keep the actor alive after the driver exits (``lifetime="detached"``; close it
+            explicitly).
+        step_batch_size: Steps a client batches per step update (only when the curriculum
+            ``requires_step_updates``).
+        validate_tasks: Check tasks that clients chose themselves against the task space.
+        max_envs: Most envs the actor registers.
+        actor_options: Extra ``.options(...)`` for the actor (e.g. ``num_cpus``, ``resources``); the
+            name, namespace, lifetime and ``max_concurrency=1`` are set here.
+        timeout: Seconds to wait for the actor to start, and for each proxy call.
+
+    Raises:
+        TypeError: ``curriculum`` is not a Curriculum.
+        ValueError: a bad name or namespace, reserved ``actor_options``, or an actor of that name exists.
+        ServerUnavailableError: the actor did not start within ``timeout``.
+    """
+    if not isinstance(curriculum, Curriculum):
+        raise TypeError(f"curriculum must be a magister Curriculum, got {type(curriculum).__name__}")
+    ray_address(name, namespace)  # validates both
+    options = dict(actor_options or {})
+    reserved = {"name", "namespace", "lifetime", "max_concurrency", "get_if_exists"} & set(options)
+    if reserved:
+        raise ValueError(f"actor_options may not set {sorted(reserved)}; they are serve_ray's arguments")
+    try:
+        ray.get_actor(name, namespace=namespace)
+    except ValueError:
+        pass
+    else:
+        raise ValueError(
+            f"a {_describe(name, namespace)} already exists; close its server or choose another name"
+        )
+    options.setdefault("num_cpus", 0)
+    options.setdefault("max_restarts", 0)
+    cls = ray.remote(CurriculumActor).options(
+        name=name,
+        namespace=namespace,
+        lifetime="detached" if detached else None,
+        max_concurrency=1,  # one call at a time: each caller's messages are applied in order
+        **options,
+    )
+    actor = cls.remote(curriculum, step_batch_size, validate_tasks, max_envs)
+    server = RayCurriculumServer(actor, name, namespace, owner=True, timeout=timeout)
+    try:
+        server._get(actor.ping.remote(), "its start-up")
+    except Exception:
+        server.close()
+        raise
+    logger.info("curriculum %s served by %s", type(curriculum).__name__, _describe(name, namespace))
+    return server
+
+
+# -- env side ----------------------------------------------------------------------------------------
+
+
+class RayClient(TaskFeed):
+    """Env-side client of a curriculum actor (see the module docstring); the Ray twin of
+    :class:`~magister.sync.client.CurriculumClient`.
+
+    Serialisable: only the address and options travel; the actor is looked up on first use, in the
+    process that uses it. If that process is not connected to Ray, it connects with
+    ``ray.init(address=ray_address or "auto")``.
+
+    Args:
+        address: ``"ray://<name>"`` or ``"ray://<namespace>/<name>"`` (``server.address``).
+        prefetch: Task requests kept in flight ahead of need (0: request each task when needed).
+        timeout: Seconds to wait for the actor (lookup, a task, back-pressure) before
+            :class:`~magister.sync.client.ServerUnavailableError` (or the fallback).
+        strip_keys: Keys removed from dict observations and infos before step records are sent.
+        send_obs, send_infos: Whether step records carry observations / infos.
+        fallback_task_space: Opt-in: when the actor is unreachable, sample tasks locally from this space
+            (logged once) instead of raising. Feedback is then dropped.
+        close_timeout: Seconds :meth:`close` waits for outstanding tasks and the goodbye's reply.
+        max_pending_updates: Updates in flight before the client waits for the actor (back-pressure).
+        name: A label for the actor's logs.
+        ray_address: Cluster address for ``ray.init`` when this process is not connected to Ray.
+    """
+
+    def __init__(
+        self,
+        address: str,
+        *,
+        prefetch: int = DEFAULT_PREFETCH,
+        timeout: float = DEFAULT_TIMEOUT,
+        strip_keys: Iterable[str] = (),
+        send_obs: bool = True,
+        send_infos: bool = True,
+        fallback_task_space: TaskSpace | None = None,
+        close_timeout: float = 2.0,
+        max_pending_updates: int = DEFAULT_MAX_PENDING,
+        name: str = "",
+        ray_address: str | None = None,
+    ) -> None:
+        self.actor_name, self.namespace = parse_ray_address(address)
+        if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
+            raise ValueError(f"prefetch must be an int >= 0, got {prefetch!r}")
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+            raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        if (
+            isinstance(close_timeout, bool)
+            or not isinstance(close_timeout, (int, float))
+            or not close_timeout >= 0
+        ):
+            raise ValueError(f"close_timeout must be a number of seconds >= 0, got {close_timeout!r}")
+        if (
+            isinstance(max_pending_updates, bool)
+            or not isinstance(max_pending_updates, int)
+            or max_pending_updates < 1
+        ):
+            raise ValueError(f"max_pending_updates must be a positive int, got {max_pending_updates!r}")
+        if fallback_task_space is not None and not isinstance(fallback_task_space, TaskSpace):
+            raise TypeError(
+                f"fallback_task_space must be a TaskSpace or None, got {type(fallback_task_space).__name__}"
+            )
+        if isinstance(strip_keys, str):
+            raise TypeError("strip_keys must be an iterable of keys, not a single str")
+        self.address = address
+        self.prefetch = prefetch
+        self.timeout = float(timeout)
+        self.strip_keys = frozenset(strip_keys)
+        self.send_obs = bool(send_obs)
+        self.send_infos = bool(send_infos)
+        self.fallback_task_space = fallback_task_space
+        self.close_timeout = float(close_timeout)
+        self.max_pending_updates = max_pending_updates
+        self.name = name
+        self.ray_address = ray_address
+        self._reset_process_state()
+
+    def _reset_process_state(self) -> None:
+        self._pid: int | None = None
+        self._actor: Any = None
+        self.env_id: int | None = None
+        self.requires_step_updates = False
+        self.requires_episode_updates = True
+        self.step_batch_size = 1
+        self._buffer: deque[Assignment] = deque()
+        self._requests: deque[tuple[Any, int]] = deque()  # (object ref, number of tasks asked for)
+        self._outstanding = 0
+        self._pending: deque[Any] = deque()  # refs of fire-and-forget updates not yet checked
+        self._steps: _StepBuffer | None = None
+        self._fallback = False
+        self._closed = False
+        self._goodbye_acked = False
+        self.stats = dict.fromkeys(
+            ("tasks_received", "updates_sent", "updates_dropped", "errors_received", "send_waits"), 0
+        )
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        for k in ("_actor", "_buffer", "_requests", "_pending", "_steps", "_pid"):
+            state.pop(k, None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._reset_process_state()
+
+    @property
+    def actor_description(self) -> str:
+        """``"Ray actor '<name>' in namespace '<ns>'"``, as used in error messages."""
+        return _describe(self.actor_name, self.namespace)
+
+    # -- connection ---------------------------------------------------------------------------------
+    def _ensure(self) -> bool:
+        """Connect in this process if needed; False when running on the local fallback."""
+        if self._pid is not None and self._pid != os.getpid():  # forked: the parent's handles are not ours
+            logger.debug("ray client: process forked (pid %s -> %s); reconnecting", self._pid, os.getpid())
+            self._reset_process_state()
+        if self._closed:
+            raise SyncError("this client is closed")
+        if self._fallback:
+            return False
+        if self._actor is not None:
+            return True
+        self._pid = os.getpid()
+        if not ray.is_initialized():
+            target = self.ray_address or "auto"
+            logger.info("ray client: this process is not connected to Ray; ray.init(address=%r)", target)
+            try:
+                ray.init(address=target, namespace=self.namespace, ignore_reinit_error=True)
+            except (ConnectionError, RuntimeError, ValueError) as exc:
+                return self._go_fallback(f"a Ray cluster at {target!r} ({exc})")
+        try:
+            self._actor = _lookup(self.actor_name, self.namespace, self.timeout)
+        except ServerUnavailableError as exc:
+            return self._go_fallback("the actor", str(exc))
+        reply = self._get(self._actor.handle.remote(_pack(P.Hello(os.getpid(), self.name))), "a welcome")
+        if not isinstance(reply, P.Welcome):
+            if self._fallback:
+                return False
+            raise SyncError(f"the curriculum {self.actor_description} refused this env: {reply!r:.300}")
+        self.env_id = reply.env_id
+        self.requires_step_updates = reply.requires_step_updates
+        self.requires_episode_updates = reply.requires_episode_updates
+        self.step_batch_size = reply.step_batch_size
+        self._steps = _StepBuffer(self.send_obs, self.send_infos, self.strip_keys)
+        self._top_up(self.prefetch)  # start prefetching right away
+        return True
+
+    def _go_fallback(self, what: str, reason: str | None = None) -> bool:
+        if reason is None:
+            reason = (
+                f"no reply from the curriculum {self.actor_description} ({self.address}) within "
+                f"{self.timeout:g}s while waiting for {what}"
+            )
+        if self.fallback_task_space is None:
+            raise ServerUnavailableError(
+                f"{reason}. Is serve_ray() running, and is the actor alive? Pass fallback_task_space=... to "
+                "sample locally instead"
+            )
+        logger.warning(
+            "%s; sampling tasks locally from %r from now on (feedback is dropped)",
+            reason,
+            self.fallback_task_space,
+        )
+        self._fallback = True
+        self._actor = None
+        self._requests.clear()
+        self._pending.clear()
+        self._outstanding = 0
+        return False
+
+    def _decode(self, reply: Any) -> P.Message | None:
+        """Decode an actor reply; Errors are logged (and raised for version / sampling failures)."""
+        if reply is None:
+            return None
+        msg = P.decode([reply])
+        if isinstance(msg, P.Error):
+            self.stats["errors_received"] += 1
+            if msg.code == "version":
+                raise P.ProtocolVersionError(msg.message)
+            logger.error(
+                "curriculum %s refused a message from env %s (%s): %s",
+                self.actor_description,
+                self.env_id,
+                msg.code,
+                msg.message,
+            )
+        return msg
+
+    def _get(self, ref: Any, what: str, timeout: float | None = None) -> P.Message | None:
+        """Wait for one reply (at most ``timeout``); None on the fallback path."""
+        try:
+            reply = ray.get(ref, timeout=self.timeout if timeout is None else timeout)
+        except GetTimeoutError:
+            self._go_fallback(what)
+            return None
+        except RayActorError as exc:
+            self._go_fallback(what, f"the curriculum {self.actor_description} is dead: {exc}")
+            return None
+        return self._decode(reply)
+
+    def _check_pending(self) -> None:
+        """Look at the replies of updates that have been applied (without waiting) and forget them."""
+        if not self._pending:
+            return
+        ready, _ = ray.wait(list(self._pending), num_returns=len(self._pending), timeout=0, fetch_local=True)
+        if not ready:
+            return
+        done = set(ready)
+        self._pending = deque(r for r in self._pending if r not in done)
+        for ref in ready:
+            self._get(ref, "an update's reply")  # logs a refusal; a dead actor raises (or falls back)
+            if self._fallback:
+                return
+
+    def _send(self, msg: P.Message) -> bool:
+        """Fire-and-forget one update; waits (at most ``timeout``) when too many are in flight."""
+        frame = _pack(msg)
+        if len(self._pending) >= self.max_pending_updates:
+            self.stats["send_waits"] += 1
+            self._check_pending()
+            if len(self._pending) >= self.max_pending_updates:
+                self._get(self._pending.popleft(), f"room for a {type(msg).__name__}")
+                if self._fallback:
+                    self.stats["updates_dropped"] += 1
+                    return False
+        self._pending.append(self._actor.handle.remote(frame))
+        self.stats["updates_sent"] += 1
+        return True
+
+    # -- tasks --------------------------------------------------------------------------------------
+    def _top_up(self, target: int) -> None:
+        need = target - len(self._buffer) - self._outstanding
+        if need > 0 and self.env_id is not None and self._actor is not None:
+            ref = self._actor.handle.remote(_pack(P.TaskRequest(self.env_id, need)))
+            self._requests.append((ref, need))
+            self._outstanding += need
+
+    def _collect(self, timeout: float | None = None) -> None:
+        """Wait for the oldest task request and move its tasks into the buffer."""
+        ref, count = self._requests[0]
+        msg = self._get(ref, "tasks", timeout)
+        if self._fallback:
+            return
+        self._requests.popleft()
+        self._outstanding -= count
+        if isinstance(msg, P.Tasks):
+            for tid, task, train in zip(msg.task_ids, msg.tasks, msg.train):
+                self._buffer.append(Assignment(tid, task, train))
+            self.stats["tasks_received"] += len(msg.task_ids)
+        elif isinstance(msg, P.Error):
+            raise SyncError(f"the curriculum {self.actor_description} could not provide tasks: {msg.message}")
+
+    def next_task(self) -> Assignment:
+        """The next task: from the buffer, else the oldest prefetched request (waits at most ``timeout``)."""
+        if self._ensure():
+            self._check_pending()
+            if not self._buffer and not self._fallback:
+                if not self._requests:
+                    self._top_up(max(1, self.prefetch))
+                while not self._buffer and self._requests and not self._fallback:
+                    self._collect()
+            if self._buffer and not self._fallback:
+                a = self._buffer.popleft()
+                self._top_up(self.prefetch)
+                return a
+        (task,) = self.fallback_task_space.sample_encoded(1)  # type: ignore[union-attr]
+        return Assignment(-1, task, True)
+
+    def give_back(self, assignment: Assignment) -> None:
+        if assignment.task_id >= 0 and self._active():
+            self._buffer.appendleft(assignment)
+
+    # -- feedback -----------------------------------------------------------------------------------
+    def _active(self) -> bool:
+        return (
+            self._actor is not None and self._pid == os.getpid() and not self._fallback and not self._closed
+        )
+
+    def record_step(
+        self,
+        assignment: Assignment,
+        obs: Any,
+        reward: float,
+        terminated: bool,
+        truncated: bool,
+        info: dict | None,
+        progress: float,
+    ) -> None:
+        if not (self.requires_step_updates and self._active()):
+            return
+        assert self._steps is not None
+        self._steps.add(assignment, obs, reward, terminated, truncated, info, progress)
+        if len(self._steps) >= self.step_batch_size:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._steps is not None and len(self._steps) and self._active():
+            try:
+                msg = self._steps.message(self.env_id)  # type: ignore[arg-type]
+                self._send(msg)
+            except TypeError as exc:
+                raise TypeError(
+                    f"{exc}. Remove such entries from observations/infos with strip_keys=[...] or "
+                    "send_obs=False / send_infos=False"
+                ) from None
+
+    def record_episode(
+        self,
+        assignment: Assignment,
+        episode_return: float,
+        length: int,
+        progress: float,
+        ended: bool = True,
+        extras: dict | None = None,
+    ) -> None:
+        if not self._active():
+            return
+        self.flush()
+        if not self._active():
+            return
+        self._send(
+            P.EpisodeUpdate(
+                self.env_id,  # type: ignore[arg-type]
+                assignment.task_id,
+                assignment.task,
+                float(episode_return),
+                int(length),
+                float(progress),
+                bool(ended),
+                dict(extras or {}),
+            )
+        )
+
+    def record_progress(self, assignment: Assignment, progress: float, done: bool = False) -> None:
+        if not self._active():
+            return
+        self.flush()
+        if not self._active():
+            return
+        self._send(
+            P.ProgressUpdate(
+                self.env_id,  # type: ignore[arg-type]
+                assignment.task_id,
+                assignment.task,
+                float(progress),
+                bool(done),
+            )
+        )
+
+    def close(self) -> None:
+        """Flush, collect outstanding tasks, return unused ones and wait for the goodbye's reply (bounded).
+
+        The goodbye is applied after every update this client sent, so once it is acknowledged the
+        actor's counters include all of them.
+        """
+        if self._closed or self._pid != os.getpid():
+            self._closed = True
+            return
+        try:
+            if self._active() and self.env_id is not None:
+                self.flush()
+                deadline = time.monotonic() + self.close_timeout
+                while self._requests and not self._fallback:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        break
+                    self._collect(left)
+                if self._active():
+                    returned = tuple(a.task_id for a in self._buffer if a.task_id >= 0)
+                    self._buffer.clear()
+                    ref = self._actor.handle.remote(_pack(P.Goodbye(self.env_id, returned)))
+                    reply = self._get(ref, "the goodbye's reply", max(self.close_timeout, 1e-3))
+                    self._goodbye_acked = isinstance(reply, P.Goodbye)
+                    if self._active():
+                        self._check_pending()
+                if not self._goodbye_acked:
+                    logger.warning("ray client env %s: no goodbye reply from %s", self.env_id, self.address)
+        except (ServerUnavailableError, SyncError) as exc:  # closing must not fail because the actor is gone
+            logger.warning("ray client env %s: closing without the curriculum actor: %s", self.env_id, exc)
+        finally:
+            self._actor = None
+            self._requests.clear()
+            self._pending.clear()
+            self._closed = True
+
+    def __repr__(self) -> str:
+        return f"RayClient({self.address!r}, env_id={self.env_id})"

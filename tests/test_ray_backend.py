@@ -1,0 +1,452 @@
+"""The Ray backend of the sync layer: a curriculum in a named Ray actor, envs in Ray workers.
+
+One Ray session (``ray.init(num_cpus=2)``, no dashboard) is shared by this module and ``test_rllib.py``
+and shut down when pytest ends. Ray 2.60 no longer has ``local_mode``; the lightest supported mode is a
+small local instance started by ``ray.init`` in the test process.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import pickle
+import sys
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+ray = pytest.importorskip("ray")
+
+from magister.curricula.base import Curriculum, TaskSample  # noqa: E402
+from magister.env_wrappers.sync_wrappers import GymnasiumSyncWrapper  # noqa: E402
+from magister.env_wrappers.task_wrapper import TaskWrapper  # noqa: E402
+from magister.sync import protocol as P  # noqa: E402
+from magister.sync.client import ServerUnavailableError, SyncError, connect  # noqa: E402
+from magister.sync.ray_backend import (  # noqa: E402
+    RayClient,
+    RayCurriculumServer,
+    parse_ray_address,
+    ray_address,
+    serve_ray,
+)
+from magister.task_spaces.discrete import Discrete  # noqa: E402
+
+pytestmark = [pytest.mark.timeout(180)]
+
+
+def _ensure_ray(config: pytest.Config) -> None:
+    """Start the shared Ray session once per pytest run (also used by test_rllib.py)."""
+    if not ray.is_initialized():
+        ray.init(
+            num_cpus=2,
+            include_dashboard=False,
+            configure_logging=False,
+            log_to_driver=False,
+            runtime_env={"env_vars": {"RAY_DEDUP_LOGS": "0"}},
+        )
+        config.add_cleanup(ray.shutdown)
+
+
+@pytest.fixture(scope="module")
+def ray_session(request: pytest.FixtureRequest):
+    _ensure_ray(request.config)
+    # the env and curriculum classes below travel to Ray workers by value (workers cannot import tests/)
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    yield
+    ray.cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
+
+
+_names = iter(range(10**6))
+
+
+def unique_name(prefix: str = "cur") -> str:
+    return f"magister_test_{prefix}_{next(_names)}"
+
+
+# -- a tiny env and a recording curriculum -------------------------------------------------------------
+
+
+class Corridor(gym.Env):
+    """Task ``t``: ``1 + t % 4`` steps of reward ``1 + t % 3``."""
+
+    observation_space = gym.spaces.Box(-1e12, 1e12, (2,), np.float64)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self) -> None:
+        self.task, self.t = 0, 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.array([self.task, 0.0]), {}
+
+    def step(self, action):
+        self.t += 1
+        term = self.t >= 1 + self.task % 4
+        return np.array([self.task, self.t], np.float64), float(1 + self.task % 3), term, False, {}
+
+
+class CorridorTask(TaskWrapper):
+    def change_task(self, task):
+        self.env.unwrapped.task = task
+
+    def task_progress(self, obs, rew, term, trunc, info):
+        return float(term)
+
+
+def make_env(address: str, **kwargs) -> GymnasiumSyncWrapper:
+    return GymnasiumSyncWrapper(CorridorTask(Corridor(), Discrete(10**9)), address, **kwargs)
+
+
+class Recorder(Curriculum):
+    """Unique tasks 0, 1, 2, ...; every fifth is evaluation-only; records everything it is told.
+
+    ``set_step_updates`` / ``set_broken`` change it between tests through ``server.call`` (the step-updates
+    flag is read when an env connects), so one actor serves most tests.
+    """
+
+    def __init__(self, step_updates: bool = True) -> None:
+        super().__init__(Discrete(10**9))
+        self.requires_step_updates = step_updates
+        self.broken = False
+        self.next = 0
+        self.episodes: list[tuple] = []
+        self.steps: collections.Counter = collections.Counter()
+        self.on_demand: list[dict] = []
+
+    def set_step_updates(self, flag: bool) -> None:
+        self.requires_step_updates = flag
+
+    def set_broken(self, flag: bool) -> None:
+        self.broken = flag
+
+    def sample(self, k=1):
+        if self.broken:
+            raise RuntimeError("no tasks today")
+        out = list(range(self.next, self.next + k))
+        self.next += k
+        self.num_sampled += k
+        return out
+
+    def sample_tasks(self, k=1):
+        return [TaskSample(t, t % 5 != 0) for t in self.sample(k)]
+
+    def update_on_step_batch(self, batch, env_id=None):
+        for t in batch.tasks:
+            self.steps[t] += 1
+
+    def update_on_episode(self, episode_return, length, task, progress, env_id=None):
+        self.num_episodes += 1
+        self.episodes.append((task, episode_return, length, progress, env_id))
+
+    def update_on_demand(self, metrics):
+        self.on_demand.append(dict(metrics))
+
+    def records(self):
+        return {"episodes": self.episodes, "steps": dict(self.steps), "on_demand": self.on_demand}
+
+    def state_dict(self):
+        state = super().state_dict()
+        state["next"] = self.next
+        return state
+
+    def load_state_dict(self, state):
+        super().load_state_dict(state)
+        self.next = int(state["next"])
+
+
+# -- addresses and construction (no Ray session needed) ---------------------------------------------------
+
+_label = st.text(st.characters(codec="utf-8", exclude_characters="/"), min_size=1, max_size=20)
+
+
+@given(name=_label, namespace=st.none() | _label)
+def test_address_round_trip(name, namespace):
+    address = ray_address(name, namespace)
+    assert address.startswith("ray://")
+    assert parse_ray_address(address) == (name, namespace)
+
+
+@pytest.mark.parametrize("bad", ["tcp://127.0.0.1:1", "ray://", "ray:///cur", "ray://ns/", "cur", 3])
+def test_parse_rejects_non_ray_addresses(bad):
+    with pytest.raises(ValueError, match="ray://"):
+        parse_ray_address(bad)
+
+
+def test_ray_address_rejects_ambiguous_names():
+    with pytest.raises(ValueError, match="contains '/'"):
+        ray_address("a/b")
+    with pytest.raises(ValueError, match="namespace"):
+        ray_address("a", "x/y")
+    with pytest.raises(ValueError, match="non-empty"):
+        ray_address("")
+    assert parse_ray_address(ray_address("a/b", "ns")) == ("a/b", "ns")
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"prefetch": -1}, "prefetch"),
+        ({"prefetch": True}, "prefetch"),
+        ({"timeout": 0}, "timeout"),
+        ({"close_timeout": -1.0}, "close_timeout"),
+        ({"max_pending_updates": 0}, "max_pending_updates"),
+    ],
+)
+def test_client_rejects_bad_options(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        RayClient("ray://cur", **kwargs)
+
+
+def test_client_rejects_bad_types():
+    with pytest.raises(TypeError, match="fallback_task_space"):
+        RayClient("ray://cur", fallback_task_space="Discrete(3)")
+    with pytest.raises(TypeError, match="strip_keys"):
+        RayClient("ray://cur", strip_keys="obs")
+
+
+def test_connect_dispatches_ray_addresses_and_client_pickles():
+    feed = connect("ray://team/cur", prefetch=3, timeout=1.5, strip_keys=("x",))
+    assert isinstance(feed, RayClient)
+    assert (feed.actor_name, feed.namespace, feed.prefetch, feed.timeout) == ("cur", "team", 3, 1.5)
+    clone = pickle.loads(pickle.dumps(feed))
+    assert (clone.address, clone.prefetch, clone.strip_keys, clone.env_id) == (
+        "ray://team/cur",
+        3,
+        frozenset({"x"}),
+        None,
+    )
+
+
+# -- with a Ray session ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def shared(ray_session):
+    """One curriculum actor (in a namespace) for the tests that only look at their own env's counters."""
+    with serve_ray(Recorder(), name=unique_name("shared"), namespace="magister_tests") as server:
+        yield server
+
+
+def test_serve_ray_validates(shared):
+    with pytest.raises(TypeError, match="Curriculum"):
+        serve_ray(object(), name=unique_name())
+    with pytest.raises(ValueError, match="actor_options"):
+        serve_ray(Recorder(), name=unique_name(), actor_options={"name": "x"})
+    with pytest.raises(ValueError, match="already exists"):
+        serve_ray(Recorder(), name=shared.name, namespace="magister_tests")
+    assert shared.address == f"ray://magister_tests/{shared.name}"
+    with pytest.raises(TypeError, match="server.address"):
+        pickle.dumps(shared)
+
+
+def test_learner_proxies(shared):
+    n = shared.state_dict()["next"]
+    assert shared.sample(3) == [n, n + 1, n + 2]
+    samples = shared.sample_tasks(3)
+    assert [(s.task, s.train) for s in samples] == [(t, t % 5 != 0) for t in range(n + 3, n + 6)]
+    before = len(shared.call("records")["on_demand"])
+    shared.update_on_demand({"loss": 0.5})
+    ray.get(shared.update_on_demand({"loss": 0.25}, wait=False), timeout=30)
+    assert shared.call("records")["on_demand"][before:] == [{"loss": 0.5}, {"loss": 0.25}]
+    state = shared.state_dict()
+    assert state["next"] == n + 6 and state["class"] == "Recorder"
+    shared.sample(4)
+    shared.load_state_dict(state)
+    assert shared.sample(1) == [n + 6]
+    assert shared.metrics()["curriculum/sampled"] == state["num_sampled"] + 1
+    with pytest.raises(ValueError, match="public curriculum method"):
+        shared.call("_private")
+    with pytest.raises(AttributeError, match="no method"):
+        shared.call("does_not_exist")
+    with pytest.raises(TypeError, match="dict"):
+        shared.update_on_demand([1, 2])
+    # a second, non-owning proxy reaches the same actor and does not kill it on close
+    other = RayCurriculumServer.attach(shared.address, timeout=10)
+    assert other.sample(1) == [n + 7]
+    other.close()
+    assert shared.sample(1) == [n + 8]
+    with pytest.raises(SyncError, match="closed"):
+        other.metrics()
+
+
+def test_prefetch_give_back_and_close_accounting(shared):
+    n = shared.state_dict()["next"]
+    client = RayClient(shared.address, prefetch=2, timeout=30)
+    a = client.next_task()
+    assert (a.task, a.train) == (n, n % 5 != 0)
+    b = client.next_task()
+    assert b.task == n + 1
+    client.give_back(b)
+    assert client.next_task() == b  # a returned task is handed out again first
+    client.give_back(b)
+    client.close()
+    e = client.env_id
+    m = shared.metrics()
+    # 2 prefetched at connect, +1 after the first task, +1 after the second: 4 sampled; no episode was
+    # reported, so the 3 unused ones were returned and task a is still in flight
+    assert m[f"sync/env{e}/tasks_sampled"] == 4
+    assert m[f"sync/env{e}/tasks_returned"] == 3
+    assert m[f"sync/env{e}/tasks_in_flight"] == 1
+    assert shared.in_flight(e) == {a.task_id: a.task}
+    assert m[f"sync/env{e}/connected"] == 0
+    with pytest.raises(SyncError, match="closed"):
+        client.next_task()
+
+
+def test_no_step_updates_when_not_wanted(shared):
+    shared.call("set_step_updates", False)
+    try:
+        env = make_env(shared.address, timeout=30.0)
+        for _ in range(6):
+            env.reset()
+            done = False
+            while not done:
+                _, _, term, trunc, _ = env.step(0)
+                done = term or trunc
+        stats, e = env.feed.stats, env.env_id
+        env.close()
+    finally:
+        shared.call("set_step_updates", True)
+    m = shared.metrics()
+    assert stats["updates_sent"] == 6  # one episode update per episode, no step updates
+    assert m[f"sync/env{e}/steps_applied"] == 0 and m[f"sync/env{e}/episodes_applied"] == 6
+
+
+def test_refused_update_is_counted_and_logged(shared, caplog):
+    errors = shared.metrics()["sync/errors_sent"]
+    client = RayClient(shared.address, prefetch=0, timeout=30)
+    a = client.next_task()
+    bogus = a._replace(task_id=a.task_id + 1000)
+    with caplog.at_level(logging.ERROR, logger="magister.sync.ray_backend"):
+        client.record_episode(bogus, 1.0, 1, 1.0)
+        client.close()
+    m = shared.metrics()
+    e = client.env_id
+    assert client.stats["errors_received"] == 1
+    assert "unknown_task" in caplog.text
+    assert m[f"sync/env{e}/updates_rejected"] == 1 and m[f"sync/env{e}/episodes_applied"] == 0
+    assert m["sync/errors_sent"] == errors + 1
+
+
+def test_malformed_frame_gets_an_error_reply(shared):
+    before = shared.metrics()
+    reply = ray.get(shared.actor.handle.remote(b"\x93\x01"), timeout=30)
+    err = P.decode([reply])
+    assert isinstance(err, P.Error) and err.code == "malformed"
+    reply = ray.get(shared.actor.handle.remote(P.encode(P.Welcome(10**6, False, True, 1))[0]), timeout=30)
+    assert P.decode([reply]).code == "bad_request"
+    m = shared.metrics()
+    assert m["sync/malformed_frames_unattributed"] == before["sync/malformed_frames_unattributed"] + 2
+    assert m["sync/errors_sent"] == before["sync/errors_sent"] + 2
+
+
+def test_sampling_failure_raises_sync_error(shared):
+    shared.call("set_broken", True)
+    try:
+        client = RayClient(shared.address, prefetch=0, timeout=30)
+        with pytest.raises(SyncError, match="no tasks today"):
+            client.next_task()
+        client.close()
+    finally:
+        shared.call("set_broken", False)
+
+
+def _run_env(address: str, episodes: int, seed: int):
+    env = make_env(address, timeout=60.0)
+    played, steps = [], collections.Counter()
+    for ep in range(episodes):
+        _, info = env.reset(seed=seed + ep)
+        task = info["task"]
+        if ep % 7 == 3:  # a reset before any step keeps the (unused) task
+            _, again = env.reset()
+            assert again["task"] == task
+        abandon = ep % 5 == 4 and task % 4 != 0  # reset after one step of a longer episode
+        done = False
+        while not done:
+            _, _, term, trunc, info = env.step(0)
+            steps[task] += 1
+            done = term or trunc
+            if abandon:
+                break
+        played.append((task, bool(info["task_train"]), done))
+    env_id = env.env_id
+    env.close()
+    return env_id, played, dict(steps)
+
+
+@pytest.mark.slow
+def test_exactly_once_across_ray_workers(ray_session):
+    run = ray.remote(num_cpus=1)(_run_env)
+    with serve_ray(Recorder(), name=unique_name(), step_batch_size=3) as server:
+        results = ray.get([run.remote(server.address, 30, 1000 * i) for i in range(3)], timeout=150)
+        rec = server.call("records")
+        m = server.metrics()
+    env_ids = [r[0] for r in results]
+    assert sorted(env_ids) == [0, 1, 2]
+    played = [p for r in results for p in r[1]]
+    tasks = [t for t, _, _ in played]
+    # each task played by exactly one env, exactly once
+    assert len(tasks) == len(set(tasks)) == 90
+    for env_id, plays, _ in results:
+        mine = {t for t, _, _ in plays}
+        assert all(e[0] not in mine for e in rec["episodes"] if e[4] != env_id)
+    # the train flag reached info
+    assert all(train == (t % 5 != 0) for t, train, _ in played)
+    # every finished episode reached the curriculum exactly once, with its return and length
+    finished = sorted(t for t, _, done in played if done)
+    assert sorted(e[0] for e in rec["episodes"]) == finished
+    for task, ret, length, progress, _ in rec["episodes"]:
+        assert (length, ret, progress) == (1 + task % 4, (1 + task % 4) * (1 + task % 3), 1.0)
+    # every step record arrived exactly once
+    steps = collections.Counter()
+    for *_, s in results:
+        steps.update(s)
+    assert rec["steps"] == dict(steps)
+    # accounting: nothing lost or duplicated
+    assert m["sync/envs"] == 3
+    assert m["sync/total/tasks_sampled"] == m["curriculum/sampled"]
+    assert m["sync/total/tasks_consumed"] == 90
+    assert m["sync/total/tasks_consumed"] + m["sync/total/tasks_returned"] == m["sync/total/tasks_sampled"]
+    assert m["sync/total/tasks_in_flight"] == 0
+    assert m["sync/total/updates_rejected"] == 0 and m["sync/errors_sent"] == 0
+    assert m["sync/total/updates_received"] == m["sync/total/updates_applied"]
+    assert m["sync/total/episodes_applied"] == 90
+    assert m["sync/total/steps_applied"] == sum(steps.values())
+    for e in range(3):
+        assert m[f"sync/env{e}/connected"] == 0
+
+
+def test_missing_actor_raises_naming_it(ray_session):
+    client = RayClient("ray://magister_nobody_here", timeout=0.3)
+    with pytest.raises(ServerUnavailableError, match="'magister_nobody_here'"):
+        client.next_task()
+
+
+def test_missing_actor_with_fallback_samples_locally(ray_session, caplog):
+    space = Discrete(7)
+    client = RayClient("ray://magister_nobody_here", timeout=0.2, fallback_task_space=space)
+    with caplog.at_level(logging.WARNING, logger="magister.sync.ray_backend"):
+        tasks = [client.next_task() for _ in range(20)]
+    assert all(a.task_id == -1 and 0 <= a.task < 7 and a.train for a in tasks)
+    assert caplog.text.count("sampling tasks locally") == 1
+    client.record_episode(tasks[0], 1.0, 1, 1.0)  # dropped, no error
+    client.close()
+
+
+def test_dead_actor_raises_naming_it(ray_session):
+    name = unique_name("dead")
+    server = serve_ray(Recorder(), name=name)
+    client = RayClient(server.address, prefetch=0, timeout=20)
+    client.next_task()
+    ray.kill(server.actor, no_restart=True)
+    with pytest.raises(ServerUnavailableError, match=f"'{name}'.*dead|dead.*'{name}'"):
+        for _ in range(50):  # the kill is asynchronous: a request may still be answered
+            client.next_task()
+    with pytest.raises(ServerUnavailableError, match="dead"):
+        server.metrics()
+    client.close()  # must not raise
+    server.close()
