@@ -72,26 +72,47 @@ STEP_BATCH = 100
 #: Seconds any single wait of this benchmark may take before it gives up.
 WAIT_S = 300.0
 
-#: (mode, worker kind, library, step updates)
-MODES: list[tuple[str, str, str, bool]] = [
-    ("none", "native", "none", False),
-    ("magister-episodic", "native", "magister", False),
-    ("magister-step", "native", "magister", True),
-    ("syllabus-episodic", "native", "syllabus", False),
-    ("syllabus-step", "native", "syllabus", True),
-    ("ray-none", "ray", "none", False),
-    ("magister-ray-episodic", "ray", "magister", False),
-    ("magister-ray-step", "ray", "magister", True),
-    ("syllabus-ray-episodic", "ray", "syllabus", False),
+
+@dataclass(frozen=True)
+class Mode:
+    """One benchmark mode.
+
+    ``variant``: ``"copy-obs"`` copies NetHack's observation every step before the sync wrapper sees it
+    (NLE overwrites its observation arrays in place, so a wrapper that keeps references without copying
+    records the same, last, observation for every step of a batch); ``"no-obs"`` sends step records
+    without observations (``send_obs=False``).
+    """
+
+    name: str
+    kind: str  # "native" (multiprocessing workers) or "ray" (Ray actors)
+    library: str  # "none", "magister" or "syllabus"
+    steps: bool = False  # per-step updates
+    variant: str = ""
+
+
+MODES: list[Mode] = [
+    Mode("none", "native", "none"),
+    Mode("magister-episodic", "native", "magister"),
+    Mode("magister-step", "native", "magister", True),
+    Mode("syllabus-episodic", "native", "syllabus"),
+    Mode("syllabus-step", "native", "syllabus", True),
+    Mode("syllabus-step-copied", "native", "syllabus", True, "copy-obs"),
+    Mode("magister-step-no-obs", "native", "magister", True, "no-obs"),
+    Mode("ray-none", "ray", "none"),
+    Mode("magister-ray-episodic", "ray", "magister"),
+    Mode("magister-ray-step", "ray", "magister", True),
+    Mode("syllabus-ray-episodic", "ray", "syllabus"),
 ]
+MODE = {m.name: m for m in MODES}
 BASELINE = {"native": "none", "ray": "ray-none"}
 #: Largest ratio to the baseline the issue asks for, per magister mode.
 TARGETS = {"magister-episodic": 1.02, "magister-step": 1.08, "magister-ray-episodic": 1.05}
-#: The reference mode each magister mode is compared with (its overhead must be at most a quarter).
+#: The reference mode(s) each magister mode is compared with (its overhead must be at most a quarter);
+#: the second reference of magister-step is informative (the reference library sending correct records).
 REFERENCE_OF = {
-    "magister-episodic": "syllabus-episodic",
-    "magister-step": "syllabus-step",
-    "magister-ray-episodic": "syllabus-ray-episodic",
+    "magister-episodic": ("syllabus-episodic",),
+    "magister-step": ("syllabus-step", "syllabus-step-copied"),
+    "magister-ray-episodic": ("syllabus-ray-episodic",),
 }
 
 
@@ -170,17 +191,28 @@ def _make_env(max_steps: int) -> gym.Env:
     return gym.make(ENV_ID, max_episode_steps=max_steps)
 
 
-def _build_env(library: str, max_steps: int, source: Any, step_updates: bool) -> gym.Env:
-    """The env stack of one worker for ``library`` (``source``: an address, or syllabus's components)."""
+class CopyObservation(gym.ObservationWrapper):
+    """Copy the dict observation: NLE returns the same arrays every step, overwritten in place."""
+
+    def observation(self, observation: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return {k: v.copy() for k, v in observation.items()}
+
+
+def _build_env(mode: Mode, max_steps: int, source: Any) -> gym.Env:
+    """The env stack of one worker (``source``: an address, syllabus's components, or ``None``)."""
     env = _make_env(max_steps)
-    if library == "none":
+    if mode.variant == "copy-obs":
+        env = CopyObservation(env)
+    if mode.library == "none":
         return env
-    if library == "magister":
-        return GymnasiumSyncWrapper(NLETask(env, Discrete(1)), source, timeout=60.0)
+    if mode.library == "magister":
+        return GymnasiumSyncWrapper(
+            NLETask(env, Discrete(1)), source, timeout=60.0, send_obs=mode.variant != "no-obs"
+        )
     syl = _syllabus()
-    if isinstance(source, str) and source == "ray":
+    if mode.kind == "ray":
         return syl["core"].RayGymnasiumSyncWrapper(
-            syl["TaskWrapper"](env), update_on_step=step_updates, task_space=syl["Space"](1)
+            syl["TaskWrapper"](env), update_on_step=mode.steps, task_space=syl["Space"](1)
         )
     return syl["core"].GymnasiumSyncWrapper(
         syl["TaskWrapper"](env), syl["Space"](1), source, batch_size=STEP_BATCH
@@ -207,18 +239,11 @@ def _play(env: gym.Env, worker: int, episodes: int, max_steps: int) -> tuple[int
 
 
 def _native_worker(
-    library: str,
-    worker: int,
-    episodes: int,
-    max_steps: int,
-    source: Any,
-    step_updates: bool,
-    start: Any,
-    results: Any,
+    mode: Mode, worker: int, episodes: int, max_steps: int, source: Any, start: Any, results: Any
 ) -> None:
     """Worker process: build the env, say ready, wait for the start signal, play, report."""
     try:
-        env = _build_env(library, max_steps, source, step_updates)
+        env = _build_env(mode, max_steps, source)
         results.put(("ready", worker, None))
         if not start.wait(WAIT_S):
             raise TimeoutError("no start signal")
@@ -230,11 +255,9 @@ def _native_worker(
 class RayEnvWorker:
     """Ray actor body: one env per actor, rebuilt for every run (outside the timed part)."""
 
-    def setup(
-        self, library: str, worker: int, episodes: int, max_steps: int, source: Any, steps: bool
-    ) -> int:
+    def setup(self, mode: Mode, worker: int, episodes: int, max_steps: int, source: Any) -> int:
         self.args = (worker, episodes, max_steps)
-        self.env = _build_env(library, max_steps, source, steps)
+        self.env = _build_env(mode, max_steps, source)
         return os.getpid()
 
     def run(self) -> tuple[int, int, float]:
@@ -279,14 +302,27 @@ class Bench:
         self.ray_workers: list[Any] = []
         self._run_id = 0
 
-    # -- native workers -----------------------------------------------------------------------------
-    def _native(self, library: str, step_updates: bool, source: Any, received: Callable[[], dict]) -> Run:
+    def run_mode(self, mode: Mode) -> Run:
+        """One timed run of ``mode``: a fresh curriculum (server, actor) and fresh envs."""
+        if mode.library == "none":
+            return self._timed(mode, None, dict)
+        if mode.library == "magister":
+            return self._magister_ray(mode) if mode.kind == "ray" else self._magister_native(mode)
+        return self._syllabus_ray(mode) if mode.kind == "ray" else self._syllabus_native(mode)
+
+    # -- the timed part -------------------------------------------------------------------------------
+    def _timed(self, mode: Mode, source: Any, received: Callable[[], dict]) -> Run:
+        """Build the envs, start the clock, play, wait until the curriculum has every update, stop."""
+        runner = self._ray_workers_run if mode.kind == "ray" else self._native_run
+        return runner(mode, source, received)
+
+    def _native_run(self, mode: Mode, source: Any, received: Callable[[], dict]) -> Run:
         results = self.ctx.Queue()
         start = self.ctx.Event()
         procs = [
             self.ctx.Process(
                 target=_native_worker,
-                args=(library, w, self.episodes, self.max_steps, source, step_updates, start, results),
+                args=(mode, w, self.episodes, self.max_steps, source, start, results),
                 daemon=True,
             )
             for w in range(self.workers)
@@ -298,7 +334,7 @@ class Bench:
             t0 = time.perf_counter()
             start.set()
             done = self._collect(results, "done")
-            expected = self._expected(done, library, step_updates)
+            expected = self._expected(done, mode)
             _wait_until(lambda: received() == expected, f"the curriculum to receive {expected}")
             wall = time.perf_counter() - t0
         finally:
@@ -307,6 +343,22 @@ class Bench:
                 if p.is_alive():
                     p.kill()
                     p.join(5)
+        return self._run(wall, done, received())
+
+    def _ray_workers_run(self, mode: Mode, source: Any, received: Callable[[], dict]) -> Run:
+        import ray
+
+        self._ray_start()
+        setups = [
+            w.setup.remote(mode, i, self.episodes, self.max_steps, source)
+            for i, w in enumerate(self.ray_workers)
+        ]
+        ray.get(setups, timeout=WAIT_S)
+        t0 = time.perf_counter()
+        done = ray.get([w.run.remote() for w in self.ray_workers], timeout=WAIT_S)
+        expected = self._expected(done, mode)
+        _wait_until(lambda: received() == expected, f"the curriculum to receive {expected}")
+        wall = time.perf_counter() - t0
         return self._run(wall, done, received())
 
     def _collect(self, results: Any, kind: str) -> list[Any]:
@@ -324,61 +376,100 @@ class Bench:
             out.append(payload)
         return out
 
-    def _expected(self, done: list[tuple[int, int, float]], library: str, step_updates: bool) -> dict:
-        if library == "none":
-            return {}
+    @staticmethod
+    def _expected(done: list[tuple[int, int, float]], mode: Mode) -> dict:
+        """What the curriculum must have received once every worker is done."""
+        if mode.library == "none" or (mode.library == "syllabus" and mode.kind == "ray"):
+            return {}  # syllabus-rl's Ray wrapper sends no episode updates: nothing to count
         steps = sum(d[0] for d in done)
         episodes = sum(d[1] for d in done)
         exp = {"episodes": episodes}
-        if step_updates:
-            # syllabus records the reset observation as a step record too (one extra per episode)
-            exp["step_records"] = steps + (episodes if library == "syllabus" else 0)
+        if mode.steps:
+            # syllabus-rl records the reset observation as a step record too (one extra per episode)
+            exp["step_records"] = steps + (episodes if mode.library == "syllabus" else 0)
         return exp
 
     @staticmethod
     def _run(wall: float, done: list[tuple[int, int, float]], received: dict) -> Run:
         return Run(wall, sum(d[0] for d in done), sum(d[1] for d in done), sum(d[2] for d in done), received)
 
-    def native_none(self) -> Run:
-        return self._native("none", False, None, dict)
-
-    def magister_native(self, step_updates: bool) -> Run:
-        cur = CountingConstant(Discrete(1), 0, step_updates=step_updates)
+    # -- magister -------------------------------------------------------------------------------------
+    def _magister_native(self, mode: Mode) -> Run:
+        cur = CountingConstant(Discrete(1), 0, step_updates=mode.steps)
         with serve(cur, step_batch_size=STEP_BATCH) as server:
 
             def received() -> dict:
                 with server.lock:
                     out = {"episodes": cur.num_episodes}
-                    if step_updates:
+                    if mode.steps:
                         out["step_records"] = cur.step_records
                     return out
 
-            run = self._native("magister", step_updates, server.address, received)
+            run = self._timed(mode, server.address, received)
             m = server.metrics()
-        lost = m["sync/total/tasks_in_flight"]
-        if lost or m["sync/total/updates_rejected"]:
-            raise RuntimeError(f"magister accounting: {lost} tasks in flight, metrics {m}")
+        if m["sync/total/tasks_in_flight"] or m["sync/total/updates_rejected"]:
+            raise RuntimeError(f"magister accounting: tasks lost or updates rejected: {m}")
         return run
 
-    def syllabus_native(self, step_updates: bool) -> Run:
+    def _magister_ray(self, mode: Mode) -> Run:
+        from magister.sync.ray_backend import serve_ray
+
+        self._ray_start()
+        self._run_id += 1
+        cur = CountingConstant(Discrete(1), 0, step_updates=mode.steps)
+        name = f"bench_curriculum_{os.getpid()}_{self._run_id}"
+        server = serve_ray(cur, name=name, step_batch_size=STEP_BATCH)
+        try:
+
+            def received() -> dict:
+                m = server.metrics()
+                out = {"episodes": int(m["curriculum/episodes"])}
+                if mode.steps:
+                    out["step_records"] = int(m["bench/step_records"])
+                return out
+
+            run = self._timed(mode, server.address, received)
+            m = server.metrics()
+        finally:
+            server.close()
+        if m["sync/total/tasks_in_flight"] or m["sync/total/updates_rejected"]:
+            raise RuntimeError(f"magister Ray accounting: tasks lost or updates rejected: {m}")
+        return run
+
+    # -- the reference library ------------------------------------------------------------------------
+    def _syllabus_native(self, mode: Mode) -> Run:
         syl = _syllabus()
-        cur = syl["Constant"](0, syl["Space"](1), require_step_updates=step_updates)
+        cur = syl["Constant"](0, syl["Space"](1), require_step_updates=mode.steps)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             mp_cur = syl["core"].make_multiprocessing_curriculum(cur)
 
         def received() -> dict:
             out = {"episodes": cur.episodes}
-            if step_updates:
+            if mode.steps:
                 out["step_records"] = cur.step_records
             return out
 
         try:
-            return self._native("syllabus", step_updates, mp_cur.components, received)
+            return self._timed(mode, mp_cur.components, received)
         finally:
             mp_cur.stop()
 
-    # -- Ray workers ----------------------------------------------------------------------------------
+    def _syllabus_ray(self, mode: Mode) -> Run:
+        import ray
+
+        self._ray_start()
+        syl = _syllabus()
+        cur = syl["Constant"](0, syl["Space"](1), require_step_updates=mode.steps)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            syl["core"].make_ray_curriculum(cur)  # a Ray actor named "curriculum"
+        try:
+            return self._timed(mode, None, dict)
+        finally:
+            ray.kill(ray.get_actor("curriculum"))
+
+    # -- Ray ------------------------------------------------------------------------------------------
     def _ray_start(self) -> None:
         import ray
 
@@ -394,88 +485,12 @@ class Bench:
             cls = ray.remote(num_cpus=1)(RayEnvWorker)
             self.ray_workers = [cls.remote() for _ in range(self.workers)]
 
-    def _ray(self, library: str, step_updates: bool, source: Any, received: Callable[[], dict]) -> Run:
-        import ray
-
-        self._ray_start()
-        ray.get(
-            [
-                w.setup.remote(library, i, self.episodes, self.max_steps, source, step_updates)
-                for i, w in enumerate(self.ray_workers)
-            ],
-            timeout=WAIT_S,
-        )
-        t0 = time.perf_counter()
-        done = ray.get([w.run.remote() for w in self.ray_workers], timeout=WAIT_S)
-        expected = self._expected(done, library, step_updates)
-        _wait_until(lambda: received() == expected, f"the curriculum to receive {expected}")
-        wall = time.perf_counter() - t0
-        return self._run(wall, done, received())
-
-    def ray_none(self) -> Run:
-        return self._ray("none", False, None, dict)
-
-    def magister_ray(self, step_updates: bool) -> Run:
-        from magister.sync.ray_backend import serve_ray
-
-        self._ray_start()
-        self._run_id += 1
-        cur = CountingConstant(Discrete(1), 0, step_updates=step_updates)
-        server = serve_ray(
-            cur, name=f"bench_curriculum_{os.getpid()}_{self._run_id}", step_batch_size=STEP_BATCH
-        )
-        try:
-
-            def received() -> dict:
-                m = server.metrics()
-                out = {"episodes": int(m["curriculum/episodes"])}
-                if step_updates:
-                    out["step_records"] = int(m["bench/step_records"])
-                return out
-
-            run = self._ray("magister", step_updates, server.address, received)
-            m = server.metrics()
-        finally:
-            server.close()
-        if m["sync/total/tasks_in_flight"] or m["sync/total/updates_rejected"]:
-            raise RuntimeError(f"magister ray accounting: {m}")
-        return run
-
-    def syllabus_ray(self, step_updates: bool) -> Run:
-        import ray
-
-        self._ray_start()
-        syl = _syllabus()
-        cur = syl["Constant"](0, syl["Space"](1), require_step_updates=step_updates)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            ray_cur = syl["core"].make_ray_curriculum(cur)  # the actor is named "curriculum"
-        try:
-
-            def received() -> dict:
-                out = {"episodes": int(ray_cur.get_remote_attr("episodes"))}
-                if step_updates:
-                    out["step_records"] = int(ray_cur.get_remote_attr("step_records"))
-                return out
-
-            return self._ray("syllabus", step_updates, "ray", received)
-        finally:
-            ray.kill(ray.get_actor("curriculum"))
-
     def close(self) -> None:
         if self.ray_workers:
             import ray
 
             ray.shutdown()
             self.ray_workers = []
-
-    def run_mode(self, mode: str) -> Run:
-        kind, library, steps = next((k, lib, s) for m, k, lib, s in MODES if m == mode)
-        if library == "none":
-            return self.native_none() if kind == "native" else self.ray_none()
-        if library == "magister":
-            return self.magister_native(steps) if kind == "native" else self.magister_ray(steps)
-        return self.syllabus_native(steps) if kind == "native" else self.syllabus_ray(steps)
 
 
 # -- latency and throughput -------------------------------------------------------------------------------
@@ -554,56 +569,75 @@ def latency_report(ctx: Any, quick: bool, max_steps: int) -> list[str]:
 # -- the report -------------------------------------------------------------------------------------------
 
 
-def _fmt_ratio(x: float | None) -> str:
+def _ratio(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.3f}x"
 
 
 def report(modes: list[str], runs: dict[str, list[Run]], failed: dict[str, str], rounds: int) -> list[str]:
-    lines = []
+    """The table: median wall time, median per-round ratio to the baseline, and the issue's checks."""
     ratios: dict[str, float | None] = {}
-    for mode in modes:
-        kind = next(k for m, k, _, _ in MODES if m == mode)
-        base = BASELINE[kind]
-        if mode in failed or base in failed or not runs.get(mode) or not runs.get(base):
-            ratios[mode] = None
+    for name in modes:
+        base = BASELINE[MODE[name].kind]
+        if name in failed or base in failed or not runs.get(name) or not runs.get(base):
+            ratios[name] = None
             continue
-        per_round = [r.wall / b.wall for r, b in zip(runs[mode], runs[base])]
-        ratios[mode] = statistics.median(per_round)
-    head = f"{'mode':24s} {'median wall s':>13s} {'ratio':>9s} {'overhead':>9s} {'target':>8s}  {'check':s}"
-    lines += [head, "-" * len(head)]
-    for mode in modes:
-        kind = next(k for m, k, _, _ in MODES if m == mode)
-        if mode in failed:
-            lines.append(f"{mode:24s} {'failed':>13s} {'n/a':>9s} {'':>9s} {'':>8s}  {failed[mode]}")
+        ratios[name] = statistics.median(r.wall / b.wall for r, b in zip(runs[name], runs[base]))
+    head = f"{'mode':24s} {'median wall s':>13s} {'ratio':>8s} {'overhead':>9s} {'target':>7s}  checks"
+    lines = [head, "-" * len(head)]
+    for name in modes:
+        if name in failed:
+            lines.append(f"{name:24s} {'failed':>13s} {'n/a':>8s}  {failed[name]}")
             continue
-        wall = statistics.median(r.wall for r in runs[mode])
-        ratio = ratios[mode]
-        over = "" if ratio is None or mode == BASELINE[kind] else f"{100 * (ratio - 1):+.1f}%"
-        target = TARGETS.get(mode)
-        checks = []
+        is_base = name == BASELINE[MODE[name].kind]
+        ratio = ratios[name]
+        wall = statistics.median(r.wall for r in runs[name])
+        over = "" if ratio is None or is_base else f"{100 * (ratio - 1):+.1f}%"
+        target = TARGETS.get(name)
+        checks = ["baseline"] if is_base else []
         if target is not None and ratio is not None:
             checks.append(f"{'ok' if ratio <= target else 'MISSED'} (<= {target:.2f}x)")
-        ref = REFERENCE_OF.get(mode)
-        if ref is not None:
+        for ref in REFERENCE_OF.get(name, ()):
             rr = ratios.get(ref)
             if rr is None or ratio is None:
                 checks.append(f"vs {ref}: n/a")
             elif rr <= 1.0:
-                checks.append(f"vs {ref}: reference overhead <= 0, quarter rule undefined")
+                checks.append(f"vs {ref}: its overhead <= 0, no quarter rule")
             else:
-                q = (ratio - 1) / (rr - 1)
+                q = max(0.0, ratio - 1) / (rr - 1)
                 checks.append(f"{'ok' if q <= 0.25 else 'MISSED'}: {q:.2f} of {ref}'s overhead (<= 0.25)")
         tgt = "" if target is None else f"{target:.2f}x"
-        base_note = " (baseline)" if mode == BASELINE[kind] else ""
-        lines.append(
-            f"{mode:24s} {wall:13.2f} {_fmt_ratio(ratio):>9s} {over:>9s} {tgt:>8s}  "
-            f"{'; '.join(checks)}{base_note}"
-        )
+        lines.append(f"{name:24s} {wall:13.2f} {_ratio(ratio):>8s} {over:>9s} {tgt:>7s}  {'; '.join(checks)}")
     lines.append(
-        f"ratio: median over {rounds} round(s) of the per-round wall time / the same round's baseline "
+        f"ratio: median over {rounds} round(s) of wall time / the same round's baseline wall time "
         "(native modes vs 'none', Ray modes vs 'ray-none')"
     )
     return lines
+
+
+def _select_modes(parser: argparse.ArgumentParser, args: argparse.Namespace) -> list[str]:
+    modes = [m.name for m in MODES]
+    if args.modes:
+        wanted = [m.strip() for m in args.modes.split(",") if m.strip()]
+        unknown = sorted(set(wanted) - set(modes))
+        if unknown:
+            parser.error(f"unknown modes {unknown}; known: {modes}")
+        modes = [m for m in modes if m in wanted]
+    if args.no_ray:
+        modes = [m for m in modes if MODE[m].kind != "ray"]
+    if not args.reference:
+        modes = [m for m in modes if MODE[m].library != "syllabus"]
+    for m in list(modes):  # every measured mode needs its baseline in the same run
+        base = BASELINE[MODE[m].kind]
+        if base not in modes:
+            modes.insert(0, base)
+    if any(MODE[m].kind == "ray" for m in modes) and importlib.util.find_spec("ray") is None:
+        print("ray is not installed: the Ray rows are skipped")
+        modes = [m for m in modes if MODE[m].kind != "ray"]
+    if any(MODE[m].kind == "ray" and MODE[m].library == "magister" for m in modes):
+        if importlib.util.find_spec("magister.sync.ray_backend") is None:
+            print("magister.sync.ray_backend does not exist: the magister Ray rows are n/a")
+            modes = [m for m in modes if not (MODE[m].kind == "ray" and MODE[m].library == "magister")]
+    return modes
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -613,9 +647,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--episodes", type=int, default=None, help="episodes per worker (default 64)")
     parser.add_argument("--rounds", type=int, default=None, help="rounds (default 3)")
     parser.add_argument("--max-steps", type=int, default=200, help="episode step limit (default 200)")
-    parser.add_argument(
-        "--modes", default=None, help="comma-separated subset of: " + ", ".join(m for m, *_ in MODES)
-    )
+    parser.add_argument("--modes", default=None, help="comma-separated subset of: " + ", ".join(MODE))
     parser.add_argument("--no-ray", action="store_true", help="skip the Ray modes")
     parser.add_argument("--no-reference", dest="reference", action="store_false", help="skip syllabus-rl")
     parser.add_argument("--no-latency", action="store_true", help="skip the round-trip/throughput section")
@@ -625,33 +657,17 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("workers", "episodes", "rounds", "max_steps"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
-    try:
-        import nle  # noqa: F401
-    except ImportError:
+    if importlib.util.find_spec("nle") is None:
         parser.error("nle is not installed here: build the benchmark venv with bash benchmarks/_nle_env.sh")
+    if args.reference and importlib.util.find_spec("syllabus") is None:
+        parser.error(
+            "syllabus-rl is not installed here (bash benchmarks/_nle_env.sh), or pass --no-reference"
+        )
+    modes = _select_modes(parser, args)
 
-    modes = [m for m, *_ in MODES]
-    if args.modes:
-        wanted = [m.strip() for m in args.modes.split(",") if m.strip()]
-        unknown = sorted(set(wanted) - set(modes))
-        if unknown:
-            parser.error(f"unknown modes {unknown}; known: {modes}")
-        modes = [m for m in modes if m in wanted]
-    if args.no_ray:
-        modes = [m for m in modes if dict((m2, k) for m2, k, *_ in MODES)[m] != "ray"]
-    if not args.reference:
-        modes = [m for m in modes if "syllabus" not in m]
-    for m in list(modes):  # every measured mode needs its baseline in the same run
-        base = BASELINE[dict((m2, k) for m2, k, *_ in MODES)[m]]
-        if base not in modes:
-            modes.insert(0, base)
-    if any(m.startswith("magister-ray") for m in modes):
-        if importlib.util.find_spec("magister.sync.ray_backend") is None:
-            modes = [m for m in modes if not m.startswith("magister-ray")]
-            print("magister.sync.ray_backend does not exist: the magister Ray rows are n/a")
-
-    cmd = " ".join([Path(sys.executable).as_posix(), *sys.argv]) if argv is None else " ".join(argv)
-    print(f"command: {cmd}")
+    print(
+        f"command: {' '.join([sys.executable, *(sys.argv if argv is None else ['sync_overhead.py', *argv])])}"
+    )
     print(
         f"setup: {ENV_ID}, max {args.max_steps} steps/episode, full dict observations, random actions; "
         f"{args.workers} workers x {args.episodes} episodes per mode, {args.rounds} round(s); "
@@ -659,8 +675,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     load = os.getloadavg()
     print(
-        f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
-        f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} at start; python {platform.python_version()}"
+        f"machine: {platform.machine()}, {os.cpu_count()} CPUs, load average {load[0]:.2f} {load[1]:.2f} "
+        f"{load[2]:.2f} at the start; python {platform.python_version()}",
+        flush=True,
     )
     bench = Bench(args)
     runs: dict[str, list[Run]] = {m: [] for m in modes}
@@ -668,33 +685,36 @@ def main(argv: list[str] | None = None) -> int:
     lat_lines: list[str] = []
     try:
         for r in range(args.rounds):
-            order = modes[r % len(modes) :] + modes[: r % len(modes)]
-            for mode in order:
-                if mode in failed:
+            order = modes[r % len(modes) :] + modes[: r % len(modes)]  # rotate: no mode always goes first
+            for name in order:
+                if name in failed:
                     continue
                 try:
-                    run = bench.run_mode(mode)
+                    run = bench.run_mode(MODE[name])
                 except Exception as exc:
-                    failed[mode] = f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1][:150]}"
-                    print(f"round {r + 1}: {mode} failed: {failed[mode]}", flush=True)
+                    last = (str(exc).strip().splitlines() or [""])[-1]
+                    failed[name] = f"{type(exc).__name__}: {last[:160]}"
+                    print(f"round {r + 1}: {name} failed: {failed[name]}", flush=True)
                     continue
-                runs[mode].append(run)
+                runs[name].append(run)
                 print(
-                    f"round {r + 1}: {mode:24s} {run.wall:7.2f} s  {run.steps} steps, {run.episodes} ep, "
-                    f"return sum {run.ret:.0f}, received {run.received}",
+                    f"round {r + 1}: {name:24s} {run.wall:7.2f} s  {run.steps} steps, {run.episodes} ep, "
+                    f"return sum {run.ret:.0f}, curriculum received {run.received}",
                     flush=True,
                 )
-        steps = {runs[m][0].steps for m in modes if runs[m]}
-        if len(steps) > 1:
-            print(f"WARNING: the modes played different numbers of steps: {sorted(steps)}")
-        bench.close()
+        work = {(run.steps, round(run.ret, 3)) for rs in runs.values() for run in rs}
+        if len(work) > 1:
+            print(
+                f"WARNING: the modes did not all play the same episodes: (steps, return sum) {sorted(work)}"
+            )
+        bench.close()  # Ray is shut down before the latency section forks its clients
         if not args.no_latency:
             lat_lines = latency_report(bench.ctx, args.quick, args.max_steps)
     finally:
         bench.close()
     load = os.getloadavg()
     print()
-    print(f"== wall time per mode, {args.workers} workers x {args.episodes} episodes ==")
+    print(f"== wall time per mode, {args.workers} workers x {args.episodes} episodes, {ENV_ID} ==")
     for line in report(modes, runs, failed, args.rounds):
         print(line)
     print(f"load average at the end: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")

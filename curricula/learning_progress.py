@@ -58,6 +58,7 @@ probability 0, or ``ε/n``), so it costs O(#active), not O(num_tasks); ``sample(
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -138,7 +139,9 @@ def parse_success_rates(index: TaskIndex, rates: Any, n: int) -> tuple[np.ndarra
 
 def check_progress(progress: float) -> float:
     """A finite success value in ``[0, 1]`` or ``ValueError``."""
-    v = check_finite("progress", progress)
+    v = float(progress)
+    if not math.isfinite(v):  # as check_finite, with math.isfinite: a plain float needs no numpy call
+        raise ValueError(f"progress must be finite, got {progress!r}")
     if not 0.0 <= v <= 1.0:
         raise ValueError(f"progress must be a success value in [0, 1], got {progress!r}")
     return v
@@ -274,8 +277,8 @@ class LearningProgress(Curriculum):
         s = self.index.slot(task, add=False)
         if self.variant != "online":
             return
-        self._acc_sum[s] += v
-        self._acc_cnt[s] += 1
+        self._acc_sum[s] = float(self._acc_sum[s]) + v  # Python scalars: same arithmetic, less overhead
+        self._acc_cnt[s] = int(self._acc_cnt[s]) + 1
         self._touched.append(s)
         self._pending += 1
         if self._pending >= self.update_period:

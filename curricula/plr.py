@@ -298,7 +298,7 @@ class PLR(Curriculum):
         """``P = (1 - rho) P_S + rho P_C`` over the filled buffer entries (in :meth:`buffer_tasks` order).
 
         ``P_S`` (a sort of the buffer for rank prioritisation) is cached until a score changes; ``P_C``
-        is recomputed, O(buffer). (Sampling does not call this: see :meth:`_draw_replays`.)
+        is recomputed, O(buffer). (Buffers larger than 1024 entries sample without it: see ``_draw_replays``.)
         """
         m = self._n_buf
         ps = self._score_probs()

@@ -291,8 +291,9 @@ class SFL(Curriculum):
                 cand = np.union1d(cand, self.buffer)
             best = top_k_learnable(self._weights(cand), self.buffer_size, self.rng)
             self.buffer = cand[best]
-        logger.debug("SFL buffer refreshed: %d tasks, mean learnability %.4f",
-                     self.buffer.size, float(self._weights(self.buffer).mean()))
+        if logger.isEnabledFor(logging.DEBUG):  # the mean costs a pass: only when it is logged
+            logger.debug("SFL buffer refreshed: %d tasks, mean learnability %.4f",
+                         self.buffer.size, float(self._weights(self.buffer).mean()))
 
     def _tick(self) -> None:
         self._since_refresh += 1
@@ -304,9 +305,10 @@ class SFL(Curriculum):
         v = check_progress(progress)
         s = self.index.slot(task, add=self.n is None)
         self._ensure(s + 1)
-        c = self.count[s] + 1
+        c = int(self.count[s]) + 1
         self.count[s] = c
-        self.p[s] += max(1.0 / c, 1.0 / self.success_window) * (v - self.p[s])
+        p = float(self.p[s])  # Python floats: the same IEEE arithmetic, without numpy scalar overhead
+        self.p[s] = p + max(1.0 / c, 1.0 / self.success_window) * (v - p)
         if self.method == "dist":
             self._dirty.append(s)
         self._tick()

@@ -57,7 +57,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, SupportsFloat
 
 import gymnasium as gym
@@ -118,6 +118,12 @@ class _Episode:
         self.length = 0
         self.progress = 0.0
         self.ended = False
+        # multi-agent additions (used by PettingZooSyncWrapper): per-agent lengths and progress, whether each
+        # agent's trajectory is reported as its own episode, and a hook adding the env's episode extras
+        self.agent_lengths: dict[Any, int] = {}
+        self.agent_progress: dict[Any, float] = {}
+        self.per_agent = False
+        self.extras_fn: Callable[[], dict[str, Any]] | None = None
 
     @property
     def feed(self) -> TaskFeed:
@@ -135,9 +141,7 @@ class _Episode:
         cur = self.assignment
         unused = cur is not None and self.length == 0 and not self.ended
         if cur is not None and not unused and not self.ended:  # reset in the middle of an episode
-            self.feed.record_episode(
-                cur, self.ret, self.length, self.progress, ended=False, extras=self._extras()
-            )
+            self._report(cur, self.progress, ended=False)
         if has_explicit:
             if unused and cur is not None:
                 self.feed.give_back(cur)
@@ -150,13 +154,44 @@ class _Episode:
             a = self.feed.next_task()
         self.assignment = a
         self.ret, self.length, self.progress, self.ended = 0.0, 0, 0.0, False
-        self.agent_returns = {}
+        self._clear_agents()
         return a
 
+    def _clear_agents(self) -> None:
+        self.agent_returns = {}
+        self.agent_lengths = {}
+        self.agent_progress = {}
+
     def _extras(self) -> dict[str, Any]:
-        if not self.agent_returns:
-            return {}
-        return {"agent_returns": {str(k): v for k, v in self.agent_returns.items()}}
+        out: dict[str, Any] = {}
+        if self.agent_returns:
+            out["agent_returns"] = {str(k): v for k, v in self.agent_returns.items()}
+        if self.extras_fn is not None:
+            out.update(self.extras_fn())
+        return out
+
+    def _report(self, a: Assignment, progress: float, ended: bool) -> None:
+        """Send the episode update(s) of the current episode on ``a``.
+
+        Normally one update. In per-agent mode, a finished episode with per-agent data is reported as one
+        update per agent (that agent's return, length and progress, ``extras["agent"]`` naming it): the
+        first carries the task id and acknowledges the task; the others name the same task with task id
+        ``-1``, so the server applies them as episodes without counting the task twice.
+        """
+        extras = self._extras()
+        if not (self.per_agent and ended and self.agent_returns):
+            self.feed.record_episode(a, self.ret, self.length, progress, ended=ended, extras=extras)
+            return
+        for n, (agent, ret) in enumerate(self.agent_returns.items()):
+            who = a if n == 0 else Assignment(-1, a.task, a.train)
+            self.feed.record_episode(
+                who,
+                ret,
+                self.agent_lengths.get(agent, self.length),
+                self.agent_progress.get(agent, progress),
+                ended=True,
+                extras={**extras, "agent": str(agent)},
+            )
 
     def step(
         self, obs: Any, reward: float, term: bool, trunc: bool, info: dict | None, progress: float
@@ -170,7 +205,7 @@ class _Episode:
         self.progress = progress
         self.feed.record_step(a, obs, reward, term, trunc, info, progress)
         if term or trunc:
-            self.feed.record_episode(a, self.ret, self.length, progress, ended=True, extras=self._extras())
+            self._report(a, progress, ended=True)
             self.ended = True
             return False
         return self.change_task_on_completion and progress >= 1.0
@@ -182,7 +217,7 @@ class _Episode:
         self.feed.record_progress(a, self.progress, done=True)
         self.assignment = self.feed.next_task()
         self.ret, self.length, self.progress = 0.0, 0, 0.0
-        self.agent_returns = {}
+        self._clear_agents()
         return self.assignment
 
     def close(self) -> None:
@@ -194,9 +229,7 @@ class _Episode:
                 if self.length == 0:
                     self._feed.give_back(a)
                 else:
-                    self._feed.record_episode(
-                        a, self.ret, self.length, self.progress, ended=False, extras=self._extras()
-                    )
+                    self._report(a, self.progress, ended=False)
             self._feed.close()
         except Exception:
             logger.exception("sync wrapper: error while closing the curriculum feed")
@@ -362,7 +395,23 @@ class PettingZooSyncWrapper(BaseParallelWrapper):
     progress the maximum of the agents' ``info["task_progress"]`` (0 when absent). The episode ends when
     every agent has terminated or truncated; its return is the sum over agents, and the per-agent returns
     travel in the episode update's ``extras["agent_returns"]``. Every agent's info carries ``task``,
-    ``task_train`` and ``task_progress``. Arguments are those of :class:`GymnasiumSyncWrapper`.
+    ``task_train`` and ``task_progress``.
+
+    **Episode extras from the env.** If the wrapped env (or any wrapper inside it) has a method
+    ``episode_extras() -> dict``, its result is merged into every episode update's extras (its keys win).
+    :class:`~magister.env_wrappers.coplayer.CoPlayerWrapper` uses it to report the returns of *all* agents,
+    the opponent's return, which agents the opponent played and the opponent id, which the co-player
+    curricula's :class:`~magister.curricula.opponent_store.OutcomeRule` reads.
+
+    **Per-agent episodes.** With ``per_agent_episodes=True`` a finished episode is reported as one episode
+    update *per agent*: that agent's return, its length (the steps in which it received a reward) and its
+    last ``task_progress``, with ``extras["agent"]`` naming it, so a single-agent task curriculum counts each
+    agent's trajectory as its own episode (as needed for many-agent envs). The first of these updates
+    acknowledges the task; the others carry task id ``-1`` (the server's "task chosen by the env"), so the
+    server's accounting still sees each task consumed once while ``episodes_applied`` counts one per agent.
+    An episode abandoned by an early reset is still reported once (it reaches no curriculum either way).
+
+    Arguments are those of :class:`GymnasiumSyncWrapper`, plus ``per_agent_episodes``.
     """
 
     def __init__(
@@ -378,6 +427,7 @@ class PettingZooSyncWrapper(BaseParallelWrapper):
         change_task_on_completion: bool = False,
         fallback_task_space: TaskSpace | None = None,
         curve_server_key: bytes | str | None = None,
+        per_agent_episodes: bool = False,
     ) -> None:
         super().__init__(env)
         self.task_space: TaskSpace = _find_task_space(env)
@@ -391,6 +441,23 @@ class PettingZooSyncWrapper(BaseParallelWrapper):
             change_task_on_completion,
         )
         self._done_agents: set[Any] = set()
+        self.per_agent_episodes = bool(per_agent_episodes)
+        self._episode.per_agent = self.per_agent_episodes
+        self._episode.extras_fn = self._env_extras
+
+    def _env_extras(self) -> dict[str, Any]:
+        """The wrapped env's ``episode_extras()`` (``{}`` when it has none)."""
+        hook = getattr(self.env, "episode_extras", None)
+        if hook is None:
+            return {}
+        if not callable(hook):
+            raise TypeError(f"{type(self.env).__name__}.episode_extras must be a method returning a dict, "
+                            f"got {type(hook).__name__}")
+        extras = hook()
+        if not isinstance(extras, dict):
+            raise TypeError(f"{type(self.env).__name__}.episode_extras() must return a dict, "
+                            f"got {type(extras).__name__}")
+        return extras
 
     @property
     def env_id(self) -> int | None:
@@ -439,6 +506,10 @@ class PettingZooSyncWrapper(BaseParallelWrapper):
         for agent, r in rewards.items():
             v = _finite(f"reward of agent {agent!r}", r, a.task)
             ep.agent_returns[agent] = ep.agent_returns.get(agent, 0.0) + v
+            ep.agent_lengths[agent] = ep.agent_lengths.get(agent, 0) + 1
+            info = infos.get(agent)
+            if isinstance(info, dict) and "task_progress" in info:
+                ep.agent_progress[agent] = _progress(info["task_progress"], a.task)
             total += v
         progress = max(
             (_progress(i.get("task_progress", 0.0), a.task) for i in infos.values() if isinstance(i, dict)),

@@ -46,12 +46,15 @@ from gymnasium import spaces
 from magister.curricula.base import Curriculum
 from magister.env_wrappers.sync_wrappers import GymnasiumSyncWrapper
 from magister.examples.puzzles.task import (
+    PuzzleDifficultyWrapper,
     PuzzleTask,
     PuzzleTaskSpace,
     PuzzleTaskWrapper,
     depth_ladder,
     make_puzzle_env,
 )
+from magister.task_spaces.base import TaskSpace
+from magister.task_spaces.discrete import Discrete
 
 logger = logging.getLogger(__name__)
 
@@ -71,6 +74,9 @@ class Args:
     """board parameters whose depth ladder is the default task space"""
     curriculum: str = "sfl"
     """curriculum: dr, sfl, sfl-dist, plr, robust-plr, accel, lp; none = one fixed task, no magister"""
+    task_level: str = "difficulty"
+    """difficulty: the curriculum picks a difficulty, each episode a fresh training seed of it; instance: it
+    picks (params, seed) instances"""
     train_seeds: int = 200
     """instances per difficulty used for training (seeds 0 .. train_seeds-1)"""
     eval_seeds: int = 20
@@ -168,13 +174,24 @@ def difficulties(args: Args) -> list[str]:
     return list(args.params) if args.params else depth_ladder(args.puzzle, args.size)
 
 
-def make_task_spaces(args: Args) -> tuple[PuzzleTaskSpace, PuzzleTaskSpace, list[PuzzleTask]]:
-    """The training space (seeds ``[0, train_seeds)``), a space that also holds the held-out seeds, and the
-    held-out evaluation tasks (seeds ``[train_seeds, train_seeds + eval_seeds)``, never trained on)."""
+def make_task_spaces(args: Args) -> tuple[TaskSpace, PuzzleTaskSpace, list[PuzzleTask]]:
+    """The training space, a space that also holds the held-out seeds, and the held-out evaluation tasks.
+
+    Training instances use seeds ``[0, train_seeds)``; held-out ones ``[train_seeds, train_seeds +
+    eval_seeds)``, never trained on. With ``task_level="difficulty"`` the training space is a ``Discrete``
+    over the parameter strings (see :class:`PuzzleDifficultyWrapper`), else the instance space.
+    """
     params = difficulties(args)
-    train = PuzzleTaskSpace({args.puzzle: params}, seed_range=(0, args.train_seeds), seed=args.seed)
     lo, hi = args.train_seeds, args.train_seeds + args.eval_seeds
-    full = PuzzleTaskSpace({args.puzzle: params}, seed_range=(0, hi), seed=args.seed)
+    size = max_board(args)
+    full = PuzzleTaskSpace({args.puzzle: params}, seed_range=(0, hi), max_size=size, seed=args.seed)
+    if args.task_level == "difficulty":
+        train: TaskSpace = Discrete(tasks=params, seed=args.seed)
+    elif args.task_level == "instance":
+        train = PuzzleTaskSpace({args.puzzle: params}, seed_range=(0, args.train_seeds), max_size=size,
+                                seed=args.seed)
+    else:
+        raise ValueError(f"--task-level must be 'difficulty' or 'instance', got {args.task_level!r}")
     held_out = [PuzzleTask(args.puzzle, p, s) for p in params for s in range(lo, hi)]
     return train, full, held_out
 
@@ -183,7 +200,7 @@ def make_task_spaces(args: Args) -> tuple[PuzzleTaskSpace, PuzzleTaskSpace, list
 CURRICULA = ("dr", "sfl", "sfl-dist", "plr", "robust-plr", "accel", "lp", "none")
 
 
-def make_curriculum(name: str, task_space: PuzzleTaskSpace, seed: int, **kwargs: Any) -> Curriculum:
+def make_curriculum(name: str, task_space: TaskSpace, seed: int, **kwargs: Any) -> Curriculum:
     """A curriculum by its command-line name."""
     name = name.lower()
     if name in ("dr", "domain-randomization"):
@@ -228,7 +245,7 @@ def wants_value_scores(curriculum: Curriculum) -> bool:
 # ----------------------------------------------------------------------------------------------------
 # Environments
 # ----------------------------------------------------------------------------------------------------
-def make_env_fn(args: Args, task_space: PuzzleTaskSpace, source: Any):
+def make_env_fn(args: Args, task_space: TaskSpace, source: Any):
     """A factory for one synced puzzle env (picklable for worker processes when ``source`` is an address).
 
     With ``source=None`` (``--curriculum none``) the env is the bare puzzle on one fixed difficulty, with no
@@ -237,16 +254,29 @@ def make_env_fn(args: Args, task_space: PuzzleTaskSpace, source: Any):
 
     def thunk() -> gym.Env:
         kwargs = {"max_steps": args.max_steps} if args.max_steps else {}
+        kwargs["max_size"] = max_board(args)
         if source is None:
             params = difficulties(args)[len(difficulties(args)) // 2]
-            return make_puzzle_env(args.puzzle, task_space, params=f"{params}#{args.seed}", **kwargs)
-        env = PuzzleTaskWrapper(make_puzzle_env(args.puzzle, task_space, **kwargs), task_space)
+            return make_puzzle_env(args.puzzle, params=f"{params}#{args.seed}", **kwargs)
+        puzzle_env = make_puzzle_env(args.puzzle, **kwargs)
+        if isinstance(task_space, PuzzleTaskSpace):
+            env: gym.Env = PuzzleTaskWrapper(puzzle_env, task_space)
+        else:
+            env = PuzzleDifficultyWrapper(puzzle_env, task_space, seed_range=(0, args.train_seeds))
         return GymnasiumSyncWrapper(env, source)
 
     return thunk
 
 
-def make_vector_env(args: Args, task_space: PuzzleTaskSpace, source: Any) -> gym.vector.VectorEnv:
+def max_board(args: Args) -> tuple[int, int]:
+    """The largest (width, height) among the run's difficulties: fixes observation and action spaces."""
+    from magister.examples.puzzles.task import PUZZLES
+
+    sizes = [PUZZLES[args.puzzle].params_cls.parse(p).size for p in difficulties(args)]
+    return max(w for w, _ in sizes), max(h for _, h in sizes)
+
+
+def make_vector_env(args: Args, task_space: TaskSpace, source: Any) -> gym.vector.VectorEnv:
     fns = [make_env_fn(args, task_space, source) for _ in range(args.num_envs)]
     mode = gym.vector.AutoresetMode.SAME_STEP
     if args.vector == "async":
@@ -342,9 +372,10 @@ def evaluate(agent: Agent, args: Args, task_space: PuzzleTaskSpace, tasks: list[
              episodes: int = 1, seed: int = 0) -> dict[str, dict[str, float]]:
     """Play every held-out task ``episodes`` times; per difficulty: success rate and mean solved length."""
     kwargs = {"max_steps": args.max_steps} if args.max_steps else {}
+    kwargs["max_size"] = max_board(args)
     n = min(len(tasks) * episodes, 32)
     envs = gym.vector.SyncVectorEnv(
-        [lambda: PuzzleTaskWrapper(make_puzzle_env(args.puzzle, task_space, **kwargs), task_space)] * n,
+        [lambda: PuzzleTaskWrapper(make_puzzle_env(args.puzzle, **kwargs), task_space)] * n,
         autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
     )
     queue = [t for t in tasks for _ in range(episodes)]

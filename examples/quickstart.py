@@ -35,6 +35,7 @@ DEFAULTS = {
     "eval_seeds": 25,
     "eval_every": 20,
     "seeds": [0],
+    "params": [],
 }
 
 
@@ -46,6 +47,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--baseline", default="dr", help="the baseline curriculum")
     p.add_argument("--puzzle", default=DEFAULTS["puzzle"])
     p.add_argument("--size", default=DEFAULTS["size"], help="board parameters of the depth ladder")
+    p.add_argument("--params", nargs="*", default=DEFAULTS["params"],
+                   help="explicit parameter strings (difficulties); default: the depth ladder of --size")
     p.add_argument("--total-steps", type=lambda s: int(float(s)), default=DEFAULTS["total_steps"])
     p.add_argument("--num-envs", type=int, default=DEFAULTS["num_envs"])
     p.add_argument("--num-steps", type=int, default=DEFAULTS["num_steps"])
@@ -62,7 +65,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def run_args(ns: argparse.Namespace, curriculum: str, seed: int) -> Args:
-    return Args(puzzle=ns.puzzle, size=ns.size, curriculum=curriculum, total_steps=ns.total_steps,
+    return Args(puzzle=ns.puzzle, size=ns.size, params=tuple(ns.params), curriculum=curriculum,
+                total_steps=ns.total_steps,
                 num_envs=ns.num_envs, num_steps=ns.num_steps, max_steps=ns.max_steps,
                 train_seeds=ns.train_seeds, eval_seeds=ns.eval_seeds, eval_every=ns.eval_every,
                 seed=seed, vector=ns.vector, run_dir=ns.run_dir, run_name=f"{curriculum}_s{seed}",

@@ -14,7 +14,7 @@ The curriculum runs in a named Ray actor (:func:`~magister.sync.ray_backend.serv
 :class:`~magister.integrations.rllib.MagisterCallbacks` sends each iteration's training results to the
 curriculum and reports its range back in the results.
 
-    python -m magister.examples.rllib_cartpole                   # about a minute on 2 CPU cores
+    python -m magister.examples.rllib_cartpole                   # one to two minutes on 2 CPU cores
     python -m magister.examples.rllib_cartpole --iterations 40 --num-env-runners 2
 """
 
@@ -101,6 +101,7 @@ def _row(i: int, result: Mapping[str, Any]) -> dict[str, float]:
         "iteration": float(i),
         "episode_return_mean": float(runners.get("episode_return_mean", float("nan"))),
         "episodes": float(runners.get("num_episodes", 0)),
+        "task_progress": float(runners.get("magister", {}).get("task_progress", float("nan"))),
         "range_high": float(cur.get("expanding_box/high_0", float("nan"))),
         "curriculum_episodes": float(cur.get("curriculum/episodes", 0)),
     }
@@ -146,11 +147,13 @@ def train(
                 row = _row(i, algo.train())
                 rows.append(row)
                 logger.info(
-                    "iteration %d/%d  return %.1f  episodes %d  initial-state range [0, %.3f]  (%.0fs)",
+                    "iteration %d/%d  return %.1f  episodes %d  progress %.2f  initial-state range [0, %.3f]"
+                    "  (%.0fs)",
                     i,
                     iterations,
                     row["episode_return_mean"],
                     row["episodes"],
+                    row["task_progress"],
                     row["range_high"],
                     time.monotonic() - start,
                 )
@@ -172,10 +175,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--expand-fraction", type=float, default=0.8)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--num-cpus", type=int, default=None, help="CPUs for the local Ray instance")
+    parser.add_argument(
+        "--ray-address", default=None, help="join this Ray cluster (e.g. 'auto') instead of starting one"
+    )
     args = parser.parse_args(argv)
     started = not ray.is_initialized()
     if started:
-        ray.init(num_cpus=args.num_cpus, include_dashboard=False)
+        if args.ray_address is None:
+            ray.init(address="local", num_cpus=args.num_cpus, include_dashboard=False)
+        else:
+            ray.init(address=args.ray_address)
     try:
         out = train(
             args.iterations,

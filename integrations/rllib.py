@@ -56,9 +56,15 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["MagisterCallbacks", "flatten_metrics", "magister_callbacks", "make_env_creator"]
 
-#: Result keys with these prefixes are left out of the default ``update_on_demand`` payload (bulky,
-#: timing-only or configuration values).
+#: Result keys with these prefixes are left out of the default ``update_on_demand`` payload (configuration,
+#: system and this callback's own entries) ...
 _SKIPPED_PREFIXES = ("config/", "perf/", "timers/", "fault_tolerance/", "magister/")
+#: ... and so are timing entries anywhere in the result.
+_SKIPPED_PARTS = ("timer", "throughput")
+
+
+def _wanted(key: str) -> bool:
+    return not key.startswith(_SKIPPED_PREFIXES) and not any(p in key for p in _SKIPPED_PARTS)
 
 
 def make_env_creator(
@@ -141,8 +147,8 @@ class MagisterCallbacks(RLlibCallback):
     Class attributes (set by :func:`magister_callbacks`):
         address: The curriculum actor's ``"ray://..."`` address.
         metrics_fn: ``result -> dict`` payload for ``update_on_demand`` (``None``: every finite numeric
-            result, flattened by :func:`flatten_metrics`, except config/timer entries). Returning ``None``
-            or ``{}`` sends nothing that iteration.
+            result, flattened by :func:`flatten_metrics`, except configuration, system and timing
+            entries). Returning ``None`` or ``{}`` sends nothing that iteration.
         report_curriculum: Add the curriculum's metrics to each result under ``"magister"``.
         timeout: Seconds to wait for the actor.
     """
@@ -173,7 +179,7 @@ class MagisterCallbacks(RLlibCallback):
         if fn is not None:
             return fn(result)
         flat = flatten_metrics(result)
-        return {k: v for k, v in flat.items() if not k.startswith(_SKIPPED_PREFIXES)}
+        return {k: v for k, v in flat.items() if _wanted(k)}
 
     def on_train_result(
         self, *, algorithm: Any, metrics_logger: Any = None, result: dict, **kwargs: Any

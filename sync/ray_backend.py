@@ -34,6 +34,9 @@ the actor's ``sync/...`` counters show every task sampled, consumed, returned an
 actor died raises :class:`~magister.sync.client.ServerUnavailableError` naming the actor after its
 timeout, unless ``fallback_task_space`` opts into local sampling (logged once, feedback dropped).
 
+These addresses name an *actor*, not a cluster: ``"ray://host:port"`` addresses given to ``ray.init``
+(Ray Client) are a different thing; pass those as ``RayClient(..., ray_address=...)``.
+
 Namespaces: a non-detached actor created without a namespace lives in the driver job's namespace, which
 the job's own workers share, so ``"ray://<name>"`` finds it from them. To reach the curriculum from
 another job (a detached actor, a second driver), give a ``namespace``.
@@ -293,7 +296,8 @@ class RayCurriculumServer:
     """Learner-side proxy of a curriculum actor. Create it with :func:`serve_ray` (or :meth:`attach`).
 
     The curriculum lives in the actor: the object given to :func:`serve_ray` was *copied* into it, so
-    read and change it only through these methods. Each blocks for the actor's reply, at most
+    read and change it only through these methods. The actor runs one call at a time, so a call waits
+    behind the env messages already queued. Each blocks for the actor's reply, at most
     ``timeout`` seconds (then :class:`~magister.sync.client.ServerUnavailableError`); exceptions the
     curriculum raises are re-raised here (as Ray's subclass of the original exception type).
 
@@ -521,7 +525,8 @@ class RayClient(TaskFeed):
 
     Serialisable: only the address and options travel; the actor is looked up on first use, in the
     process that uses it. If that process is not connected to Ray, it connects with
-    ``ray.init(address=ray_address or "auto")``.
+    ``ray.init(address=ray_address or "auto")``. A process *forked* from a Ray worker or driver cannot use
+    Ray (its connection is the parent's): build such envs in Ray workers, or use the ZeroMQ backend.
 
     Args:
         address: ``"ray://<name>"`` or ``"ray://<namespace>/<name>"`` (``server.address``).
@@ -536,6 +541,7 @@ class RayClient(TaskFeed):
         max_pending_updates: Updates in flight before the client waits for the actor (back-pressure).
         name: A label for the actor's logs.
         ray_address: Cluster address for ``ray.init`` when this process is not connected to Ray.
+        curve_server_key: Not supported (ZeroMQ only); given, it raises ``ValueError``.
     """
 
     def __init__(
@@ -552,8 +558,14 @@ class RayClient(TaskFeed):
         max_pending_updates: int = DEFAULT_MAX_PENDING,
         name: str = "",
         ray_address: str | None = None,
+        curve_server_key: bytes | str | None = None,
     ) -> None:
         self.actor_name, self.namespace = parse_ray_address(address)
+        if curve_server_key is not None:
+            raise ValueError(
+                "curve_server_key applies to ZeroMQ tcp:// addresses; the Ray backend travels over Ray's own "
+                "transport (secure the Ray cluster instead)"
+            )
         if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
             raise ValueError(f"prefetch must be an int >= 0, got {prefetch!r}")
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
@@ -684,7 +696,7 @@ class RayClient(TaskFeed):
         return False
 
     def _decode(self, reply: Any) -> P.Message | None:
-        """Decode an actor reply; Errors are logged (and raised for version / sampling failures)."""
+        """Decode an actor reply; an Error is counted and logged (a version mismatch raises)."""
         if reply is None:
             return None
         msg = P.decode([reply])
@@ -774,7 +786,9 @@ class RayClient(TaskFeed):
                     self._top_up(max(1, self.prefetch))
                 while not self._buffer and self._requests and not self._fallback:
                     self._collect()
-            if self._buffer and not self._fallback:
+            if not self._fallback:
+                if not self._buffer:  # pragma: no cover - every request is answered with tasks or an error
+                    raise SyncError(f"the curriculum {self.actor_description} sent no tasks")
                 a = self._buffer.popleft()
                 self._top_up(self.prefetch)
                 return a
@@ -875,27 +889,38 @@ class RayClient(TaskFeed):
             if self._active() and self.env_id is not None:
                 self.flush()
                 deadline = time.monotonic() + self.close_timeout
-                while self._requests and not self._fallback:
+                while self._requests:  # tasks requested but not yet received: wait for them, bounded
                     left = deadline - time.monotonic()
-                    if left <= 0:
+                    ready, _ = ray.wait([self._requests[0][0]], timeout=max(0.0, left))
+                    if not ready:
+                        logger.warning(
+                            "ray client env %s: %d requested tasks did not arrive before close; they stay "
+                            "in flight",
+                            self.env_id,
+                            self._outstanding,
+                        )
                         break
-                    self._collect(left)
-                if self._active():
-                    returned = tuple(a.task_id for a in self._buffer if a.task_id >= 0)
-                    self._buffer.clear()
-                    ref = self._actor.handle.remote(_pack(P.Goodbye(self.env_id, returned)))
-                    reply = self._get(ref, "the goodbye's reply", max(self.close_timeout, 1e-3))
-                    self._goodbye_acked = isinstance(reply, P.Goodbye)
-                    if self._active():
-                        self._check_pending()
-                if not self._goodbye_acked:
-                    logger.warning("ray client env %s: no goodbye reply from %s", self.env_id, self.address)
-        except (ServerUnavailableError, SyncError) as exc:  # closing must not fail because the actor is gone
+                    self._collect()
+                returned = tuple(a.task_id for a in self._buffer if a.task_id >= 0)
+                self._buffer.clear()
+                ref = self._actor.handle.remote(_pack(P.Goodbye(self.env_id, returned)))
+                try:
+                    reply = self._decode(ray.get(ref, timeout=max(self.close_timeout, 1e-3)))
+                except (GetTimeoutError, RayActorError) as exc:
+                    reply = None
+                    logger.warning(
+                        "ray client env %s: no goodbye reply from %s: %s", self.env_id, self.address, exc
+                    )
+                self._goodbye_acked = isinstance(reply, P.Goodbye)
+                if self._goodbye_acked:  # every update was applied before the goodbye: report refusals
+                    self._check_pending()
+        except (ServerUnavailableError, SyncError, RayActorError) as exc:  # closing must not fail
             logger.warning("ray client env %s: closing without the curriculum actor: %s", self.env_id, exc)
         finally:
             self._actor = None
             self._requests.clear()
             self._pending.clear()
+            self._buffer.clear()
             self._closed = True
 
     def __repr__(self) -> str:

@@ -1,9 +1,9 @@
 """The Ray backend of the sync layer: a curriculum in a named Ray actor, envs in Ray workers.
 
-One Ray session (``ray.init(num_cpus=2)``, no dashboard) is shared by this module and ``test_rllib.py``
-and shut down when pytest ends. Ray 2.60 no longer has ``local_mode``; the lightest supported mode is a
-small local instance started by ``ray.init`` in the test process.
-"""
+One Ray session, a fresh local instance (``ray.init(address="local", num_cpus=2)``, no dashboard), is
+shared by this module and ``test_rllib.py`` and shut down when pytest ends. Ray 2.60 no longer has
+``local_mode`` (``ray.init(local_mode=True)`` raises); a small local instance started in the test process
+is the lightest supported mode."""
 
 from __future__ import annotations
 
@@ -41,11 +41,7 @@ def _ensure_ray(config: pytest.Config) -> None:
     """Start the shared Ray session once per pytest run (also used by test_rllib.py)."""
     if not ray.is_initialized():
         ray.init(
-            num_cpus=2,
-            include_dashboard=False,
-            configure_logging=False,
-            log_to_driver=False,
-            runtime_env={"env_vars": {"RAY_DEDUP_LOGS": "0"}},
+            address="local", num_cpus=2, include_dashboard=False, configure_logging=False, log_to_driver=False
         )
         config.add_cleanup(ray.shutdown)
 
@@ -206,6 +202,8 @@ def test_client_rejects_bad_types():
         RayClient("ray://cur", fallback_task_space="Discrete(3)")
     with pytest.raises(TypeError, match="strip_keys"):
         RayClient("ray://cur", strip_keys="obs")
+    with pytest.raises(ValueError, match="ZeroMQ"):
+        connect("ray://cur", curve_server_key=b"k" * 40)
 
 
 def test_connect_dispatches_ray_addresses_and_client_pickles():
@@ -344,6 +342,31 @@ def test_malformed_frame_gets_an_error_reply(shared):
     assert m["sync/errors_sent"] == before["sync/errors_sent"] + 2
 
 
+def test_progress_update_consumes_the_task(shared):
+    client = RayClient(shared.address, prefetch=0, timeout=30)
+    a = client.next_task()
+    client.record_progress(a, 0.5)  # progress only
+    client.record_progress(a, 1.0, done=True)  # completed mid-episode: consumed
+    client.close()
+    m = shared.metrics()
+    e = client.env_id
+    assert m[f"sync/env{e}/progress_applied"] == 2 and m[f"sync/env{e}/tasks_consumed"] == 1
+    assert m[f"sync/env{e}/tasks_in_flight"] == 0 and shared.in_flight(e) == {}
+
+
+def test_back_pressure_waits_instead_of_dropping(shared):
+    client = RayClient(shared.address, prefetch=0, timeout=30, max_pending_updates=2)
+    tasks = [client.next_task() for _ in range(12)]
+    for a in tasks:
+        client.record_episode(a, 1.0, 1, 1.0)
+    assert client.stats["send_waits"] >= 1 and client.stats["updates_dropped"] == 0
+    assert len(client._pending) <= 2
+    client.close()
+    m = shared.metrics()
+    e = client.env_id
+    assert m[f"sync/env{e}/episodes_applied"] == 12 and m[f"sync/env{e}/tasks_consumed"] == 12
+
+
 def test_sampling_failure_raises_sync_error(shared):
     shared.call("set_broken", True)
     try:
@@ -418,6 +441,51 @@ def test_exactly_once_across_ray_workers(ray_session):
     assert m["sync/total/steps_applied"] == sum(steps.values())
     for e in range(3):
         assert m[f"sync/env{e}/connected"] == 0
+
+
+class LayoutCycle(Curriculum):
+    """Cycles through TinyTag layouts; records episodes with their per-agent returns."""
+
+    def __init__(self) -> None:
+        super().__init__(Discrete(tasks=[(5, 0.0), (7, 0.1), (9, 0.2)]))
+        self.episodes: list[tuple] = []
+
+    def sample(self, k=1):
+        out = [(self.num_sampled + i) % 3 for i in range(k)]
+        self.num_sampled += k
+        return out
+
+    def update_on_episode(self, episode_return, length, task, progress, env_id=None, extras=None):
+        self.episodes.append((task, episode_return, length, extras))
+
+    def records(self):
+        return self.episodes
+
+
+def test_pettingzoo_env_over_ray(ray_session):
+    from magister.env_wrappers.sync_wrappers import PettingZooSyncWrapper
+    from magister.examples.tiny_pz import TinyTag, TinyTagTask
+
+    with serve_ray(LayoutCycle(), name=unique_name("pz")) as server:
+        cur_space = LayoutCycle().task_space
+        env = PettingZooSyncWrapper(TinyTagTask(TinyTag(max_cycles=6), cur_space), server.address, timeout=30)
+        rng = np.random.default_rng(0)
+        played = []
+        for ep in range(4):
+            _, infos = env.reset(seed=ep)
+            played.append(infos["chaser"]["task"])
+            assert env.unwrapped.grid.shape[0] == (5, 7, 9)[infos["chaser"]["task"]]
+            returns = collections.Counter()
+            while env.agents:
+                actions = {a: int(rng.integers(5)) for a in env.agents}
+                _, rewards, _, _, _ = env.step(actions)
+                returns.update(rewards)
+            expected = {k: float(v) for k, v in returns.items()}
+            assert server.call("records")[-1][3] == {"agent_returns": expected}
+        env.close()
+        m = server.metrics()
+    assert played == [0, 1, 2, 0]
+    assert m["sync/total/episodes_applied"] == 4 and m["sync/total/tasks_in_flight"] == 0
 
 
 def test_missing_actor_raises_naming_it(ray_session):

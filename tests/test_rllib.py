@@ -30,7 +30,9 @@ pytestmark = [pytest.mark.timeout(240)]
 
 def _ensure_ray(config: pytest.Config) -> None:
     if not ray.is_initialized():
-        ray.init(num_cpus=2, include_dashboard=False, configure_logging=False, log_to_driver=False)
+        ray.init(
+            address="local", num_cpus=2, include_dashboard=False, configure_logging=False, log_to_driver=False
+        )
         config.add_cleanup(ray.shutdown)
 
 
@@ -87,7 +89,8 @@ def test_make_env_creator_wraps_and_validates():
     assert isinstance(env, GymnasiumSyncWrapper)
     feed = env.feed  # created lazily, not yet connected
     assert isinstance(feed, RayClient)
-    assert (feed.actor_name, feed.namespace, feed.prefetch, feed.timeout, feed.env_id) == ("cur", "ns", 2, 3.0, None)
+    assert (feed.actor_name, feed.namespace, feed.prefetch, feed.timeout) == ("cur", "ns", 2, 3.0)
+    assert feed.env_id is None
     with pytest.raises(TypeError, match="callable"):
         make_env_creator("CartPole-v1", "ray://cur")
     with pytest.raises(TypeError, match="str"):
@@ -118,14 +121,18 @@ def test_callback_sends_results_to_the_curriculum(ray_session):
     cur = RecordingBox(default_task_space(0), start_low=0.0, start_high=0.05, duration=10)
     with serve_ray(cur, name="magister_test_rllib_callback") as server:
         cb = magister_callbacks(server.address)()
-        result = {"training_iteration": 1, "env_runners": {"episode_return_mean": 20.0}, "perf": {"cpu": 9.0}}
+        result = {
+            "training_iteration": 1,
+            "env_runners": {"episode_return_mean": 20.0, "sample_timer": 0.1, "env_step_timer": 0.2},
+            "perf": {"cpu": 9.0},
+        }
         cb.on_train_result(algorithm=None, result=result)
         assert result["magister"]["expanding_box/high_0"] == pytest.approx(0.05)
         custom = magister_callbacks(server.address, metrics_fn=lambda r: {"success_rates": {(0.1,): 0.5}})()
         custom.on_train_result(algorithm=None, result={"training_iteration": 2})
         custom.on_train_result(algorithm=None, result={"training_iteration": 3})
         assert server.call("received") == [
-            {"training_iteration": 1.0, "env_runners/episode_return_mean": 20.0},  # perf/ is left out
+            {"training_iteration": 1.0, "env_runners/episode_return_mean": 20.0},  # no perf/ or timers
             {"success_rates": {(0.1,): 0.5}},
             {"success_rates": {(0.1,): 0.5}},
         ]
@@ -137,7 +144,8 @@ def test_callback_sends_results_to_the_curriculum(ray_session):
 @pytest.mark.slow
 def test_ppo_trains_with_the_curriculum_actor(ray_session):
     # 2 iterations of 128 steps; the range reaches the full box after 150 finished-episode steps
-    cur = RecordingBox(default_task_space(0), start_low=0.0, start_high=0.05, duration=150, unit="steps", seed=0)
+    space = default_task_space(0)
+    cur = RecordingBox(space, start_low=0.0, start_high=0.05, duration=150, unit="steps", seed=0)
     out = train(
         2,
         envs_per_runner=1,
@@ -163,6 +171,7 @@ def test_ppo_trains_with_the_curriculum_actor(ray_session):
     assert m["sync/total/tasks_sampled"] == m["curriculum/sampled"]
     # the callback sent each iteration's training results
     assert m["recording/demands"] == 2
+    assert all(0.0 <= r["task_progress"] <= 1.0 for r in rows)  # logged by the callback on the env runner
 
 
 def test_make_curriculum_schedule():

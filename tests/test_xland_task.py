@@ -12,7 +12,13 @@ import pytest
 from magister.examples.xland.coplayers import LEARNER, NOOP, RANDOM, SEEKER
 from magister.examples.xland.env import XLandTask
 from magister.examples.xland.game import FLOOR_COLOURS, PROBE_GAMES, game_hash, recolour_game
-from magister.examples.xland.task import FixedXLandTasks, XLandTaskSpace, probe_tasks, world_hash
+from magister.examples.xland.task import (
+    FixedXLandTasks,
+    XLandTaskSpace,
+    probe_tasks,
+    task_features,
+    world_hash,
+)
 from magister.examples.xland.world import condition_world, generate_world
 from magister.task_spaces.base import task_key
 
@@ -151,3 +157,28 @@ def test_probe_tasks():
             assert (w.height_map[white] == w.height_map[w.playable_area].max()).all()
     with pytest.raises(KeyError, match="unknown probe"):
         probe_tasks(names=["tic_tac_toe"])
+
+
+def test_task_features_by_hand():
+    from magister.examples.xland.world import flat_world
+
+    g = PROBE_GAMES["simple_navigation"]  # hold(me, yellow sphere) / near(me, yellow pyramid)
+    w = flat_world(3, [(0, 0, 1, 0), (2, 2, 3, 0)], objects=[(7, 0, 2), (8, 1, 1)])
+    task = XLandTask(w, g, (LEARNER, NOOP))
+    f0, f1 = task_features(task, 0), task_features(task, 1)
+    assert f0["initial_atom_changes"] == 1.0 and f1["initial_atom_changes"] == 0.0  # p1 starts near it
+    assert f0["exploration_difficulty"] == 0.25 and f0["n_players"] == 2.0 and f0["n_options"] == 1.0
+    assert f0["path_entropy"] == pytest.approx(np.log(1296 / 408))
+    with pytest.raises(ValueError, match="player"):
+        task_features(task, 2)
+
+
+def test_alike_games_keep_the_measures():
+    from magister.examples.xland.game import alike_game, game_measures
+
+    rng = np.random.default_rng(0)
+    g = PROBE_GAMES["xrps"]
+    h = alike_game(g, rng)
+    assert h is not None and h != g and game_hash(h) == game_hash(g)
+    assert game_measures(h) == game_measures(g)
+    assert alike_game(PROBE_GAMES["hide_and_seek"], rng) is None

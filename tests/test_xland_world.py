@@ -16,6 +16,8 @@ from magister.examples.xland.world import (
     flat_world,
     generate_world,
     mutate_world,
+    path_entropy,
+    path_length_distribution,
     shortest_paths,
 )
 
@@ -142,3 +144,14 @@ def test_condition_world_drops_extra_players():
     w = generate_world(rng, 8, n_players=3)
     c = condition_world(w, PROBE_GAMES["hide_and_seek"], rng)
     assert c.players == w.players[:2]
+
+
+def test_path_length_distribution_and_entropy_by_hand():
+    w = flat_world(3, [(0, 0, 0, 0)])
+    # unordered pairs of a 3 x 3 grid by Manhattan distance: 12 at 1, 14 at 2, 8 at 3, 2 at 4 (x2 ordered)
+    assert path_length_distribution(w).tolist() == [0, 24, 28, 16, 4]
+    assert path_entropy(w) == pytest.approx(np.log(1296 / 408))
+    h = np.zeros((3, 3), dtype=int)
+    h[1, :] = 1  # a wall across the middle row: the playable area is the bottom row only
+    walled = World(3, tuple(h.ravel().tolist()), (-1,) * 9, (0,) * 9, (), ((2, 0, 0, 0),))
+    assert path_length_distribution(walled).tolist() == [0, 4, 2]  # 2 x (2 pairs at 1, 1 at 2)

@@ -59,8 +59,8 @@ from .problem import Problem
 logger = logging.getLogger(__name__)
 
 __all__ = [
-    "Buffer", "CurriculumConfig", "SFLConfig", "SFLState", "Sample", "accel_config", "dr_sample", "init_buffer",
-    "mark_sampled",
+    "Buffer", "CurriculumConfig", "SFLConfig", "SFLState", "Sample", "accel_config", "dr_sample",
+    "init_buffer", "mark_sampled",
     "plr_config", "plr_sample", "plr_update", "power_weights", "problem_hash", "rank_weights",
     "replay_distribution", "replay_probability", "rollout_scores", "sfl_refresh", "sfl_sample",
     "staleness_weights",

@@ -104,7 +104,8 @@ class MutationConfig:
 
     def __post_init__(self) -> None:
         if not (self.level_edits or self.task_edits):
-            raise ValueError("at least one of level_edits and task_edits must be enabled (hindsight edits are "
+            raise ValueError("at least one of level_edits and task_edits must be enabled (hindsight edits "
+                             "are "
                              "not always applicable)")
         if not 3 <= self.max_rm_states <= MAX_STATES:
             raise ValueError(f"max_rm_states must be in [3, {MAX_STATES}], got {self.max_rm_states}")

@@ -261,7 +261,8 @@ class TrainConfig:
         if self.method not in METHODS:
             raise ValueError(f"method must be one of {METHODS}, got {self.method!r}")
         if self.num_envs % self.minibatches:
-            raise ValueError(f"num_envs ({self.num_envs}) must be divisible by minibatches ({self.minibatches})")
+            raise ValueError(f"num_envs ({self.num_envs}) must be divisible by minibatches "
+                             f"({self.minibatches})")
         for name in ("num_envs", "rollout_len", "max_steps", "updates", "epochs", "minibatches"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -310,8 +311,8 @@ def init_train_state(cfg: TrainConfig) -> TrainState:
     batch = jax.tree_util.tree_map(lambda a: jnp.zeros((b,) + jnp.shape(a), jnp.asarray(a).dtype), example)
     cap = cfg.curriculum.buffer_size if cfg.method in ("plr", "accel", "accel0") else 1
     sfl_k = cfg.sfl.buffer_size
-    sfl = C.SFLState(jax.tree_util.tree_map(lambda a: jnp.zeros((sfl_k,) + jnp.shape(a), jnp.asarray(a).dtype),
-                                            example), jnp.zeros(sfl_k))
+    sfl = C.SFLState(jax.tree_util.tree_map(
+        lambda a: jnp.zeros((sfl_k,) + jnp.shape(a), jnp.asarray(a).dtype), example), jnp.zeros(sfl_k))
     return TrainState(params, _optimizer(cfg).init(params), C.init_buffer(example, cap), batch,
                       jnp.zeros(b, bool), jnp.zeros(b, jnp.int32), jnp.zeros(b, jnp.int32), sfl, key,
                       jnp.int32(0))
@@ -420,7 +421,8 @@ def make_update(cfg: TrainConfig) -> Any:
                 upd, new_opt = opt.update(grads, opt_state, params)
                 new_params = optax.apply_updates(params, upd)
                 params = jax.tree_util.tree_map(lambda a, c: jnp.where(any_train, a, c), new_params, params)
-                opt_state = jax.tree_util.tree_map(lambda a, c: jnp.where(any_train, a, c), new_opt, opt_state)
+                opt_state = jax.tree_util.tree_map(lambda a, c: jnp.where(any_train, a, c), new_opt,
+                                                   opt_state)
                 return (params, opt_state), aux
 
             return jax.lax.scan(minibatch, (params, opt_state), perm)
@@ -539,7 +541,8 @@ def train(cfg: TrainConfig, out: str | Path | None = None, log_every: int = 5, e
             row["steps_per_s"] = steps / (time.perf_counter() - t0)
         if eval_every and ((u + 1) % eval_every == 0 or u + 1 == cfg.updates):
             k1, k2 = jax.random.split(jax.random.PRNGKey(u))
-            probe_ok = np.mean([np.asarray(eval_fn(ts.params, probes, k)) for k in jax.random.split(k1, 4)], 0)
+            probe_ok = np.mean([np.asarray(eval_fn(ts.params, probes, k))
+                                for k in jax.random.split(k1, 4)], 0)
             row["probe_solve_rate"] = float(probe_ok.mean())
             row.update({f"probe/{n}": float(x) for n, x in zip(names, probe_ok)})
             held_ok = np.mean([np.asarray(eval_fn(ts.params, held, k)) for k in jax.random.split(k2, 4)], 0)

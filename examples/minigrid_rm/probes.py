@@ -13,7 +13,8 @@ spirit, written for this package (the layouts and tasks are ours, not copies of 
   purple key then face the yellow square; some doors must stay locked for one branch.
 * simpler problems: go to, pick up, put next to, open a door, unlock a door.
 
-Every problem is solvable (pinned by the tests with :func:`~magister.examples.minigrid_rm.levels.is_solvable`).
+Every problem is solvable (pinned by the tests with
+:func:`~magister.examples.minigrid_rm.levels.is_solvable`).
 
 >>> names, problems = probe_set()
 >>> len(names) == int(problems.rm.n_states.shape[0]), "myopic" in names

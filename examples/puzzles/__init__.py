@@ -27,6 +27,7 @@ from .task import (
     LADDERS,
     PUZZLE_NAMES,
     PUZZLES,
+    PuzzleDifficultyWrapper,
     PuzzleTask,
     PuzzleTaskSpace,
     PuzzleTaskWrapper,
@@ -43,5 +44,6 @@ __all__ = [
     "FifteenEnv", "FifteenParams", "NetslideEnv", "NetslideParams", "PegsEnv", "PegsParams",
     "SameGameEnv", "SameGameParams", "UntangleEnv", "UntangleParams",
     "PUZZLES", "PUZZLE_NAMES", "LADDERS", "PuzzleTask", "PuzzleTaskSpace", "PuzzleTaskWrapper",
+    "PuzzleDifficultyWrapper",
     "ladder", "depth_ladder", "make_puzzle_env", "parse_task",
 ]

@@ -50,6 +50,7 @@ from .untangle import UntangleEnv
 logger = logging.getLogger(__name__)
 
 __all__ = ["PUZZLES", "PUZZLE_NAMES", "LADDERS", "PuzzleTask", "PuzzleTaskSpace", "PuzzleTaskWrapper",
+           "PuzzleDifficultyWrapper",
            "ladder", "depth_ladder", "make_puzzle_env", "parse_task"]
 
 #: Puzzle name -> environment class. The order fixes the puzzle index of encoded tasks.
@@ -442,3 +443,51 @@ class PuzzleTaskWrapper(TaskWrapper):
         if puzzle != self.puzzle:
             raise ValueError(f"task {task!r} is for {puzzle!r} but this env plays {self.puzzle!r}")
         self.env.unwrapped.set_params(f"{params}#{seed}")  # type: ignore[attr-defined]
+
+
+class PuzzleDifficultyWrapper(TaskWrapper):
+    """Task = a *difficulty* (a parameter string); every episode plays a fresh training instance of it.
+
+    A curriculum over instances ``(puzzle, params, seed)`` must estimate each instance's success from the few
+    episodes that instance gets; a curriculum over difficulties sees every episode of a difficulty, so its
+    estimates (success rates, learnability, learning progress) settle quickly — the usual setting of
+    difficulty-mode curricula. The task space is a :class:`~magister.task_spaces.discrete.Discrete` over the
+    parameter strings (encoded: their index); on each reset the instance seed is drawn uniformly from
+    ``[seed_range[0], seed_range[1])`` by the wrapper's own generator (seeded by ``reset(seed=...)``), so
+    held-out seeds outside that range are never trained on.
+
+    >>> from magister.task_spaces.discrete import Discrete
+    >>> space = Discrete(tasks=["2x3m1", "3x3m2"])
+    >>> env = PuzzleDifficultyWrapper(make_puzzle_env("sixteen", max_size=3), space, seed_range=(0, 100))
+    >>> _, info = env.reset(seed=0, options={"task": "3x3m2"})
+    >>> info["task"], info["params"].split("#")[0], 0 <= int(info["params"].split("#")[1]) < 100
+    (1, '3x3m2', True)
+    """
+
+    def __init__(self, env: gym.Env, task_space: TaskSpace, *, seed_range: tuple[int, int] = (0, 2**31 - 1),
+                 **kwargs: Any) -> None:
+        puzzle_env = env.unwrapped
+        if not isinstance(puzzle_env, PuzzleEnv):
+            raise TypeError(f"env must wrap a PuzzleEnv, got {type(puzzle_env).__name__}")
+        if task_space.num_tasks is None:
+            raise ValueError(f"the difficulty space must be finite (a Discrete of parameter strings), "
+                             f"got {task_space!r}")
+        for text in task_space.tasks:
+            type(puzzle_env).params_cls.parse(text)  # ValueError for a string of another puzzle
+        lo, hi = seed_range
+        if not 0 <= lo < hi:
+            raise ValueError(f"seed_range must be (lo, hi) with 0 <= lo < hi, got {seed_range!r}")
+        self.seed_range = (int(lo), int(hi))
+        self._instance_rng = np.random.default_rng()
+        super().__init__(env, task_space, **kwargs)
+
+    def change_task(self, task: Any) -> None:
+        self._params = str(task)
+
+    def _reset_inner(self, *, seed: int | None, options: dict[str, Any] | None) -> tuple[Any, dict[str, Any]]:
+        if seed is not None:
+            self._instance_rng = np.random.default_rng(seed)
+        instance = int(self._instance_rng.integers(*self.seed_range))
+        inner = dict(options or {})
+        inner["params"] = f"{self._params}#{instance}"
+        return self.env.reset(seed=seed, options=inner)

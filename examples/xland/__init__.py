@@ -18,6 +18,7 @@ from .game import (
     GameMeasures,
     Goal,
     Transforms,
+    alike_game,
     balance,
     canonical_game,
     game_distance,
@@ -28,8 +29,8 @@ from .game import (
     random_game,
     recolour_game,
 )
-from .task import FixedXLandTasks, XLandTaskSpace, probe_tasks
-from .world import World, condition_world, generate_world, mutate_world
+from .task import FixedXLandTasks, XLandTaskSpace, probe_tasks, task_features
+from .world import World, condition_world, generate_world, mutate_world, path_entropy
 
 __all__ = [
     "FixedXLandTasks",
@@ -48,6 +49,7 @@ __all__ = [
     "XLandTask",
     "XLandTaskSpace",
     "XLandTaskWrapper",
+    "alike_game",
     "balance",
     "canonical_game",
     "condition_world",
@@ -58,7 +60,9 @@ __all__ = [
     "generate_world",
     "goal_observation",
     "mutate_world",
+    "path_entropy",
     "probe_tasks",
     "random_game",
     "recolour_game",
+    "task_features",
 ]

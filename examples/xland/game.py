@@ -68,6 +68,7 @@ logger = logging.getLogger(__name__)
 
 __all__ = [
     "ATOMS",
+    "alike_game",
     "COLOURS",
     "FLOOR_COLOURS",
     "GameMeasures",
@@ -291,6 +292,14 @@ class Goal:
         if not opts:
             raise ValueError("a goal needs at least one option")
         object.__setattr__(self, "options", tuple(sorted(set(opts))))
+
+    @classmethod
+    def _trusted(cls, options: Iterable[Iterable[int]]) -> Goal:
+        """Build from valid literals without re-checking them (canonical order still applied)."""
+        goal = object.__new__(cls)
+        opts = {tuple(sorted(set(o), key=lambda x: (abs(x), x))) for o in options}
+        object.__setattr__(goal, "options", tuple(sorted(opts)))
+        return goal
 
     @classmethod
     def parse(cls, text: str) -> Goal:
@@ -592,7 +601,7 @@ def recolour_goal(
     """Apply a recolouring: object colour ``c`` -> ``colour_perm[c]``, floor ``f`` -> ``floor_map[f]``
     (unlisted floors unchanged) and, with ``swap_players``, ``me`` <-> ``opponent``."""
     key = (tuple(colour_perm), tuple(sorted((floor_map or {}).items())), bool(swap_players))
-    return Goal(tuple(tuple(_recolour_literal(lit, *key) for lit in opt) for opt in goal.options))
+    return Goal._trusted([_recolour_literal(lit, *key) for lit in opt] for opt in goal.options)
 
 
 @lru_cache(maxsize=1 << 16)
@@ -666,7 +675,7 @@ def balance(game: Game, transforms: Transforms = Transforms()) -> float:  # noqa
     best = _coop(tuple(goals))
     if np.isnan(best):
         return best
-    variants = [_goal_variants(g, floors, transforms) for g in goals]
+    variants = [[]] + [_goal_variants(g, floors, transforms) for g in goals[1:]]  # goal 1 stays fixed
     for _sweep in range(1 if len(goals) <= 2 else 2):
         for k in range(1, len(goals)):
             for v in variants[k]:
@@ -736,6 +745,22 @@ def canonical_game(game: Game) -> Game:
                 best, best_key = g, key
     assert best is not None
     return best
+
+
+def alike_game(game: Game, rng: np.random.Generator, max_tries: int = 100) -> Game | None:
+    """A different game with the same measures: a random recolouring of objects and floors applied to the
+    whole game (A.2.4), redrawn until it changes the game; ``None`` after ``max_tries`` (e.g. hide and
+    seek mentions no colours).
+
+    >>> alike_game(PROBE_GAMES["hide_and_seek"], np.random.default_rng(0)) is None
+    True
+    """
+    for _ in range(max_tries):
+        cp, fm = _random_recolouring(rng)
+        new = recolour_game(game, cp, fm)
+        if new != game:
+            return new
+    return None
 
 
 def game_hash(game: Game) -> str:

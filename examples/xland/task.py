@@ -34,13 +34,13 @@ import numpy as np
 
 from ...task_spaces.base import EncodedTask, TaskSpace, _check_k, stable_hash, task_key
 from .coplayers import BUILTIN_COPLAYERS, LEARNER, NOOP, RANDOM, SEEKER
-from .env import XLandTask
-from .game import FLOOR_COLOURS, PROBE_GAMES, Game, Goal, game_hash, random_game
-from .world import World, condition_world, generate_world, mutate_world
+from .env import XLandEnv, XLandTask
+from .game import FLOOR_COLOURS, PROBE_GAMES, Game, Goal, game_hash, game_measures, random_game
+from .world import World, condition_world, generate_world, mutate_world, path_entropy
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["FixedXLandTasks", "XLandTaskSpace", "probe_tasks", "world_hash"]
+__all__ = ["FixedXLandTasks", "XLandTaskSpace", "probe_tasks", "task_features", "world_hash"]
 
 _MAX_REJECTS = 1000
 
@@ -335,3 +335,24 @@ def probe_tasks(
             world = _white_hilltop(world)
         tasks.append(XLandTask(world, game, (LEARNER,) + (int(coplayer),) * (game.n_players - 1)))
     return FixedXLandTasks(tasks)
+
+
+def task_features(task: XLandTask, player: int = 0) -> dict[str, float]:
+    """Descriptors of a task from the paper's analysis of its training distribution (Fig. 16): the game's
+    measures and number of options, the world's shortest-path entropy, and the *initial atom changes* -
+    the fewest literals of one of ``player``'s options that are false in the initial state."""
+    if not 0 <= player < task.game.n_players:
+        raise ValueError(f"player must be in [0, {task.game.n_players - 1}], got {player!r}")
+    m = game_measures(task.game)
+    env = XLandEnv(XLandTask(task.world, task.game, (LEARNER,) * task.game.n_players))
+    env.reset(seed=0)
+    changes = min(len(v) - sum(v) for v in env.literal_values(player))
+    return {
+        "n_players": float(task.game.n_players),
+        "n_options": float(len(task.game.goals[player].options)),
+        "exploration_difficulty": m.exploration_difficulty,
+        "competitiveness": m.competitiveness,
+        "balance": m.balance,
+        "path_entropy": path_entropy(task.world),
+        "initial_atom_changes": float(changes),
+    }

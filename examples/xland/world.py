@@ -54,6 +54,8 @@ __all__ = [
     "condition_world",
     "generate_world",
     "mutate_world",
+    "path_entropy",
+    "path_length_distribution",
 ]
 
 MIN_SIZE, MAX_SIZE = 3, 11
@@ -282,6 +284,29 @@ def shortest_paths(world: World, start: tuple[int, int]) -> np.ndarray:
                     dist[nr, nc] = dist[r, c] + 1
                     queue.append((nr, nc))
     return dist
+
+
+def path_length_distribution(world: World) -> np.ndarray:
+    """``counts[d]``: ordered pairs of distinct playable tiles whose shortest path has ``d`` steps (the
+    paper's shortest-paths distribution, Definition 3.2, over the playable area)."""
+    cells = [(int(r), int(c)) for r, c in zip(*np.nonzero(world.playable_area))]
+    area = world.playable_area
+    counts = np.zeros(world.size * world.size, dtype=np.int64)
+    for cell in cells:
+        d = shortest_paths(world, cell)
+        counts += np.bincount(d[area & (d > 0)], minlength=counts.size)[: counts.size]
+    return np.trim_zeros(counts, "b")
+
+
+def path_entropy(world: World) -> float:
+    """Renyi quadratic entropy ``H_2 = -log sum_d p_d**2`` of the shortest-path length distribution (the
+    paper's "shortest paths entropy" world feature, A.1.3 and Fig. 16)."""
+    counts = path_length_distribution(world)
+    total = counts.sum()
+    if total == 0:
+        return 0.0
+    p = counts / total
+    return float(-np.log(np.sum(p * p)))
 
 
 # -- generation ---------------------------------------------------------------------------------------

@@ -1,0 +1,117 @@
+"""Speed of the JAX Minigrid x reward-machine fast path, curriculum overhead, ATLAS's qualitative result.
+
+Prints, measured in one run on the current JAX backend (CPU unless a GPU is visible):
+
+1. env-only steps/s: a jitted, vmapped rollout with uniform random actions (labelling + RM included);
+2. full training steps/s for DR, PLR⊥ and ACCEL with the same PPO settings, and the curriculum overhead as
+   the ratio ``steps/s (PLR⊥ or ACCEL) / steps/s (DR)`` (compile time excluded);
+3. the qualitative result of ATLAS (Sec. 5.2, Appendix E.4): the fraction of *solvable* problems in the
+   PLR⊥/ACCEL buffers over training vs the fraction among DR's training problems (about 3% with
+   independent sampling).
+
+Usage::
+
+    python benchmarks/jax_minigrid_rm.py                    # defaults: 32 envs x 64 steps, 40 updates
+    python benchmarks/jax_minigrid_rm.py --envs 256 --updates 100 --plot out.png
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import jax
+
+from magister.examples.minigrid_rm import ppo
+from magister.examples.minigrid_rm.env import NUM_ACTIONS
+from magister.examples.minigrid_rm.levels import ProblemSampler, sample_problem, solvable_batch
+from magister.examples.minigrid_rm.problem import auto_reset_step, reset
+
+
+def env_steps_per_s(n_envs: int, n_steps: int, repeats: int = 3) -> float:
+    keys = jax.random.split(jax.random.PRNGKey(0), n_envs)
+    probs = jax.jit(jax.vmap(sample_problem, in_axes=(0, None)), static_argnums=1)(keys, ProblemSampler())
+
+    @jax.jit
+    def run(problems, key):
+        s = jax.vmap(reset)(problems)
+
+        def one(s, k):
+            a = jax.random.randint(k, (n_envs,), 0, NUM_ACTIONS)
+            s, r, term, trunc, _ = jax.vmap(auto_reset_step, in_axes=(0, 0, None))(s, a, 128)
+            return s, r.sum()
+
+        s, r = jax.lax.scan(one, s, jax.random.split(key, n_steps))
+        return r.sum()
+
+    jax.block_until_ready(run(probs, jax.random.PRNGKey(1)))
+    t = time.perf_counter()
+    for i in range(repeats):
+        jax.block_until_ready(run(probs, jax.random.PRNGKey(2 + i)))
+    return repeats * n_envs * n_steps / (time.perf_counter() - t)
+
+
+def train_run(method: str, envs: int, steps: int, updates: int, log_every: int, seed: int
+              ) -> tuple[float, list[tuple[int, float, float, float]]]:
+    cfg = ppo.TrainConfig(method=method, num_envs=envs, rollout_len=steps, max_steps=steps, updates=updates,
+                          minibatches=4, seed=seed,
+                          curriculum=ppo.method_curriculum(method, buffer_size=4 * envs * 4))
+    ts = ppo.init_train_state(cfg)
+    update = ppo.make_update(cfg)
+    ts, _ = update(ts)  # compile
+    jax.block_until_ready(ts.params)
+    timed, rows = 0.0, []
+    for u in range(1, updates):
+        t = time.perf_counter()
+        ts, (m, sampled) = update(ts)
+        jax.block_until_ready(ts.params)
+        timed += time.perf_counter() - t
+        if (u + 1) % log_every == 0 or u + 1 == updates:
+            comp = ppo.buffer_composition(cfg, ts, sampled)
+            rows.append(((u + 1) * envs * steps, comp["solvable_fraction"], comp["mean_rooms"],
+                         comp["mean_rm_states"]))
+    return (updates - 1) * envs * steps / timed, rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--envs", type=int, default=32)
+    ap.add_argument("--steps", type=int, default=64)
+    ap.add_argument("--updates", type=int, default=40)
+    ap.add_argument("--log-every", type=int, default=10)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--plot", type=str, default=None)
+    ap.add_argument("--skip-env", action="store_true")
+    a = ap.parse_args()
+    print(f"backend: {jax.default_backend()}  devices: {jax.devices()}")
+    if not a.skip_env:
+        for n in (a.envs, 8 * a.envs):
+            sps = env_steps_per_s(n, a.steps)
+            print(f"env-only (random actions, {n} envs x {a.steps} steps): {sps:,.0f} steps/s")
+    keys = jax.random.split(jax.random.PRNGKey(99), 2048)
+    base = solvable_batch(jax.jit(jax.vmap(sample_problem, in_axes=(0, None)), static_argnums=1)(
+        keys, ProblemSampler())).mean()
+    print(f"solvable fraction of independently sampled problems (2048 samples): {base:.3f}")
+    speeds, curves = {}, {}
+    for method in ("dr", "plr", "accel"):
+        sps, rows = train_run(method, a.envs, a.steps, a.updates, a.log_every, a.seed)
+        speeds[method], curves[method] = sps, rows
+    print(f"\ntraining ({a.envs} envs x {a.steps} steps per update, {a.updates} updates, compile excluded)")
+    print(f"{'method':8s} {'steps/s':>10s} {'vs DR':>7s}")
+    for m, s in speeds.items():
+        print(f"{m:8s} {s:10,.0f} {s / speeds['dr']:7.2f}")
+    print("\nsolvable fraction over training (PLR/ACCEL: buffer; DR: its training batch)")
+    print(f"{'env steps':>10s} " + " ".join(f"{m:>7s}" for m in curves))
+    for i in range(len(curves["dr"])):
+        print(f"{curves['dr'][i][0]:10d} " + " ".join(f"{curves[m][i][1]:7.3f}" for m in curves))
+    print("\nbuffer mean rooms / RM states at the end: " + ", ".join(
+        f"{m}: {curves[m][-1][2]:.2f} / {curves[m][-1][3]:.2f}" for m in curves))
+    if a.plot:
+        runs = {m: [{"env_steps": r[0], "solvable_fraction": r[1], "mean_rooms": r[2], "mean_rm_states": r[3]}
+                    for r in rows] for m, rows in curves.items()}
+        ppo.plot_composition(runs, a.plot)
+        print(f"plot written to {a.plot}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,99 @@
+"""The JAX trainer: one tiny ACCEL run end to end, checkpoints, evaluation, probes, CLI
+(magister.examples.minigrid_rm.ppo)."""
+
+from __future__ import annotations
+
+import pytest
+
+jax = pytest.importorskip("jax")
+pytest.importorskip("optax")
+
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+from magister.examples.minigrid_rm import ppo  # noqa: E402
+from magister.examples.minigrid_rm.levels import is_solvable  # noqa: E402
+from magister.examples.minigrid_rm.probes import probe_problems  # noqa: E402
+from magister.examples.minigrid_rm.reward_machines import sequential_rm  # noqa: E402
+
+TINY = ppo.NetConfig(conv=(4,), embed=4, node_dim=8, edge_dim=4, gnn_layers=1, hidden=8, head=8,
+                     action_embed=4)
+
+
+def test_probes_are_solvable_and_myopic_trap_is_real() -> None:
+    probs = probe_problems()
+    assert {"myopic", "patrol", "choice"} <= set(probs)
+    for name, p in probs.items():
+        assert is_solvable(p.level, p.rm), name
+    # MYOPIC without the square in the agent's room: only the square behind the door is left -> unsolvable
+    m = probs["myopic"]
+    lvl = m.level._replace(tiles=m.level.tiles.at[5, 1].set(0))
+    assert not is_solvable(lvl, m.rm)
+    assert is_solvable(lvl, sequential_rm(["front_square"]))
+
+
+def test_cvar() -> None:
+    s = np.array([1.0, 0.0, 0.5, 1.0])
+    assert ppo.cvar(s, 0.25) == 0.0 and ppo.cvar(s, 0.5) == 0.25 and ppo.cvar(s, 1.0) == 0.625
+
+
+def test_config_validation() -> None:
+    with pytest.raises(ValueError, match="method"):
+        ppo.TrainConfig(method="paired")
+    with pytest.raises(ValueError, match="divisible"):
+        ppo.TrainConfig(num_envs=10, minibatches=4)
+    assert ppo.method_curriculum("accel").replay_prob == 0.9
+    assert ppo.method_curriculum("accel0").replay_prob == 0.99
+
+
+@pytest.mark.slow
+def test_accel_updates_checkpoint_and_evaluate(tmp_path) -> None:
+    cfg = ppo.TrainConfig(method="accel", num_envs=8, rollout_len=8, max_steps=8, updates=3, epochs=1,
+                          minibatches=2, net=TINY, curriculum=ppo.method_curriculum("accel", buffer_size=16,
+                                                                                    min_edits=1, max_edits=2))
+    ts = ppo.init_train_state(cfg)
+    update = ppo.make_update(cfg)
+    p0 = ts.params
+    ts, (m1, probs1) = update(ts)
+    # first update: the buffer was empty, so nothing was replayed or trained on; all 8 problems scored
+    assert float(m1["train_fraction"]) == 0.0 and float(m1["replay_fraction"]) == 0.0
+    assert int(ts.buffer.size) == 8 and not bool(ts.has_child.any())
+    assert all(np.array_equal(a, b) for a, b in zip(jax.tree_util.tree_leaves(p0),
+                                                      jax.tree_util.tree_leaves(ts.params)))
+    ts, (m2, _) = update(ts)
+    rep = float(m2["replay_fraction"])
+    assert rep > 0 and float(m2["train_fraction"]) == rep  # only replays are trained on
+    assert int(ts.has_child.sum()) == round(rep * 8)  # every replay got a child for the next update
+    assert np.all(np.asarray(ts.child_edits)[np.asarray(ts.has_child)] >= 1)
+    assert not all(np.array_equal(a, b) for a, b in zip(jax.tree_util.tree_leaves(p0),
+                                                          jax.tree_util.tree_leaves(ts.params)))
+    ts, (m3, probs3) = update(ts)
+    assert int(ts.step) == 3 and int(ts.buffer.size) <= 16
+    comp = ppo.buffer_composition(cfg, ts, probs3)
+    assert 0.0 <= comp["solvable_fraction"] <= 1.0 and 1.0 <= comp["mean_rooms"] <= 6.0
+    assert 2.0 <= comp["mean_rm_states"] <= 6.0 and comp["buffer_mean_edits"] >= 0.0
+    # checkpoint round trip
+    path = tmp_path / "ckpt.npz"
+    ppo.save_checkpoint(path, ts, cfg)
+    back = ppo.load_checkpoint(path, cfg)
+    for a, b in zip(jax.tree_util.tree_leaves(ts), jax.tree_util.tree_leaves(back)):
+        assert np.array_equal(np.asarray(a), np.asarray(b))
+    # evaluation returns one flag per problem
+    ok = ppo.evaluate(ts.params, probs3, jax.random.PRNGKey(0), 8, TINY.hidden)
+    assert ok.shape == (8,) and ok.dtype == jnp.bool_
+
+
+def test_gae_by_hand() -> None:
+    traj = ppo.Traj(*(jnp.zeros((2, 1)) for _ in range(10)))
+    traj = traj._replace(reward=jnp.array([[0.0], [1.0]]), value=jnp.array([[0.5], [0.5]]),
+                         done=jnp.array([[False], [True]]))
+    adv, tgt = ppo.gae(traj, jnp.array([9.0]), 1.0, 1.0)
+    np.testing.assert_allclose(np.asarray(adv)[:, 0], [0.5, 0.5])  # the bootstrap is cut by done
+    np.testing.assert_allclose(np.asarray(tgt)[:, 0], [1.0, 1.0])
+
+
+def test_cli_help(capsys) -> None:
+    with pytest.raises(SystemExit) as e:
+        ppo.main(["--help"])
+    assert e.value.code == 0
+    assert "--method" in capsys.readouterr().out
