@@ -21,19 +21,32 @@ Modes (all in the same run, interleaved within each round, the order rotated eve
 ``syllabus-episodic``     syllabus-rl 0.7: ``make_multiprocessing_curriculum(Constant)`` + its
                           ``GymnasiumSyncWrapper(TaskWrapper(env), task_space, components)``
 ``syllabus-step``         the same with ``require_step_updates=True`` (its default batch of 100 steps)
+``syllabus-step-copied``  ``syllabus-step`` with NetHack's observation copied every step (see below)
+``magister-step-no-obs``  ``magister-step`` with ``send_obs=False`` (step records without observations)
 ``ray-none``              the bare env in a Ray actor (the Ray baseline, as the paper's Ray row has its own)
 ``magister-ray-episodic`` ``serve_ray(Constant)`` + the same wrapper with the ``ray://`` address
 ``magister-ray-step``     the same with step updates (batch 100)
 ``syllabus-ray-episodic`` syllabus-rl 0.7: ``make_ray_curriculum`` + its ``RayGymnasiumSyncWrapper``
 ========================  ==============================================================================
 
-Every worker plays exactly the same episodes in every mode: episode ``e`` of worker ``w`` is reset with
-seed ``1000 * w + e`` and its actions come from a generator seeded with ``w``, so the env work is identical
-and the time difference is the middleware's. Worker processes are started and their envs built before the
-clock starts (a forkserver, so Ray's threads in this process are never forked); the clock runs from the
+**Observations are overwritten in place.** NLE returns the *same* observation arrays every step and
+overwrites them. magister's client copies each step's observation when it records it, so each record
+holds its own step. syllabus-rl keeps references and deep-copies the batch when it sends it, and a deep
+copy copies each distinct array once: its 100 records carry one observation (the last one) between them,
+~150 KB instead of ~15 MB. ``syllabus-step`` is therefore cheap and its records are wrong;
+``syllabus-step-copied`` (a wrapper copying the observation each step, so its records are right) shows
+what the reference library costs when it sends what magister sends.
+
+Every worker plays exactly the same episodes in every mode: episode ``e`` of worker ``w`` is played with
+NetHack seeded ``1000 * w + e`` (no reseeding) and actions from a generator seeded with ``w``, so the env
+work is identical and the time difference is the middleware's (the script checks that every run played
+the same steps and returns). Worker processes are started and their envs built before the clock starts
+(through a forkserver, so that Ray's threads in this process are never forked); the clock runs from the
 start signal until every worker has closed its env *and* the curriculum has received every update
-(counted in the curriculum itself, which also checks that nothing was lost). Reported: the median wall
-time per mode, and the median over rounds of the per-round ratio to the baseline of the same worker kind.
+(counted in the curriculum itself; magister's accounting must also show no task lost and no update
+refused). Reported per mode: the median wall time, the median over rounds of the per-round ratio to the
+baseline of the same worker kind, and the CPU seconds of the workers and of the curriculum's process,
+which a busy shared machine disturbs less than the wall time.
 
 The task-request round trip and the update throughput come from ``benchmarks/sync_latency.py`` (the sync
 layer's own benchmark, imported, not duplicated); this script adds the update throughput with NetHack's
@@ -48,6 +61,7 @@ import multiprocessing as mp
 import os
 import platform
 import queue
+import resource
 import statistics
 import sys
 import time
@@ -126,6 +140,10 @@ class CountingConstant(Constant):
         super().__init__(task_space, task)
         self._step_updates = bool(step_updates)
         self.step_records = 0
+
+    def cpu_seconds(self) -> float:
+        """CPU seconds of the process this curriculum lives in (read through the Ray actor)."""
+        return _cpu_seconds()
 
     @property
     def requires_step_updates(self) -> bool:
@@ -219,8 +237,18 @@ def _build_env(mode: Mode, max_steps: int, source: Any) -> gym.Env:
     )
 
 
-def _play(env: gym.Env, worker: int, episodes: int, max_steps: int) -> tuple[int, int, float]:
-    """Play the worker's fixed episodes with its fixed random actions; (steps, episodes, return sum)."""
+def _cpu_seconds() -> float:
+    """CPU time (user + system) of this whole process, every thread included."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def _play(env: gym.Env, worker: int, episodes: int, max_steps: int) -> tuple[int, int, float, float]:
+    """Play the worker's fixed episodes with its fixed random actions.
+
+    Returns (steps, episodes, return sum, CPU seconds this process used, closing the env included).
+    """
+    cpu0 = _cpu_seconds()
     actions = np.random.default_rng(worker).integers(env.action_space.n, size=episodes * max_steps)
     steps, total = 0, 0.0
     for e in range(episodes):
@@ -235,7 +263,7 @@ def _play(env: gym.Env, worker: int, episodes: int, max_steps: int) -> tuple[int
             if term or trunc:
                 break
     env.close()
-    return steps, episodes, total
+    return steps, episodes, total, _cpu_seconds() - cpu0
 
 
 def _native_worker(
@@ -260,7 +288,7 @@ class RayEnvWorker:
         self.env = _build_env(mode, max_steps, source)
         return os.getpid()
 
-    def run(self) -> tuple[int, int, float]:
+    def run(self) -> tuple[int, int, float, float]:
         return _play(self.env, *self.args)
 
 
@@ -269,9 +297,10 @@ class RayEnvWorker:
 
 @dataclass
 class Run:
-    """One timed run: wall seconds, and the steps/episodes/returns the workers reported."""
+    """One timed run: wall seconds, CPU seconds (workers + the curriculum's process), what was played."""
 
     wall: float
+    cpu: float
     steps: int
     episodes: int
     ret: float
@@ -311,10 +340,20 @@ class Bench:
         return self._syllabus_ray(mode) if mode.kind == "ray" else self._syllabus_native(mode)
 
     # -- the timed part -------------------------------------------------------------------------------
-    def _timed(self, mode: Mode, source: Any, received: Callable[[], dict]) -> Run:
-        """Build the envs, start the clock, play, wait until the curriculum has every update, stop."""
-        runner = self._ray_workers_run if mode.kind == "ray" else self._native_run
-        return runner(mode, source, received)
+    def _timed(
+        self,
+        mode: Mode,
+        source: Any,
+        received: Callable[[], dict],
+        actor_cpu: Callable[[], float] | None = None,
+    ) -> Run:
+        """Build the envs, start the clock, play, wait until the curriculum has every update, stop.
+
+        ``actor_cpu`` reads the CPU seconds of the curriculum's process when that is a Ray actor.
+        """
+        if mode.kind == "ray":
+            return self._ray_workers_run(mode, source, received, actor_cpu)
+        return self._native_run(mode, source, received)
 
     def _native_run(self, mode: Mode, source: Any, received: Callable[[], dict]) -> Run:
         results = self.ctx.Queue()
@@ -331,21 +370,25 @@ class Bench:
             p.start()
         try:
             self._collect(results, "ready")
+            cpu0 = _cpu_seconds()  # this process: the curriculum's server / update thread
             t0 = time.perf_counter()
             start.set()
             done = self._collect(results, "done")
             expected = self._expected(done, mode)
             _wait_until(lambda: received() == expected, f"the curriculum to receive {expected}")
             wall = time.perf_counter() - t0
+            cpu = _cpu_seconds() - cpu0
         finally:
             for p in procs:
                 p.join(10)
                 if p.is_alive():
                     p.kill()
                     p.join(5)
-        return self._run(wall, done, received())
+        return self._run(wall, cpu, done, received())
 
-    def _ray_workers_run(self, mode: Mode, source: Any, received: Callable[[], dict]) -> Run:
+    def _ray_workers_run(
+        self, mode: Mode, source: Any, received: Callable[[], dict], actor_cpu: Callable[[], float] | None
+    ) -> Run:
         import ray
 
         self._ray_start()
@@ -354,12 +397,17 @@ class Bench:
             for i, w in enumerate(self.ray_workers)
         ]
         ray.get(setups, timeout=WAIT_S)
+        actor0 = actor_cpu() if actor_cpu else 0.0
+        cpu0 = _cpu_seconds()  # the driver
         t0 = time.perf_counter()
         done = ray.get([w.run.remote() for w in self.ray_workers], timeout=WAIT_S)
         expected = self._expected(done, mode)
         _wait_until(lambda: received() == expected, f"the curriculum to receive {expected}")
         wall = time.perf_counter() - t0
-        return self._run(wall, done, received())
+        cpu = _cpu_seconds() - cpu0
+        if actor_cpu:
+            cpu += actor_cpu() - actor0
+        return self._run(wall, cpu, done, received())
 
     def _collect(self, results: Any, kind: str) -> list[Any]:
         out: list[Any] = []
@@ -377,7 +425,7 @@ class Bench:
         return out
 
     @staticmethod
-    def _expected(done: list[tuple[int, int, float]], mode: Mode) -> dict:
+    def _expected(done: list[tuple[int, int, float, float]], mode: Mode) -> dict:
         """What the curriculum must have received once every worker is done."""
         if mode.library == "none" or (mode.library == "syllabus" and mode.kind == "ray"):
             return {}  # syllabus-rl's Ray wrapper sends no episode updates: nothing to count
@@ -390,8 +438,9 @@ class Bench:
         return exp
 
     @staticmethod
-    def _run(wall: float, done: list[tuple[int, int, float]], received: dict) -> Run:
-        return Run(wall, sum(d[0] for d in done), sum(d[1] for d in done), sum(d[2] for d in done), received)
+    def _run(wall: float, cpu: float, done: list[tuple[int, int, float, float]], received: dict) -> Run:
+        steps, episodes, ret, worker_cpu = (sum(col) for col in zip(*done))
+        return Run(wall, cpu + worker_cpu, steps, episodes, ret, received)
 
     # -- magister -------------------------------------------------------------------------------------
     def _magister_native(self, mode: Mode) -> Run:
@@ -428,7 +477,7 @@ class Bench:
                     out["step_records"] = int(m["bench/step_records"])
                 return out
 
-            run = self._timed(mode, server.address, received)
+            run = self._timed(mode, server.address, received, lambda: float(server.call("cpu_seconds")))
             m = server.metrics()
         finally:
             server.close()
@@ -573,24 +622,32 @@ def _ratio(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.3f}x"
 
 
+def _median_ratio(runs: list[Run], base: list[Run], attr: str) -> float:
+    return statistics.median(getattr(r, attr) / getattr(b, attr) for r, b in zip(runs, base))
+
+
 def report(modes: list[str], runs: dict[str, list[Run]], failed: dict[str, str], rounds: int) -> list[str]:
-    """The table: median wall time, median per-round ratio to the baseline, and the issue's checks."""
+    """The table: median wall time, median per-round ratio to the baseline, CPU time, the issue's checks."""
     ratios: dict[str, float | None] = {}
+    cpu_ratios: dict[str, float | None] = {}
     for name in modes:
         base = BASELINE[MODE[name].kind]
-        if name in failed or base in failed or not runs.get(name) or not runs.get(base):
-            ratios[name] = None
-            continue
-        ratios[name] = statistics.median(r.wall / b.wall for r, b in zip(runs[name], runs[base]))
-    head = f"{'mode':24s} {'median wall s':>13s} {'ratio':>8s} {'overhead':>9s} {'target':>7s}  checks"
+        ok = name not in failed and base not in failed and runs.get(name) and runs.get(base)
+        ratios[name] = _median_ratio(runs[name], runs[base], "wall") if ok else None
+        cpu_ratios[name] = _median_ratio(runs[name], runs[base], "cpu") if ok else None
+    head = (
+        f"{'mode':22s} {'wall s':>7s} {'ratio':>7s} {'overhead':>8s} {'CPU s':>7s} {'CPU ratio':>9s} "
+        f"{'target':>6s}  checks (on the wall-time ratio)"
+    )
     lines = [head, "-" * len(head)]
     for name in modes:
         if name in failed:
-            lines.append(f"{name:24s} {'failed':>13s} {'n/a':>8s}  {failed[name]}")
+            lines.append(f"{name:22s} {'failed':>7s}  {failed[name]}")
             continue
         is_base = name == BASELINE[MODE[name].kind]
         ratio = ratios[name]
         wall = statistics.median(r.wall for r in runs[name])
+        cpu = statistics.median(r.cpu for r in runs[name])
         over = "" if ratio is None or is_base else f"{100 * (ratio - 1):+.1f}%"
         target = TARGETS.get(name)
         checks = ["baseline"] if is_base else []
@@ -606,11 +663,17 @@ def report(modes: list[str], runs: dict[str, list[Run]], failed: dict[str, str],
                 q = max(0.0, ratio - 1) / (rr - 1)
                 checks.append(f"{'ok' if q <= 0.25 else 'MISSED'}: {q:.2f} of {ref}'s overhead (<= 0.25)")
         tgt = "" if target is None else f"{target:.2f}x"
-        lines.append(f"{name:24s} {wall:13.2f} {_ratio(ratio):>8s} {over:>9s} {tgt:>7s}  {'; '.join(checks)}")
-    lines.append(
-        f"ratio: median over {rounds} round(s) of wall time / the same round's baseline wall time "
-        "(native modes vs 'none', Ray modes vs 'ray-none')"
-    )
+        lines.append(
+            f"{name:22s} {wall:7.2f} {_ratio(ratio):>7s} {over:>8s} {cpu:7.1f} "
+            f"{_ratio(cpu_ratios[name]):>9s} {tgt:>6s}  {'; '.join(checks)}"
+        )
+    lines += [
+        f"ratio: median over {rounds} round(s) of a mode's wall time / the same round's baseline wall time "
+        "(native modes vs 'none', Ray modes vs 'ray-none').",
+        "CPU s: user+system seconds of the worker processes and of the curriculum's process (this process, "
+        "or the curriculum's Ray actor) over the timed part; not counted: Ray's own daemons. On a shared "
+        "machine the CPU ratio is the steadier measure of the work the middleware adds.",
+    ]
     return lines
 
 
@@ -699,7 +762,7 @@ def main(argv: list[str] | None = None) -> int:
                 runs[name].append(run)
                 print(
                     f"round {r + 1}: {name:24s} {run.wall:7.2f} s  {run.steps} steps, {run.episodes} ep, "
-                    f"return sum {run.ret:.0f}, curriculum received {run.received}",
+                    f"CPU {run.cpu:.1f} s, return sum {run.ret:.0f}, curriculum received {run.received}",
                     flush=True,
                 )
         work = {(run.steps, round(run.ret, 3)) for rs in runs.values() for run in rs}

@@ -1,11 +1,16 @@
 """Gymnasium and PettingZoo wrappers: task switching on reset, feedback, sync wrappers."""
 
+from .coplayer import CoPlayerWrapper, OpponentIds, SingleLearnerEnv, TurnBasedParallelEnv
 from .pettingzoo_wrapper import PettingZooReinitTaskWrapper, PettingZooTaskWrapper
 from .reinit import ReinitTaskWrapper
 from .sync_wrappers import GymnasiumSyncWrapper, PettingZooSyncWrapper
 from .task_wrapper import TaskSwitching, TaskWrapper, check_progress
 
 __all__ = [
+    "CoPlayerWrapper",
+    "OpponentIds",
+    "SingleLearnerEnv",
+    "TurnBasedParallelEnv",
     "GymnasiumSyncWrapper",
     "PettingZooSyncWrapper",
     "PettingZooReinitTaskWrapper",

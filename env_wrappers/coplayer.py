@@ -31,12 +31,22 @@ as ``pettingzoo.classic.tictactoe_v3``, which PettingZoo's ``aec_to_parallel`` r
 and :class:`SingleLearnerEnv` presents an env whose learner plays exactly one agent per episode as a
 Gymnasium env, for vector envs and single-agent trainers.
 
-A worker-side env, in full::
+Adding PFSP to a PettingZoo training script takes a few lines on each side::
 
-    def make_env():
-        game = CoPlayerWrapper(TurnBasedParallelEnv(tictactoe_v3.env()), store_directory,
-                               policy_fn=greedy_move, turn_based=True)
-        return SingleLearnerEnv(PettingZooSyncWrapper(game, server.address))
+    store = OpponentStore("runs/opponents", max_count=16)       # learner process
+    pfsp = PFSP(store)                                          # or FSP(store), SelfPlay(store)
+    server = serve(pfsp)
+
+    def make_env():                                             # runs in each worker process
+        game = CoPlayerWrapper(my_parallel_env(), "runs/opponents", make_agent=build_policy)
+        return PettingZooSyncWrapper(game, server.address)
+
+    ...                                                         # the training loop, unchanged
+    with server.lock:
+        pfsp.update_agent(policy)                               # after each update; snapshots as PFSP says
+
+``build_policy(state_dict)`` turns a stored snapshot into a callable ``policy(obs) -> action`` (or pass
+``policy_fn``). :mod:`magister.examples.selfplay_pz` is a complete run on tic-tac-toe.
 
 >>> import json, tempfile
 >>> from magister.curricula.opponent_store import OpponentStore

@@ -54,7 +54,7 @@ from ..sync.ray_backend import RayCurriculumServer, parse_ray_address
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["MagisterCallbacks", "flatten_metrics", "magister_callbacks", "make_env_creator"]
+__all__ = ["MagisterCallbacks", "magister_callbacks", "make_env_creator", "result_metrics"]
 
 #: Result keys with these prefixes are left out of the default ``update_on_demand`` payload (configuration,
 #: system and this callback's own entries) ...
@@ -117,17 +117,20 @@ def make_env_creator(
     return creator
 
 
-def flatten_metrics(result: Mapping[str, Any], prefix: str = "") -> dict[str, float]:
-    """Finite numeric leaves of a nested result dict, keyed by their ``/``-joined path.
+def result_metrics(result: Mapping[str, Any], prefix: str = "") -> dict[str, float]:
+    """Finite numeric leaves of a nested RLlib result dict, keyed by their ``/``-joined path.
 
-    >>> flatten_metrics({"a": 1, "b": {"c": 2.5, "d": "text", "e": float("nan")}, "f": True})
+    Unlike :func:`magister.integrations.loggers.flatten_metrics` (strict: a non-number is an error), this
+    skips everything else a training result holds (strings, lists, configs, NaNs, bools).
+
+    >>> result_metrics({"a": 1, "b": {"c": 2.5, "d": "text", "e": float("nan")}, "f": True})
     {'a': 1.0, 'b/c': 2.5}
     """
     out: dict[str, float] = {}
     for key, value in result.items():
         name = f"{prefix}{key}"
         if isinstance(value, Mapping):
-            out.update(flatten_metrics(value, name + "/"))
+            out.update(result_metrics(value, name + "/"))
         elif isinstance(value, bool) or not (isinstance(value, (int, float)) or _is_np_number(value)):
             continue
         else:
@@ -147,7 +150,7 @@ class MagisterCallbacks(RLlibCallback):
     Class attributes (set by :func:`magister_callbacks`):
         address: The curriculum actor's ``"ray://..."`` address.
         metrics_fn: ``result -> dict`` payload for ``update_on_demand`` (``None``: every finite numeric
-            result, flattened by :func:`flatten_metrics`, except configuration, system and timing
+            result, flattened by :func:`result_metrics`, except configuration, system and timing
             entries). Returning ``None`` or ``{}`` sends nothing that iteration.
         report_curriculum: Add the curriculum's metrics to each result under ``"magister"``.
         timeout: Seconds to wait for the actor.
@@ -178,7 +181,7 @@ class MagisterCallbacks(RLlibCallback):
         fn = type(self).metrics_fn
         if fn is not None:
             return fn(result)
-        flat = flatten_metrics(result)
+        flat = result_metrics(result)
         return {k: v for k, v in flat.items() if _wanted(k)}
 
     def on_train_result(

@@ -117,6 +117,10 @@ def test_coplayer_learner_losing_lowers_the_win_rate_over_sockets(store):
     pfsp.sample = lambda k=1: [1] * k  # the chasing opponent
     with serve(pfsp) as server:
         env = PettingZooSyncWrapper(_coplayer(store, "runner"), server.address)
+        env.reset(seed=0)
+        with server.lock:  # only ids travel through the curriculum's socket; the worker loaded the weights
+            assert all(type(t) is int for t in server.core.in_flight(env.env_id).values())
+        assert env.loaded_ids == [1]
         _play(env, lambda obs: 0, 4)  # the learner (runner) stands still and is caught
         env.close()
         m = server.metrics()
@@ -457,3 +461,31 @@ def test_single_learner_env_presents_one_agent_as_gymnasium(store):
     assert r == 1.0 and term
     env.close()
     assert os.path.isdir(store.directory)
+
+
+def test_one_learner_against_two_opponent_slots_in_a_three_agent_env():
+    sp = SelfPlay()
+    sp.update_agent("zero")
+    cur = Constant(OpponentIds(allow_current=True), -1)
+    env = CoPlayerWrapper(Trio(), sp, policy_fn=lambda opp, obs, agent: 0, learner_agents=["a"])
+    sync = PettingZooSyncWrapper(env, cur)
+    sync.reset()
+    steps = 0
+    while sync.agents:
+        sync.step({"a": 0})
+        steps += 1
+    extras = env.episode_extras()
+    assert steps == 2 and extras["agent_returns"] == {"a": 2.0, "b": 4.0, "c": 5.0}
+    assert extras["opponent_agents"] == {"b": -1, "c": -1} and extras["learner_agents"] == ["a"]
+    assert extras["opponent_return"] == 4.5 and extras["learner_return"] == 2.0  # the mean over its slots
+    sync.close()
+
+
+def test_opponent_ids_space_samples_from_the_store_now(store):
+    space = OpponentIds(store.directory, seed=0)
+    assert {space.sample() for _ in range(50)} == {0, 1}
+    with pytest.raises(TypeError, match="directory"):
+        OpponentIds().sample()
+    with pytest.raises(ValueError, match="not in OpponentIds"):
+        space.encode(-1)
+    assert OpponentIds(allow_current=True).decode(-1) == -1 and space.num_tasks is None

@@ -19,9 +19,9 @@ from magister.examples.cartpole import default_task_space  # noqa: E402
 from magister.examples.rllib_cartpole import make_curriculum, make_task_env, train  # noqa: E402
 from magister.integrations.rllib import (  # noqa: E402
     MagisterCallbacks,
-    flatten_metrics,
     magister_callbacks,
     make_env_creator,
+    result_metrics,
 )
 from magister.sync.ray_backend import RayClient, serve_ray  # noqa: E402
 
@@ -66,7 +66,7 @@ class RecordingBox(ExpandingBox):
 # -- pieces, without training ---------------------------------------------------------------------------
 
 
-def test_flatten_metrics_keeps_finite_numbers_only():
+def test_result_metrics_keeps_finite_numbers_only():
     import numpy as np
 
     result = {
@@ -76,7 +76,7 @@ def test_flatten_metrics_keeps_finite_numbers_only():
         "name": "x",
         "deep": {"a": {"b": np.int64(7)}},
     }
-    assert flatten_metrics(result) == {
+    assert result_metrics(result) == {
         "training_iteration": 3.0,
         "env_runners/episode_return_mean": 21.5,
         "deep/a/b": 7.0,

@@ -1,0 +1,933 @@
+"""Recurrent PPO on XLand-style games with dynamic task filtering and FSP/PFSP co-players — one file.
+
+Run ``python -m magister.examples.xland_ppo --help`` for the options; a default run takes a few minutes on
+two CPU cores::
+
+    python -m magister.examples.xland_ppo                      # dynamic task filter + FSP co-players
+    python -m magister.examples.xland_ppo --curriculum uniform # the same without the filter
+    python -m magister.examples.xland_ppo --ablation           # both, same budget, compared on held-out tasks
+
+After *Open-Ended Learning Leads to Generally Capable Agents* (XLand), scaled down to a CPU:
+
+* **Tasks** are ``(world, game, co-player ids)``: 7x7 worlds and random games from
+  :class:`~magister.examples.xland.task.XLandTaskSpace`, whose held-out **test** and **validation** sets
+  (:meth:`~magister.examples.xland.task.XLandTaskSpace.make_evaluation_sets`) are never trained on. On the
+  wire a task is a pair ``(xland task, opponent id)`` of a :class:`~magister.curricula.dual.DualCurriculum`.
+* **Curricula**: the task half comes from XLand's dynamic task generation
+  (:class:`~magister.curricula.task_filter.TaskFilter`, Section 5.2: keep a proposed task when the agent is
+  not already solving it, beats a uniform-random control policy on it, and the control policy scores
+  nothing), or uniformly from the space (``--curriculum uniform``, the ablation). The opponent half is
+  :class:`~magister.curricula.fsp.FSP` or :class:`~magister.curricula.pfsp.PFSP` over snapshots of the
+  learner's own policy in an :class:`~magister.curricula.opponent_store.OpponentStore`: every non-learner
+  slot of the game is played by that snapshot, loaded by id inside the environment. The learner's
+  "win" against a snapshot is a higher return than the co-players' (:class:`CompareReturns`).
+* **Control-policy episodes** of the filter (encoded ``("magister:control", task)``) are played by uniform
+  random actions in the learner's slot; they and the filter's agent-evaluation episodes arrive with
+  ``info["task_train"] == False`` and are masked out of the PPO losses.
+* **Agent**: a CNN over the egocentric-free grid planes, a goal encoder after the paper's (Fig. 38: atoms
+  embedded from their relation and arguments, each literal through an atom MLP with its sign, **summed
+  within an option**, through an option MLP, **summed over options**), a GRU core, and policy/value heads
+  that see the core state and the goal embedding again (a simplified stand-in for the GOAT module).
+* **Evaluation** (:mod:`magister.examples.xland.evaluation`): on the held-out tasks against the fixed
+  co-players noop, random and goal-seeker, **participation** (share of tasks with non-zero reward, worst
+  case over co-players) and **normalised percentiles** (per-task normaliser: the Nash value of a small
+  population of reference policies — noop, random, goal-seeker — worst case over co-players), printed as a
+  table and plotted; validation every ``eval_every`` updates, test at the end.
+
+Outputs in ``run_dir/run_name``: TensorBoard events, ``checkpoint.pt`` (policy, optimiser, curricula,
+normalisers, history; ``--resume`` continues from it), ``opponents/`` (the snapshot store), ``eval.txt``,
+``result.json`` and ``xland.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+import inspect
+import json
+import logging
+import os
+import shutil
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.nn as nn
+
+from magister.curricula.base import Curriculum
+from magister.curricula.domain_randomization import DomainRandomization
+from magister.curricula.dual import DualCurriculum
+from magister.curricula.fsp import FSP
+from magister.curricula.opponent_store import OpponentCurriculum, OpponentStore, OutcomeRule
+from magister.curricula.pfsp import PFSP
+from magister.curricula.task_filter import TaskFilter, control_task, split_control
+from magister.env_wrappers.coplayer import SingleLearnerEnv
+from magister.env_wrappers.sync_wrappers import PettingZooSyncWrapper
+from magister.examples.xland.coplayers import LEARNER, NOOP
+from magister.examples.xland.env import N_CHANNELS, N_VECTOR, XLandEnv, XLandTask, XLandTaskWrapper
+from magister.examples.xland.evaluation import (
+    PERCENTILES,
+    EvalResult,
+    evaluate,
+    format_table,
+    normalisers,
+    reference_returns,
+)
+from magister.examples.xland.game import ATOMS, FLOOR0, NUM_ATOMS, NUM_FLOORS
+from magister.examples.xland.task import XLandTaskSpace
+from magister.examples.xland.world import MAX_SIZE
+from magister.task_spaces.base import EncodedTask, TaskSpace
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "Agent", "Args", "CompareReturns", "ControlXLandTask", "GoalEncoder", "PairTaskSpace", "RunResult",
+    "TorchPolicy", "XLandTrainWrapper", "ablation", "main", "make_curriculum", "parse_args", "train",
+]
+
+N_ACTIONS = 6
+
+
+# ----------------------------------------------------------------------------------------------------
+# Arguments
+# ----------------------------------------------------------------------------------------------------
+@dataclass
+class Args:
+    """Options of the XLand PPO trainer (every field is a ``--flag``)."""
+
+    curriculum: str = "filter"
+    """task curriculum: filter (XLand dynamic task generation) or uniform (no filter, the ablation)"""
+    coplayers: str = "fsp"
+    """co-player curriculum over snapshots of the learner: fsp or pfsp"""
+    total_steps: int = 60_000
+    """environment steps in total (the learner's steps)"""
+    num_envs: int = 8
+    """parallel environments"""
+    num_steps: int = 64
+    """steps per env per rollout"""
+    episode_length: int = 40
+    """steps per episode (the return of a task lies in [0, episode_length])"""
+    world_size: int = 7
+    """side of the square worlds"""
+    three_player_prob: float = 0.0
+    """probability of a 3-player game (0: 2-player games only, cheaper on a CPU)"""
+    filter_episodes: int = 4
+    """K: Monte-Carlo episodes per policy per proposed task (paper: 10; fewer at CPU scale)"""
+    filter_eval_fraction: float = 0.2
+    """share of episodes spent evaluating proposed tasks (while candidates need episodes)"""
+    filter_pending: int = 4
+    """proposed tasks under evaluation at once"""
+    filter_max_tasks: int = 200
+    """capacity of the filter's accepted training set"""
+    snapshot_every: int = 5
+    """store a snapshot of the learner as a co-player every N updates"""
+    max_snapshots: int = 0
+    """snapshots kept in the store (0: all)"""
+    learning_rate: float = 5e-4
+    gamma: float = 0.99
+    gae_lambda: float = 0.95
+    num_minibatches: int = 4
+    """minibatches per epoch (split by environment: each replays whole sequences through the GRU)"""
+    update_epochs: int = 4
+    clip_coef: float = 0.2
+    ent_coef: float = 0.01
+    vf_coef: float = 0.5
+    max_grad_norm: float = 0.5
+    hidden: int = 64
+    """width of the goal embedding, torso and GRU core"""
+    n_test: int = 40
+    """held-out test tasks (world + game), each played against noop, random and goal-seeker"""
+    n_validation: int = 16
+    """held-out validation tasks (evaluated during training)"""
+    eval_episodes: int = 1
+    """episodes per (held-out task, co-player)"""
+    eval_every: int = 10
+    """evaluate on the validation set every N updates (0: only at the end)"""
+    seed: int = 0
+    torch_threads: int = 1
+    vector: str = "sync"
+    """sync: envs in this process (curriculum called directly); async: worker processes + sync layer"""
+    checkpoint_every: int = 20
+    """write a checkpoint every N updates (0: only at the end)"""
+    resume: str = ""
+    """checkpoint to resume from"""
+    run_dir: str = "runs"
+    run_name: str = ""
+    tensorboard: bool = True
+    progress: bool = True
+    plot: bool = True
+    ablation: bool = False
+    """run --curriculum filter and uniform with the same budget and compare them on the held-out tests"""
+
+
+def _field_docs() -> dict[str, str]:
+    """The docstrings under each :class:`Args` field, for ``--help``."""
+    docs, last = {}, None
+    for line in inspect.getsource(Args).splitlines():
+        s = line.strip()
+        if ":" in s and "=" in s and not s.startswith('"""'):
+            last = s.split(":")[0]
+        elif s.startswith('"""') and s.endswith('"""') and last and len(s) > 6:
+            docs[last] = s.strip('"')
+    return docs
+
+
+def parse_args(argv: list[str] | None = None) -> Args:
+    """Build an argparse parser from :class:`Args` (``--total-steps 1e5`` style) and parse ``argv``."""
+    parser = argparse.ArgumentParser(
+        prog="python -m magister.examples.xland_ppo",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    docs = _field_docs()
+    for f in dataclasses.fields(Args):
+        flag = "--" + f.name.replace("_", "-")
+        help_ = docs.get(f.name, " ")
+        if f.type in ("bool", bool):
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=f.default, help=help_)
+        elif f.type in ("int", int):
+            parser.add_argument(flag, type=lambda s: int(float(s)), default=f.default, help=help_)
+        elif f.type in ("float", float):
+            parser.add_argument(flag, type=float, default=f.default, help=help_)
+        else:
+            parser.add_argument(flag, type=str, default=f.default, help=help_)
+    return Args(**vars(parser.parse_args(argv)))
+
+
+def check_args(args: Args) -> None:
+    """``ValueError`` naming the first bad option."""
+    if args.curriculum not in ("filter", "uniform"):
+        raise ValueError(f"--curriculum must be 'filter' or 'uniform', got {args.curriculum!r}")
+    if args.coplayers not in ("fsp", "pfsp"):
+        raise ValueError(f"--coplayers must be 'fsp' or 'pfsp', got {args.coplayers!r}")
+    if args.vector not in ("sync", "async"):
+        raise ValueError(f"--vector must be 'sync' or 'async', got {args.vector!r}")
+    for name in ("total_steps", "num_envs", "num_steps", "episode_length", "filter_episodes",
+                 "snapshot_every", "hidden", "n_test", "n_validation", "eval_episodes", "num_minibatches",
+                 "update_epochs"):
+        if getattr(args, name) < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)!r}")
+    if args.num_envs % args.num_minibatches:
+        raise ValueError(f"--num-envs ({args.num_envs}) must be a multiple of --num-minibatches "
+                         f"({args.num_minibatches}): minibatches are groups of whole env sequences")
+    if not 3 <= args.world_size <= MAX_SIZE:
+        raise ValueError(f"--world-size must be in [3, {MAX_SIZE}], got {args.world_size!r}")
+
+
+# ----------------------------------------------------------------------------------------------------
+# Tasks: (xland task, opponent id) pairs
+# ----------------------------------------------------------------------------------------------------
+class ControlXLandTask(XLandTask):
+    """A decoded task of a control-policy episode (the filter's ``("magister:control", task)``): the same
+    world, game and co-players; the type tells the env wrapper not to report a result for the co-player."""
+
+
+class PairTaskSpace(TaskSpace[XLandTask]):
+    """Env-side space of the :class:`~magister.curricula.dual.DualCurriculum` pairs ``(task, opponent_id)``.
+
+    ``task`` is an encoded :class:`~magister.examples.xland.env.XLandTask` (possibly control-tagged by the
+    task filter); decoding puts ``opponent_id`` into every non-learner slot. Encoding a decoded task gives
+    the pair back (co-player slots as the placeholder ``NOOP`` in the task half).
+
+    >>> from magister.examples.xland.task import XLandTaskSpace
+    >>> enc = XLandTaskSpace(coplayer_ids=(NOOP,), seed=0).sample_encoded(1)[0]
+    >>> PairTaskSpace().decode((enc, 3)).coplayers
+    (-1, 3)
+    """
+
+    def sample(self) -> XLandTask:
+        raise TypeError("PairTaskSpace only decodes tasks sent by the curriculum; it does not sample")
+
+    def contains(self, task: Any) -> bool:
+        return isinstance(task, XLandTask)
+
+    def encode(self, task: XLandTask) -> EncodedTask:
+        if not isinstance(task, XLandTask):
+            raise ValueError(f"{task!r:.200} is not an XLandTask of {self!r}")
+        others = [c for c in task.coplayers if c != LEARNER]
+        slots = tuple(LEARNER if c == LEARNER else NOOP for c in task.coplayers)
+        base = XLandTask(task.world, task.game, slots)
+        inner = control_task(base.encode()) if isinstance(task, ControlXLandTask) else base.encode()
+        return (inner, others[0] if others else NOOP)
+
+    def decode(self, encoded: EncodedTask) -> XLandTask:
+        if not isinstance(encoded, (tuple, list)) or len(encoded) != 2:
+            raise ValueError(f"{encoded!r:.200} is not a (task, opponent_id) pair of {self!r}")
+        inner, is_control = split_control(encoded[0])
+        opp = encoded[1]
+        if isinstance(opp, bool) or not isinstance(opp, (int, np.integer)):
+            raise ValueError(f"opponent id {opp!r} of {self!r} must be an int")
+        task = XLandTask.decode(inner)
+        cps = tuple(LEARNER if c == LEARNER else int(opp) for c in task.coplayers)
+        cls = ControlXLandTask if is_control else XLandTask
+        return cls(task.world, task.game, cps)
+
+    @property
+    def num_tasks(self) -> None:
+        return None
+
+
+class XLandTrainWrapper(XLandTaskWrapper):
+    """The training env's task wrapper: reports, at the end of each episode, the learner's and the
+    co-players' returns as episode extras, for the co-player curriculum's outcome rule.
+
+    Control-policy episodes (played by random actions, not the learner) report no ``opponent_return``, so
+    with ``DualCurriculum(derive_outcomes=False)`` they never count as a result against the snapshot.
+    """
+
+    def __init__(self, env: XLandEnv) -> None:
+        super().__init__(env, PairTaskSpace())
+        self._control = False
+
+    def change_task(self, task: Any) -> None:
+        self._control = isinstance(task, ControlXLandTask)
+        super().change_task(task)
+
+    def episode_extras(self) -> dict[str, Any]:
+        env = self.env.unwrapped
+        rets = np.asarray(env.returns, dtype=np.float64)
+        slots = [i for i, c in enumerate(env.coplayers) if c != LEARNER]
+        if self._control or not slots:
+            return {"control": bool(self._control)}
+        co = float(rets[slots].mean())
+        return {"learner_return": float(rets[0]), "coplayer_return": co, "opponent_return": co}
+
+
+class CompareReturns(OutcomeRule):
+    """The learner beats a co-player when its return is higher than the co-players' mean return; equal
+    returns are a draw (score 0.5), lower ones a loss (``draw_margin`` widens the draw band).
+
+    >>> CompareReturns().learner_score_from_episode(3.0, {"learner_return": 3.0, "coplayer_return": 1.0})
+    1.0
+    >>> CompareReturns().learner_score_from_episode(0.0, {"learner_return": 0.0, "coplayer_return": 0.0})
+    0.5
+    """
+
+    def learner_score_from_episode(
+        self, episode_return: float, extras: dict[str, Any] | None = None
+    ) -> float:
+        extras = extras or {}
+        if "coplayer_return" in extras and "learner_return" in extras:
+            diff = float(extras["learner_return"]) - float(extras["coplayer_return"])
+            if not np.isfinite(diff):
+                raise ValueError(f"returns in extras must be finite, got {extras!r}")
+            return 1.0 if diff > self.draw_margin else 0.0 if diff < -self.draw_margin else 0.5
+        return super().learner_score_from_episode(episode_return, extras)
+
+
+def make_task_space(args: Args) -> tuple[XLandTaskSpace, list[XLandTask], list[XLandTask]]:
+    """The training space (co-player slots are placeholders, filled by the opponent curriculum), and the
+    held-out test and validation tasks, whose games and worlds the training space never samples."""
+    space = XLandTaskSpace(coplayer_ids=(NOOP,), three_player_prob=args.three_player_prob,
+                           world_sizes=(args.world_size, args.world_size), seed=args.seed)
+    test, validation = space.make_evaluation_sets(args.n_test, args.n_validation, seed=10_000 + args.seed)
+    return space, test, validation
+
+
+def make_curriculum(args: Args, space: TaskSpace, store: OpponentStore) -> DualCurriculum:
+    """``DualCurriculum(task filter or uniform, FSP or PFSP)`` as chosen by ``args``."""
+    if args.curriculum == "filter":
+        tasks: Curriculum = TaskFilter(
+            space, num_episodes=args.filter_episodes, return_range=(0.0, float(args.episode_length)),
+            eval_fraction=args.filter_eval_fraction, max_pending=args.filter_pending,
+            max_train_tasks=args.filter_max_tasks, seed=args.seed)
+    elif args.curriculum == "uniform":
+        tasks = DomainRandomization(space, seed=args.seed)
+    else:
+        raise ValueError(f"unknown curriculum {args.curriculum!r}; expected 'filter' or 'uniform'")
+    cls = {"fsp": FSP, "pfsp": PFSP}.get(args.coplayers)
+    if cls is None:
+        raise ValueError(f"unknown co-player curriculum {args.coplayers!r}; expected 'fsp' or 'pfsp'")
+    opponents: OpponentCurriculum = cls(store, checkpoint_interval=args.snapshot_every,
+                                        outcome_rule=CompareReturns(), seed=args.seed + 1)
+    return DualCurriculum(tasks, opponents, derive_outcomes=False)
+
+
+# ----------------------------------------------------------------------------------------------------
+# The agent
+# ----------------------------------------------------------------------------------------------------
+def atom_features() -> np.ndarray:
+    """3-hot features of every atom (relation, first argument, second argument); last row: padding."""
+    n_ent = FLOOR0 + NUM_FLOORS
+    out = np.zeros((NUM_ATOMS + 1, 4 + 2 * n_ent), dtype=np.float32)
+    for i, (rel, a, b) in enumerate(ATOMS):
+        out[i, rel] = out[i, 4 + a] = out[i, 4 + n_ent + b] = 1.0
+    return out
+
+
+def layer_init(layer: nn.Module, std: float = float(np.sqrt(2)), bias: float = 0.0) -> nn.Module:
+    nn.init.orthogonal_(layer.weight, std)
+    nn.init.constant_(layer.bias, bias)
+    return layer
+
+
+class GoalEncoder(nn.Module):
+    """XLand's goal embedding (Fig. 38): atom embedding, literal = atom MLP over (embedding, sign), **sum over
+    the literals of an option**, option MLP, **sum over options**. Input: the env's ``goal_atoms`` (ids, -1
+    padded) and ``goal_matrix`` (options x atoms, entries +1 / -1 / 0)."""
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.register_buffer("table", torch.from_numpy(atom_features()))
+        self.pred = nn.Linear(self.table.shape[1], dim)
+        self.atom_mlp = nn.Sequential(nn.Linear(dim + 1, dim), nn.ReLU(), nn.Linear(dim, dim), nn.ReLU())
+        self.option_mlp = nn.Sequential(nn.Linear(dim, dim), nn.ReLU(), nn.Linear(dim, dim), nn.ReLU())
+
+    def forward(self, atoms: torch.Tensor, matrix: torch.Tensor) -> torch.Tensor:
+        idx = torch.where(atoms < 0, torch.full_like(atoms, NUM_ATOMS), atoms).long()
+        pred = self.pred(self.table[idx])  # [B, atoms, d]
+        signs = matrix.float()  # [B, options, atoms]
+        lits = torch.cat([pred[:, None].expand(-1, signs.shape[1], -1, -1), signs[..., None]], dim=-1)
+        present = (signs != 0).float()
+        lit_emb = self.atom_mlp(lits) * present[..., None]
+        options = self.option_mlp(lit_emb.sum(dim=2)) * (present.sum(-1) > 0).float()[..., None]
+        return options.sum(dim=1)
+
+
+class Agent(nn.Module):
+    """CNN torso + goal encoder -> GRU core -> policy and value heads (which see the goal again)."""
+
+    def __init__(self, hidden: int = 64) -> None:
+        super().__init__()
+        self.hidden = int(hidden)
+        self.goal = GoalEncoder(hidden)
+        self.cnn = nn.Sequential(
+            layer_init(nn.Conv2d(N_CHANNELS, 16, 3, padding=1)), nn.ReLU(),
+            layer_init(nn.Conv2d(16, 32, 3, stride=2)), nn.ReLU(), nn.Flatten(),
+        )
+        n_cnn = 32 * ((MAX_SIZE - 3) // 2 + 1) ** 2
+        self.torso = nn.Sequential(layer_init(nn.Linear(n_cnn + N_VECTOR + hidden, hidden)), nn.ReLU())
+        self.core = nn.GRUCell(hidden, hidden)
+        self.head = nn.Sequential(layer_init(nn.Linear(2 * hidden, hidden)), nn.ReLU())
+        self.actor = layer_init(nn.Linear(hidden, N_ACTIONS), std=0.01)
+        self.critic = layer_init(nn.Linear(hidden, 1), std=1.0)
+
+    def encode(self, obs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(core input, goal embedding)`` for a flat batch of observations."""
+        g = self.goal(obs["goal_atoms"], obs["goal_matrix"])
+        x = torch.cat([self.cnn(obs["grid"].float()), obs["vector"].float(), g], dim=1)
+        return self.torso(x), g
+
+    def heads(self, h: torch.Tensor, g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        z = self.head(torch.cat([h, g], dim=-1))
+        return self.actor(z), self.critic(z).squeeze(-1)
+
+    def step(self, obs: dict[str, torch.Tensor], h: torch.Tensor, done: torch.Tensor
+             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """One step for a batch: ``(logits, value, new hidden)``; ``done`` (1 = new episode) resets ``h``."""
+        x, g = self.encode(obs)
+        h = self.core(x, h * (1.0 - done)[:, None])
+        logits, value = self.heads(h, g)
+        return logits, value, h
+
+    def unroll(self, obs: dict[str, torch.Tensor], h0: torch.Tensor, dones: torch.Tensor
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(logits [T, B, A], values [T, B])`` for sequences ``obs[k]: [T, B, ...]`` from hidden ``h0``."""
+        t_len, b = dones.shape
+        flat = {k: v.reshape((t_len * b,) + v.shape[2:]) for k, v in obs.items()}
+        x, g = self.encode(flat)
+        x, g = x.reshape(t_len, b, -1), g.reshape(t_len, b, -1)
+        h, hs = h0, []
+        for t in range(t_len):
+            h = self.core(x[t], h * (1.0 - dones[t])[:, None])
+            hs.append(h)
+        return self.heads(torch.stack(hs), g)
+
+
+def to_tensor(obs: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
+    return {k: torch.as_tensor(np.asarray(v)) for k, v in obs.items()}
+
+
+class TorchPolicy:
+    """An :class:`Agent` as a policy: batched (``reset(n)`` / ``act(envs, obs)``, for evaluation) or one
+    observation at a time (``policy(obs) -> action``, for snapshot co-players; the GRU state restarts when
+    the observation's time feature is 0, i.e. at every episode start)."""
+
+    def __init__(self, agent: Agent, seed: int = 0) -> None:
+        self.agent = agent.eval()
+        self.gen = torch.Generator().manual_seed(int(seed))
+        self.h = torch.zeros(1, agent.hidden)
+
+    def reset(self, n: int) -> None:
+        self.h = torch.zeros(n, self.agent.hidden)
+
+    @torch.no_grad()
+    def _act(self, obs: dict[str, torch.Tensor]) -> np.ndarray:
+        logits, _, self.h = self.agent.step(obs, self.h, torch.zeros(self.h.shape[0]))
+        probs = torch.softmax(logits, dim=-1)
+        return torch.multinomial(probs, 1, generator=self.gen).squeeze(1).numpy()
+
+    def act(self, envs: Sequence[Any], obs: Sequence[dict[str, np.ndarray]]) -> np.ndarray:
+        return self._act({k: torch.as_tensor(np.stack([o[k] for o in obs])) for k in obs[0]})
+
+    def __call__(self, obs: dict[str, np.ndarray]) -> int:
+        if float(obs["vector"][22]) == 0.0:  # t = 0: a new episode
+            self.h = torch.zeros(1, self.agent.hidden)
+        return int(self._act({k: torch.as_tensor(np.asarray(v))[None] for k, v in obs.items()})[0])
+
+
+def snapshot_policy(state_dict: dict[str, torch.Tensor], hidden: int) -> TorchPolicy:
+    """``make_agent`` of the snapshot store: a stored ``state_dict`` -> a playable co-player policy."""
+    agent = Agent(hidden)
+    agent.load_state_dict(state_dict)
+    return TorchPolicy(agent, seed=int(np.random.default_rng().integers(1 << 31)))
+
+
+# ----------------------------------------------------------------------------------------------------
+# Environments
+# ----------------------------------------------------------------------------------------------------
+def make_env_fn(args: Args, source: Any, store_dir: str):
+    """A factory for one synced env (picklable for worker processes when ``source`` is an address)."""
+
+    def thunk() -> gym.Env:
+        torch.set_num_threads(args.torch_threads)
+        base = XLandEnv(episode_length=args.episode_length, opponent_dir=store_dir,
+                        make_agent=functools.partial(snapshot_policy, hidden=args.hidden))
+        return SingleLearnerEnv(PettingZooSyncWrapper(XLandTrainWrapper(base), source))
+
+    return thunk
+
+
+def make_vector_env(args: Args, source: Any, store_dir: str) -> gym.vector.VectorEnv:
+    fns = [make_env_fn(args, source, store_dir) for _ in range(args.num_envs)]
+    mode = gym.vector.AutoresetMode.SAME_STEP
+    if args.vector == "async":
+        return gym.vector.AsyncVectorEnv(fns, autoreset_mode=mode, context="fork")
+    return gym.vector.SyncVectorEnv(fns, autoreset_mode=mode)
+
+
+def _task_info(info: dict[str, Any], n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per env: train flag and whether the episode is a control-policy episode."""
+    train = np.asarray(info["task_train"], dtype=bool) if "task_train" in info else np.ones(n, dtype=bool)
+    tasks = list(info["task"]) if "task" in info else [None] * n
+    control = np.array([t is not None and split_control(t[0])[1] for t in tasks], dtype=bool)
+    return train, control
+
+
+# ----------------------------------------------------------------------------------------------------
+# Training
+# ----------------------------------------------------------------------------------------------------
+@dataclass
+class RunResult:
+    """What :func:`train` returns."""
+
+    test: dict[str, EvalResult]
+    history: list[dict[str, Any]]
+    global_step: int
+    seconds: float
+    run_dir: str
+    curriculum_metrics: dict[str, float] = field(default_factory=dict)
+    train_returns: dict[str, float] = field(default_factory=dict)
+
+
+def _stack_refs(refs: dict[str, np.ndarray]) -> np.ndarray:
+    return np.stack([refs[k] for k in ("noop", "random", "seeker")], axis=1)  # [tasks, refs, co-players]
+
+
+def train(args: Args) -> RunResult:
+    """Train one agent (see the module docstring); returns the final held-out evaluation and history."""
+    check_args(args)
+    torch.manual_seed(args.seed)
+    torch.set_num_threads(args.torch_threads)
+    np_rng = np.random.default_rng(args.seed)
+    run_name = args.run_name or f"xland_{args.curriculum}_{args.coplayers}_s{args.seed}"
+    run_dir = Path(args.run_dir) / run_name
+    run_dir.mkdir(parents=True, exist_ok=True)
+    store_dir = run_dir / "opponents"
+
+    ckpt = torch.load(args.resume, weights_only=False) if args.resume else None
+    if ckpt is not None:
+        old = Path(ckpt["store_dir"])
+        if old.resolve() != store_dir.resolve():
+            if store_dir.exists():
+                shutil.rmtree(store_dir)
+            shutil.copytree(old, store_dir)
+    elif store_dir.exists():
+        shutil.rmtree(store_dir)  # a fresh run starts with a fresh co-player population
+    store = OpponentStore(store_dir, max_count=args.max_snapshots or None)
+    space, test_tasks, val_tasks = make_task_space(args)
+    curriculum = make_curriculum(args, space, store)
+    agent = Agent(args.hidden)
+    optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
+
+    start_update, global_step, history, norms = 0, 0, [], None
+    if ckpt is not None:
+        agent.load_state_dict(ckpt["agent"])
+        optimizer.load_state_dict(ckpt["optimizer"])
+        curriculum.load_state_dict(ckpt["curriculum"])
+        start_update, global_step, history = ckpt["update"], ckpt["global_step"], ckpt["history"]
+        norms = ckpt["norms"]
+        logger.info("resumed from %s at update %d", args.resume, start_update)
+    if norms is None:
+        t_ref = time.time()
+        kw = dict(episodes=args.eval_episodes, episode_length=args.episode_length, seed=args.seed)
+        refs = {"test": reference_returns(test_tasks, **kw), "validation": reference_returns(val_tasks, **kw)}
+        norms = {"refs": refs, "test": normalisers(_stack_refs(refs["test"])),
+                 "validation": normalisers(_stack_refs(refs["validation"]))}
+        logger.info("reference policies evaluated on %d held-out tasks in %.1fs",
+                    len(test_tasks) + len(val_tasks), time.time() - t_ref)
+    if ckpt is None or store.latest_id() is None:
+        curriculum.update_agent(agent)  # snapshot 0: the co-player population is never empty
+
+    server = None
+    if args.vector == "async":
+        from magister.sync.server import serve
+
+        server = serve(curriculum)
+        source: Any = server.address
+    else:
+        source = curriculum
+    lock = getattr(server, "lock", None) or nullcontext()
+    envs = make_vector_env(args, source, str(store_dir))
+
+    writer = None
+    if args.tensorboard:
+        from torch.utils.tensorboard import SummaryWriter
+
+        writer = SummaryWriter(str(run_dir))
+        writer.add_text("args", json.dumps(dataclasses.asdict(args), default=str))
+
+    T, N = args.num_steps, args.num_envs
+    batch_size = T * N
+    num_updates = max(1, args.total_steps // batch_size)
+    obs_buf = {k: torch.zeros((T, N) + s.shape, dtype=torch.as_tensor(np.zeros(1, s.dtype)).dtype)
+               for k, s in envs.single_observation_space.spaces.items()}
+    actions = torch.zeros((T, N), dtype=torch.long)
+    logprobs, rewards, dones, values = (torch.zeros((T, N)) for _ in range(4))
+    train_mask = torch.zeros((T, N))
+
+    obs, info = envs.reset(seed=args.seed)
+    cur_train, cur_control = _task_info(info, N)
+    next_done = torch.ones(N)  # the first step of each env starts an episode
+    h = torch.zeros(N, args.hidden)
+    ep_ret = np.zeros(N)
+    t0, eval_seconds = time.time(), 0.0
+    kinds = ("train", "agent_eval", "control")
+    bar = _progress(args, num_updates, start_update)
+    last_val: EvalResult | None = None
+    try:
+        for update in range(start_update, num_updates):
+            agent.train()
+            h0 = h.clone()
+            finished: dict[str, list[float]] = defaultdict(list)
+            for step in range(T):
+                global_step += N
+                for k in obs_buf:
+                    obs_buf[k][step] = torch.as_tensor(obs[k])
+                dones[step] = next_done
+                train_mask[step] = torch.as_tensor(cur_train, dtype=torch.float32)
+                with torch.no_grad():
+                    logits, value, h = agent.step(to_tensor(obs), h, next_done)
+                    dist = torch.distributions.Categorical(logits=logits)
+                    action = dist.sample()
+                    if cur_control.any():  # the filter's control policy: uniform random actions
+                        idx = torch.as_tensor(np.flatnonzero(cur_control))
+                        action[idx] = torch.as_tensor(np_rng.integers(N_ACTIONS, size=len(idx)))
+                    logprobs[step] = dist.log_prob(action)
+                actions[step], values[step] = action, value
+                obs, reward, term, trunc, info = envs.step(action.numpy())
+                rewards[step] = torch.as_tensor(reward, dtype=torch.float32)
+                ep_ret += reward
+                done = np.logical_or(term, trunc)  # fixed-length episodes: time is observed, no bootstrap
+                for i in np.flatnonzero(done):
+                    kind = "control" if cur_control[i] else ("train" if cur_train[i] else "agent_eval")
+                    finished[kind].append(float(ep_ret[i]))
+                    ep_ret[i] = 0.0
+                next_done = torch.as_tensor(done, dtype=torch.float32)
+                cur_train, cur_control = _task_info(info, N)
+
+            # GAE
+            with torch.no_grad():
+                x, g = agent.encode(to_tensor(obs))
+                next_value = agent.heads(agent.core(x, h * (1.0 - next_done)[:, None]), g)[1]
+                advantages = torch.zeros_like(rewards)
+                lastgae = torch.zeros(N)
+                for t in reversed(range(T)):
+                    nonterminal = 1.0 - (next_done if t == T - 1 else dones[t + 1])
+                    nv = next_value if t == T - 1 else values[t + 1]
+                    delta = rewards[t] + args.gamma * nv * nonterminal - values[t]
+                    lastgae = delta + args.gamma * args.gae_lambda * nonterminal * lastgae
+                    advantages[t] = lastgae
+                returns = advantages + values
+
+            # recurrent PPO: minibatches of whole env sequences; evaluation-only steps are masked out
+            stats: dict[str, float] = {}
+            env_groups = N // args.num_minibatches
+            if train_mask.sum() > 0:
+                for _ in range(args.update_epochs):
+                    perm = np_rng.permutation(N)
+                    for s in range(0, N, env_groups):
+                        mb = torch.as_tensor(perm[s:s + env_groups])
+                        w = train_mask[:, mb]
+                        if w.sum() == 0:
+                            continue
+                        new_logits, new_values = agent.unroll({k: v[:, mb] for k, v in obs_buf.items()},
+                                                              h0[mb], dones[:, mb])
+                        dist = torch.distributions.Categorical(logits=new_logits)
+                        ratio = (dist.log_prob(actions[:, mb]) - logprobs[:, mb]).exp()
+                        adv = advantages[:, mb]
+                        if w.sum() > 1:
+                            sel = adv[w > 0]
+                            adv = (adv - sel.mean()) / (sel.std() + 1e-8)
+                        clipped = ratio.clamp(1 - args.clip_coef, 1 + args.clip_coef)
+                        pg = torch.max(-adv * ratio, -adv * clipped)
+                        pg_loss = (pg * w).sum() / w.sum()
+                        v_loss = 0.5 * (((new_values - returns[:, mb]) ** 2) * w).sum() / w.sum()
+                        ent = (dist.entropy() * w).sum() / w.sum()
+                        loss = pg_loss - args.ent_coef * ent + args.vf_coef * v_loss
+                        optimizer.zero_grad()
+                        loss.backward()
+                        nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
+                        optimizer.step()
+                        stats = {"pg_loss": pg_loss.item(), "v_loss": v_loss.item(), "entropy": ent.item()}
+            with lock:
+                new_id = curriculum.update_agent(agent)
+            if new_id is not None:
+                logger.debug("stored co-player snapshot %d", new_id)
+
+            # logging, evaluation, checkpoints
+            elapsed = max(time.time() - t0 - eval_seconds, 1e-9)
+            sps = int((global_step - start_update * batch_size) / elapsed)
+            with lock:
+                cmetrics = _metrics(curriculum)
+            L = float(args.episode_length)
+            row: dict[str, Any] = {"update": update + 1, "global_step": global_step,
+                                   "train_fraction": float(train_mask.mean())}
+            for kind in kinds:
+                r = np.asarray(finished[kind])
+                row[f"episodes/{kind}"] = len(r)
+                if len(r):
+                    row[f"return/{kind}"] = float(r.mean()) / L
+                    if kind == "train":
+                        row["train/zero_return_share"] = float((r == 0).mean())
+                        row["train/solved_share"] = float((r > 375 / 900 * L).mean())
+            for key in ("task/task_filter/train_tasks", "task/task_filter/accepted",
+                        "task/task_filter/proposed", "opponent/curriculum/store_size",
+                        "opponent/curriculum/mean_winrate"):
+                if key in cmetrics:
+                    row[key] = cmetrics[key]
+            is_last = update + 1 == num_updates
+            do_eval = (args.eval_every and (update + 1) % args.eval_every == 0) or is_last
+            if do_eval:
+                t_eval = time.time()
+                last_val = evaluate(val_tasks, TorchPolicy(agent, seed=args.seed), norms["validation"],
+                                    episodes=args.eval_episodes, episode_length=args.episode_length,
+                                    seed=args.seed)
+                agent.train()
+                row["validation"] = last_val.summary()
+                eval_seconds += time.time() - t_eval
+            history.append(row)
+            if writer is not None:
+                writer.add_scalar("charts/sps", sps, global_step)
+                for k, v in row.items():
+                    if k not in ("update", "global_step") and isinstance(v, (int, float)):
+                        writer.add_scalar(k if "/" in k else f"charts/{k}", v, global_step)
+                for k, v in stats.items():
+                    writer.add_scalar(f"losses/{k}", v, global_step)
+                for k, v in cmetrics.items():
+                    writer.add_scalar(f"curriculum/{k}", v, global_step)
+                for k, v in row.get("validation", {}).items():
+                    writer.add_scalar(f"validation/{k}", v, global_step)
+            if bar is not None:
+                post = {"sps": sps}
+                if last_val is not None:
+                    post["val_part"] = f"{last_val.participation:.2f}"
+                if "task/task_filter/train_tasks" in row:
+                    post["accepted"] = int(row["task/task_filter/train_tasks"])
+                bar.set_postfix(post)
+                bar.update(1)
+            if (args.checkpoint_every and (update + 1) % args.checkpoint_every == 0) or is_last:
+                with lock:
+                    cstate = curriculum.state_dict()
+                save_checkpoint(run_dir / "checkpoint.pt", agent, optimizer, cstate, update + 1, global_step,
+                                history, norms, str(store_dir), args)
+    finally:
+        if bar is not None:
+            bar.close()
+        envs.close()
+        if server is not None:
+            server.close()
+    seconds = time.time() - t0
+
+    # the final evaluation on the test set, with the reference policies as rows for comparison
+    test = {"agent": evaluate(test_tasks, TorchPolicy(agent, seed=args.seed), norms["test"],
+                              episodes=args.eval_episodes, episode_length=args.episode_length,
+                              seed=args.seed)}
+    for name, rets in norms["refs"]["test"].items():
+        test[name] = EvalResult(rets, norms["test"])
+    table = format_table(test)
+    (run_dir / "eval.txt").write_text(table + "\n")
+    logger.info("held-out test tasks after %d steps:\n%s", global_step, table)
+    with lock:
+        cmetrics = _metrics(curriculum)
+    train_returns = _train_summary(history)
+    result = RunResult(test, history, global_step, seconds, str(run_dir), cmetrics, train_returns)
+    (run_dir / "result.json").write_text(json.dumps(_result_json(result, args), indent=1, default=float))
+    if writer is not None:
+        for k, v in test["agent"].summary().items():
+            writer.add_scalar(f"test/{k}", v, global_step)
+        writer.close()
+    if args.plot:
+        plot_run(result, run_dir / "xland.png", title=run_name)
+    return result
+
+
+def _metrics(curriculum: Curriculum) -> dict[str, float]:
+    try:
+        return {k: float(v) for k, v in curriculum.metrics().items() if np.isscalar(v)}
+    except Exception:  # metrics are diagnostics; never let them stop training
+        logger.exception("curriculum metrics failed")
+        return {}
+
+
+def _train_summary(history: list[dict[str, Any]]) -> dict[str, float]:
+    """Episode-weighted training-episode statistics over the last half of the run."""
+    rows = history[len(history) // 2:]
+    n = sum(r.get("episodes/train", 0) for r in rows)
+    out: dict[str, float] = {"episodes": float(n)}
+    for key in ("return/train", "train/zero_return_share", "train/solved_share"):
+        if n:
+            out[key] = float(sum(r.get(key, 0.0) * r.get("episodes/train", 0) for r in rows) / n)
+    return out
+
+
+def _result_json(result: RunResult, args: Args) -> dict[str, Any]:
+    return {
+        "args": dataclasses.asdict(args),
+        "global_step": result.global_step,
+        "seconds": result.seconds,
+        "test": {k: {**v.summary(), "percentiles": v.percentiles.tolist(),
+                     "participation_vs": {str(c): p for c, p in v.participation_vs().items()}}
+                 for k, v in result.test.items()},
+        "train": result.train_returns,
+        "curriculum": result.curriculum_metrics,
+    }
+
+
+def _progress(args: Args, total: int, initial: int):
+    if not args.progress:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, initial=initial, desc=f"xland {args.curriculum}", unit="update",
+                dynamic_ncols=True)
+
+
+def save_checkpoint(path: Path, agent: Agent, optimizer: torch.optim.Optimizer, curriculum_state: dict,
+                    update: int, global_step: int, history: list, norms: dict, store_dir: str,
+                    args: Args) -> None:
+    """Atomically write policy, optimiser, curriculum state, normalisers and counters."""
+    tmp = path.with_suffix(".tmp")
+    torch.save({"agent": agent.state_dict(), "optimizer": optimizer.state_dict(),
+                "curriculum": curriculum_state, "update": update, "global_step": global_step,
+                "history": history, "norms": norms, "store_dir": store_dir, "args": dataclasses.asdict(args)}, tmp)
+    os.replace(tmp, path)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Plots and the ablation
+# ----------------------------------------------------------------------------------------------------
+def plot_run(result: RunResult | dict[str, RunResult], path: Path, title: str = "") -> None:
+    """PNG: normalised percentile curves on the test set, validation participation over training, and the
+    training-episode return profile (share of zero-return and of solved episodes). A dict of results
+    (the ablation) draws one line per run."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = result if isinstance(result, dict) else {"agent": result}
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
+    ks = np.array(PERCENTILES)
+    for name, r in runs.items():
+        a = r.test["agent"]
+        axes[0].plot(ks, a.percentiles, label=f"{name} (participation {a.participation:.2f})")
+    if not isinstance(result, dict):
+        for ref in ("noop", "random", "seeker"):
+            axes[0].plot(ks, result.test[ref].percentiles, ls="--", lw=1, label=ref)
+    axes[0].set(xlabel="percentile k", ylabel="normalised score",
+                title="held-out test: normalised percentiles")
+    axes[0].legend(fontsize=7)
+    for name, r in runs.items():
+        ev = [(h["global_step"], h["validation"]["participation"]) for h in r.history if "validation" in h]
+        axes[1].plot([s for s, _ in ev], [p for _, p in ev], marker="o", ms=3, label=name)
+        steps = [h["global_step"] for h in r.history]
+        zero = [h.get("train/zero_return_share", np.nan) for h in r.history]
+        solved = [h.get("train/solved_share", np.nan) for h in r.history]
+        k = max(1, len(steps) // 30)
+        kernel = np.ones(k) / k
+        line = axes[2].plot(steps, np.convolve(np.nan_to_num(zero), kernel, mode="same"),
+                            label=f"{name}: zero")
+        axes[2].plot(steps, np.convolve(np.nan_to_num(solved), kernel, mode="same"), ls="--",
+                     color=line[0].get_color(), label=f"{name}: solved")
+    axes[1].set(xlabel="environment steps", ylabel="participation", ylim=(-0.02, 1.02),
+                title="validation participation (worst case over co-players)")
+    axes[1].legend(fontsize=7)
+    axes[2].set(xlabel="environment steps", ylabel="share of training episodes", ylim=(-0.02, 1.02),
+                title="training episodes: zero return / solved")
+    axes[2].legend(fontsize=7)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def ablation(args: Args) -> dict[str, RunResult]:
+    """Train with and without the dynamic task filter (same budget and seed) and compare on the test set."""
+    base = args.run_name or f"xland_ablation_{args.coplayers}_s{args.seed}"
+    results = {}
+    for cur in ("filter", "uniform"):
+        run = dataclasses.replace(args, curriculum=cur, ablation=False, run_name=f"{base}_{cur}")
+        results[cur] = train(run)
+    out = Path(args.run_dir) / base
+    out.mkdir(parents=True, exist_ok=True)
+    text = ablation_table(results)
+    (out / "ablation.txt").write_text(text + "\n")
+    if args.plot:
+        plot_run(results, out / "ablation.png",
+                 title=f"dynamic task filter vs uniform ({args.total_steps} steps)")
+    return results
+
+
+def ablation_table(results: dict[str, RunResult]) -> str:
+    """One row per run: held-out participation and percentiles, and the training-episode profile."""
+    head = (f"{'curriculum':10s} {'steps':>7s} {'test part.':>10s} {'p10':>6s} {'p20':>6s} {'p50':>6s} "
+            f"{'val part.':>9s} {'train ret':>9s} {'zero ret':>8s} {'solved':>7s} {'accepted':>8s}")
+    lines = [head]
+    for name, r in results.items():
+        a = r.test["agent"]
+        vals = [h["validation"]["participation"] for h in r.history if "validation" in h]
+        tr = r.train_returns
+        acc = r.curriculum_metrics.get("task/task_filter/train_tasks", float("nan"))
+        lines.append(f"{name:10s} {r.global_step:7d} {a.participation:10.3f} {a.percentiles[10]:6.2f} "
+                     f"{a.percentiles[20]:6.2f} {a.percentiles[50]:6.2f} {vals[-1] if vals else np.nan:9.3f} "
+                     f"{tr.get('return/train', np.nan):9.3f} "
+                     f"{tr.get('train/zero_return_share', np.nan):8.3f} "
+                     f"{tr.get('train/solved_share', np.nan):7.3f} {acc:8.0f}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> RunResult | dict[str, RunResult]:
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    args = parse_args(argv)
+    if args.ablation:
+        results = ablation(args)
+        sys.stdout.write("\n" + ablation_table(results) + "\n")
+        return results
+    result = train(args)
+    sys.stdout.write(f"\nheld-out test tasks after {result.global_step} steps ({result.seconds:.0f}s):\n"
+                     f"{format_table(result.test)}\nrun directory: {result.run_dir}\n")
+    return result
+
+
+if __name__ == "__main__":
+    main()
