@@ -391,7 +391,13 @@ def main(argv: list[str] | None = None) -> None:
     argv_used = sys.argv[1:] if argv is None else argv
     ms = ", ".join(str(calls_for(n, args)) for n in sizes)
     ns = ", ".join(f"{n:,}" for n in sizes)
-    print(f"Curricula speed: magister vs {'syllabus-rl 0.7' if use_ref else 'n/a (reference not installed)'}"
+    if use_ref:
+        ref = "syllabus-rl 0.7"
+    elif HAVE_REFERENCE:
+        ref = "n/a (--no-reference)"
+    else:
+        ref = "n/a (syllabus-rl not installed: see benchmarks/_reference_env.sh)"
+    print(f"Curricula speed: magister vs {ref}"
           f"; M rounds of sample(1) + episode update per block (M = {ms} for n = {ns}), "
           f"median of {args.repeats} blocks")
     print(table(rows))

@@ -307,6 +307,21 @@ class Run:
     received: dict[str, int] = field(default_factory=dict)
 
 
+def _ray_get_all(refs: list[Any]) -> list[Any]:
+    """``ray.get`` of every ref (so no worker's error is left unhandled); raises the first error."""
+    import ray
+
+    out, errors = [], []
+    for ref in refs:
+        try:
+            out.append(ray.get(ref, timeout=WAIT_S))
+        except Exception as exc:
+            errors.append(exc)
+    if errors:
+        raise errors[0]
+    return out
+
+
 def _wait_until(cond: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
     deadline = time.perf_counter() + timeout
     while not cond():
@@ -389,18 +404,18 @@ class Bench:
     def _ray_workers_run(
         self, mode: Mode, source: Any, received: Callable[[], dict], actor_cpu: Callable[[], float] | None
     ) -> Run:
-        import ray
 
         self._ray_start()
-        setups = [
-            w.setup.remote(mode, i, self.episodes, self.max_steps, source)
-            for i, w in enumerate(self.ray_workers)
-        ]
-        ray.get(setups, timeout=WAIT_S)
+        _ray_get_all(
+            [
+                w.setup.remote(mode, i, self.episodes, self.max_steps, source)
+                for i, w in enumerate(self.ray_workers)
+            ]
+        )
         actor0 = actor_cpu() if actor_cpu else 0.0
         cpu0 = _cpu_seconds()  # the driver
         t0 = time.perf_counter()
-        done = ray.get([w.run.remote() for w in self.ray_workers], timeout=WAIT_S)
+        done = _ray_get_all([w.run.remote() for w in self.ray_workers])
         expected = self._expected(done, mode)
         _wait_until(lambda: received() == expected, f"the curriculum to receive {expected}")
         wall = time.perf_counter() - t0
@@ -512,8 +527,10 @@ class Bench:
         cur = syl["Constant"](0, syl["Space"](1), require_step_updates=mode.steps)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            syl["core"].make_ray_curriculum(cur)  # a Ray actor named "curriculum"
+            ray_cur = syl["core"].make_ray_curriculum(cur)  # a Ray actor named "curriculum"
         try:
+            # the actor is created asynchronously: wait until it answers before the envs look it up
+            ray.get(ray_cur.curriculum.get_remote_attr.remote("episodes"), timeout=WAIT_S)
             return self._timed(mode, None, dict)
         finally:
             ray.kill(ray.get_actor("curriculum"))
@@ -664,7 +681,7 @@ def report(modes: list[str], runs: dict[str, list[Run]], failed: dict[str, str],
                 checks.append(f"{'ok' if q <= 0.25 else 'MISSED'}: {q:.2f} of {ref}'s overhead (<= 0.25)")
         tgt = "" if target is None else f"{target:.2f}x"
         lines.append(
-            f"{name:22s} {wall:7.2f} {_ratio(ratio):>7s} {over:>8s} {cpu:7.1f} "
+            f"{name:22s} {wall:7.2f} {_ratio(ratio):>7s} {over:>8s} {cpu:7.2f} "
             f"{_ratio(cpu_ratios[name]):>9s} {tgt:>6s}  {'; '.join(checks)}"
         )
     lines += [
@@ -762,7 +779,7 @@ def main(argv: list[str] | None = None) -> int:
                 runs[name].append(run)
                 print(
                     f"round {r + 1}: {name:24s} {run.wall:7.2f} s  {run.steps} steps, {run.episodes} ep, "
-                    f"CPU {run.cpu:.1f} s, return sum {run.ret:.0f}, curriculum received {run.received}",
+                    f"CPU {run.cpu:.2f} s, return sum {run.ret:.0f}, curriculum received {run.received}",
                     flush=True,
                 )
         work = {(run.steps, round(run.ret, 3)) for rs in runs.values() for run in rs}

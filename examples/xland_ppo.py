@@ -63,7 +63,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from magister.curricula.base import Curriculum
+from magister.curricula.base import Curriculum, TaskSample
 from magister.curricula.domain_randomization import DomainRandomization
 from magister.curricula.dual import DualCurriculum
 from magister.curricula.fsp import FSP
@@ -91,7 +91,8 @@ logger = logging.getLogger(__name__)
 
 __all__ = [
     "Agent", "Args", "CompareReturns", "ControlXLandTask", "GoalEncoder", "PairTaskSpace", "RunResult",
-    "TorchPolicy", "XLandTrainWrapper", "ablation", "main", "make_curriculum", "parse_args", "train",
+    "TorchPolicy", "WarmStartFilter", "XLandTrainWrapper", "ablation", "main", "make_curriculum",
+    "parse_args", "train",
 ]
 
 N_ACTIONS = 6
@@ -124,10 +125,14 @@ class Args:
     """K: Monte-Carlo episodes per policy per proposed task (paper: 10; fewer at CPU scale)"""
     filter_eval_fraction: float = 0.2
     """share of episodes spent evaluating proposed tasks (while candidates need episodes)"""
-    filter_pending: int = 4
+    filter_pending: int = 8
     """proposed tasks under evaluation at once"""
     filter_max_tasks: int = 200
     """capacity of the filter's accepted training set"""
+    filter_window: int = 8
+    """training returns per accepted task between re-validations (>= filter_episodes)"""
+    filter_warm_start: bool = True
+    """while the accepted set is empty, train on fresh proposals (else every episode evaluates candidates)"""
     snapshot_every: int = 5
     """store a snapshot of the learner as a co-player every N updates"""
     max_snapshots: int = 0
@@ -333,13 +338,36 @@ def make_task_space(args: Args) -> tuple[XLandTaskSpace, list[XLandTask], list[X
     return space, test, validation
 
 
+class WarmStartFilter(TaskFilter):
+    """:class:`~magister.curricula.task_filter.TaskFilter` that keeps the agent training while its accepted
+    set is empty: evaluation episodes stay an ``eval_fraction`` share of all episodes and the rest are
+    training episodes on fresh proposals. (``TaskFilter`` spends *every* episode on evaluating candidates
+    until it has accepted a task, and again whenever re-validation empties the set, so an agent that
+    rarely passes the filter would stop learning.) Once tasks are accepted it is ``TaskFilter`` unchanged.
+    """
+
+    def sample_tasks(self, k: int = 1) -> list[TaskSample]:
+        if self.train_tasks:
+            return super().sample_tasks(k)
+        self._check_k(k)
+        want_eval = self.rng.random(k) < self.eval_fraction
+        out: list[TaskSample | None] = [self._next_eval() if e else None for e in want_eval.tolist()]
+        train_slots = [i for i in range(k) if out[i] is None]
+        for i, t in zip(train_slots, self._propose(len(train_slots)) if train_slots else []):
+            out[i] = TaskSample(t, True)
+        self.num_sampled += k
+        return out  # type: ignore[return-value]
+
+
 def make_curriculum(args: Args, space: TaskSpace, store: OpponentStore) -> DualCurriculum:
     """``DualCurriculum(task filter or uniform, FSP or PFSP)`` as chosen by ``args``."""
     if args.curriculum == "filter":
-        tasks: Curriculum = TaskFilter(
+        cls_f = WarmStartFilter if args.filter_warm_start else TaskFilter
+        tasks: Curriculum = cls_f(
             space, num_episodes=args.filter_episodes, return_range=(0.0, float(args.episode_length)),
             eval_fraction=args.filter_eval_fraction, max_pending=args.filter_pending,
-            max_train_tasks=args.filter_max_tasks, seed=args.seed)
+            max_train_tasks=args.filter_max_tasks, window=max(args.filter_window, args.filter_episodes),
+            seed=args.seed)
     elif args.curriculum == "uniform":
         tasks = DomainRandomization(space, seed=args.seed)
     else:
@@ -829,7 +857,8 @@ def save_checkpoint(path: Path, agent: Agent, optimizer: torch.optim.Optimizer, 
     tmp = path.with_suffix(".tmp")
     torch.save({"agent": agent.state_dict(), "optimizer": optimizer.state_dict(),
                 "curriculum": curriculum_state, "update": update, "global_step": global_step,
-                "history": history, "norms": norms, "store_dir": store_dir, "args": dataclasses.asdict(args)}, tmp)
+                "history": history, "norms": norms, "store_dir": store_dir,
+                "args": dataclasses.asdict(args)}, tmp)
     os.replace(tmp, path)
 
 

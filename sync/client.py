@@ -76,46 +76,24 @@ class Assignment(NamedTuple):
 
 
 class TaskFeed:
-    """Interface shared by :class:`CurriculumClient` and :class:`LocalClient`."""
+    """What every env-side feed provides: :class:`CurriculumClient` (sockets), :class:`LocalClient`
+    (in-process) and :class:`~magister.sync.ray_backend.RayClient` (Ray actor).
+
+    Subclasses provide :meth:`next_task`, :meth:`give_back`, :meth:`close` and three hooks; the feedback
+    methods here batch step records and build the update messages once for all of them:
+
+    * :meth:`_send_update` delivers one update message (never waiting for its reply);
+    * :meth:`_active` says whether updates can be delivered now (connected, not closed, not in fallback);
+    * :meth:`_after_flush` runs after a flush (e.g. draining replies that arrived meanwhile).
+    """
 
     env_id: int | None
-    requires_step_updates: bool
+    requires_step_updates: bool = False
+    step_batch_size: int = 1
+    _steps: _StepBuffer | None = None
 
     def next_task(self) -> Assignment:  # pragma: no cover - interface
         """The next task for this env (waits at most the timeout)."""
-        raise NotImplementedError
-
-    def record_step(
-        self,
-        assignment: Assignment,
-        obs: Any,
-        reward: float,
-        terminated: bool,
-        truncated: bool,
-        info: dict | None,
-        progress: float,
-    ) -> None:  # pragma: no cover - interface
-        """Buffer one step (a no-op unless the curriculum wants step updates)."""
-        raise NotImplementedError
-
-    def record_episode(
-        self,
-        assignment: Assignment,
-        episode_return: float,
-        length: int,
-        progress: float,
-        ended: bool = True,
-        extras: dict | None = None,
-    ) -> None:  # pragma: no cover - interface
-        """An episode on ``assignment`` finished (``ended=False``: abandoned by an early reset)."""
-        raise NotImplementedError
-
-    def record_progress(self, assignment: Assignment, progress: float, done: bool = False) -> None:
-        """Progress on ``assignment`` mid-episode; ``done`` acknowledges the task as consumed."""
-        raise NotImplementedError  # pragma: no cover - interface
-
-    def flush(self) -> None:  # pragma: no cover - interface
-        """Send buffered step records now."""
         raise NotImplementedError
 
     def give_back(self, assignment: Assignment) -> None:  # pragma: no cover - interface
@@ -125,6 +103,93 @@ class TaskFeed:
     def close(self) -> None:  # pragma: no cover - interface
         """Flush, return unused tasks and release resources (idempotent)."""
         raise NotImplementedError
+
+    # -- hooks ----------------------------------------------------------------------------------------
+    def _send_update(self, msg: P.Message) -> None:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def _active(self) -> bool:
+        return True
+
+    def _after_flush(self) -> None:
+        pass
+
+    # -- feedback -------------------------------------------------------------------------------------
+    def record_step(
+        self,
+        assignment: Assignment,
+        obs: Any,
+        reward: float,
+        terminated: bool,
+        truncated: bool,
+        info: dict | None,
+        progress: float,
+    ) -> None:
+        """Buffer one step (a no-op unless the curriculum wants step updates); sends full batches."""
+        if not (self.requires_step_updates and self._active()):
+            return
+        assert self._steps is not None
+        self._steps.add(assignment, obs, reward, terminated, truncated, info, progress)
+        if len(self._steps) >= self.step_batch_size:
+            self.flush()
+
+    def flush(self) -> None:
+        """Send buffered step records now."""
+        if self._steps is not None and len(self._steps) and self._active():
+            try:
+                self._send_update(self._steps.message(self.env_id))  # type: ignore[arg-type]
+            except TypeError as exc:
+                raise TypeError(
+                    f"{exc}. Remove such entries from observations/infos with strip_keys=[...] or "
+                    "send_obs=False / send_infos=False"
+                ) from None
+        if self._active():
+            self._after_flush()
+
+    def record_episode(
+        self,
+        assignment: Assignment,
+        episode_return: float,
+        length: int,
+        progress: float,
+        ended: bool = True,
+        extras: dict | None = None,
+    ) -> None:
+        """An episode on ``assignment`` finished (``ended=False``: abandoned by an early reset)."""
+        if not self._active():
+            return
+        self.flush()
+        if not self._active():  # the flush may have found the server gone
+            return
+        self._send_update(
+            P.EpisodeUpdate(
+                self.env_id,  # type: ignore[arg-type]
+                assignment.task_id,
+                assignment.task,
+                float(episode_return),
+                int(length),
+                float(progress),
+                bool(ended),
+                dict(extras or {}),
+            )
+        )
+
+    def record_progress(self, assignment: Assignment, progress: float, done: bool = False) -> None:
+        """Progress on ``assignment`` mid-episode; ``done`` acknowledges the task as consumed."""
+        if not self._active():
+            return
+        self.flush()
+        if not self._active():
+            return
+        self._send_update(
+            P.ProgressUpdate(
+                self.env_id,  # type: ignore[arg-type]
+                assignment.task_id,
+                assignment.task,
+                float(progress),
+                bool(done),
+            )
+        )
 
 
 def _strip(value: Any, keys: frozenset[str]) -> Any:
@@ -467,78 +532,12 @@ class CurriculumClient(TaskFeed):
     def _active(self) -> bool:
         return self._sock is not None and self._pid == os.getpid() and not self._fallback
 
-    def record_step(
-        self,
-        assignment: Assignment,
-        obs: Any,
-        reward: float,
-        terminated: bool,
-        truncated: bool,
-        info: dict | None,
-        progress: float,
-    ) -> None:
-        if not (self.requires_step_updates and self._active()):
-            return
-        assert self._steps is not None
-        self._steps.add(assignment, obs, reward, terminated, truncated, info, progress)
-        if len(self._steps) >= self.step_batch_size:
-            self.flush()
-
-    def flush(self) -> None:
-        if self._steps is not None and len(self._steps) and self._active():
-            try:
-                msg = self._steps.message(self.env_id)  # type: ignore[arg-type]
-                self._send_update(msg)
-            except TypeError as exc:
-                raise TypeError(
-                    f"{exc}. Remove such entries from observations/infos with strip_keys=[...] or "
-                    "send_obs=False / send_infos=False"
-                ) from None
-        if self._active():
-            self._drain()
-
     def _send_update(self, msg: P.Message) -> None:
         if self._send(msg):
             self.stats["updates_sent"] += 1
 
-    def record_episode(
-        self,
-        assignment: Assignment,
-        episode_return: float,
-        length: int,
-        progress: float,
-        ended: bool = True,
-        extras: dict | None = None,
-    ) -> None:
-        if not self._active():
-            return
-        self.flush()
-        self._send_update(
-            P.EpisodeUpdate(
-                self.env_id,
-                assignment.task_id,
-                assignment.task,
-                float(episode_return),
-                int(length),  # type: ignore[arg-type]
-                float(progress),
-                bool(ended),
-                dict(extras or {}),
-            )
-        )
-
-    def record_progress(self, assignment: Assignment, progress: float, done: bool = False) -> None:
-        if not self._active():
-            return
-        self.flush()
-        self._send_update(
-            P.ProgressUpdate(
-                self.env_id,
-                assignment.task_id,
-                assignment.task,  # type: ignore[arg-type]
-                float(progress),
-                bool(done),
-            )
-        )
+    def _after_flush(self) -> None:
+        self._drain()  # error replies and tasks that arrived meanwhile
 
     def close(self) -> None:
         """Flush, wait for outstanding tasks, return unused ones, wait for the goodbye ack (bounded)."""
@@ -658,54 +657,8 @@ class LocalClient(TaskFeed):
         if assignment.task_id >= 0 and not self._closed:
             self._buffer.appendleft(assignment)
 
-    def record_step(
-        self,
-        assignment: Assignment,
-        obs: Any,
-        reward: float,
-        terminated: bool,
-        truncated: bool,
-        info: dict | None,
-        progress: float,
-    ) -> None:
-        if not self.requires_step_updates:
-            return
-        self._steps.add(assignment, obs, reward, terminated, truncated, info, progress)
-        if len(self._steps) >= self.step_batch_size:
-            self.flush()
-
-    def flush(self) -> None:
-        if len(self._steps):
-            self._apply(self._steps.message(self.env_id))
-
-    def record_episode(
-        self,
-        assignment: Assignment,
-        episode_return: float,
-        length: int,
-        progress: float,
-        ended: bool = True,
-        extras: dict | None = None,
-    ) -> None:
-        self.flush()
-        self._apply(
-            P.EpisodeUpdate(
-                self.env_id,
-                assignment.task_id,
-                assignment.task,
-                float(episode_return),
-                int(length),
-                float(progress),
-                bool(ended),
-                dict(extras or {}),
-            )
-        )
-
-    def record_progress(self, assignment: Assignment, progress: float, done: bool = False) -> None:
-        self.flush()
-        self._apply(
-            P.ProgressUpdate(self.env_id, assignment.task_id, assignment.task, float(progress), bool(done))
-        )
+    def _send_update(self, msg: P.Message) -> None:
+        self._apply(msg)
 
     def close(self) -> None:
         if self._closed:

@@ -805,76 +805,8 @@ class RayClient(TaskFeed):
             self._actor is not None and self._pid == os.getpid() and not self._fallback and not self._closed
         )
 
-    def record_step(
-        self,
-        assignment: Assignment,
-        obs: Any,
-        reward: float,
-        terminated: bool,
-        truncated: bool,
-        info: dict | None,
-        progress: float,
-    ) -> None:
-        if not (self.requires_step_updates and self._active()):
-            return
-        assert self._steps is not None
-        self._steps.add(assignment, obs, reward, terminated, truncated, info, progress)
-        if len(self._steps) >= self.step_batch_size:
-            self.flush()
-
-    def flush(self) -> None:
-        if self._steps is not None and len(self._steps) and self._active():
-            try:
-                msg = self._steps.message(self.env_id)  # type: ignore[arg-type]
-                self._send(msg)
-            except TypeError as exc:
-                raise TypeError(
-                    f"{exc}. Remove such entries from observations/infos with strip_keys=[...] or "
-                    "send_obs=False / send_infos=False"
-                ) from None
-
-    def record_episode(
-        self,
-        assignment: Assignment,
-        episode_return: float,
-        length: int,
-        progress: float,
-        ended: bool = True,
-        extras: dict | None = None,
-    ) -> None:
-        if not self._active():
-            return
-        self.flush()
-        if not self._active():
-            return
-        self._send(
-            P.EpisodeUpdate(
-                self.env_id,  # type: ignore[arg-type]
-                assignment.task_id,
-                assignment.task,
-                float(episode_return),
-                int(length),
-                float(progress),
-                bool(ended),
-                dict(extras or {}),
-            )
-        )
-
-    def record_progress(self, assignment: Assignment, progress: float, done: bool = False) -> None:
-        if not self._active():
-            return
-        self.flush()
-        if not self._active():
-            return
-        self._send(
-            P.ProgressUpdate(
-                self.env_id,  # type: ignore[arg-type]
-                assignment.task_id,
-                assignment.task,
-                float(progress),
-                bool(done),
-            )
-        )
+    def _send_update(self, msg: P.Message) -> None:
+        self._send(msg)  # fire-and-forget: replies are checked later without blocking
 
     def close(self) -> None:
         """Flush, collect outstanding tasks, return unused ones and wait for the goodbye's reply (bounded).

@@ -1,0 +1,266 @@
+"""The XLand PPO trainer: held-out metric math, task plumbing, a tiny run with resume, and the ablation."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from magister.curricula.task_filter import control_task
+from magister.examples.xland.coplayers import LEARNER, NOOP, RANDOM, SEEKER
+from magister.examples.xland.env import XLandEnv, XLandTask
+from magister.examples.xland.evaluation import (
+    EvalResult,
+    format_table,
+    nash_value,
+    normalised_percentiles,
+    normalised_scores,
+    normalisers,
+    participation,
+    play,
+    with_coplayer,
+    worst_case,
+)
+from magister.examples.xland.game import Goal, goal_observation
+from magister.examples.xland.task import XLandTaskSpace
+from magister.examples.xland_ppo import (
+    Args,
+    CompareReturns,
+    ControlXLandTask,
+    GoalEncoder,
+    PairTaskSpace,
+    WarmStartFilter,
+    XLandTrainWrapper,
+    ablation,
+    ablation_table,
+    parse_args,
+    train,
+)
+from magister.task_spaces.discrete import Discrete
+
+TINY = dict(total_steps=128, num_envs=2, num_steps=16, episode_length=8, n_test=3, n_validation=2,
+            eval_every=2, snapshot_every=1, checkpoint_every=2, hidden=16, filter_episodes=2, filter_window=2,
+            num_minibatches=2, update_epochs=2, progress=False)
+
+
+# -- the held-out metric, pinned on hand-made numbers ---------------------------------------------------
+def test_worst_case_and_participation_by_hand():
+    # 4 tasks x 3 co-players (mean returns)
+    returns = np.array([[0.0, 2.0, 1.0],   # nothing against co-player 0: worst case 0
+                        [3.0, 1.0, 2.0],   # worst case 1
+                        [0.0, 0.0, 0.0],   # worst case 0
+                        [4.0, 4.0, 1.0]])  # worst case 1
+    assert worst_case(returns).tolist() == [0.0, 1.0, 0.0, 1.0]
+    assert participation(returns) == 0.5
+    r = EvalResult(returns, np.array([2.0, 2.0, 0.0, 4.0]), (NOOP, RANDOM, SEEKER))
+    assert r.participation_vs() == {NOOP: 0.5, RANDOM: 0.75, SEEKER: 0.75}
+
+
+def test_nash_value_by_hand():
+    assert nash_value(np.array([[1.0, 0.0], [0.0, 1.0]])) == pytest.approx(0.5)
+    # p*2 + (1-p)*0 = p*1 + (1-p)*3  ->  p = 3/4, value 1.5 (beats either pure row's worst case, 1 and 0)
+    assert nash_value(np.array([[2.0, 1.0], [0.0, 3.0]])) == pytest.approx(1.5)
+    assert nash_value(np.array([[2.0, 2.0], [1.0, 1.0]])) == pytest.approx(2.0)  # a dominant row
+    assert nash_value(np.array([[1.0], [3.0]])) == 3.0  # one co-player: the best reference
+    assert nash_value(np.array([[4.0, 1.0, 2.0]])) == 1.0  # one reference: its worst case
+
+
+def test_normalised_scores_and_percentiles_by_hand():
+    returns = np.array([[2.0, 4.0], [1.0, 1.0], [0.0, 5.0], [6.0, 3.0]])  # worst cases 2, 1, 0, 3
+    norms = normalisers(np.array([
+        [[4.0, 4.0], [0.0, 8.0]],   # pure rows guarantee 4 and 0; the mix cannot beat 4 -> 4
+        [[0.0, 0.0], [0.0, 0.0]],   # no reference scores: no normaliser
+        [[2.0, 0.0], [0.0, 2.0]],   # matching pennies: 1
+        [[2.0, 2.0], [1.0, 3.0]],   # 2
+    ]))
+    assert norms.tolist() == pytest.approx([4.0, 0.0, 1.0, 2.0])
+    scores = normalised_scores(returns, norms)
+    assert scores[0] == 0.5 and np.isnan(scores[1]) and scores[2] == 0.0 and scores[3] == 1.5
+    # percentiles over the 3 defined scores (0, 0.5, 1.5), linear interpolation between order statistics
+    p = normalised_percentiles(scores, ks=[0, 25, 50])
+    assert p.tolist() == pytest.approx([0.0, 0.25, 0.5])
+    r = EvalResult(returns, norms, (NOOP, RANDOM))
+    assert r.unnormalised == 1 and r.participation == 0.75
+    s = r.summary()
+    assert s["p50"] == pytest.approx(0.5) and s["p10"] == pytest.approx(0.1)
+    assert s["mean_worst_return"] == pytest.approx(1.5)
+    table = format_table({"agent": r})
+    assert "agent" in table and "0.750" in table and "vs noop" in table
+
+
+def test_metric_input_errors():
+    with pytest.raises(ValueError, match="non-empty 2-d"):
+        worst_case(np.zeros(3))
+    with pytest.raises(ValueError, match="finite"):
+        nash_value(np.array([[np.nan, 1.0]]))
+    with pytest.raises(ValueError, match="one per task"):
+        normalised_scores(np.ones((2, 3)), np.ones(3))
+    with pytest.raises(ValueError, match=">= 0"):
+        normalised_scores(np.ones((2, 3)), np.array([1.0, -1.0]))
+    with pytest.raises(ValueError, match=r"\[0, 100\]"):
+        normalised_percentiles(np.ones(3), ks=[101])
+    with pytest.raises(ValueError, match="co-player columns"):
+        EvalResult(np.ones((2, 2)), np.ones(2))  # three evaluation co-players by default
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 4), st.integers(1, 4), st.integers(0, 2**31 - 1),
+       st.floats(0.1, 5.0), st.floats(-3.0, 3.0))
+def test_nash_value_bounds_and_affine_invariance(rows, cols, seed, scale, shift):
+    a = np.random.default_rng(seed).uniform(0, 10, size=(rows, cols))
+    v = nash_value(a)
+    assert a.min(axis=1).max() - 1e-7 <= v <= a.max(axis=0).min() + 1e-7  # maximin <= value <= minimax
+    assert nash_value(scale * a + shift) == pytest.approx(scale * v + shift, abs=1e-6)
+
+
+def test_play_is_reproducible_and_counts_reward():
+    space = XLandTaskSpace(coplayer_ids=(NOOP,), world_sizes=(7, 7), seed=3)
+    tasks = [with_coplayer(space.sample(), RANDOM) for _ in range(3)]
+
+    class Noop:
+        def reset(self, n):
+            self.n = n
+
+        def act(self, envs, obs):
+            return np.zeros(len(envs), dtype=np.int64)
+
+    a = play(tasks, Noop(), episodes=2, episode_length=6, seed=1)
+    b = play(tasks, Noop(), episodes=2, episode_length=6, seed=1)
+    assert a.shape == (3,) and np.array_equal(a, b) and np.all((a >= 0) & (a <= 6))
+    with pytest.raises(ValueError, match="learner in slot 0"):
+        play([XLandTask(tasks[0].world, tasks[0].game, (LEARNER,) * tasks[0].game.n_players)], Noop())
+
+
+# -- task plumbing ------------------------------------------------------------------------------------
+def test_pair_space_puts_the_opponent_in_every_coplayer_slot_and_keeps_the_control_tag():
+    space = XLandTaskSpace(coplayer_ids=(NOOP,), three_player_prob=1.0, world_sizes=(7, 7), seed=0)
+    enc = space.sample_encoded(1)[0]
+    pairs = PairTaskSpace()
+    task = pairs.decode((enc, 5))
+    assert type(task) is XLandTask and task.coplayers == (LEARNER, 5, 5)
+    assert pairs.encode(task) == (enc, 5)
+    ctl = pairs.decode([list(control_task(enc)), 2])  # msgpack turns tuples into lists
+    assert isinstance(ctl, ControlXLandTask) and ctl.coplayers == (LEARNER, 2, 2)
+    assert pairs.encode(ctl) == (control_task(enc), 2)
+    for bad in (enc, (enc, "x"), (enc, True), (1, 2, 3)):
+        with pytest.raises(ValueError):
+            pairs.decode(bad)
+
+
+def _play_to_end(wrapper: XLandTrainWrapper, task: XLandTask) -> dict:
+    wrapper.reset(seed=0, options={"task": task})
+    while wrapper.agents:
+        wrapper.step({a: 0 for a in wrapper.agents})
+    return wrapper.episode_extras()
+
+
+def test_control_episodes_report_no_result_against_the_coplayer():
+    space = XLandTaskSpace(coplayer_ids=(NOOP,), world_sizes=(7, 7), seed=1)
+    t = space.sample()
+    wrapper = XLandTrainWrapper(XLandEnv(episode_length=3))
+    plain = _play_to_end(wrapper, XLandTask(t.world, t.game, (LEARNER, NOOP)))
+    ret = wrapper.env.unwrapped.returns
+    assert plain == {"learner_return": ret[0], "coplayer_return": ret[1], "opponent_return": ret[1]}
+    ctl = _play_to_end(wrapper, ControlXLandTask(t.world, t.game, (LEARNER, NOOP)))
+    assert ctl == {"control": True}
+
+
+def test_compare_returns_outcomes():
+    rule = CompareReturns(draw_margin=0.5)
+    score = rule.learner_score_from_episode
+    assert score(0.0, {"learner_return": 3.0, "coplayer_return": 1.0}) == 1.0
+    assert score(0.0, {"learner_return": 1.0, "coplayer_return": 1.4}) == 0.5
+    assert score(0.0, {"learner_return": 0.0, "coplayer_return": 2.0}) == 0.0
+    assert score(1.0, {}) == 1.0  # falls back to OutcomeRule (learner return above the threshold 0)
+
+
+def test_warm_start_filter_trains_on_proposals_while_nothing_is_accepted():
+    cur = WarmStartFilter(Discrete(10_000), num_episodes=2, eval_fraction=0.25, max_pending=100, seed=0)
+    samples = cur.sample_tasks(400)
+    train = sum(s.train for s in samples)
+    assert 260 < train < 340  # about 3/4 of the episodes train (TaskFilter itself would evaluate all)
+    assert all(not s.train for s in samples if isinstance(s.task, tuple) and s.task[0] == "magister:control")
+
+
+def test_goal_encoder_sums_over_literals_and_options():
+    enc = GoalEncoder(8)
+    ids, mat = goal_observation(Goal.parse(
+        "hold(me, yellow sphere) & not(near(me, black cube)) | on(me, white floor)"))
+    n = int((ids >= 0).sum())
+    cols = np.r_[np.arange(n)[::-1], np.arange(n, len(ids))]  # reorder the atoms (literals in an option)
+    rows = np.r_[1, 0, np.arange(2, mat.shape[0])]  # swap the two options
+
+    def embed(i, m):
+        return enc(torch.as_tensor(i)[None], torch.as_tensor(m)[None])[0]
+
+    with torch.no_grad():
+        e = embed(ids, mat)
+        assert torch.allclose(e, embed(ids[cols], mat[:, cols]), atol=1e-6)
+        assert torch.allclose(e, embed(ids, mat[rows]), atol=1e-6)
+        one = mat.copy()
+        one[1] = 0.0  # drop the second option: the sum loses its term
+        assert not torch.allclose(e, embed(ids, one))
+        flipped = mat.copy()
+        flipped[mat != 0] *= -1  # negating every literal changes the goal
+        assert not torch.allclose(e, embed(ids, flipped))
+
+
+# -- the trainer ----------------------------------------------------------------------------------------
+def test_help_lists_options():
+    res = subprocess.run([sys.executable, "-m", "magister.examples.xland_ppo", "--help"],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0
+    assert "--curriculum" in res.stdout and "--ablation" in res.stdout and "--coplayers" in res.stdout
+    assert "Monte-Carlo episodes per policy" in res.stdout  # field docs reach --help
+
+
+def test_parse_args_and_bad_options(tmp_path):
+    args = parse_args(["--total-steps", "2e3", "--curriculum", "uniform", "--no-tensorboard"])
+    assert args.total_steps == 2000 and args.curriculum == "uniform" and args.tensorboard is False
+    with pytest.raises(ValueError, match="--curriculum must be 'filter' or 'uniform'"):
+        train(Args(**{**TINY, "curriculum": "nope", "run_dir": str(tmp_path)}))
+    with pytest.raises(ValueError, match="multiple of --num-minibatches"):
+        train(Args(**{**TINY, "num_envs": 3, "run_dir": str(tmp_path)}))
+
+
+def test_tiny_run_writes_outputs_feeds_curricula_and_resumes(tmp_path):
+    first = train(Args(**{**TINY, "run_dir": str(tmp_path), "run_name": "a"}))
+    run = tmp_path / "a"
+    assert (run / "checkpoint.pt").exists() and (run / "xland.png").stat().st_size > 1000
+    assert any(p.name.startswith("events.out.tfevents") for p in run.iterdir())
+    assert "agent" in (run / "eval.txt").read_text()
+    assert first.global_step == 128 and len(first.history) == 4
+    assert set(first.test) == {"agent", "noop", "random", "seeker"}
+    assert first.test["agent"].returns.shape == (3, 3)
+    ckpt = torch.load(run / "checkpoint.pt", weights_only=False)
+    task_state, opp_state = ckpt["curriculum"]["task"], ckpt["curriculum"]["opponent"]
+    assert task_state["class"] == "WarmStartFilter"
+    assert task_state["counts"]["proposed"] > 0 and task_state["num_episodes"] > 0  # the filter got returns
+    assert opp_state["num_updates"] == 5  # snapshot 0 + one offer per update
+    assert opp_state["num_results"] > 0  # FSP got outcomes against snapshots
+    assert sorted(int(p.name[9:17]) for p in (run / "opponents").glob("snapshot-*.bin")) == [0, 1, 2, 3, 4]
+    assert ckpt["curriculum"]["num_episodes"] == task_state["num_episodes"]
+
+    resumed = train(Args(**{**TINY, "run_dir": str(tmp_path), "run_name": "b", "total_steps": 192,
+                            "resume": str(run / "checkpoint.pt"), "plot": False, "tensorboard": False}))
+    assert resumed.global_step == 192 and len(resumed.history) == 6  # history carried over, 2 more updates
+    after = torch.load(tmp_path / "b" / "checkpoint.pt", weights_only=False)
+    assert after["curriculum"]["task"]["num_episodes"] > task_state["num_episodes"]
+    assert after["curriculum"]["opponent"]["num_updates"] == 7
+    assert np.array_equal(after["norms"]["test"], ckpt["norms"]["test"])  # normalisers reused, not redone
+
+
+def test_ablation_runs_both_curricula_with_the_same_budget(tmp_path):
+    results = ablation(Args(**{**TINY, "total_steps": 64, "run_dir": str(tmp_path), "run_name": "abl",
+                               "plot": False, "tensorboard": False, "n_test": 2}))
+    assert set(results) == {"filter", "uniform"}
+    assert results["filter"].global_step == results["uniform"].global_step == 64
+    text = (tmp_path / "abl" / "ablation.txt").read_text()
+    assert text.splitlines()[0].split()[:3] == ["curriculum", "steps", "test"]
+    assert text == ablation_table(results) + "\n"
+    assert "task/task_filter/train_tasks" not in results["uniform"].curriculum_metrics
