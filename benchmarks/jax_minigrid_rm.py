@@ -11,7 +11,7 @@ Prints, measured in one run on the current JAX backend (CPU unless a GPU is visi
 
 Usage::
 
-    python benchmarks/jax_minigrid_rm.py                    # defaults: 32 envs x 64 steps, 40 updates
+    python benchmarks/jax_minigrid_rm.py                    # defaults: 32 envs x 64 steps, 60 updates
     python benchmarks/jax_minigrid_rm.py --envs 256 --updates 100 --plot out.png
 """
 
@@ -51,34 +51,41 @@ def env_steps_per_s(n_envs: int, n_steps: int, repeats: int = 3) -> float:
     return repeats * n_envs * n_steps / (time.perf_counter() - t)
 
 
-def train_run(method: str, envs: int, steps: int, updates: int, log_every: int, seed: int
-              ) -> tuple[float, list[tuple[int, float, float, float]]]:
-    cfg = ppo.TrainConfig(method=method, num_envs=envs, rollout_len=steps, max_steps=steps, updates=updates,
-                          minibatches=4, seed=seed,
-                          curriculum=ppo.method_curriculum(method, buffer_size=4 * envs * 4))
-    ts = ppo.init_train_state(cfg)
-    update = ppo.make_update(cfg)
-    ts, _ = update(ts)  # compile
-    jax.block_until_ready(ts.params)
-    timed, rows = 0.0, []
+def train_round_robin(methods: tuple[str, ...], envs: int, steps: int, updates: int, buffer: int,
+                      log_every: int, seed: int) -> tuple[dict[str, float], dict[str, list]]:
+    """Train every method for ``updates`` updates, one update of each in turn (so that load changes on a
+    shared machine hit all methods alike); returns steps/s (compile excluded) and composition curves."""
+    states, fns, cfgs = {}, {}, {}
+    for m in methods:
+        cfgs[m] = ppo.TrainConfig(method=m, num_envs=envs, rollout_len=steps, max_steps=steps,
+                                  updates=updates, minibatches=4, seed=seed,
+                                  curriculum=ppo.method_curriculum(m, buffer_size=buffer))
+        states[m] = ppo.init_train_state(cfgs[m])
+        fns[m] = ppo.make_update(cfgs[m])
+        states[m], _ = fns[m](states[m])  # compile (and the first update)
+        jax.block_until_ready(states[m].params)
+    timed = dict.fromkeys(methods, 0.0)
+    curves: dict[str, list] = {m: [] for m in methods}
     for u in range(1, updates):
-        t = time.perf_counter()
-        ts, (m, sampled) = update(ts)
-        jax.block_until_ready(ts.params)
-        timed += time.perf_counter() - t
-        if (u + 1) % log_every == 0 or u + 1 == updates:
-            comp = ppo.buffer_composition(cfg, ts, sampled)
-            rows.append(((u + 1) * envs * steps, comp["solvable_fraction"], comp["mean_rooms"],
-                         comp["mean_rm_states"]))
-    return (updates - 1) * envs * steps / timed, rows
+        for m in methods:
+            t = time.perf_counter()
+            states[m], (_, sampled) = fns[m](states[m])
+            jax.block_until_ready(states[m].params)
+            timed[m] += time.perf_counter() - t
+            if (u + 1) % log_every == 0 or u + 1 == updates:
+                comp = ppo.buffer_composition(cfgs[m], states[m], sampled)
+                curves[m].append(((u + 1) * envs * steps, comp["solvable_fraction"], comp["mean_rooms"],
+                                  comp["mean_rm_states"]))
+    return {m: (updates - 1) * envs * steps / timed[m] for m in methods}, curves
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--envs", type=int, default=32)
     ap.add_argument("--steps", type=int, default=64)
-    ap.add_argument("--updates", type=int, default=40)
+    ap.add_argument("--updates", type=int, default=60)
     ap.add_argument("--log-every", type=int, default=10)
+    ap.add_argument("--buffer", type=int, default=64, help="PLR/ACCEL buffer size")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--plot", type=str, default=None)
     ap.add_argument("--skip-env", action="store_true")
@@ -92,11 +99,10 @@ def main() -> None:
     base = solvable_batch(jax.jit(jax.vmap(sample_problem, in_axes=(0, None)), static_argnums=1)(
         keys, ProblemSampler())).mean()
     print(f"solvable fraction of independently sampled problems (2048 samples): {base:.3f}")
-    speeds, curves = {}, {}
-    for method in ("dr", "plr", "accel"):
-        sps, rows = train_run(method, a.envs, a.steps, a.updates, a.log_every, a.seed)
-        speeds[method], curves[method] = sps, rows
-    print(f"\ntraining ({a.envs} envs x {a.steps} steps per update, {a.updates} updates, compile excluded)")
+    speeds, curves = train_round_robin(("dr", "plr", "accel"), a.envs, a.steps, a.updates, a.buffer,
+                                       a.log_every, a.seed)
+    print(f"\ntraining ({a.envs} envs x {a.steps} steps per update, {a.updates} updates, buffer {a.buffer}, "
+          "compile excluded)")
     print(f"{'method':8s} {'steps/s':>10s} {'vs DR':>7s}")
     for m, s in speeds.items():
         print(f"{m:8s} {s:10,.0f} {s / speeds['dr']:7.2f}")

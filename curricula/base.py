@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -90,7 +91,7 @@ class StepBatch:
 def check_finite(name: str, value: float) -> float:
     """Raise ``ValueError`` for NaN/inf feedback; curricula never store a non-finite number."""
     v = float(value)
-    if not np.isfinite(v):
+    if not math.isfinite(v):
         raise ValueError(f"{name} must be finite, got {value!r}")
     return v
 

@@ -212,6 +212,8 @@ def make_curriculum(name: str, task_space: TaskSpace, seed: int, **kwargs: Any) 
 
         if name == "sfl-dist":
             kwargs.setdefault("method", "dist")
+            # online estimates: keep a floor under every task so an early failure does not exclude it forever
+            kwargs.setdefault("floor_all", True)
         return SFL(task_space, seed=seed, **kwargs)
     if name == "plr":
         from magister.curricula.plr import PLR

@@ -16,15 +16,17 @@ After *Open-Ended Learning Leads to Generally Capable Agents* (XLand), scaled do
 * **Curricula**: the task half comes from XLand's dynamic task generation
   (:class:`~magister.curricula.task_filter.TaskFilter`, Section 5.2: keep a proposed task when the agent is
   not already solving it, beats a uniform-random control policy on it, and the control policy scores
-  nothing), or uniformly from the space (``--curriculum uniform``, the ablation). The opponent half is
-  :class:`~magister.curricula.fsp.FSP` or :class:`~magister.curricula.pfsp.PFSP` over snapshots of the
-  learner's own policy in an :class:`~magister.curricula.opponent_store.OpponentStore`: every non-learner
-  slot of the game is played by that snapshot, loaded by id inside the environment. The learner's
-  "win" against a snapshot is a higher return than the co-players' (:class:`CompareReturns`).
+  nothing), or uniformly from the space (``--curriculum uniform``, the ablation). By default the filter is
+  :class:`WarmStartFilter`, which keeps training on fresh proposals while no task has been accepted yet.
+  The opponent half is :class:`~magister.curricula.fsp.FSP` or :class:`~magister.curricula.pfsp.PFSP`
+  over snapshots of the learner's own policy in an
+  :class:`~magister.curricula.opponent_store.OpponentStore`: every non-learner slot of the game is played
+  by that snapshot, loaded by id inside the environment. The learner's "win" against a snapshot is a
+  higher return than the co-players' (:class:`CompareReturns`).
 * **Control-policy episodes** of the filter (encoded ``("magister:control", task)``) are played by uniform
   random actions in the learner's slot; they and the filter's agent-evaluation episodes arrive with
   ``info["task_train"] == False`` and are masked out of the PPO losses.
-* **Agent**: a CNN over the egocentric-free grid planes, a goal encoder after the paper's (Fig. 38: atoms
+* **Agent**: a CNN over the (allocentric) grid planes, a goal encoder after the paper's (Fig. 38: atoms
   embedded from their relation and arguments, each literal through an atom MLP with its sign, **summed
   within an option**, through an option MLP, **summed over options**), a GRU core, and policy/value heads
   that see the core state and the goal embedding again (a simplified stand-in for the GOAT module).
@@ -439,9 +441,12 @@ class Agent(nn.Module):
         self.actor = layer_init(nn.Linear(hidden, N_ACTIONS), std=0.01)
         self.critic = layer_init(nn.Linear(hidden, 1), std=1.0)
 
-    def encode(self, obs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(core input, goal embedding)`` for a flat batch of observations."""
-        g = self.goal(obs["goal_atoms"], obs["goal_matrix"])
+    def encode(self, obs: dict[str, torch.Tensor], g: torch.Tensor | None = None
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(core input, goal embedding)`` for a flat batch of observations (``g``: a precomputed goal
+        embedding; the goal is fixed within an episode)."""
+        if g is None:
+            g = self.goal(obs["goal_atoms"], obs["goal_matrix"])
         x = torch.cat([self.cnn(obs["grid"].float()), obs["vector"].float(), g], dim=1)
         return self.torso(x), g
 
@@ -449,10 +454,10 @@ class Agent(nn.Module):
         z = self.head(torch.cat([h, g], dim=-1))
         return self.actor(z), self.critic(z).squeeze(-1)
 
-    def step(self, obs: dict[str, torch.Tensor], h: torch.Tensor, done: torch.Tensor
-             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def step(self, obs: dict[str, torch.Tensor], h: torch.Tensor, done: torch.Tensor,
+             g: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """One step for a batch: ``(logits, value, new hidden)``; ``done`` (1 = new episode) resets ``h``."""
-        x, g = self.encode(obs)
+        x, g = self.encode(obs, g)
         h = self.core(x, h * (1.0 - done)[:, None])
         logits, value = self.heads(h, g)
         return logits, value, h
@@ -484,13 +489,17 @@ class TorchPolicy:
         self.agent = agent.eval()
         self.gen = torch.Generator().manual_seed(int(seed))
         self.h = torch.zeros(1, agent.hidden)
+        self.g: torch.Tensor | None = None
 
     def reset(self, n: int) -> None:
         self.h = torch.zeros(n, self.agent.hidden)
+        self.g = None
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def _act(self, obs: dict[str, torch.Tensor]) -> np.ndarray:
-        logits, _, self.h = self.agent.step(obs, self.h, torch.zeros(self.h.shape[0]))
+        if self.g is None:  # the goal is fixed within an episode: embed it once
+            self.g = self.agent.goal(obs["goal_atoms"], obs["goal_matrix"])
+        logits, _, self.h = self.agent.step(obs, self.h, torch.zeros(self.h.shape[0]), self.g)
         probs = torch.softmax(logits, dim=-1)
         return torch.multinomial(probs, 1, generator=self.gen).squeeze(1).numpy()
 
@@ -499,7 +508,7 @@ class TorchPolicy:
 
     def __call__(self, obs: dict[str, np.ndarray]) -> int:
         if float(obs["vector"][22]) == 0.0:  # t = 0: a new episode
-            self.h = torch.zeros(1, self.agent.hidden)
+            self.reset(1)
         return int(self._act({k: torch.as_tensor(np.asarray(v))[None] for k, v in obs.items()})[0])
 
 

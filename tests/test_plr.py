@@ -412,3 +412,22 @@ def test_buffer_keeps_the_top_scores(scores, size):
     assert sorted(plr.buffer_scores().tolist()) == sorted(vals)[-size:]
     w = plr.replay_weights()
     assert w.sum() == pytest.approx(1.0) and np.all(w >= 0)
+
+
+def test_large_buffer_sampling_matches_replay_weights():
+    """Buffers above 1024 entries use the sorted-buffer + Fenwick-tree sampler: its empirical replay
+    distribution must equal the rank/staleness mixture P = (1 - rho) P_S + rho P_C, ties included."""
+    from magister.task_spaces.discrete import Discrete
+
+    plr = PLR(Discrete(3000), buffer_size=1100, replay_prob=0.5, staleness_coef=0.3, seed=1)
+    rng = np.random.default_rng(0)
+    for round_ in range(200):
+        b = 64 if round_ % 3 == 0 else 16
+        tasks = plr.sample(b)
+        plr.update_scores(tasks, (rng.integers(0, 6, b) * 0.5).tolist())
+    weights = plr.replay_weights()
+    assert weights.size > 1024  # the large-buffer path is the one under test
+    draws = plr._draw_replays(10**6)
+    freq = np.bincount(draws, minlength=weights.size) / draws.size
+    total_variation = 0.5 * np.abs(freq - weights).sum()
+    assert total_variation < 0.025
