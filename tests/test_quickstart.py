@@ -7,17 +7,18 @@ from magister.examples import quickstart
 
 def test_quickstart_tiny_budget(tmp_path, capsys):
     results = quickstart.main([
-        "--puzzle", "sixteen", "--total-steps", "1024", "--num-envs", "4", "--num-steps", "32", "--train-seeds", "5",
+        "--puzzle", "sixteen", "--total-steps", "1024", "--num-envs", "4", "--num-steps", "32",
+        "--train-seeds", "5",
         "--eval-seeds", "1", "--eval-every", "0", "--params", "3x3m1", "3x3m2", "--run-dir", str(tmp_path),
         "--no-progress", "--seeds", "0", "1",
     ])
     out = capsys.readouterr().out
-    assert set(results) == {"dr", "sfl"}
+    assert set(results) == {"dr", "sfl-dist"}
     assert all(len(runs) == 2 for runs in results.values())  # two seeds each
-    for line in ("3x3m1", "3x3m2", "mean", "dr success", "sfl success", "never solved"):
+    for line in ("3x3m1", "3x3m2", "mean", "dr success", "sfl-dist success", "never solved"):
         assert line in out
     assert (tmp_path / "quickstart.png").stat().st_size > 1000
-    for name in ("dr_s0", "dr_s1", "sfl_s0", "sfl_s1"):
+    for name in ("dr_s0", "dr_s1", "sfl-dist_s0", "sfl-dist_s1"):
         assert (tmp_path / name / "checkpoint.pt").exists()
     # both curricula trained on the same budget
     steps = {r.global_step for runs in results.values() for r in runs}
