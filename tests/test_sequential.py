@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
 from magister.curricula.base import Curriculum, StepBatch, TaskSample
 from magister.curricula.constant import Constant
 from magister.curricula.domain_randomization import DomainRandomization

@@ -7,6 +7,7 @@ import math
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
 from magister.curricula.sequential import METRIC_NAMES
 from magister.curricula.stopping import Condition, ConditionSyntaxError, parse_condition
 
