@@ -21,6 +21,7 @@ import argparse
 import time
 
 import jax
+import numpy as np
 
 from magister.examples.minigrid_rm import ppo
 from magister.examples.minigrid_rm.env import NUM_ACTIONS
@@ -66,16 +67,19 @@ def train_round_robin(methods: tuple[str, ...], envs: int, steps: int, updates: 
         jax.block_until_ready(states[m].params)
     timed = dict.fromkeys(methods, 0.0)
     curves: dict[str, list] = {m: [] for m in methods}
+    dr_solvable: list[float] = []  # DR: every training batch, so the fraction is over all of them
     for u in range(1, updates):
         for m in methods:
             t = time.perf_counter()
             states[m], (_, sampled) = fns[m](states[m])
             jax.block_until_ready(states[m].params)
             timed[m] += time.perf_counter() - t
+            if m == "dr":
+                dr_solvable.append(float(solvable_batch(jax.device_get(sampled)).mean()))
             if (u + 1) % log_every == 0 or u + 1 == updates:
                 comp = ppo.buffer_composition(cfgs[m], states[m], sampled)
-                curves[m].append(((u + 1) * envs * steps, comp["solvable_fraction"], comp["mean_rooms"],
-                                  comp["mean_rm_states"]))
+                frac = float(np.mean(dr_solvable)) if m == "dr" else comp["solvable_fraction"]
+                curves[m].append(((u + 1) * envs * steps, frac, comp["mean_rooms"], comp["mean_rm_states"]))
     return {m: (updates - 1) * envs * steps / timed[m] for m in methods}, curves
 
 
@@ -86,6 +90,7 @@ def main() -> None:
     ap.add_argument("--updates", type=int, default=60)
     ap.add_argument("--log-every", type=int, default=10)
     ap.add_argument("--buffer", type=int, default=64, help="PLR/ACCEL buffer size")
+    ap.add_argument("--methods", nargs="+", default=["dr", "plr", "accel"], choices=["dr", "plr", "accel"])
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--plot", type=str, default=None)
     ap.add_argument("--skip-env", action="store_true")
@@ -99,17 +104,19 @@ def main() -> None:
     base = solvable_batch(jax.jit(jax.vmap(sample_problem, in_axes=(0, None)), static_argnums=1)(
         keys, ProblemSampler())).mean()
     print(f"solvable fraction of independently sampled problems (2048 samples): {base:.3f}")
-    speeds, curves = train_round_robin(("dr", "plr", "accel"), a.envs, a.steps, a.updates, a.buffer,
-                                       a.log_every, a.seed)
+    methods = tuple(a.methods)
+    speeds, curves = train_round_robin(methods, a.envs, a.steps, a.updates, a.buffer, a.log_every, a.seed)
     print(f"\ntraining ({a.envs} envs x {a.steps} steps per update, {a.updates} updates, buffer {a.buffer}, "
           "compile excluded)")
-    print(f"{'method':8s} {'steps/s':>10s} {'vs DR':>7s}")
+    print(f"{'method':8s} {'steps/s':>10s} {'ratio':>7s}  (to dr, or to the first method)")
+    ref = speeds.get("dr", next(iter(speeds.values())))
     for m, s in speeds.items():
-        print(f"{m:8s} {s:10,.0f} {s / speeds['dr']:7.2f}")
-    print("\nsolvable fraction over training (PLR/ACCEL: buffer; DR: its training batch)")
+        print(f"{m:8s} {s:10,.0f} {s / ref:7.2f}")
+    print("\nsolvable fraction over training (PLR/ACCEL: buffer; DR: all its training batches so far)")
     print(f"{'env steps':>10s} " + " ".join(f"{m:>7s}" for m in curves))
-    for i in range(len(curves["dr"])):
-        print(f"{curves['dr'][i][0]:10d} " + " ".join(f"{curves[m][i][1]:7.3f}" for m in curves))
+    first = next(iter(curves.values()))
+    for i in range(len(first)):
+        print(f"{first[i][0]:10d} " + " ".join(f"{curves[m][i][1]:7.3f}" for m in curves))
     print("\nbuffer mean rooms / RM states at the end: " + ", ".join(
         f"{m}: {curves[m][-1][2]:.2f} / {curves[m][-1][3]:.2f}" for m in curves))
     if a.plot:

@@ -538,7 +538,7 @@ def train(cfg: TrainConfig, out: str | Path | None = None, log_every: int = 5, e
         if (u + 1) % log_every == 0 or u + 1 == cfg.updates:
             row.update({k: float(v) for k, v in m.items()})
             row.update(buffer_composition(cfg, ts, sampled))
-            row["steps_per_s"] = steps / (time.perf_counter() - t0)
+            row["steps_per_s_wall"] = steps / (time.perf_counter() - t0)  # compile included
         if eval_every and ((u + 1) % eval_every == 0 or u + 1 == cfg.updates):
             k1, k2 = jax.random.split(jax.random.PRNGKey(u))
             probe_ok = np.mean([np.asarray(eval_fn(ts.params, probes, k))
