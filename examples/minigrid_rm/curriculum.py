@@ -40,7 +40,8 @@ a 32-bit hash (a collision would merge two problems); ``R_max`` is kept only for
 replay decision for ``min_fill_ratio`` uses ``buffer_size`` as the capacity (unbounded space).
 
 >>> import jax.numpy as jnp
->>> rank_weights(jnp.array([0.5, 2.0, 1.0]), jnp.array([True, True, True]), 1.0).round(4).tolist()
+>>> w = rank_weights(jnp.array([0.5, 2.0, 1.0]), jnp.array([True, True, True]), 1.0)
+>>> [round(float(x), 4) for x in w]
 [0.1818, 0.5455, 0.2727]
 """
 
