@@ -40,16 +40,15 @@ builds one env per task from a factory and caches it, like
 from __future__ import annotations
 
 import logging
-from collections import OrderedDict
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
 from typing import Any
 
-import numpy as np
 from gymnasium import spaces
 from pettingzoo.utils.env import ParallelEnv
 from pettingzoo.utils.wrappers.base_parallel import BaseParallelWrapper
 
-from ..task_spaces.base import TaskSpace, task_key
+from ..task_spaces.base import TaskSpace
+from ._env_cache import _EnvCache
 from .task_wrapper import TaskSwitching
 
 logger = logging.getLogger(__name__)
@@ -147,15 +146,7 @@ class PettingZooTaskWrapper(TaskSwitching, BaseParallelWrapper):
         return f"{type(self).__name__}<{self.env}>"
 
 
-class _Entry:
-    __slots__ = ("env", "seeded")
-
-    def __init__(self, env: ParallelEnv) -> None:
-        self.env = env
-        self.seeded = False
-
-
-class PettingZooReinitTaskWrapper(PettingZooTaskWrapper):
+class PettingZooReinitTaskWrapper(_EnvCache, PettingZooTaskWrapper):
     """One parallel env per task, built by ``env_fn(decoded_task)`` and LRU-cached.
 
     The PettingZoo twin of :class:`~magister.env_wrappers.reinit.ReinitTaskWrapper`: every built env must
@@ -172,6 +163,8 @@ class PettingZooReinitTaskWrapper(PettingZooTaskWrapper):
         task_observation: As in :class:`PettingZooTaskWrapper`.
     """
 
+    _env_type = ParallelEnv
+
     def __init__(
         self,
         env_fn: Callable[[Any], ParallelEnv],
@@ -181,43 +174,13 @@ class PettingZooReinitTaskWrapper(PettingZooTaskWrapper):
         initial_task: Any = None,
         task_observation: bool = False,
     ) -> None:
-        if not callable(env_fn):
-            raise TypeError(f"env_fn must be callable (decoded task -> ParallelEnv), got {env_fn!r}")
-        if not isinstance(task_space, TaskSpace):
-            raise TypeError(f"task_space must be a magister TaskSpace, got {type(task_space).__name__}")
-        if cache_size is not None and (
-            isinstance(cache_size, bool) or not isinstance(cache_size, (int, np.integer)) or cache_size < 1
-        ):
-            raise ValueError(f"cache_size must be a positive int or None, got {cache_size!r}")
-        self.env_fn = env_fn
-        self.cache_size = None if cache_size is None else int(cache_size)
-        self.num_built = 0
-        if initial_task is None:
-            initial_task = task_space.sample()
-        elif not task_space.contains(initial_task):
-            raise ValueError(f"initial_task {initial_task!r} is not a task of {task_space!r}")
-        encoded = task_space.encode(initial_task)
-        first = self._build(initial_task)
+        first, initial_task, encoded = self._first_env(env_fn, task_space, cache_size, initial_task)
         super().__init__(first, task_space, task_observation=task_observation)
         self.possible_agents = list(first.possible_agents)
         self._ref_spaces = {
             a: (first.observation_space(a), first.action_space(a)) for a in self.possible_agents
         }
-        self._cache: OrderedDict[Hashable, _Entry] = OrderedDict([(task_key(encoded), _Entry(first))])
-        self._seed_rng = np.random.default_rng()
-        self._pending: _Entry | None = None
-        self._current_task = encoded
-        self._current_decoded = initial_task
-        self._has_task = True
-
-    def _build(self, task: Any) -> ParallelEnv:
-        env = self.env_fn(task)
-        if not isinstance(env, ParallelEnv):
-            raise TypeError(
-                f"env_fn({task!r}) returned {type(env).__name__}, expected a pettingzoo ParallelEnv"
-            )
-        self.num_built += 1
-        return env
+        self._start_cache(first, initial_task, encoded)
 
     def _check_consistent(self, task: Any, env: ParallelEnv) -> None:
         if list(env.possible_agents) != self.possible_agents:
@@ -236,24 +199,6 @@ class PettingZooReinitTaskWrapper(PettingZooTaskWrapper):
                         f"has {ref}; every task's env must have the same spaces"
                     )
 
-    def change_task(self, task: Any) -> None:
-        """Get or build the env of ``task``; it replaces the running env at the next reset (as in
-        :meth:`~magister.env_wrappers.reinit.ReinitTaskWrapper.change_task`)."""
-        key = task_key(self.task_space.encode(task))
-        entry = self._cache.get(key)
-        if entry is not None:
-            self._cache.move_to_end(key)
-        else:
-            env = self._build(task)
-            try:
-                self._check_consistent(task, env)
-            except ValueError:
-                env.close()
-                raise
-            entry = _Entry(env)
-            self._cache[key] = entry
-        self._pending = entry
-
     def observation_space(self, agent: AgentID) -> spaces.Space:
         """The first env's space for ``agent`` (every env has the same), wrapped for task observations."""
         if not self.task_observation:
@@ -264,29 +209,3 @@ class PettingZooReinitTaskWrapper(PettingZooTaskWrapper):
         """The first env's action space for ``agent`` (every env has the same)."""
         return self._ref_spaces[agent][1]
 
-    @property
-    def cached_tasks(self) -> list[Hashable]:
-        """Keys of the cached envs' tasks, least recently used first."""
-        return list(self._cache)
-
-    def _reset_inner(self, *, seed: int | None, options: dict[str, Any] | None) -> tuple[dict, dict]:
-        if self._pending is not None:
-            self.env = self._pending.env
-            self._pending = None
-            while self.cache_size is not None and len(self._cache) > self.cache_size:
-                _, old = self._cache.popitem(last=False)
-                old.env.close()
-        entry = self._cache[task_key(self._current_task)]
-        if seed is not None:
-            self._seed_rng = np.random.default_rng(seed)
-        elif not entry.seeded:
-            seed = int(self._seed_rng.integers(2**31 - 1))
-        entry.seeded = True
-        return self.env.reset(seed=seed, options=options)
-
-    def close(self) -> None:
-        """Close every cached env."""
-        self._pending = None
-        while self._cache:
-            _, entry = self._cache.popitem(last=False)
-            entry.env.close()

@@ -191,3 +191,20 @@ def test_problem_hash_distinguishes_problems() -> None:
     assert len(set(h.tolist())) == 256
     h2 = np.asarray(jax.vmap(C.problem_hash)(probs))
     assert np.array_equal(h, h2)
+
+
+def test_accel_children_come_first_and_are_evaluation_only() -> None:
+    cap, b = 4, 6
+    cfg = C.accel_config(buffer_size=cap, replay_prob=1.0)
+    buf = _buffer(np.array([0.1, 0.2, 0.3, 0.4]), np.zeros(4), 1, cap)
+    buf = buf._replace(problems=jnp.arange(cap, dtype=jnp.float32)[:, None])
+    children = 100 + jnp.arange(b, dtype=jnp.float32)[:, None]
+    has_child = jnp.array([True, False, True, False, False, True])
+    sample = jax.jit(C.plr_sample, static_argnums=3)
+    buf2, smp = sample(jax.random.PRNGKey(0), buf, -jnp.ones((b, 1)), cfg, children, has_child)
+    vals = np.asarray(smp.problems)[:, 0]
+    hc = np.asarray(has_child)
+    assert np.array_equal(vals[hc], [100, 102, 105]) and np.all(vals[~hc] < cap)  # the rest: replays
+    assert np.array_equal(np.asarray(smp.child), hc)
+    assert np.array_equal(np.asarray(smp.train), ~hc) and np.array_equal(np.asarray(smp.replay), ~hc)
+    assert int(buf2.clock) == 1 + b

@@ -325,3 +325,52 @@ def test_solvability_door_order_matters() -> None:
     rm_bad = R.rm_from_edges(3, [(0, 2, ["front_key_yellow"]), (0, 1, ["front_key_red"]),
                                  (1, 2, ["carrying_ball"])])
     assert not L.is_solvable(lvl4, rm_bad)
+
+
+def _reference_label(tiles: np.ndarray, colours: np.ndarray, pos: tuple[int, int], d: int,
+                     carry: tuple[int, int]) -> set[str]:
+    """A slow, loop-based labelling function written from the proposition definitions."""
+    fwd, right = E.DIR_VEC[d], E.DIR_VEC[(d + 1) % 4]
+    view = {}
+    for f in range(5):
+        for lat in range(-2, 3):
+            r, c = pos[0] + f * fwd[0] + lat * right[0], pos[1] + f * fwd[1] + lat * right[1]
+            if 0 <= r < E.MAX_H and 0 <= c < E.MAX_W:
+                view[(r, c)] = (int(tiles[r, c]), int(colours[r, c]))
+    objs = {rc: tc for rc, tc in view.items() if tc[0] in E.MOVABLE_TILES + E.DOOR_TILES}
+
+    def descs(tc: tuple[int, int]) -> list[str]:
+        return [P.DESCRIPTORS[k] for k in range(P.NUM_DESCRIPTORS) if P.MATCH[k, tc[0], tc[1]]]
+
+    out = set()
+    front = (pos[0] + fwd[0], pos[1] + fwd[1])
+    if front in objs:
+        out |= {f"front_{x}" for x in descs(objs[front])}
+    if carry[0] != E.FLOOR:
+        out |= {f"carrying_{x}" for x in descs(carry)}
+    for (r, c), tc in objs.items():
+        for nb in ((r + 1, c), (r, c + 1)):
+            if nb in objs:
+                for x in descs(tc):
+                    for y in descs(objs[nb]):
+                        for name in (f"next_{x}_{y}", f"next_{y}_{x}"):
+                            if name in P.PROP_NAMES:
+                                out.add(name)
+    return out
+
+
+def test_labelling_matches_reference_on_random_states(batches) -> None:
+    ps = batches["independent"]
+    rng = np.random.default_rng(0)
+    tiles_all, cols_all = np.asarray(ps.level.tiles), np.asarray(ps.level.colours)
+    for i in rng.choice(_N, size=40, replace=False):
+        tiles, cols = tiles_all[i], cols_all[i]
+        free = np.argwhere(np.isin(tiles, (E.FLOOR, E.DOOR_OPEN)))
+        pos = tuple(int(v) for v in free[rng.integers(len(free))])
+        d = int(rng.integers(4))
+        carry = (int(rng.choice([E.FLOOR, E.KEY, E.BALL, E.SQUARE])), int(rng.integers(6)))
+        if carry[0] == E.FLOOR:
+            carry = (E.FLOOR, 0)
+        g = E.GridState(jnp.asarray(tiles), jnp.asarray(cols), jnp.asarray(pos, jnp.int32), jnp.int32(d),
+                        jnp.asarray(carry, jnp.int32))
+        assert _active(g) == _reference_label(tiles, cols, pos, d, carry)
