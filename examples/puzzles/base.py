@@ -42,8 +42,8 @@ from gymnasium import spaces
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["PuzzleParams", "PuzzleEnv", "PuzzleState", "split_seed", "parse_size", "pad_board", "check_ints",
-           "check_range", "take_int", "PALETTE"]
+__all__ = ["PuzzleParams", "ShuffleParams", "PuzzleEnv", "PuzzleState", "split_seed", "parse_size",
+           "pad_board", "check_ints", "check_range", "take_int", "PALETTE"]
 
 P = TypeVar("P", bound="PuzzleParams")
 
@@ -197,6 +197,44 @@ def check_ints(values: Any, n: int, what: str) -> tuple[int, ...]:
             raise ValueError(f"{what} parameters must be ints, got {values!r}")
         out.append(int(v))
     return tuple(out)
+
+
+@dataclass(frozen=True)
+class ShuffleParams(PuzzleParams):
+    """Parameters ``WxH[m<moves>]`` of the sliding puzzles (Sixteen, Fifteen): a size and an optional number
+    of shuffling moves from the solved state (``None``: a full shuffle). Subclasses set ``puzzle``.
+    """
+
+    w: int
+    h: int
+    moves: int | None = None
+
+    def __post_init__(self) -> None:
+        name = self.puzzle.capitalize()
+        check_range(name, "width", self.w, 2)
+        check_range(name, "height", self.h, 2)
+        if self.moves is not None:
+            check_range(name, "shuffle moves", self.moves, 1)
+
+    @classmethod
+    def parse(cls: type[P], text: str) -> P:
+        name = cls.puzzle.capitalize()
+        w, h, rest = parse_size(text, name)
+        moves, rest = take_int(rest, "m", name, text)
+        if rest:
+            raise ValueError(f"bad {name} parameters {text!r}: unexpected {rest!r}; expected 'WxH[m<moves>]'")
+        return cls(w, h, moves or None)  # type: ignore[call-arg]
+
+    def format(self) -> str:
+        return f"{self.w}x{self.h}" + (f"m{self.moves}" if self.moves else "")
+
+    def to_ints(self) -> tuple[int, ...]:
+        return (self.w, self.h, self.moves or 0)
+
+    @classmethod
+    def from_ints(cls: type[P], values: tuple[int, ...] | list[int]) -> P:
+        w, h, m = check_ints(values, 3, cls.puzzle.capitalize())
+        return cls(w, h, m or None)  # type: ignore[call-arg]
 
 
 class PuzzleEnv(gym.Env):

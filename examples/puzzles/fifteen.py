@@ -35,7 +35,7 @@ from typing import Any, ClassVar
 import numpy as np
 from gymnasium import spaces
 
-from .base import PuzzleEnv, PuzzleParams, check_ints, check_range, parse_size, take_int
+from .base import PuzzleEnv, PuzzleParams, ShuffleParams
 from .sixteen import permutation_parity
 
 logger = logging.getLogger(__name__)
@@ -48,44 +48,14 @@ _TILE_OFFSET = {UP: (1, 0), DOWN: (-1, 0), LEFT: (0, 1), RIGHT: (0, -1)}
 
 
 @dataclass(frozen=True)
-class FifteenParams(PuzzleParams):
+class FifteenParams(ShuffleParams):
     """Fifteen parameters: size and optional number of shuffling moves (our extension).
 
     >>> FifteenParams.parse("4x4"), FifteenParams.parse("3x2m7").format()
     (FifteenParams(w=4, h=4, moves=None), '3x2m7')
     """
 
-    w: int
-    h: int
-    moves: int | None = None
-
     puzzle: ClassVar[str] = "fifteen"
-
-    def __post_init__(self) -> None:
-        check_range("Fifteen", "width", self.w, 2)
-        check_range("Fifteen", "height", self.h, 2)
-        if self.moves is not None:
-            check_range("Fifteen", "shuffle moves", self.moves, 1)
-
-    @classmethod
-    def parse(cls, text: str) -> FifteenParams:
-        w, h, rest = parse_size(text, "Fifteen")
-        moves, rest = take_int(rest, "m", "Fifteen", text)
-        if rest:
-            raise ValueError(f"bad Fifteen parameters {text!r}: unexpected {rest!r}; "
-                             "expected 'WxH[m<moves>]'")
-        return cls(w, h, moves or None)
-
-    def format(self) -> str:
-        return f"{self.w}x{self.h}" + (f"m{self.moves}" if self.moves else "")
-
-    def to_ints(self) -> tuple[int, ...]:
-        return (self.w, self.h, self.moves or 0)
-
-    @classmethod
-    def from_ints(cls, values: Any) -> FifteenParams:
-        w, h, m = check_ints(values, 3, "Fifteen")
-        return cls(w, h, m or None)
 
 
 class FifteenEnv(PuzzleEnv):

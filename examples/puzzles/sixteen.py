@@ -35,7 +35,7 @@ from typing import Any, ClassVar
 import numpy as np
 from gymnasium import spaces
 
-from .base import PuzzleEnv, PuzzleParams, check_ints, check_range, parse_size, take_int
+from .base import PuzzleEnv, PuzzleParams, ShuffleParams
 
 logger = logging.getLogger(__name__)
 
@@ -106,44 +106,14 @@ def permutation_parity(values: np.ndarray) -> int:
 
 
 @dataclass(frozen=True)
-class SixteenParams(PuzzleParams):
+class SixteenParams(ShuffleParams):
     """Sixteen parameters: size and optional number of shuffling moves.
 
     >>> SixteenParams.parse("4x3m5")
     SixteenParams(w=4, h=3, moves=5)
     """
 
-    w: int
-    h: int
-    moves: int | None = None
-
     puzzle: ClassVar[str] = "sixteen"
-
-    def __post_init__(self) -> None:
-        check_range("Sixteen", "width", self.w, 2)
-        check_range("Sixteen", "height", self.h, 2)
-        if self.moves is not None:
-            check_range("Sixteen", "shuffle moves", self.moves, 1)
-
-    @classmethod
-    def parse(cls, text: str) -> SixteenParams:
-        w, h, rest = parse_size(text, "Sixteen")
-        moves, rest = take_int(rest, "m", "Sixteen", text)
-        if rest:
-            raise ValueError(f"bad Sixteen parameters {text!r}: unexpected {rest!r}; "
-                             "expected 'WxH[m<moves>]'")
-        return cls(w, h, moves or None)
-
-    def format(self) -> str:
-        return f"{self.w}x{self.h}" + (f"m{self.moves}" if self.moves else "")
-
-    def to_ints(self) -> tuple[int, ...]:
-        return (self.w, self.h, self.moves or 0)
-
-    @classmethod
-    def from_ints(cls, values: Any) -> SixteenParams:
-        w, h, m = check_ints(values, 3, "Sixteen")
-        return cls(w, h, m or None)
 
 
 def random_line_moves(rng: np.random.Generator, w: int, h: int, k: int) -> list[tuple[str, int]]:
