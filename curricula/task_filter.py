@@ -294,7 +294,7 @@ class TaskFilter(Curriculum):
         self._check_k(k)
         want_eval = self.rng.random(k) < self.eval_fraction
         out: list[TaskSample | None] = [None] * k
-        for i in np.flatnonzero(want_eval | (len(self.train_tasks) == 0)).tolist():
+        for i in np.flatnonzero(want_eval).tolist():  # with no accepted task yet, the rest train on proposals
             out[i] = self._next_eval()
         train_slots = [i for i in range(k) if out[i] is None]
         if train_slots:

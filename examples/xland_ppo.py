@@ -6,6 +6,7 @@ two CPU cores::
     python -m magister.examples.xland_ppo                      # dynamic task filter + FSP co-players
     python -m magister.examples.xland_ppo --curriculum uniform # the same without the filter
     python -m magister.examples.xland_ppo --ablation           # both, same budget, compared on held-out tasks
+    python -m magister.examples.xland_ppo --filter-demo 1500   # what the filter keeps for a scripted agent
 
 After *Open-Ended Learning Leads to Generally Capable Agents* (XLand), scaled down to a CPU:
 
@@ -16,8 +17,8 @@ After *Open-Ended Learning Leads to Generally Capable Agents* (XLand), scaled do
 * **Curricula**: the task half comes from XLand's dynamic task generation
   (:class:`~magister.curricula.task_filter.TaskFilter`, Section 5.2: keep a proposed task when the agent is
   not already solving it, beats a uniform-random control policy on it, and the control policy scores
-  nothing), or uniformly from the space (``--curriculum uniform``, the ablation). By default the filter is
-  :class:`WarmStartFilter`, which keeps training on fresh proposals while no task has been accepted yet.
+  nothing), or uniformly from the space (``--curriculum uniform``, the ablation). While no task has been
+  accepted yet, the non-evaluation episodes train on fresh proposals.
   The opponent half is :class:`~magister.curricula.fsp.FSP` or :class:`~magister.curricula.pfsp.PFSP`
   over snapshots of the learner's own policy in an
   :class:`~magister.curricula.opponent_store.OpponentStore`: every non-learner slot of the game is played
@@ -35,6 +36,10 @@ After *Open-Ended Learning Leads to Generally Capable Agents* (XLand), scaled do
   case over co-players) and **normalised percentiles** (per-task normaliser: the Nash value of a small
   population of reference policies — noop, random, goal-seeker — worst case over co-players), printed as a
   table and plotted; validation every ``eval_every`` updates, test at the end.
+
+At CPU scale the PPO agent rarely beats the random control on a non-trivial task, so the filter accepts
+few tasks for it; ``--filter-demo N`` shows what the same filter keeps when a capable agent (the scripted
+goal-seeker) plays the agent's episodes, against the same agent on uniform proposals (:func:`filter_demo`).
 
 Outputs in ``run_dir/run_name``: TensorBoard events, ``checkpoint.pt`` (policy, optimiser, curricula,
 normalisers, history; ``--resume`` continues from it), ``opponents/`` (the snapshot store), ``eval.txt``,
@@ -65,7 +70,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from magister.curricula.base import Curriculum, TaskSample
+from magister.curricula.base import Curriculum
 from magister.curricula.domain_randomization import DomainRandomization
 from magister.curricula.dual import DualCurriculum
 from magister.curricula.fsp import FSP
@@ -93,8 +98,8 @@ logger = logging.getLogger(__name__)
 
 __all__ = [
     "Agent", "Args", "CompareReturns", "ControlXLandTask", "GoalEncoder", "PairTaskSpace", "RunResult",
-    "TorchPolicy", "WarmStartFilter", "XLandTrainWrapper", "ablation", "main", "make_curriculum",
-    "parse_args", "train",
+    "TorchPolicy", "XLandTrainWrapper", "ablation", "filter_demo", "main",
+    "make_curriculum", "parse_args", "train",
 ]
 
 N_ACTIONS = 6
@@ -133,8 +138,6 @@ class Args:
     """capacity of the filter's accepted training set"""
     filter_window: int = 8
     """training returns per accepted task between re-validations (>= filter_episodes)"""
-    filter_warm_start: bool = True
-    """while the accepted set is empty, train on fresh proposals (else every episode evaluates candidates)"""
     snapshot_every: int = 5
     """store a snapshot of the learner as a co-player every N updates"""
     max_snapshots: int = 0
@@ -174,6 +177,8 @@ class Args:
     plot: bool = True
     ablation: bool = False
     """run --curriculum filter and uniform with the same budget and compare them on the held-out tests"""
+    filter_demo: int = 0
+    """instead of training: N episodes of the task filter with the scripted goal-seeker as the agent"""
 
 
 def _field_docs() -> dict[str, str]:
@@ -340,32 +345,10 @@ def make_task_space(args: Args) -> tuple[XLandTaskSpace, list[XLandTask], list[X
     return space, test, validation
 
 
-class WarmStartFilter(TaskFilter):
-    """:class:`~magister.curricula.task_filter.TaskFilter` that keeps the agent training while its accepted
-    set is empty: evaluation episodes stay an ``eval_fraction`` share of all episodes and the rest are
-    training episodes on fresh proposals. (``TaskFilter`` spends *every* episode on evaluating candidates
-    until it has accepted a task, and again whenever re-validation empties the set, so an agent that
-    rarely passes the filter would stop learning.) Once tasks are accepted it is ``TaskFilter`` unchanged.
-    """
-
-    def sample_tasks(self, k: int = 1) -> list[TaskSample]:
-        if self.train_tasks:
-            return super().sample_tasks(k)
-        self._check_k(k)
-        want_eval = self.rng.random(k) < self.eval_fraction
-        out: list[TaskSample | None] = [self._next_eval() if e else None for e in want_eval.tolist()]
-        train_slots = [i for i in range(k) if out[i] is None]
-        for i, t in zip(train_slots, self._propose(len(train_slots)) if train_slots else []):
-            out[i] = TaskSample(t, True)
-        self.num_sampled += k
-        return out  # type: ignore[return-value]
-
-
 def make_curriculum(args: Args, space: TaskSpace, store: OpponentStore) -> DualCurriculum:
     """``DualCurriculum(task filter or uniform, FSP or PFSP)`` as chosen by ``args``."""
     if args.curriculum == "filter":
-        cls_f = WarmStartFilter if args.filter_warm_start else TaskFilter
-        tasks: Curriculum = cls_f(
+        tasks: Curriculum = TaskFilter(
             space, num_episodes=args.filter_episodes, return_range=(0.0, float(args.episode_length)),
             eval_fraction=args.filter_eval_fraction, max_pending=args.filter_pending,
             max_train_tasks=args.filter_max_tasks, window=max(args.filter_window, args.filter_episodes),
@@ -954,9 +937,70 @@ def ablation_table(results: dict[str, RunResult]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> RunResult | dict[str, RunResult]:
+def _profile(returns: Sequence[float], length: int) -> dict[str, float]:
+    r = np.asarray(returns, dtype=np.float64) / length
+    if r.size == 0:
+        return {"episodes": 0.0}
+    return {"episodes": float(r.size), "mean_return": float(r.mean()), "zero_share": float((r == 0).mean()),
+            "solved_share": float((r > 375 / 900).mean())}
+
+
+def filter_demo(args: Args, episodes: int) -> dict[str, Any]:
+    """What the task filter keeps for a *capable* agent: the scripted goal-seeker plays the agent's
+    episodes (evaluation and training), uniform random actions the control episodes, co-players are noop.
+
+    Returns the filter's counts, the profile (mean return / ``episode_length``, share of zero-return and of
+    solved episodes, solved meaning a return above the filter's ``m_s``) of the seeker's training episodes
+    in the second half, and the same profile of the seeker on as many fresh uniform proposals.
+    """
+    from magister.examples.xland.coplayers import GoalSeeker
+
+    if episodes < 1:
+        raise ValueError(f"episodes must be >= 1, got {episodes!r}")
+    check_args(args)
+    space = make_task_space(dataclasses.replace(args, n_test=0, n_validation=0))[0]
+    filt = TaskFilter(space, num_episodes=args.filter_episodes,
+                      return_range=(0.0, float(args.episode_length)),
+                      eval_fraction=args.filter_eval_fraction, max_pending=args.filter_pending,
+                      max_train_tasks=args.filter_max_tasks,
+                      window=max(args.filter_window, args.filter_episodes), seed=args.seed)
+    seeker, rng = GoalSeeker(), np.random.default_rng(args.seed)
+
+    def play(task: XLandTask, scripted: bool) -> float:
+        env = XLandEnv(task, episode_length=args.episode_length)
+        env.reset(seed=int(rng.integers(1 << 30)))
+        while env.agents:
+            env.step({"player_0": seeker.act(env, 0) if scripted else int(rng.integers(N_ACTIONS))})
+        return float(env.returns[0])
+
+    train_returns: list[float] = []
+    for _ in range(episodes):
+        sample = filt.sample_tasks(1)[0]
+        inner, is_control = split_control(sample.task)
+        r = play(XLandTask.decode(inner), not is_control)
+        if sample.train:
+            train_returns.append(r)
+        filt.update_on_episode(r, args.episode_length, sample.task, 0.0)
+    kept = train_returns[len(train_returns) // 2:]
+    uniform = [play(t, True) for t in (space.sample() for _ in range(max(len(kept), 1)))]
+    return {"counts": dict(filt.counts), "train_tasks": len(filt.train_tasks),
+            "kept": _profile(kept, args.episode_length), "uniform": _profile(uniform, args.episode_length)}
+
+
+def main(argv: list[str] | None = None) -> RunResult | dict[str, Any]:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     args = parse_args(argv)
+    if args.filter_demo:
+        demo = filter_demo(args, args.filter_demo)
+        rows = [f"{'training episodes':28s} {'n':>5s} {'mean':>6s} {'zero':>6s} {'solved':>6s}"]
+        for name in ("kept", "uniform"):
+            p = demo[name]
+            rows.append(f"{'goal-seeker on ' + name:28s} {p['episodes']:5.0f} "
+                        f"{p.get('mean_return', np.nan):6.3f} {p.get('zero_share', np.nan):6.3f} "
+                        f"{p.get('solved_share', np.nan):6.3f}")
+        sys.stdout.write(f"filter counts: {demo['counts']}, accepted set now {demo['train_tasks']}\n"
+                         + "\n".join(rows) + "\n")
+        return demo
     if args.ablation:
         results = ablation(args)
         sys.stdout.write("\n" + ablation_table(results) + "\n")

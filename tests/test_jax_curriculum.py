@@ -183,14 +183,18 @@ def test_sfl_refresh_and_sample() -> None:
 
 
 def test_problem_hash_distinguishes_problems() -> None:
-    from magister.examples.minigrid_rm.levels import ProblemSampler, sample_problem
+    from magister.examples.minigrid_rm.probes import probe_set
 
-    keys = jax.random.split(jax.random.PRNGKey(0), 256)
-    probs = jax.vmap(lambda k: sample_problem(k, ProblemSampler()))(keys)
-    h = np.asarray(jax.vmap(C.problem_hash)(probs))
-    assert len(set(h.tolist())) == 256
-    h2 = np.asarray(jax.vmap(C.problem_hash)(probs))
-    assert np.array_equal(h, h2)
+    _, probs = probe_set()
+    n = probs.rm.n_states.shape[0]
+    # variants: one cell recoloured, the agent turned, one literal changed
+    recol = probs._replace(level=probs.level._replace(colours=probs.level.colours.at[:, 1, 1].add(1)))
+    turned = probs._replace(level=probs.level._replace(agent_dir=(probs.level.agent_dir + 1) % 4))
+    lit = probs._replace(rm=probs.rm._replace(edge_lits=probs.rm.edge_lits.at[:, 0, 0].add(1)))
+    hash_b = jax.jit(jax.vmap(C.problem_hash))
+    hs = [np.asarray(hash_b(x)) for x in (probs, recol, turned, lit)]
+    assert len(set(np.concatenate(hs).tolist())) == 4 * n
+    assert np.array_equal(hs[0], np.asarray(hash_b(probs)))  # deterministic
 
 
 def test_accel_children_come_first_and_are_evaluation_only() -> None:

@@ -217,3 +217,12 @@ def test_mutate_sequences() -> None:
         assert np.all(t[h:, :] == E.WALL) and np.all(t[:, w:] == E.WALL)
         assert np.all(t[0, :] == E.WALL) and np.all(t[:, 0] == E.WALL)
         assert all(t[rc] in E.DOOR_TILES for rc in E.door_cells(n_rooms))
+
+
+def test_task_edits_need_a_sequential_rm() -> None:
+    branching = R.rm_from_edges(3, [(0, 2, ["front_ball"]), (0, 1, ["front_key"]), (1, 2, ["carrying_key"])])
+    p = Problem(ONE.level, branching)
+    ok = _ok(p, _info(p))
+    assert not {"switch_proposition", "add_state", "remove_state", "extract_preceding",
+                "extract_succeeding"} & ok
+    assert "add_object" in ok

@@ -179,16 +179,27 @@ def test_filter_accepts_exactly_the_useful_tasks():
 
 
 def test_warm_up_trains_on_proposals_and_flags_evaluations():
-    cur = TaskFilter(Discrete(40), num_episodes=2, eval_fraction=0.25, seed=0)
+    # eval_fraction=1: every slot tries an evaluation; 4 candidates x (2 agent + 2 control)
+    cur = TaskFilter(Discrete(40), num_episodes=2, eval_fraction=1.0, seed=0)
     samples = cur.sample_tasks(16)
     evals = [s for s in samples if not s.train]
     assert all(isinstance(s, TaskSample) for s in samples)
-    # nothing accepted yet: every slot first tries an evaluation; 4 candidates x (2 agent + 2 control)
     assert len(evals) == 16
     assert sum(split_control(s.task)[1] for s in evals) == 8
     more = cur.sample_tasks(4)  # every candidate fully issued, none answered: warm-up training episodes
     assert all(s.train and not split_control(s.task)[1] for s in more)
     assert cur.sample(3) and cur.num_sampled == 23
+
+
+def test_warm_up_keeps_the_evaluation_fraction():
+    """With nothing accepted yet, only an eval_fraction share of episodes evaluates candidates; the others
+    train on fresh proposals (the agent keeps learning while the filter warms up)."""
+    cur = TaskFilter(Discrete(10_000), num_episodes=2, eval_fraction=0.25, max_pending=1000, seed=0)
+    samples = cur.sample_tasks(4000)
+    evals = sum(not s.train for s in samples)
+    assert cur.train_tasks == []
+    assert 0.2 < evals / 4000 < 0.3
+    assert all(not split_control(s.task)[1] for s in samples if s.train)
 
 
 def test_revalidation_drops_tasks_that_become_solved():
@@ -211,7 +222,7 @@ def test_capacity_evicts_oldest():
 
 
 def test_lost_evaluation_episodes_are_reissued():
-    cur = TaskFilter(Discrete(10), num_episodes=1, max_pending=1, stale_after=5, seed=0)
+    cur = TaskFilter(Discrete(10), num_episodes=1, max_pending=1, stale_after=5, eval_fraction=1.0, seed=0)
     first = cur.sample_tasks(2)  # the one candidate: one agent + one control episode, never answered
     assert [s.train for s in first] == [False, False]
     assert all(s.train for s in cur.sample_tasks(6))  # nothing to evaluate until they count as lost
@@ -228,7 +239,7 @@ def test_custom_proposal_and_open_ended_space():
         proposed.extend(range(n))
         return out
 
-    cur = TaskFilter(space, propose=propose, num_episodes=1, seed=0)
+    cur = TaskFilter(space, propose=propose, num_episodes=1, eval_fraction=1.0, seed=0)
     samples = cur.sample_tasks(4)
     assert proposed and len(samples) == 4
     agent = next(s for s in samples if not split_control(s.task)[1])

@@ -34,14 +34,13 @@ from magister.examples.xland_ppo import (
     ControlXLandTask,
     GoalEncoder,
     PairTaskSpace,
-    WarmStartFilter,
     XLandTrainWrapper,
     ablation,
     ablation_table,
+    filter_demo,
     parse_args,
     train,
 )
-from magister.task_spaces.discrete import Discrete
 
 TINY = dict(total_steps=128, num_envs=2, num_steps=16, episode_length=8, n_test=3, n_validation=2,
             eval_every=2, snapshot_every=1, checkpoint_every=2, hidden=16, filter_episodes=2, filter_window=2,
@@ -179,14 +178,6 @@ def test_compare_returns_outcomes():
     assert score(1.0, {}) == 1.0  # falls back to OutcomeRule (learner return above the threshold 0)
 
 
-def test_warm_start_filter_trains_on_proposals_while_nothing_is_accepted():
-    cur = WarmStartFilter(Discrete(10_000), num_episodes=2, eval_fraction=0.25, max_pending=100, seed=0)
-    samples = cur.sample_tasks(400)
-    train = sum(s.train for s in samples)
-    assert 260 < train < 340  # about 3/4 of the episodes train (TaskFilter itself would evaluate all)
-    assert all(not s.train for s in samples if isinstance(s.task, tuple) and s.task[0] == "magister:control")
-
-
 def test_goal_encoder_sums_over_literals_and_options():
     enc = GoalEncoder(8)
     ids, mat = goal_observation(Goal.parse(
@@ -239,7 +230,7 @@ def test_tiny_run_writes_outputs_feeds_curricula_and_resumes(tmp_path):
     assert first.test["agent"].returns.shape == (3, 3)
     ckpt = torch.load(run / "checkpoint.pt", weights_only=False)
     task_state, opp_state = ckpt["curriculum"]["task"], ckpt["curriculum"]["opponent"]
-    assert task_state["class"] == "WarmStartFilter"
+    assert task_state["class"] == "TaskFilter"
     assert task_state["counts"]["proposed"] > 0 and task_state["num_episodes"] > 0  # the filter got returns
     assert opp_state["num_updates"] == 5  # snapshot 0 + one offer per update
     assert opp_state["num_results"] > 0  # FSP got outcomes against snapshots
@@ -264,3 +255,17 @@ def test_ablation_runs_both_curricula_with_the_same_budget(tmp_path):
     assert text.splitlines()[0].split()[:3] == ["curriculum", "steps", "test"]
     assert text == ablation_table(results) + "\n"
     assert "task/task_filter/train_tasks" not in results["uniform"].curriculum_metrics
+
+
+def test_filter_demo_accounts_for_every_proposal():
+    demo = filter_demo(Args(**{**TINY, "filter_eval_fraction": 0.5}), episodes=40)
+    c = demo["counts"]
+    decided = c["accepted"] + c["rejected_solved"] + c["rejected_control"] + c["rejected_easy_for_control"]
+    assert 0 < decided <= c["proposed"]
+    assert demo["train_tasks"] == c["accepted"] - c["dropped"] - c["evicted"]
+    assert demo["uniform"]["episodes"] == max(demo["kept"]["episodes"], 1)  # compared on as many episodes
+    for p in (demo["kept"], demo["uniform"]):
+        if p["episodes"]:  # no training episode at all while the filter has accepted nothing
+            assert 0.0 <= p["zero_share"] <= 1.0 and 0.0 <= p["mean_return"] <= 1.0
+    with pytest.raises(ValueError, match="episodes must be >= 1"):
+        filter_demo(Args(**TINY), episodes=0)

@@ -33,7 +33,10 @@ neither ``u0`` nor ``uA``:
 11. ``EXTRACT_PRECEDING``: same level, RM truncated so that ``u`` is accepting.
 12. ``EXTRACT_SUCCEEDING``: the rollout's last grid state becomes the level, the RM starts at ``u``.
 
-The reward stays sparse (1 on entering ``uA``) after every edit.
+The reward stays sparse (1 on entering ``uA``) after every edit. Task and hindsight edits apply to RMs in
+the canonical sequential form of the training sampler (their precondition checks it); level edits to any
+level. Object counts can leave the sampler's range after ``REMOVE_ROOMS`` (the kept rooms keep their
+objects); ``ADD_OBJECT``/``REMOVE_OBJECT`` respect the range of the current layout.
 """
 
 from __future__ import annotations
@@ -66,7 +69,7 @@ from .env import (
 from .levels import _DOOR_POS_J, _MAX_OBJ, _MIN_OBJ, _NDOORS_J, _TEMPLATES, MAX_DOORS
 from .problem import Problem
 from .propositions import NUM_PROPS
-from .reward_machines import MAX_EDGES, MAX_STATES, RewardMachine, _sequential_arrays
+from .reward_machines import MAX_EDGES, MAX_STATES, RewardMachine, _sequential_arrays, is_sequential
 
 logger = logging.getLogger(__name__)
 
@@ -194,9 +197,10 @@ def edit_preconditions(problem: Problem, info: HindsightInfo, first: jax.Array,
         nondoor > 0,
     ])
     n = rm.n_states
-    task_ok = jnp.stack([n >= 2, n < cfg.max_rm_states, n > 2])
+    seq = is_sequential(rm)  # task and hindsight edits are defined on sequential RMs
+    task_ok = jnp.stack([n >= 2, n < cfg.max_rm_states, n > 2]) & seq
     u = info.rm_state
-    hind = info.valid & first & (u != rm.initial) & (u != rm.accepting)
+    hind = info.valid & first & (u != rm.initial) & (u != rm.accepting) & seq
     hind_ok = jnp.stack([hind, hind])
     return jnp.concatenate([level_ok & cfg.level_edits, task_ok & cfg.task_edits,
                             hind_ok & cfg.hindsight_edits])
