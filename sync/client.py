@@ -209,6 +209,32 @@ def _copy_obs(obs: Any) -> Any:
     return obs
 
 
+def _like(a: Any, ref: np.ndarray) -> bool:
+    return isinstance(a, np.ndarray) and a.shape == ref.shape and a.dtype == ref.dtype
+
+
+def _stack(observations: list[Any]) -> Any:
+    """The observations of a step batch, stacked along a new first axis when they share one numeric layout:
+    one array, or for dict observations one array per key (a few large frames instead of one small array per
+    step and key); otherwise the tuple of observations."""
+    first = observations[0]
+    if isinstance(first, np.ndarray) and first.dtype.kind in "biufc":
+        if all(_like(o, first) for o in observations):
+            return np.stack(observations)
+    elif (
+        isinstance(first, dict)
+        and first
+        and all(isinstance(k, str) and isinstance(v, np.ndarray) and v.dtype.kind in "biufc"
+                for k, v in first.items())
+        and all(
+            isinstance(o, dict) and o.keys() == first.keys() and all(_like(o[k], v) for k, v in first.items())
+            for o in observations
+        )
+    ):
+        return {k: np.stack([o[k] for o in observations]) for k in first}
+    return tuple(observations)
+
+
 class _StepBuffer:
     """Step records of one env waiting to be sent as one :class:`~magister.sync.protocol.StepUpdate`."""
 
@@ -244,20 +270,7 @@ class _StepBuffer:
             self.infos.append(_strip(dict(info) if info else {}, self.strip_keys))
 
     def message(self, env_id: int) -> P.StepUpdate:
-        obs: Any = None
-        if self.send_obs:
-            first = self.obs[0]
-            if (
-                isinstance(first, np.ndarray)
-                and all(
-                    isinstance(o, np.ndarray) and o.shape == first.shape and o.dtype == first.dtype
-                    for o in self.obs
-                )
-                and first.dtype.kind in "biufc"
-            ):
-                obs = np.stack(self.obs)  # one array (one frame when large) instead of n small ones
-            else:
-                obs = tuple(self.obs)
+        obs = _stack(self.obs) if self.send_obs else None
         msg = P.StepUpdate(
             env_id,
             np.asarray(self.ids, dtype=np.int64),

@@ -58,6 +58,7 @@ __all__ = [
     "TaskRequest",
     "Tasks",
     "StepUpdate",
+    "StackedObs",
     "EpisodeUpdate",
     "ProgressUpdate",
     "Error",
@@ -376,7 +377,9 @@ class StepUpdate(Message):
 
     ``task_ids[i]`` is the id of the task step ``i`` belonged to (``-1`` for a task the client chose
     itself), ``tasks[i]`` that encoded task. ``obs`` is ``None``, an array whose first axis has length
-    ``n`` or a tuple of ``n`` observations; ``infos`` is ``None`` or a tuple of ``n`` dicts.
+    ``n``, a dict of such arrays (dict observations stacked per key: a few large frames instead of one small
+    array per step and key; :class:`StackedObs` gives the per-step view), or a tuple of ``n`` observations;
+    ``infos`` is ``None`` or a tuple of ``n`` dicts.
     """
 
     KIND: ClassVar[int] = 5
@@ -407,6 +410,12 @@ class StepUpdate(Message):
             if isinstance(self.obs, np.ndarray):
                 if self.obs.ndim == 0 or self.obs.shape[0] != n:
                     raise ProtocolError(f"field obs has shape {self.obs.shape}, expected first axis {n}")
+            elif isinstance(self.obs, dict):
+                for k, v in self.obs.items():
+                    if not (isinstance(k, str) and isinstance(v, np.ndarray) and v.ndim and v.shape[0] == n):
+                        raise ProtocolError(
+                            f"field obs[{k!r}] must be an array with first axis {n} (stacked observations)"
+                        )
             elif len(_tuple("obs", self.obs)) != n:
                 raise ProtocolError(f"field obs has length {len(self.obs)}, expected {n}")
             else:
@@ -435,6 +444,32 @@ class StepUpdate(Message):
         )
 
     __hash__ = None  # type: ignore[assignment]
+
+
+class StackedObs(Sequence):
+    """Per-step views ``{key: array[i]}`` of dict observations stacked per key (no copies).
+
+    >>> obs = StackedObs({"a": np.arange(6).reshape(3, 2), "b": np.zeros(3)})
+    >>> len(obs), obs[1]["a"].tolist(), [o["b"].item() for o in obs]
+    (3, [2, 3], [0.0, 0.0, 0.0])
+    """
+
+    def __init__(self, arrays: dict[str, np.ndarray]) -> None:
+        lengths = {v.shape[0] for v in arrays.values()}
+        if len(lengths) > 1:
+            raise ValueError(f"stacked observations disagree on the number of steps: {sorted(lengths)}")
+        self.arrays = arrays
+        self._n = lengths.pop() if lengths else 0
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(self._n))]
+        if not -self._n <= i < self._n:
+            raise IndexError(f"step {i} out of range for {self._n} steps")
+        return {k: v[i] for k, v in self.arrays.items()}
 
 
 @dataclass(frozen=True)

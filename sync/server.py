@@ -303,7 +303,7 @@ class SyncCore:
                 msg.terminated,
                 msg.truncated,
                 msg.progress,
-                obs=msg.obs,
+                obs=P.StackedObs(msg.obs) if isinstance(msg.obs, dict) else msg.obs,
                 infos=msg.infos,
                 env_id=msg.env_id,
             )

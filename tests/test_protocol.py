@@ -358,3 +358,14 @@ def test_no_pickle_in_sync_layer():
     for path in root.glob("*.py"):
         text = path.read_text()
         assert "import pickle" not in text and "cloudpickle" not in text and "pickle.loads" not in text, path
+
+
+def test_step_update_with_stacked_dict_observations_round_trips_and_validates():
+    obs = {"glyphs": np.arange(24, dtype=np.int16).reshape(2, 3, 4), "score": np.array([1.0, 2.0])}
+    msg = P.StepUpdate(0, np.array([1, 1]), (5, 5), np.zeros(2), np.zeros(2, bool), np.zeros(2, bool),
+                       np.zeros(2), obs, None)
+    back = P.decode(P.encode(msg))
+    assert back == msg and back.obs["glyphs"].dtype == np.int16
+    with pytest.raises(P.ProtocolError, match="first axis 2"):
+        P.StepUpdate(0, np.array([1, 1]), (5, 5), np.zeros(2), np.zeros(2, bool), np.zeros(2, bool),
+                     np.zeros(2), {"glyphs": np.zeros((3, 4))}, None)

@@ -508,3 +508,40 @@ def test_ray_addresses_get_the_ray_client():
     assert isinstance(feed, RayClient) and feed.prefetch == 2  # nothing connected yet: the lookup is lazy
     with pytest.raises(ValueError, match="ray://"):
         connect("ray://my_curriculum", curve_server_key=generate_keypair().public_key)
+
+
+def test_dict_observations_travel_stacked_per_key_and_arrive_per_step():
+    """Dict observations of a batch are sent as one array per key; the curriculum sees one dict per step,
+    equal to what the env produced (copied at record time, so in-place overwrites do not leak)."""
+    from magister.sync import protocol as P
+
+    with serve(Recorder(requires_steps=True), step_batch_size=4) as server:
+        c = CurriculumClient(server.address)
+        a = c.next_task()
+        glyphs = np.zeros((3, 5), np.int16)  # overwritten in place between steps, as NetHack does
+        sent = []
+        for i in range(4):
+            glyphs[:] = i
+            obs = {"glyphs": glyphs, "blstats": np.arange(4, dtype=np.int64) + i}
+            sent.append({k: v.copy() for k, v in obs.items()})
+            c.record_step(a, obs, 0.0, i == 3, False, None, 0.0)
+        c.record_episode(a, 0.0, 4, 0.0)
+        c.close()
+        (batch,) = server.curriculum.batches
+    assert isinstance(batch.obs, P.StackedObs) and len(batch.obs) == 4
+    assert batch.obs.arrays["glyphs"].shape == (4, 3, 5)  # one frame per key, not one per step
+    for got, want in zip(batch.obs, sent):
+        assert set(got) == {"glyphs", "blstats"}
+        assert np.array_equal(got["glyphs"], want["glyphs"])
+        assert np.array_equal(got["blstats"], want["blstats"])
+
+
+def test_mixed_dict_observations_fall_back_to_one_per_step():
+    from magister.sync.client import _stack
+
+    same = [{"a": np.zeros(2)}, {"a": np.ones(2)}]
+    assert isinstance(_stack(same), dict)
+    ragged = [{"a": np.zeros(2)}, {"a": np.ones(3)}]
+    assert isinstance(_stack(ragged), tuple) and len(_stack(ragged)) == 2
+    text = [{"a": np.zeros(2), "mission": "go"}, {"a": np.ones(2), "mission": "go"}]
+    assert isinstance(_stack(text), tuple)
