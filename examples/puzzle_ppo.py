@@ -26,7 +26,6 @@ and at the end; ``--resume PATH`` continues from one.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import logging
@@ -45,6 +44,7 @@ from gymnasium import spaces
 
 from magister.curricula.base import Curriculum
 from magister.env_wrappers.sync_wrappers import GymnasiumSyncWrapper
+from magister.examples._cli import parse_dataclass
 from magister.examples.puzzles.task import (
     PuzzleDifficultyWrapper,
     PuzzleTask,
@@ -122,48 +122,9 @@ class Args:
 
 
 def parse_args(argv: list[str] | None = None) -> Args:
-    """Build an argparse parser from :class:`Args` (``--total-steps 1e5`` style) and parse ``argv``."""
-    parser = argparse.ArgumentParser(
-        prog="python -m magister.examples.puzzle_ppo",
-        description=__doc__.split("\n\n")[0],
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
-    docs = _field_docs()
-    for f in dataclasses.fields(Args):
-        flag = "--" + f.name.replace("_", "-")
-        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
-        help_ = docs.get(f.name, " ")
-        if f.type in ("bool", bool):
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=default, help=help_)
-        elif f.name == "params":
-            parser.add_argument(flag, nargs="*", default=list(default), help=help_)
-        elif f.name == "extra":
-            parser.add_argument(flag, type=json.loads, default=default, help=help_)
-        elif f.type in ("int", int):
-            parser.add_argument(flag, type=lambda s: int(float(s)), default=default, help=help_)
-        elif f.type in ("float", float):
-            parser.add_argument(flag, type=float, default=default, help=help_)
-        else:
-            parser.add_argument(flag, type=str, default=default, help=help_)
-    ns = parser.parse_args(argv)
-    values = vars(ns)
-    values["params"] = tuple(values["params"])
-    return Args(**values)
-
-
-def _field_docs() -> dict[str, str]:
-    """The docstrings under each :class:`Args` field, for ``--help``."""
-    import inspect
-
-    lines = inspect.getsource(Args).splitlines()
-    docs, last = {}, None
-    for line in lines:
-        s = line.strip()
-        if ":" in s and not s.startswith('"""') and "=" in s:
-            last = s.split(":")[0]
-        elif s.startswith('"""') and s.endswith('"""') and last and len(s) > 6:
-            docs[last] = s.strip('"')
-    return docs
+    """Parse the command line into :class:`Args` (``--total-steps 1e5`` style; field docs are ``--help``)."""
+    return parse_dataclass(Args, argv, prog="python -m magister.examples.puzzle_ppo",
+                           description=__doc__.split("\n\n")[0])
 
 
 # ----------------------------------------------------------------------------------------------------

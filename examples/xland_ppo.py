@@ -48,10 +48,8 @@ normalisers, history; ``--resume`` continues from it), ``opponents/`` (the snaps
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import functools
-import inspect
 import json
 import logging
 import os
@@ -79,6 +77,7 @@ from magister.curricula.pfsp import PFSP
 from magister.curricula.task_filter import TaskFilter, control_task, split_control
 from magister.env_wrappers.coplayer import SingleLearnerEnv
 from magister.env_wrappers.sync_wrappers import PettingZooSyncWrapper
+from magister.examples._cli import parse_dataclass
 from magister.examples.xland.coplayers import LEARNER, NOOP
 from magister.examples.xland.env import N_CHANNELS, N_VECTOR, XLandEnv, XLandTask, XLandTaskWrapper
 from magister.examples.xland.evaluation import (
@@ -181,38 +180,10 @@ class Args:
     """instead of training: N episodes of the task filter with the scripted goal-seeker as the agent"""
 
 
-def _field_docs() -> dict[str, str]:
-    """The docstrings under each :class:`Args` field, for ``--help``."""
-    docs, last = {}, None
-    for line in inspect.getsource(Args).splitlines():
-        s = line.strip()
-        if ":" in s and "=" in s and not s.startswith('"""'):
-            last = s.split(":")[0]
-        elif s.startswith('"""') and s.endswith('"""') and last and len(s) > 6:
-            docs[last] = s.strip('"')
-    return docs
-
-
 def parse_args(argv: list[str] | None = None) -> Args:
-    """Build an argparse parser from :class:`Args` (``--total-steps 1e5`` style) and parse ``argv``."""
-    parser = argparse.ArgumentParser(
-        prog="python -m magister.examples.xland_ppo",
-        description=__doc__.split("\n\n")[0],
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
-    )
-    docs = _field_docs()
-    for f in dataclasses.fields(Args):
-        flag = "--" + f.name.replace("_", "-")
-        help_ = docs.get(f.name, " ")
-        if f.type in ("bool", bool):
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=f.default, help=help_)
-        elif f.type in ("int", int):
-            parser.add_argument(flag, type=lambda s: int(float(s)), default=f.default, help=help_)
-        elif f.type in ("float", float):
-            parser.add_argument(flag, type=float, default=f.default, help=help_)
-        else:
-            parser.add_argument(flag, type=str, default=f.default, help=help_)
-    return Args(**vars(parser.parse_args(argv)))
+    """Parse the command line into :class:`Args` (``--total-steps 1e5`` style; field docs are ``--help``)."""
+    return parse_dataclass(Args, argv, prog="python -m magister.examples.xland_ppo",
+                           description=__doc__.split("\n\n")[0])
 
 
 def check_args(args: Args) -> None:
