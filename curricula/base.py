@@ -4,7 +4,9 @@ A :class:`Curriculum` chooses encoded tasks from a :class:`~magister.task_spaces
 from feedback. Feedback arrives through four doors, each optional for an algorithm to use:
 
 * :meth:`Curriculum.update_on_step` / :meth:`Curriculum.update_on_step_batch` – every env step, only when
-  :attr:`Curriculum.requires_step_updates` is true (otherwise no step data is ever sent);
+  :attr:`Curriculum.requires_step_updates` is true (otherwise no step data is ever sent); observations
+  and infos travel only when :attr:`Curriculum.requires_step_observations` /
+  :attr:`Curriculum.requires_step_infos` say the algorithm reads them (``None`` is passed otherwise);
 * :meth:`Curriculum.update_on_episode` – once per finished episode;
 * :meth:`Curriculum.update_task_progress` – a task completed (or progressed) mid-episode;
 * :meth:`Curriculum.update_on_demand` – arbitrary learner-side metrics (value losses, scores, evals).
@@ -105,6 +107,12 @@ class Curriculum(ABC):
 
     #: Whether the curriculum wants per-step feedback. When false, the sync layer sends none.
     requires_step_updates: bool = False
+    #: Whether step feedback must carry observations. A curriculum that learns from rewards, dones and
+    #: progress alone sets this to ``False``: observations are then never copied or sent (they are often
+    #: the bulk of a step record), and ``obs`` is ``None`` in its step updates.
+    requires_step_observations: bool = True
+    #: Whether step feedback must carry the env's ``info`` dicts (``None`` in step updates when false).
+    requires_step_infos: bool = True
     #: Whether the curriculum wants per-episode feedback.
     requires_episode_updates: bool = True
 

@@ -104,6 +104,20 @@ class DualCurriculum(AgentCurriculum):
         task, opp = self.task_curriculum, self.opponent_curriculum
         return bool(task.requires_step_updates or opp.requires_step_updates)
 
+    @property
+    def requires_step_observations(self) -> bool:  # type: ignore[override]
+        return any(
+            c.requires_step_updates and c.requires_step_observations
+            for c in (self.task_curriculum, self.opponent_curriculum)
+        )
+
+    @property
+    def requires_step_infos(self) -> bool:  # type: ignore[override]
+        return any(
+            c.requires_step_updates and c.requires_step_infos
+            for c in (self.task_curriculum, self.opponent_curriculum)
+        )
+
     def seed(self, seed: int | None) -> None:
         """Reseed this object and both curricula (independent child seeds derived from ``seed``)."""
         super().seed(seed)

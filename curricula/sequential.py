@@ -216,6 +216,16 @@ class Sequential(Curriculum):
         return any(s.requires_step_updates for s in self.stages)
 
     @property
+    def requires_step_observations(self) -> bool:  # type: ignore[override]
+        """True when any stage that wants step updates reads their observations."""
+        return any(s.requires_step_updates and s.requires_step_observations for s in self.stages)
+
+    @property
+    def requires_step_infos(self) -> bool:  # type: ignore[override]
+        """True when any stage that wants step updates reads their infos."""
+        return any(s.requires_step_updates and s.requires_step_infos for s in self.stages)
+
+    @property
     def current(self) -> Curriculum:
         """The current stage's curriculum."""
         return self.stages[self.stage]

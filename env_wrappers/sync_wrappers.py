@@ -75,6 +75,9 @@ __all__ = ["GymnasiumSyncWrapper", "PettingZooSyncWrapper"]
 Source = str | Curriculum | CurriculumServer | TaskFeed
 
 
+_INF = math.inf
+
+
 def _finite(name: str, value: Any, task: Any) -> float:
     try:
         v = float(value)
@@ -118,6 +121,7 @@ class _Episode:
         self.length = 0
         self.progress = 0.0
         self.ended = False
+        self.step_records = False
         # multi-agent additions (used by PettingZooSyncWrapper): per-agent lengths and progress, whether each
         # agent's trajectory is reported as its own episode, and a hook adding the env's episode extras
         self.agent_lengths: dict[Any, int] = {}
@@ -154,6 +158,7 @@ class _Episode:
             a = self.feed.next_task()
         self.assignment = a
         self.ret, self.length, self.progress, self.ended = 0.0, 0, 0.0, False
+        self.step_records = self.feed.requires_step_updates  # read once per episode, not per step
         self._clear_agents()
         return a
 
@@ -170,7 +175,7 @@ class _Episode:
             out.update(self.extras_fn())
         return out
 
-    def _report(self, a: Assignment, progress: float, ended: bool) -> None:
+    def _report(self, a: Assignment, progress: float, ended: bool, refill: bool = True) -> None:
         """Send the episode update(s) of the current episode on ``a``.
 
         Normally one update. In per-agent mode, a finished episode with per-agent data is reported as one
@@ -180,7 +185,9 @@ class _Episode:
         """
         extras = self._extras()
         if not (self.per_agent and ended and self.agent_returns):
-            self.feed.record_episode(a, self.ret, self.length, progress, ended=ended, extras=extras)
+            self.feed.record_episode(
+                a, self.ret, self.length, progress, ended=ended, extras=extras, refill=refill
+            )
             return
         for n, (agent, ret) in enumerate(self.agent_returns.items()):
             who = a if n == 0 else Assignment(-1, a.task, a.train)
@@ -191,6 +198,7 @@ class _Episode:
                 self.agent_progress.get(agent, progress),
                 ended=True,
                 extras={**extras, "agent": str(agent)},
+                refill=refill,
             )
 
     def step(
@@ -203,12 +211,17 @@ class _Episode:
         self.ret += reward
         self.length += 1
         self.progress = progress
-        self.feed.record_step(a, obs, reward, term, trunc, info, progress)
+        if self.step_records:
+            self.feed.record_step(a, obs, reward, term, trunc, info, progress)
         if term or trunc:
-            self._report(a, progress, ended=True)
-            self.ended = True
+            self.finish(a, progress)
             return False
         return self.change_task_on_completion and progress >= 1.0
+
+    def finish(self, a: Assignment, progress: float) -> None:
+        """The episode on ``a`` terminated or was truncated: report it."""
+        self._report(a, progress, ended=True)
+        self.ended = True
 
     def switch(self) -> Assignment:
         """Report the completed task and take the next one, without ending the episode."""
@@ -229,7 +242,7 @@ class _Episode:
                 if self.length == 0:
                     self._feed.give_back(a)
                 else:
-                    self._report(a, self.progress, ended=False)
+                    self._report(a, self.progress, ended=False, refill=False)
             self._feed.close()
         except Exception:
             logger.exception("sync wrapper: error while closing the curriculum feed")
@@ -350,15 +363,35 @@ class GymnasiumSyncWrapper(gym.Wrapper):
     def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
         """Step, record feedback, and switch tasks on completion when enabled."""
         obs, rew, term, trunc, info = self.env.step(action)
-        a = self._episode.assignment
+        episode = self._episode
+        a = episode.assignment
         if a is None:
             raise RuntimeError("GymnasiumSyncWrapper.step() called before reset()")
-        r = _finite("reward", rew, a.task)
-        progress = _progress(info.get("task_progress", 0.0), a.task)
-        switch = self._episode.step(obs, r, bool(term), bool(trunc), info, progress)
-        info = self._annotate(info, progress)
-        if switch:
-            new = self._episode.switch()
+        # This runs on every step of every env: the common case (a finite real reward, a progress float in
+        # [0, 1] from the task wrapper) is checked with two comparisons; anything else takes the slow path,
+        # which converts or raises with a message naming the value and the task.
+        try:
+            ok = -_INF < rew < _INF
+        except (TypeError, ValueError):
+            ok = False
+        r = float(rew) if ok else _finite("reward", rew, a.task)
+        progress = info.get("task_progress", 0.0)
+        if progress.__class__ is not float or not 0.0 <= progress <= 1.0:
+            progress = _progress(progress, a.task)
+        # _Episode.step, inlined for the single-agent case
+        episode.ret += r
+        episode.length += 1
+        episode.progress = progress
+        if episode.step_records:
+            episode.feed.record_step(a, obs, r, bool(term), bool(trunc), info, progress)
+        # the task wrapper below returned a dict of its own: annotate it in place
+        info["task"] = a.task
+        info["task_train"] = a.train
+        info["task_progress"] = progress
+        if term or trunc:
+            episode.finish(a, progress)
+        elif episode.change_task_on_completion and progress >= 1.0:
+            new = episode.switch()
             decoded = self.task_space.decode(new.task)
             try:
                 set_task = self.env.get_wrapper_attr("set_task")

@@ -235,6 +235,7 @@ class TaskWrapper(TaskSwitching, gym.Wrapper, gym.utils.RecordConstructorArgs):
         )
         self._init_task_state(task_space, task_observation)
         gym.Wrapper.__init__(self, env)
+        self._default_progress = type(self).task_progress is TaskWrapper.task_progress
 
     def task_progress(
         self, obs: Any, rew: SupportsFloat, term: bool, trunc: bool, info: dict[str, Any]
@@ -282,11 +283,18 @@ class TaskWrapper(TaskSwitching, gym.Wrapper, gym.utils.RecordConstructorArgs):
     def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
         """Step the inner env and add ``info["task"]`` and ``info["task_progress"]``."""
         obs, rew, term, trunc, info = self.env.step(action)
-        info = dict(info)
-        progress = self._checked_progress(self.task_progress(obs, rew, term, trunc, info))
+        info = dict(info)  # the inner env's dict is left as it was (it may be reused between steps)
+        if self._default_progress:  # (saves a method call on every step)
+            progress = info.get("success", 0.0)
+        else:
+            progress = self.task_progress(obs, rew, term, trunc, info)
+        if progress.__class__ is not float or not 0.0 <= progress <= 1.0:  # the common case, cheaply
+            progress = self._checked_progress(progress)
         info["task"] = self._current_task
         info["task_progress"] = progress
-        return self._observe(obs), rew, term, trunc, info
+        if self.task_observation:
+            obs = self._observe(obs)
+        return obs, rew, term, trunc, info
 
     def _observe(self, obs: Any) -> Any:
         if not self.task_observation:

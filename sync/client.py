@@ -20,6 +20,7 @@ server uses to account for it.
 
 from __future__ import annotations
 
+import array
 import functools
 import logging
 import os
@@ -126,23 +127,28 @@ class TaskFeed:
         progress: float,
     ) -> None:
         """Buffer one step (a no-op unless the curriculum wants step updates); sends full batches."""
-        if not (self.requires_step_updates and self._active()):
+        if not self.requires_step_updates:
             return
-        assert self._steps is not None
-        self._steps.add(assignment, obs, reward, terminated, truncated, info, progress)
-        if len(self._steps) >= self.step_batch_size:
+        steps = self._steps
+        assert steps is not None
+        if steps.add(assignment, obs, reward, terminated, truncated, info, progress) >= self.step_batch_size:
             self.flush()
 
     def flush(self) -> None:
-        """Send buffered step records now."""
-        if self._steps is not None and len(self._steps) and self._active():
-            try:
-                self._send_update(self._steps.message(self.env_id))  # type: ignore[arg-type]
-            except TypeError as exc:
-                raise TypeError(
-                    f"{exc}. Remove such entries from observations/infos with strip_keys=[...] or "
-                    "send_obs=False / send_infos=False"
-                ) from None
+        """Send buffered step records now (dropped when updates cannot be delivered: closed, fallback)."""
+        steps = self._steps
+        if steps is None or not len(steps):
+            return
+        if not self._active():
+            steps.clear()
+            return
+        try:
+            self._send_update(steps.message(self.env_id))  # type: ignore[arg-type]
+        except TypeError as exc:
+            raise TypeError(
+                f"{exc}. Remove such entries from observations/infos with strip_keys=[...] or "
+                "send_obs=False / send_infos=False"
+            ) from None
         if self._active():
             self._after_flush()
 
@@ -154,13 +160,19 @@ class TaskFeed:
         progress: float,
         ended: bool = True,
         extras: dict | None = None,
+        refill: bool = True,
     ) -> None:
-        """An episode on ``assignment`` finished (``ended=False``: abandoned by an early reset)."""
+        """An episode on ``assignment`` finished (``ended=False``: abandoned by an early reset).
+
+        ``refill``: a next task will be wanted (the env resets next), so the update may also ask for it
+        (:meth:`_refill_request`); false when the env is closing.
+        """
         if not self._active():
             return
-        self.flush()
-        if not self._active():  # the flush may have found the server gone
-            return
+        if self._steps is not None and len(self._steps):
+            self.flush()
+            if not self._active():  # the flush may have found the server gone
+                return
         self._send_update(
             P.EpisodeUpdate(
                 self.env_id,  # type: ignore[arg-type]
@@ -170,17 +182,20 @@ class TaskFeed:
                 int(length),
                 float(progress),
                 bool(ended),
-                dict(extras or {}),
+                dict(extras) if extras else {},
+                self._refill_request() if refill else 0,
             )
         )
 
     def record_progress(self, assignment: Assignment, progress: float, done: bool = False) -> None:
-        """Progress on ``assignment`` mid-episode; ``done`` acknowledges the task as consumed."""
+        """Progress on ``assignment`` mid-episode; ``done`` acknowledges the task as consumed (and, the task
+        being replaced at once, may ask for the next one in the same message)."""
         if not self._active():
             return
-        self.flush()
-        if not self._active():
-            return
+        if self._steps is not None and len(self._steps):
+            self.flush()
+            if not self._active():
+                return
         self._send_update(
             P.ProgressUpdate(
                 self.env_id,  # type: ignore[arg-type]
@@ -188,8 +203,14 @@ class TaskFeed:
                 assignment.task,
                 float(progress),
                 bool(done),
+                self._refill_request() if done else 0,
             )
         )
+
+    def _refill_request(self) -> int:
+        """Tasks an episode or progress update should ask for along the way (default: none; the socket
+        client refills its prefetch buffer this way, saving one message per episode)."""
+        return 0
 
 
 def _strip(value: Any, keys: frozenset[str]) -> Any:
@@ -243,12 +264,13 @@ class _StepBuffer:
         self.clear()
 
     def clear(self) -> None:
-        self.ids: list[int] = []
+        # numeric columns as typed arrays: C-level appends, then one zero-copy view each per batch
+        self.ids = array.array("q")
         self.tasks: list[EncodedTask] = []
-        self.rewards: list[float] = []
-        self.term: list[bool] = []
-        self.trunc: list[bool] = []
-        self.progress: list[float] = []
+        self.rewards = array.array("d")
+        self.term = array.array("b")
+        self.trunc = array.array("b")
+        self.progress = array.array("d")
         self.obs: list[Any] = []
         self.infos: list[dict] = []
 
@@ -257,28 +279,30 @@ class _StepBuffer:
 
     def add(
         self, a: Assignment, obs: Any, reward: float, term: bool, trunc: bool, info: Any, progress: float
-    ) -> None:
+    ) -> int:
+        """Buffer one step; returns the number of steps buffered."""
         self.ids.append(a.task_id)
         self.tasks.append(a.task)
-        self.rewards.append(float(reward))
-        self.term.append(bool(term))
-        self.trunc.append(bool(trunc))
-        self.progress.append(float(progress))
+        self.rewards.append(reward)
+        self.term.append(1 if term else 0)
+        self.trunc.append(1 if trunc else 0)
+        self.progress.append(progress)
         if self.send_obs:
             self.obs.append(_copy_obs(_strip(obs, self.strip_keys)))
         if self.send_infos:
             self.infos.append(_strip(dict(info) if info else {}, self.strip_keys))
+        return len(self.ids)
 
     def message(self, env_id: int) -> P.StepUpdate:
         obs = _stack(self.obs) if self.send_obs else None
         msg = P.StepUpdate(
             env_id,
-            np.asarray(self.ids, dtype=np.int64),
+            np.frombuffer(self.ids, dtype=np.int64),
             tuple(self.tasks),
-            np.asarray(self.rewards, dtype=np.float64),
-            np.asarray(self.term, dtype=bool),
-            np.asarray(self.trunc, dtype=bool),
-            np.asarray(self.progress, dtype=np.float64),
+            np.frombuffer(self.rewards, dtype=np.float64),
+            np.frombuffer(self.term, dtype=np.bool_),
+            np.frombuffer(self.trunc, dtype=np.bool_),
+            np.frombuffer(self.progress, dtype=np.float64),
             obs,
             tuple(self.infos) if self.send_infos else None,
         )
@@ -439,6 +463,7 @@ class CurriculumClient(TaskFeed):
             self.fallback_task_space,
         )
         self._fallback = True
+        self.requires_step_updates = False  # feedback is dropped from now on: do not even buffer it
         if self._sock is not None:
             self._sock.close(0)
             self._sock = None
@@ -468,10 +493,14 @@ class CurriculumClient(TaskFeed):
 
     def _receive(self, timeout_ms: int) -> bool:
         """Handle at most one incoming message; False when none arrived within ``timeout_ms``."""
-        assert self._sock is not None
-        if not self._sock.poll(timeout_ms, zmq.POLLIN):
+        sock = self._sock
+        assert sock is not None
+        if timeout_ms <= 0:
+            if not sock.get(zmq.EVENTS) & zmq.POLLIN:  # cheaper than a zero-timeout poll
+                return False
+        elif not sock.poll(timeout_ms, zmq.POLLIN):
             return False
-        frames = self._sock.recv_multipart(copy=False)
+        frames = sock.recv_multipart(copy=False)
         msg = P.decode(frames)  # a ProtocolVersionError here names both versions
         if isinstance(msg, P.Welcome):
             if self.env_id is None:
@@ -479,7 +508,9 @@ class CurriculumClient(TaskFeed):
                 self.requires_step_updates = msg.requires_step_updates
                 self.requires_episode_updates = msg.requires_episode_updates
                 self.step_batch_size = msg.step_batch_size
-                self._steps = _StepBuffer(self.send_obs, self.send_infos, self.strip_keys)
+                self._steps = _StepBuffer(
+                    self.send_obs and msg.step_obs, self.send_infos and msg.step_infos, self.strip_keys
+                )
         elif isinstance(msg, P.Tasks):
             for tid, task, train in zip(msg.task_ids, msg.tasks, msg.train):
                 self._buffer.append(Assignment(tid, task, train))
@@ -548,6 +579,14 @@ class CurriculumClient(TaskFeed):
     def _send_update(self, msg: P.Message) -> None:
         if self._send(msg):
             self.stats["updates_sent"] += 1
+            self._outstanding += getattr(msg, "request", 0)
+
+    def _refill_request(self) -> int:
+        # the reset that follows takes one task from the buffer: ask now for what keeps it at `prefetch`
+        if self.env_id is None:
+            return 0
+        need = self.prefetch + 1 - len(self._buffer) - self._outstanding
+        return need if need > 0 else 0
 
     def _after_flush(self) -> None:
         self._drain()  # error replies and tasks that arrived meanwhile
@@ -645,7 +684,11 @@ class LocalClient(TaskFeed):
         self.env_id = welcome.env_id
         self.requires_step_updates = welcome.requires_step_updates
         self.step_batch_size = welcome.step_batch_size
-        self._steps = _StepBuffer(bool(send_obs), bool(send_infos), frozenset(strip_keys))
+        self._steps = _StepBuffer(
+            bool(send_obs) and welcome.step_obs,
+            bool(send_infos) and welcome.step_infos,
+            frozenset(strip_keys),
+        )
         self._buffer: deque[Assignment] = deque()
         self._closed = False
 

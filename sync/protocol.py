@@ -71,7 +71,7 @@ __all__ = [
 ]
 
 #: Bumped whenever a message layout changes; both ends must agree.
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
 #: Arrays with at least this many bytes travel as separate zero-copy frames.
 DEFAULT_OOB_THRESHOLD = 64 * 1024
 #: Upper bound on one msgpack header (the out-of-band frames are bounded by the socket's MAXMSGSIZE).
@@ -317,13 +317,20 @@ class Hello(Message):
 
 @dataclass(frozen=True)
 class Welcome(Message):
-    """Server -> client: the env id assigned to this client and the server's settings."""
+    """Server -> client: the env id assigned to this client and the server's settings.
+
+    ``step_obs`` / ``step_infos``: whether step records should carry observations / infos (the curriculum's
+    :attr:`~magister.curricula.base.Curriculum.requires_step_observations` and ``requires_step_infos``);
+    the client sends them only when these and its own ``send_obs`` / ``send_infos`` options agree.
+    """
 
     KIND: ClassVar[int] = 2
     env_id: int
     requires_step_updates: bool
     requires_episode_updates: bool
     step_batch_size: int
+    step_obs: bool = True
+    step_infos: bool = True
 
     def __post_init__(self) -> None:
         self._set("env_id", _int("env_id", self.env_id, 0))
@@ -332,6 +339,8 @@ class Welcome(Message):
             "requires_episode_updates", _bool("requires_episode_updates", self.requires_episode_updates)
         )
         self._set("step_batch_size", _int("step_batch_size", self.step_batch_size, 1))
+        self._set("step_obs", _bool("step_obs", self.step_obs))
+        self._set("step_infos", _bool("step_infos", self.step_infos))
 
 
 @dataclass(frozen=True)
@@ -478,7 +487,9 @@ class EpisodeUpdate(Message):
 
     It also acknowledges that task ``task_id`` was consumed. ``ended`` is false when the env was reset
     before the episode terminated or truncated: the task counts as consumed, but the curriculum gets no
-    (partial) return. ``extras`` holds additional data, e.g. per-agent returns.
+    (partial) return. ``extras`` holds additional data, e.g. per-agent returns. ``request > 0`` also asks
+    for that many new tasks (answered with :class:`Tasks`, as a :class:`TaskRequest` would be): the env
+    refills its prefetch buffer in the same message that reports the episode, one send per episode.
     """
 
     KIND: ClassVar[int] = 6
@@ -490,6 +501,7 @@ class EpisodeUpdate(Message):
     progress: float
     ended: bool = True
     extras: dict = field(default_factory=dict)
+    request: int = 0
 
     def __post_init__(self) -> None:
         self._set("env_id", _int("env_id", self.env_id, 0))
@@ -500,11 +512,15 @@ class EpisodeUpdate(Message):
         self._set("ended", _bool("ended", self.ended))
         if not isinstance(self.extras, dict):
             raise ProtocolError(f"field extras must be a dict, got {type(self.extras).__name__}")
+        self._set("request", _int("request", self.request, 0))
 
 
 @dataclass(frozen=True)
 class ProgressUpdate(Message):
-    """Client -> server: progress on a task mid-episode; ``done`` also acknowledges the task as consumed."""
+    """Client -> server: progress on a task mid-episode; ``done`` also acknowledges the task as consumed.
+
+    ``request``: as for :class:`EpisodeUpdate` (new tasks asked for in the same message).
+    """
 
     KIND: ClassVar[int] = 7
     env_id: int
@@ -512,12 +528,14 @@ class ProgressUpdate(Message):
     task: Any
     progress: float
     done: bool = False
+    request: int = 0
 
     def __post_init__(self) -> None:
         self._set("env_id", _int("env_id", self.env_id, 0))
         self._set("task_id", _int("task_id", self.task_id, -1))
         self._set("progress", _float("progress", self.progress))
         self._set("done", _bool("done", self.done))
+        self._set("request", _int("request", self.request, 0))
 
 
 @dataclass(frozen=True)

@@ -54,6 +54,7 @@ from __future__ import annotations
 import atexit
 import inspect
 import logging
+import math
 import os
 import shutil
 import tempfile
@@ -82,11 +83,16 @@ MAX_TASKS_PER_REQUEST = 4096
 
 
 class SyncRejected(ValueError):
-    """An update or request refused by the server; ``code`` is the tag sent in the Error reply."""
+    """An update or request refused by the server; ``code`` is the tag sent in the Error reply.
+
+    ``reply`` is a message still owed to the env despite the refusal (the
+    :class:`~magister.sync.protocol.Tasks` an update's ``request`` asked for), sent after the error.
+    """
 
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
         self.code = code
+        self.reply: P.Message | None = None
 
 
 @dataclass
@@ -165,11 +171,14 @@ class SyncCore:
             self._next_env += 1
             self._counters[env_id] = EnvCounters()
             self._in_flight[env_id] = {}
+        cur = self.curriculum
         return P.Welcome(
             env_id=env_id,
-            requires_step_updates=bool(self.curriculum.requires_step_updates),
-            requires_episode_updates=bool(getattr(self.curriculum, "requires_episode_updates", True)),
+            requires_step_updates=bool(cur.requires_step_updates),
+            requires_episode_updates=bool(getattr(cur, "requires_episode_updates", True)),
             step_batch_size=self.step_batch_size,
+            step_obs=bool(getattr(cur, "requires_step_observations", True)),
+            step_infos=bool(getattr(cur, "requires_step_infos", True)),
         )
 
     def counters(self, env_id: int) -> EnvCounters:
@@ -257,6 +266,12 @@ class SyncCore:
 
     @staticmethod
     def _check_progress(name: str, value: Any) -> None:
+        if value.__class__ is float:  # episode and progress updates: one number, checked without numpy
+            if not 0.0 <= value <= 1.0:  # (NaN fails too)
+                code = "non_finite" if not math.isfinite(value) else "bad_progress"
+                what = "finite" if code == "non_finite" else "in [0, 1]"
+                raise SyncRejected(code, f"{name} must be {what}, got {value!r}")
+            return
         arr = np.asarray(value, dtype=np.float64)
         if not np.isfinite(arr).all():
             raise SyncRejected("non_finite", f"{name} must be finite, got {value!r:.200}")
@@ -266,6 +281,10 @@ class SyncCore:
     def apply(self, msg: P.Message) -> P.Message | None:
         """Apply one message from an env; returns the reply to send, if any.
 
+        An episode or progress update with ``request > 0`` is applied first, then answered with that many
+        new tasks (also when the update itself is refused: the tasks then ride on the exception's
+        ``reply``).
+
         Raises:
             SyncRejected: the message was refused (the curriculum was not touched).
         """
@@ -273,14 +292,22 @@ class SyncCore:
             return self.assign_tasks(msg.env_id, msg.count)
         env_id = getattr(msg, "env_id", -1)
         c = self._env(env_id)
+        request = getattr(msg, "request", 0)
         with self.lock:
             c.updates_received += 1
             try:
                 reply = self._apply_update(c, msg)
-            except SyncRejected:
+            except SyncRejected as exc:
                 c.updates_rejected += 1
+                if request:  # the tasks asked for are still owed (or the reason they cannot be sampled)
+                    try:
+                        exc.reply = self.assign_tasks(env_id, request)
+                    except SyncRejected as failed:
+                        exc.reply = P.Error(failed.code, str(failed)[:2000], env_id)
                 raise
             c.updates_applied += 1
+            if request:
+                return self.assign_tasks(env_id, request)
             return reply
 
     def _apply_update(self, c: EnvCounters, msg: P.Message) -> P.Message | None:
@@ -291,12 +318,26 @@ class SyncCore:
                     "non_finite", f"step rewards must be finite, got {msg.rewards.tolist()!r:.200}"
                 )
             self._check_progress("step progress", msg.progress)
-            resolved: dict[int, EncodedTask] = {}
-            tasks = []
-            for tid, task in zip(msg.task_ids.tolist(), msg.tasks):
-                if tid == -1 or tid not in resolved:
-                    resolved[tid] = self._resolve(msg.env_id, tid, task)
-                tasks.append(resolved[tid] if tid != -1 else task)
+            ids = msg.task_ids
+            n = len(msg.tasks)
+            if n and ids[0] != -1 and (ids == ids[0]).all():  # the usual batch: every step on one task
+                first = self._resolve(msg.env_id, int(ids[0]), msg.tasks[0])
+                try:  # a C-level comparison for plain tasks (ints, strs, tuples) ...
+                    same = msg.tasks.count(msg.tasks[0]) == n
+                except (TypeError, ValueError):  # ... task keys for the others (e.g. arrays)
+                    key = task_key(first)
+                    same = all(task_key(t) == key for t in msg.tasks)
+                if not same:  # one id reported with several tasks: refused with the mismatching one named
+                    for tid, task in zip(ids.tolist(), msg.tasks):
+                        self._resolve(msg.env_id, tid, task)
+                tasks = [first] * n
+            else:
+                resolved: dict[int, EncodedTask] = {}
+                tasks = []
+                for tid, task in zip(ids.tolist(), msg.tasks):
+                    if tid == -1 or tid not in resolved:
+                        resolved[tid] = self._resolve(msg.env_id, tid, task)
+                    tasks.append(resolved[tid] if tid != -1 else task)
             batch = StepBatch(
                 tasks,
                 msg.rewards,
@@ -312,7 +353,7 @@ class SyncCore:
             c.steps_applied += len(batch)
             return None
         if isinstance(msg, P.EpisodeUpdate):
-            if not np.isfinite(msg.episode_return):
+            if not math.isfinite(msg.episode_return):
                 raise SyncRejected("non_finite", f"episode return must be finite, got {msg.episode_return!r}")
             self._check_progress("episode progress", msg.progress)
             task = self._resolve(msg.env_id, msg.task_id, msg.task)
@@ -472,6 +513,8 @@ class CurriculumServer:
                         self._handle(frames)
                     except Exception:  # the thread must never die on one bad message
                         logger.exception("curriculum server: unexpected error handling a message")
+                    if not sock.get(zmq.EVENTS) & zmq.POLLIN:  # cheaper than a failing recv
+                        break
         except zmq.ContextTerminated:  # pragma: no cover - only if the context is destroyed under us
             pass
         finally:
@@ -533,7 +576,9 @@ class CurriculumServer:
             reply = self.core.apply(msg)
         except SyncRejected as exc:
             self._error(identity, exc.code, str(exc), env_id)
-            return
+            reply = exc.reply
+            if isinstance(reply, P.Error):
+                self.errors_sent += 1
         if reply is not None and not self._send(identity, reply) and isinstance(reply, P.Tasks):
             self.core.mark_unsent(reply)
 

@@ -14,6 +14,8 @@ from hypothesis.extra import numpy as hnp
 
 from magister.sync import protocol as P
 
+V = P.PROTOCOL_VERSION
+
 # -- strategies -----------------------------------------------------------------------------------------
 
 scalars = st.one_of(
@@ -266,7 +268,7 @@ def _raw(version, kind, fields) -> list[bytes]:
 
 
 def test_version_mismatch_is_a_clear_error():
-    with pytest.raises(P.ProtocolVersionError, match="version 99.*speaks 1"):
+    with pytest.raises(P.ProtocolVersionError, match=f"version 99.*speaks {V}"):
         P.decode(_raw(99, 3, (0, 1)))
 
 
@@ -277,17 +279,17 @@ def test_version_mismatch_is_a_clear_error():
         ([b""], "malformed msgpack"),
         ([b"\x93\x01"], "malformed msgpack"),  # truncated array
         ([msgpack.packb([1, 2])], "envelope"),
-        (_raw(1, 42, ()), "unknown message kind"),
-        (_raw(1, True, (0, 1)), "unknown message kind"),
-        (_raw(1, 3, (0,)[:0]), "fields"),
-        (_raw(1, 3, (0, 1, 2, 3)), "fields"),
-        (_raw(1, 3, ("zero", 1)), "env_id must be an int"),
-        (_raw(1, 3, (0, 0)), "count must be >= 1"),
-        (_raw(1, 3, (-5, 1)), "env_id must be >= 0"),
-        (_raw(1, 4, (0, (1, 2), (5,), (True,))), "differ in length"),
-        (_raw(1, 6, (0, 1, 0, "x", 1, 0.0, True, {})), "episode_return must be a number"),
-        (_raw(1, 6, (0, 1, 0, 1.0, 1, 0.0, True, ())), "extras must be a dict"),
-        (_raw(1, 9, (0, (1, True))), "returned_task_ids must be an int"),
+        (_raw(V, 42, ()), "unknown message kind"),
+        (_raw(V, True, (0, 1)), "unknown message kind"),
+        (_raw(V, 3, (0,)[:0]), "fields"),
+        (_raw(V, 3, (0, 1, 2, 3)), "fields"),
+        (_raw(V, 3, ("zero", 1)), "env_id must be an int"),
+        (_raw(V, 3, (0, 0)), "count must be >= 1"),
+        (_raw(V, 3, (-5, 1)), "env_id must be >= 0"),
+        (_raw(V, 4, (0, (1, 2), (5,), (True,))), "differ in length"),
+        (_raw(V, 6, (0, 1, 0, "x", 1, 0.0, True, {})), "episode_return must be a number"),
+        (_raw(V, 6, (0, 1, 0, 1.0, 1, 0.0, True, ())), "extras must be a dict"),
+        (_raw(V, 9, (0, (1, True))), "returned_task_ids must be an int"),
     ],
 )
 def test_malformed_frames_raise_protocol_error(frames, match):
@@ -300,7 +302,7 @@ def _array_ext(dtype: bytes, shape: tuple, data: bytes = b"", frame: int | None 
     head = bytes((len(dtype),)) + dtype + bytes((len(shape) if ndim is None else ndim,))
     head += b"".join(int(s).to_bytes(8, "little") for s in shape)
     code, tail = (1, data) if frame is None else (2, frame.to_bytes(4, "little"))
-    return msgpack.packb((1, 4, (0, (1,), (msgpack.ExtType(code, head + tail),), (True,))))
+    return msgpack.packb((V, 4, (0, (1,), (msgpack.ExtType(code, head + tail),), (True,))))
 
 
 def test_hand_built_array_extension_decodes():
@@ -330,7 +332,7 @@ def test_hostile_array_headers_are_refused(frame, match):
 
 def test_unknown_extension_type_is_refused():
     with pytest.raises(P.ProtocolError, match="extension type 7"):
-        P.decode([msgpack.packb((1, 4, (0, (1,), (msgpack.ExtType(7, b"x"),), (True,))))])
+        P.decode([msgpack.packb((V, 4, (0, (1,), (msgpack.ExtType(7, b"x"),), (True,))))])
 
 
 def test_header_size_limit():

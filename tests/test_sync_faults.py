@@ -101,9 +101,9 @@ def _still_serving(server):
     [
         [b""],
         [b"\xc1garbage"],
-        [msgpack.packb((1, 3))],
-        [msgpack.packb((1, 77, ()))],
-        [msgpack.packb((1, 3, ("x", 1)))],
+        [msgpack.packb((P.PROTOCOL_VERSION, 3))],
+        [msgpack.packb((P.PROTOCOL_VERSION, 77, ()))],
+        [msgpack.packb((P.PROTOCOL_VERSION, 3, ("x", 1)))],
         P.encode(P.TaskRequest(0, 1)),
     ],  # the last: no hello first
 )
@@ -135,11 +135,12 @@ def test_client_facing_a_server_of_another_version_raises_clearly(ctx):
     def fake_server():
         if router.poll(5000):
             ident, _ = router.recv_multipart()
-            router.send_multipart([ident, msgpack.packb((2, 2, (0, False, True, 1)))])
+            other = P.PROTOCOL_VERSION + 1
+            router.send_multipart([ident, msgpack.packb((other, 2, (0, False, True, 1)))])
 
     t = threading.Thread(target=fake_server)
     t.start()
-    with pytest.raises(P.ProtocolVersionError, match="version 2"):
+    with pytest.raises(P.ProtocolVersionError, match=f"version {P.PROTOCOL_VERSION + 1}"):
         client.next_task()
     t.join(5)
     client.close()
@@ -173,6 +174,13 @@ def test_updates_for_tasks_outside_the_space_or_not_held_are_refused(ctx):
                 ),
                 "unknown_task",
             ),
+            (  # one task id, but the second step names another task
+                P.StepUpdate(
+                    env, [t0, t0], (held.tasks[0], (held.tasks[0] + 1) % 10), [1.0] * 2, [False] * 2,
+                    [False] * 2, [0.0] * 2,
+                ),
+                "task_mismatch",
+            ),
             (P.EpisodeUpdate(env + 5, t0, held.tasks[0], 1.0, 1, 1.0), "unknown_env"),  # another env's id
             (P.Welcome(env, True, True, 1), "bad_request"),  # a server-only message
             (P.TaskRequest(env, 5000), "bad_request"),
@@ -189,9 +197,9 @@ def test_updates_for_tasks_outside_the_space_or_not_held_are_refused(ctx):
         assert server.curriculum.calls == [("episode", held.tasks[0], 2.0)]
         m = server.metrics()
         assert m[f"sync/env{env}/tasks_consumed"] == 1 and m[f"sync/env{env}/tasks_in_flight"] == 1
-        # 14 refused cases, less the task request (not an update) and the message claiming another env's id
+        # 15 refused cases, less the task request (not an update) and the message claiming another env's id
         # (counted as a malformed frame of this env), plus the duplicate episode update
-        assert m[f"sync/env{env}/updates_rejected"] == 13
+        assert m[f"sync/env{env}/updates_rejected"] == 14
         assert m[f"sync/env{env}/malformed_frames"] == 1
         assert m[f"sync/env{env}/updates_applied"] == 1
         _still_serving(server)
@@ -297,7 +305,10 @@ def test_sigkilled_worker_loses_only_its_in_flight_tasks():
         assert m[f"sync/env{dead}/tasks_in_flight"] == 3  # the task being played + 2 prefetched
         assert m[f"sync/env{dead}/connected"] == 1 and m[f"sync/env{dead}/steps_applied"] == 1
         assert m["sync/env1/tasks_consumed"] == 20 and m["sync/env1/tasks_in_flight"] == 0
-        assert m["sync/total/tasks_sampled"] == 3 + 21
+        # 3 for the dead env; 2 + 20 for the other (the prefetched task and the first one, then each episode
+        # update asked for the next reset's task; the 2 left over are returned at close)
+        assert m["sync/total/tasks_sampled"] == 3 + 22
+        assert m["sync/env1/tasks_returned"] == 2
         assert set(server.core.in_flight(dead)) == {0, 1, 2}
     assert server.closed
 
@@ -327,7 +338,7 @@ def test_server_that_disappears_mid_run():
     with serve(Recorder()) as server:
         c = CurriculumClient(server.address, prefetch=0, timeout=5.0, close_timeout=0.1)
         a = c.next_task()
-        c.record_episode(a, 1.0, 1, 1.0)
+        c.record_episode(a, 1.0, 1, 1.0, refill=False)  # no task asked for: the next one must wait
     c.timeout = 0.5
     with pytest.raises(ServerUnavailableError):
         c.next_task()

@@ -180,9 +180,10 @@ def test_exactly_once_accounting_with_several_clients_and_prefetch():
             assert m[f"sync/env{e}/tasks_consumed"] == 20
             # each episode came from the env the task was sent to
             assert sum(1 for ep in cur.episodes if ep[4] == e) == 20
-        # prefetch 3 keeps 3 spare tasks, which come back at close
-        assert m[f"sync/env{clients[2].env_id}/tasks_returned"] == 3
-        assert m[f"sync/env{clients[0].env_id}/tasks_returned"] == 0
+        # prefetch p keeps p spare tasks, plus the one the last episode update asked for on behalf of a
+        # reset that never came: p + 1 come back at close
+        assert m[f"sync/env{clients[2].env_id}/tasks_returned"] == 3 + 1
+        assert m[f"sync/env{clients[0].env_id}/tasks_returned"] == 0 + 1
 
 
 def test_tasks_are_addressed_to_the_requesting_env():
@@ -249,6 +250,40 @@ def test_send_obs_and_infos_can_be_disabled():
         c.close()
         b = server.curriculum.batches[0]
         assert b.obs is None and b.infos is None and len(b) == 2
+
+
+@pytest.mark.parametrize("in_process", [False, True])
+def test_curriculum_that_reads_no_observations_gets_none_sent(in_process):
+    """requires_step_observations / requires_step_infos = False keep observations and infos off the wire
+    (and uncopied), whatever the client options say; rewards, dones and progress still arrive."""
+    cur = Recorder(requires_steps=True)
+    cur.requires_step_observations = False
+    cur.requires_step_infos = False
+    with serve(cur, step_batch_size=3) as server:
+        c = LocalClient(server.core) if in_process else CurriculumClient(server.address)
+        a = c.next_task()
+        obs = np.zeros(4)
+        for i in range(3):
+            obs[:] = i  # overwritten in place, as some envs do: nothing may keep a reference
+            c.record_step(a, obs, float(i), False, i == 2, {"x": i}, 0.5)
+        c.record_episode(a, 3.0, 3, 0.5)
+        c.close()
+        (b,) = cur.batches
+        assert b.obs is None and b.infos is None
+        assert b.rewards.tolist() == [0.0, 1.0, 2.0] and b.truncated.tolist() == [False, False, True]
+        assert b.progress.tolist() == [0.5] * 3 and list(b.tasks) == [a.task] * 3
+
+
+def test_composite_curricula_ask_for_observations_when_a_part_reads_them():
+    from magister.curricula.constant import Constant
+    from magister.curricula.sequential import Sequential
+
+    reads, blind = Recorder(requires_steps=True), Recorder(requires_steps=True)
+    blind.requires_step_observations = False
+    no_steps = Constant(Discrete(3), 0)  # wants no step updates at all: its flag does not matter
+    assert Sequential([blind, no_steps], ["episodes > 1"]).requires_step_observations is False
+    assert Sequential([blind, reads], ["episodes > 1"]).requires_step_observations is True
+    assert Sequential([blind, reads], ["episodes > 1"]).requires_step_infos is True
 
 
 def test_unsendable_info_raises_a_clear_type_error():

@@ -193,9 +193,34 @@ def test_address_source_over_sockets():
             _run_episode(env)
         env.close()
         m = server.metrics()
-        assert m["sync/total/tasks_consumed"] == 4 and m["sync/total/tasks_returned"] == 2
-        assert m["sync/total/tasks_in_flight"] == 0
+        # the update ending each episode also asks for the task the next reset takes (one message per
+        # episode), so after the last episode the buffer holds prefetch + 1 tasks, all returned at close
+        assert m["sync/total/tasks_consumed"] == 4 and m["sync/total/tasks_returned"] == 3
+        assert m["sync/total/tasks_sampled"] == 7 and m["sync/total/tasks_in_flight"] == 0
         assert [e[0] for e in server.curriculum.episodes] == [0, 1, 2, 3]
+        # messages: hello, the first request, one episode update per episode, goodbye
+        assert m["sync/total/updates_received"] == 4 + 1  # 4 episodes + the goodbye
+
+
+def test_episode_update_refills_the_prefetch_buffer_in_the_same_message():
+    """One message per episode: no separate task request once the first episode has ended."""
+    with serve(Recorder()) as server:
+        env = _make(server.address, prefetch=1)
+        env.reset()
+        feed = env.feed
+        kinds: list[str] = []
+        send = feed._send
+        feed._send = lambda msg: kinds.append(type(msg).__name__) or send(msg)
+        for _ in range(5):
+            _run_episode(env)
+            env.reset()
+        assert kinds == ["EpisodeUpdate"] * 5  # no TaskRequest: each update asked for the next task
+        env.close()
+        m = server.metrics()
+        assert m["sync/total/tasks_consumed"] == 5
+        # tasks: 1 prefetched + 1 for the first reset, then one per episode end
+        assert m["sync/total/tasks_sampled"] == 2 + 5
+        assert m["sync/total/tasks_returned"] == 2 and m["sync/total/tasks_in_flight"] == 0
 
 
 def test_change_task_on_completion_switches_without_reset():
