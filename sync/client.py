@@ -256,11 +256,74 @@ def _stack(observations: list[Any]) -> Any:
     return tuple(observations)
 
 
-class _StepBuffer:
-    """Step records of one env waiting to be sent as one :class:`~magister.sync.protocol.StepUpdate`."""
+def _numeric(a: Any) -> bool:
+    return isinstance(a, np.ndarray) and a.dtype.kind in "biufc"
 
-    def __init__(self, send_obs: bool, send_infos: bool, strip_keys: frozenset[str]) -> None:
+
+class _ObsColumns:
+    """The observations of one step batch written straight into arrays of ``capacity`` rows, one per key
+    (or one for array observations): each step costs one copy, and the batch travels as these arrays
+    without stacking. Built from the batch's first observation; :meth:`put` refuses (False) an observation
+    of another layout, and the batch then falls back to per-step copies."""
+
+    def __init__(self, first: Any, capacity: int) -> None:
+        self.keyed = isinstance(first, dict)
+        items = first.items() if self.keyed else (("", first),)
+        self.cols = {k: np.empty((capacity, *v.shape), dtype=v.dtype) for k, v in items}
+        self.n = 0
+
+    @staticmethod
+    def fits(obs: Any) -> bool:
+        if isinstance(obs, dict):
+            return bool(obs) and all(isinstance(k, str) and _numeric(v) for k, v in obs.items())
+        return _numeric(obs)
+
+    def put(self, obs: Any) -> bool:
+        cols, i = self.cols, self.n
+        if i >= next(iter(cols.values())).shape[0]:
+            return False
+        if self.keyed:
+            if not isinstance(obs, dict) or obs.keys() != cols.keys():
+                return False
+            for k, v in obs.items():
+                c = cols[k]
+                if not (isinstance(v, np.ndarray) and v.shape == c.shape[1:] and v.dtype == c.dtype):
+                    return False
+            for k, v in obs.items():
+                cols[k][i] = v
+        else:
+            c = cols[""]
+            if not (isinstance(obs, np.ndarray) and obs.shape == c.shape[1:] and obs.dtype == c.dtype):
+                return False
+            c[i] = obs
+        self.n = i + 1
+        return True
+
+    def rows(self) -> list[Any]:
+        """The observations written so far, one per step (views)."""
+        if self.keyed:
+            return [{k: v[i] for k, v in self.cols.items()} for i in range(self.n)]
+        return [self.cols[""][i] for i in range(self.n)]
+
+    def stacked(self) -> Any:
+        """The batch's observations: the filled rows of each array (views, no copy)."""
+        if self.keyed:
+            return {k: v[: self.n] for k, v in self.cols.items()}
+        return self.cols[""][: self.n]
+
+
+class _StepBuffer:
+    """Step records of one env waiting to be sent as one :class:`~magister.sync.protocol.StepUpdate`.
+
+    ``capacity``: the most steps a batch holds (the step batch size); with it, numeric observations (an
+    array, or a dict of arrays) are written straight into per-batch arrays (:class:`_ObsColumns`).
+    """
+
+    def __init__(
+        self, send_obs: bool, send_infos: bool, strip_keys: frozenset[str], capacity: int = 0
+    ) -> None:
         self.send_obs, self.send_infos, self.strip_keys = send_obs, send_infos, strip_keys
+        self.capacity = int(capacity)
         self.clear()
 
     def clear(self) -> None:
@@ -272,6 +335,7 @@ class _StepBuffer:
         self.trunc = array.array("b")
         self.progress = array.array("d")
         self.obs: list[Any] = []
+        self.columns: _ObsColumns | None = None
         self.infos: list[dict] = []
 
     def __len__(self) -> int:
@@ -288,13 +352,28 @@ class _StepBuffer:
         self.trunc.append(1 if trunc else 0)
         self.progress.append(progress)
         if self.send_obs:
-            self.obs.append(_copy_obs(_strip(obs, self.strip_keys)))
+            self._add_obs(_strip(obs, self.strip_keys))
         if self.send_infos:
             self.infos.append(_strip(dict(info) if info else {}, self.strip_keys))
         return len(self.ids)
 
+    def _add_obs(self, obs: Any) -> None:
+        cols = self.columns
+        if cols is None and not self.obs and self.capacity > 1 and _ObsColumns.fits(obs):
+            cols = self.columns = _ObsColumns(obs, self.capacity)
+        if cols is not None:
+            if cols.put(obs):
+                return
+            self.obs, self.columns = cols.rows(), None  # another layout mid-batch: per-step copies
+        self.obs.append(_copy_obs(obs))
+
     def message(self, env_id: int) -> P.StepUpdate:
-        obs = _stack(self.obs) if self.send_obs else None
+        if not self.send_obs:
+            obs = None
+        elif self.columns is not None:
+            obs = self.columns.stacked()
+        else:
+            obs = _stack(self.obs)
         msg = P.StepUpdate(
             env_id,
             np.frombuffer(self.ids, dtype=np.int64),
@@ -509,7 +588,10 @@ class CurriculumClient(TaskFeed):
                 self.requires_episode_updates = msg.requires_episode_updates
                 self.step_batch_size = msg.step_batch_size
                 self._steps = _StepBuffer(
-                    self.send_obs and msg.step_obs, self.send_infos and msg.step_infos, self.strip_keys
+                    self.send_obs and msg.step_obs,
+                    self.send_infos and msg.step_infos,
+                    self.strip_keys,
+                    capacity=msg.step_batch_size,
                 )
         elif isinstance(msg, P.Tasks):
             for tid, task, train in zip(msg.task_ids, msg.tasks, msg.train):

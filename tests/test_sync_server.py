@@ -580,3 +580,40 @@ def test_mixed_dict_observations_fall_back_to_one_per_step():
     assert isinstance(_stack(ragged), tuple) and len(_stack(ragged)) == 2
     text = [{"a": np.zeros(2), "mission": "go"}, {"a": np.ones(2), "mission": "go"}]
     assert isinstance(_stack(text), tuple)
+
+
+def test_observation_layout_changing_mid_batch_keeps_every_step_in_order():
+    """Steps are written into per-batch arrays until one does not fit; the batch then falls back to one
+    observation per step, with the earlier steps' values intact."""
+    with serve(Recorder(requires_steps=True), step_batch_size=8) as server:
+        c = CurriculumClient(server.address)
+        a = c.next_task()
+        buf = np.zeros(3)
+        sent = []
+        for i in range(5):
+            buf[:] = i  # overwritten in place between steps
+            obs = buf if i != 3 else np.full(4, 3.0)  # step 3 has another shape
+            sent.append(np.array(obs))
+            c.record_step(a, obs, float(i), False, False, None, 0.0)
+        c.record_episode(a, 0.0, 5, 0.0)  # a batch shorter than its capacity
+        c.close()
+        (batch,) = server.curriculum.batches
+    assert isinstance(batch.obs, tuple) and len(batch.obs) == 5
+    for got, want in zip(batch.obs, sent):
+        assert np.array_equal(got, want)
+    assert batch.rewards.tolist() == [0.0, 1.0, 2.0, 3.0, 4.0]
+
+
+def test_step_buffer_columns_hold_at_most_their_capacity():
+    from magister.sync.client import Assignment, _StepBuffer
+
+    steps = _StepBuffer(True, False, frozenset(), capacity=2)
+    a = Assignment(0, 0, True)
+    for i in range(3):  # one more than the capacity: the third step falls back, nothing is lost
+        steps.add(a, {"x": np.full(2, i)}, 0.0, False, False, None, 0.0)
+    msg = steps.message(0)  # (stacked again at send time: the layout is the same)
+    assert isinstance(msg.obs, dict) and msg.obs["x"].tolist() == [[0, 0], [1, 1], [2, 2]]
+    for i in range(2):
+        steps.add(a, {"x": np.full(2, i)}, 0.0, False, False, None, 0.0)
+    msg = steps.message(0)
+    assert isinstance(msg.obs, dict) and msg.obs["x"].tolist() == [[0, 0], [1, 1]]
