@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import collections
 import logging
+import math
 import pickle
 import sys
+import time
 
 import gymnasium as gym
 import numpy as np
@@ -24,6 +26,7 @@ from magister.curricula.base import Curriculum, TaskSample  # noqa: E402
 from magister.env_wrappers.sync_wrappers import GymnasiumSyncWrapper  # noqa: E402
 from magister.env_wrappers.task_wrapper import TaskWrapper  # noqa: E402
 from magister.sync import protocol as P  # noqa: E402
+from magister.sync import ray_backend  # noqa: E402
 from magister.sync.client import ServerUnavailableError, SyncError, connect  # noqa: E402
 from magister.sync.ray_backend import (  # noqa: E402
     RayClient,
@@ -190,6 +193,11 @@ def test_ray_address_rejects_ambiguous_names():
         ({"timeout": 0}, "timeout"),
         ({"close_timeout": -1.0}, "close_timeout"),
         ({"max_pending_updates": 0}, "max_pending_updates"),
+        ({"update_batch": 0}, "update_batch"),
+        ({"update_batch": 2.0}, "update_batch"),
+        ({"max_update_delay": -0.1}, "max_update_delay"),
+        ({"max_update_delay": float("nan")}, "max_update_delay"),
+        ({"max_update_delay": "1s"}, "max_update_delay"),
     ],
 )
 def test_client_rejects_bad_options(kwargs, match):
@@ -217,6 +225,25 @@ def test_connect_dispatches_ray_addresses_and_client_pickles():
         frozenset({"x"}),
         None,
     )
+
+
+def test_large_arrays_travel_out_of_band_and_small_messages_as_one_frame():
+    small = P.EpisodeUpdate(0, 3, 7, 1.5, 10, 1.0)
+    frame = ray_backend._pack(small)
+    assert isinstance(frame, bytes) and ray_backend._unpack(frame) == small
+    obs = {"glyphs": np.arange(3 * 40_000, dtype=np.int16).reshape(3, 40_000), "tiny": np.ones((3, 2))}
+    flags = np.zeros(3, bool)
+    big = P.StepUpdate(0, np.array([1, 1, 1]), (7, 7, 7), np.ones(3), flags, flags, np.zeros(3), obs, None)
+    frame = ray_backend._pack(big)
+    # the 240 KB array rides next to the header as a flat uint8 view of the original (no copy)
+    assert isinstance(frame, tuple) and len(frame) == 2 and isinstance(frame[0], bytes)
+    assert frame[1].dtype == np.uint8 and frame[1].nbytes == obs["glyphs"].nbytes
+    assert np.shares_memory(frame[1], obs["glyphs"])
+    back = ray_backend._unpack(frame)
+    np.testing.assert_array_equal(back.obs["glyphs"], obs["glyphs"])
+    np.testing.assert_array_equal(back.obs["tiny"], obs["tiny"])
+    with pytest.raises(P.ProtocolError, match="bytes or uint8 arrays"):
+        ray_backend._unpack((frame[0], "not a buffer"))
 
 
 # -- with a Ray session ---------------------------------------------------------------------------------
@@ -273,7 +300,8 @@ def test_learner_proxies(shared):
 
 def test_prefetch_give_back_and_close_accounting(shared):
     n = shared.state_dict()["next"]
-    client = RayClient(shared.address, prefetch=2, timeout=30)
+    client = RayClient(shared.address, prefetch=2, timeout=30, max_update_delay=math.inf)
+    assert client.request_size == 2  # no time bound: always `prefetch` tasks per request
     a = client.next_task()
     assert (a.task, a.train) == (n, n % 5 != 0)
     b = client.next_task()
@@ -284,7 +312,7 @@ def test_prefetch_give_back_and_close_accounting(shared):
     client.close()
     e = client.env_id
     m = shared.metrics()
-    # 2 prefetched at connect, +1 after the first task, +1 after the second: 4 sampled; no episode was
+    # 2 asked for at connect, 2 more when the second task emptied the buffer: 4 sampled; no episode was
     # reported, so the 3 unused ones were returned and task a is still in flight
     assert m[f"sync/env{e}/tasks_sampled"] == 4
     assert m[f"sync/env{e}/tasks_returned"] == 3
@@ -355,16 +383,254 @@ def test_progress_update_consumes_the_task(shared):
 
 
 def test_back_pressure_waits_instead_of_dropping(shared):
-    client = RayClient(shared.address, prefetch=0, timeout=30, max_pending_updates=2)
+    # update_batch=1: every update is its own call; prefetch=0: each task request is waited for
+    client = RayClient(shared.address, prefetch=0, timeout=30, max_pending_updates=2, update_batch=1)
     tasks = [client.next_task() for _ in range(12)]
     for a in tasks:
         client.record_episode(a, 1.0, 1, 1.0)
-    assert client.stats["send_waits"] >= 1 and client.stats["updates_dropped"] == 0
-    assert len(client._pending) <= 2
+        assert len(client._calls) <= 2
+    # calls 1 and 2 fit; each of the other 10 waited for the oldest reply first
+    assert client.stats["send_waits"] == 10 and client.stats["updates_dropped"] == 0
     client.close()
     m = shared.metrics()
     e = client.env_id
     assert m[f"sync/env{e}/episodes_applied"] == 12 and m[f"sync/env{e}/tasks_consumed"] == 12
+
+
+class FakeClock:
+    """Stands in for the client's clock (``ray_backend._now``)."""
+
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    """A fake clock for the clients created in the test (and no background flusher, which would race)."""
+    c = FakeClock()
+    monkeypatch.setattr(ray_backend, "_now", c)
+    monkeypatch.setattr(ray_backend, "_background_flush", False)
+    return c
+
+
+def test_updates_are_batched_into_few_calls_and_all_applied(shared):
+    """prefetch=4 without a time bound: one call per 4 episodes carries their updates and asks for the next
+    4 tasks; the last held update goes out with the goodbye. Every update is applied exactly once."""
+    n = shared.state_dict()["next"]
+    client = RayClient(shared.address, prefetch=4, timeout=30, update_batch=8, max_update_delay=math.inf)
+    played, held = [], []
+    for k in range(12):
+        a = client.next_task()
+        played.append(a.task)
+        client.record_episode(a, float(k), k + 1, 1.0)
+        held.append(client.held_updates)
+    # call 1 (at connect) asks for 4 tasks; the episode update that leaves one task ready asks for 4 more
+    # and carries the updates held until then (episodes 3, 7 and 11: calls 2-4)
+    assert held == [1, 2, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1]
+    assert client.stats["calls"] == 4 and client.stats["updates_sent"] == 11
+    client.close()
+    assert client.stats["calls"] == 5 and client.stats["updates_sent"] == 12  # the goodbye took the last
+    assert played == list(range(n, n + 12))  # tasks in the order they were sampled
+    e = client.env_id
+    m = shared.metrics()
+    assert m[f"sync/env{e}/tasks_sampled"] == 16 and m[f"sync/env{e}/tasks_consumed"] == 12
+    assert m[f"sync/env{e}/tasks_returned"] == 4 and m[f"sync/env{e}/tasks_in_flight"] == 0
+    assert m[f"sync/env{e}/episodes_applied"] == 12 and m[f"sync/env{e}/updates_rejected"] == 0
+    mine = [x for x in shared.call("records")["episodes"] if x[4] == e]
+    assert mine == [(n + k, float(k), k + 1, 1.0, e) for k in range(12)]  # once each, in order
+
+
+def test_held_updates_go_out_when_due(shared, clock):
+    """An update waits at most max_update_delay: the flusher's first tick (called here by hand, the test's
+    clock being fake), reset or report after that sends it."""
+    shared.call("set_step_updates", False)  # read when the client connects
+    try:
+        client = RayClient(shared.address, prefetch=0, timeout=30, update_batch=100, max_update_delay=1.0)
+        a = client.next_task()  # prefetch=0: asked for and waited for, one call
+    finally:
+        shared.call("set_step_updates", True)
+    assert client.stats["calls"] == 1
+    client.record_episode(a, 1.0, 1, 1.0)
+    assert client.held_updates == 1
+    clock.t += 0.5
+    client._send_due(clock())  # a flusher tick: not yet due
+    assert client.held_updates == 1 and client.stats["calls"] == 1
+    clock.t += 0.5
+    client._send_due(clock())  # due: sent on its own
+    assert client.held_updates == 0 and client.stats["calls"] == 2
+    b = client.next_task()
+    client.record_episode(b, 2.0, 2, 1.0)
+    clock.t += 2.0
+    c = client.next_task()  # a due update rides on the task request
+    assert client.held_updates == 0 and client.stats["calls"] == 4
+    client.record_progress(c, 0.5)
+    client.flush()  # flush sends held updates at once
+    assert client.held_updates == 0 and client.stats["calls"] == 5
+    client.close()
+    e = client.env_id
+    m = shared.metrics()
+    assert m[f"sync/env{e}/episodes_applied"] == 2 and m[f"sync/env{e}/progress_applied"] == 1
+    assert m[f"sync/env{e}/tasks_in_flight"] == 1  # c was never reported as consumed
+    assert client.stats["updates_sent"] == 3
+
+
+def test_background_flusher_sends_held_updates_of_an_idle_env(shared):
+    """An env that stops stepping after an episode still gets its update out, about max_update_delay later."""
+    client = RayClient(shared.address, prefetch=0, timeout=30, update_batch=100, max_update_delay=0.05)
+    a = client.next_task()
+    client.record_episode(a, 1.0, 1, 1.0)
+    assert client.held_updates == 1
+    e = client.env_id
+    deadline = time.monotonic() + 20.0  # generous: a loaded machine may delay the thread
+    while shared.metrics()[f"sync/env{e}/episodes_applied"] < 1 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert client.held_updates == 0 and client.stats["calls"] == 2
+    assert shared.metrics()[f"sync/env{e}/episodes_applied"] == 1
+    flusher = ray_backend._flusher_instance
+    assert flusher is not None and client in flusher.clients and flusher.thread.is_alive()
+    client.close()
+    assert client not in flusher.clients  # closed clients are forgotten ...
+    flusher.thread.join(timeout=20)  # ... and with none left, the thread ends
+    assert not flusher.thread.is_alive() and flusher.stopped
+
+
+def test_zero_delay_holds_nothing(shared):
+    client = RayClient(shared.address, prefetch=0, timeout=30, max_update_delay=0)
+    a = client.next_task()
+    client.record_episode(a, 1.0, 1, 1.0)
+    assert client.held_updates == 0 and client.stats["calls"] == 2
+    client.close()
+
+
+def test_request_size_follows_the_episode_rate(shared, clock):
+    """Tasks asked for at once: as many episodes as fit in max_update_delay, between 1 and prefetch."""
+    client = RayClient(shared.address, prefetch=8, timeout=30, max_update_delay=0.1)
+    assert client.request_size == 1  # rate unknown
+    for _ in range(6):
+        a = client.next_task()
+        clock.t += 0.03
+        client.record_episode(a, 1.0, 1, 1.0)
+    assert client.request_size == 3  # 0.1 s / 0.03 s per episode
+    for _ in range(12):
+        a = client.next_task()
+        clock.t += 0.001
+        client.record_episode(a, 1.0, 1, 1.0)
+    assert client.request_size == 8  # fast episodes: capped at prefetch
+    for _ in range(12):
+        a = client.next_task()
+        clock.t += 0.5
+        client.record_episode(a, 1.0, 1, 1.0)
+    assert client.request_size == 1  # slow episodes: one task ahead, as over sockets
+    calls = client.stats["calls"]
+    a = client.next_task()
+    clock.t += 0.5
+    client.record_episode(a, 1.0, 1, 1.0)  # due at once (0.5 s > 0.1 s): sent with its task request
+    assert client.held_updates == 0 and client.stats["calls"] == calls + 1
+    client.close()
+    e = client.env_id
+    m = shared.metrics()
+    assert m[f"sync/env{e}/episodes_applied"] == 31 and m[f"sync/env{e}/tasks_in_flight"] == 0
+
+
+def test_refused_update_still_delivers_the_tasks_it_asked_for(shared, caplog):
+    client = RayClient(shared.address, prefetch=1, timeout=30, max_update_delay=math.inf)
+    a = client.next_task()
+    bogus = a._replace(task_id=a.task_id + 1000)
+    with caplog.at_level(logging.ERROR, logger="magister.sync.ray_backend"):
+        client.record_episode(bogus, 1.0, 1, 1.0)  # refused; its call also asked for the next task, c
+        b = client.next_task()
+        assert client.stats["errors_received"] == 0  # the refusal's reply is read with task c
+        c = client.next_task()
+    assert a.task_id < b.task_id < c.task_id and client.stats["errors_received"] == 1
+    assert "unknown_task" in caplog.text
+    for x in (a, b, c):
+        client.record_episode(x, 1.0, 1, 1.0)
+    client.close()
+    e = client.env_id
+    m = shared.metrics()
+    assert m[f"sync/env{e}/updates_rejected"] == 1 and m[f"sync/env{e}/episodes_applied"] == 3
+    assert m[f"sync/env{e}/tasks_in_flight"] == 0
+
+
+class HeldWorker:
+    """A Ray actor playing episodes through a RayClient that holds its updates (killed by the test)."""
+
+    def play(self, address: str, episodes: int):
+        self.client = RayClient(address, prefetch=4, timeout=30, update_batch=100, max_update_delay=math.inf)
+        played = []
+        for k in range(episodes):
+            a = self.client.next_task()
+            played.append(a.task_id)
+            self.client.record_episode(a, 1.0, k + 1, 1.0)
+        return self.client.env_id, played, self.client.held_updates
+
+
+def test_killed_worker_loses_only_its_held_updates_and_the_accounting_shows_them(shared):
+    worker = ray.remote(num_cpus=1)(HeldWorker).remote()
+    env_id, played, held = ray.get(worker.play.remote(shared.address, 6), timeout=60)
+    ray.kill(worker, no_restart=True)
+    # 4 tasks at connect; episode 3's update asked for 4 more and carried episodes 1-3; episodes 4-6 were
+    # still held when the worker died
+    assert held == 3
+    m = shared.metrics()
+    e = env_id
+    assert m[f"sync/env{e}/episodes_applied"] == 3 and m[f"sync/env{e}/tasks_sampled"] == 8
+    assert m[f"sync/env{e}/tasks_consumed"] == 3 and m[f"sync/env{e}/connected"] == 1
+    # in flight: the 3 played tasks whose updates were lost, and the 2 never played
+    assert m[f"sync/env{e}/tasks_in_flight"] == 5
+    lost = set(shared.in_flight(e))
+    assert set(played[3:]) <= lost and not set(played[:3]) & lost and len(lost) == 5
+
+
+class ObsSums(Curriculum):
+    """Records the sum of each step's observation (to check what arrived through the actor)."""
+
+    requires_step_updates = True
+
+    def __init__(self) -> None:
+        super().__init__(Discrete(3))
+        self.sums: list[int] = []
+
+    def sample(self, k=1):
+        self.num_sampled += k
+        return [0] * k
+
+    def update_on_step_batch(self, batch, env_id=None):
+        self.sums.extend(int(np.asarray(o["frame"], dtype=np.int64).sum()) for o in batch.obs)
+
+    def records(self):
+        return self.sums
+
+
+def test_step_observations_arrive_intact_through_the_actor(ray_session):
+    with serve_ray(ObsSums(), name=unique_name("obs"), step_batch_size=4) as server:
+        client = RayClient(server.address, prefetch=1, timeout=30)
+        a = client.next_task()
+        frame = np.zeros((160, 160, 3), np.uint8)  # 77 KB: out of band
+        sums = []
+        for t in range(10):
+            frame[:] = t % 7  # overwritten in place, as NetHack does
+            client.record_step(a, {"frame": frame}, 0.0, t == 9, False, {}, 0.0)
+            sums.append(int(frame.sum()))
+        client.record_episode(a, 0.0, 10, 0.0)
+        client.close()
+        assert server.call("records") == sums
+        m = server.metrics()
+    assert m["sync/total/steps_applied"] == 10 and m["sync/total/updates_rejected"] == 0
+    # 2 task requests (connect, first task), 3 step batches (large: each sent at once), the episode update
+    # asking for the next task, the goodbye
+    assert client.stats["calls"] == 7
+
+
+def test_handle_batch_answers_bad_input(shared):
+    reply = ray.get(shared.actor.handle_batch.remote("not a list"), timeout=30)
+    assert [P.decode([r]).code for r in reply] == ["malformed"]
+    reply = ray.get(shared.actor.handle_batch.remote([b"\x93\x01", (b"\x93", 5)]), timeout=30)
+    assert [P.decode([r]).code for r in reply] == ["malformed", "malformed"]
+    assert ray.get(shared.actor.handle_batch.remote([]), timeout=30) is None
 
 
 def test_sampling_failure_raises_sync_error(shared):
@@ -398,23 +664,27 @@ def _run_env(address: str, episodes: int, seed: int):
         played.append((task, bool(info["task_train"]), done))
     env_id = env.env_id
     env.close()
-    return env_id, played, dict(steps)
+    return env_id, played, dict(steps), env.feed.stats["calls"]
 
 
 @pytest.mark.slow
-def test_exactly_once_across_ray_workers(ray_session):
+@pytest.mark.parametrize("step_updates", [True, False], ids=["steps", "episodic"])
+def test_exactly_once_across_ray_workers(ray_session, step_updates):
     run = ray.remote(num_cpus=1)(_run_env)
-    with serve_ray(Recorder(), name=unique_name(), step_batch_size=3) as server:
+    with serve_ray(Recorder(step_updates), name=unique_name(), step_batch_size=3) as server:
         results = ray.get([run.remote(server.address, 30, 1000 * i) for i in range(3)], timeout=150)
         rec = server.call("records")
         m = server.metrics()
+    # fast episodes: their updates were batched (default options), ~8 messages per call, where one call
+    # per message would be more than 30 (episodic) or 60 (with step batches) calls per env
+    assert all(calls < (20 if step_updates else 12) for *_, calls in results), [r[3] for r in results]
     env_ids = [r[0] for r in results]
     assert sorted(env_ids) == [0, 1, 2]
     played = [p for r in results for p in r[1]]
     tasks = [t for t, _, _ in played]
     # each task played by exactly one env, exactly once
     assert len(tasks) == len(set(tasks)) == 90
-    for env_id, plays, _ in results:
+    for env_id, plays, _, _ in results:
         mine = {t for t, _, _ in plays}
         assert all(e[0] not in mine for e in rec["episodes"] if e[4] != env_id)
     # the train flag reached info
@@ -426,9 +696,9 @@ def test_exactly_once_across_ray_workers(ray_session):
         assert (length, ret, progress) == (1 + task % 4, (1 + task % 4) * (1 + task % 3), 1.0)
     # every step record arrived exactly once
     steps = collections.Counter()
-    for *_, s in results:
+    for _, _, s, _ in results:
         steps.update(s)
-    assert rec["steps"] == dict(steps)
+    assert rec["steps"] == (dict(steps) if step_updates else {})
     # accounting: nothing lost or duplicated
     assert m["sync/envs"] == 3
     assert m["sync/total/tasks_sampled"] == m["curriculum/sampled"]
@@ -438,7 +708,7 @@ def test_exactly_once_across_ray_workers(ray_session):
     assert m["sync/total/updates_rejected"] == 0 and m["sync/errors_sent"] == 0
     assert m["sync/total/updates_received"] == m["sync/total/updates_applied"]
     assert m["sync/total/episodes_applied"] == 90
-    assert m["sync/total/steps_applied"] == sum(steps.values())
+    assert m["sync/total/steps_applied"] == (sum(steps.values()) if step_updates else 0)
     for e in range(3):
         assert m[f"sync/env{e}/connected"] == 0
 
@@ -468,7 +738,9 @@ def test_pettingzoo_env_over_ray(ray_session):
 
     with serve_ray(LayoutCycle(), name=unique_name("pz")) as server:
         cur_space = LayoutCycle().task_space
-        env = PettingZooSyncWrapper(TinyTagTask(TinyTag(max_cycles=6), cur_space), server.address, timeout=30)
+        # a ready-made feed that holds nothing, so each episode reaches the curriculum before the check
+        feed = RayClient(server.address, timeout=30, max_update_delay=0)
+        env = PettingZooSyncWrapper(TinyTagTask(TinyTag(max_cycles=6), cur_space), feed)
         rng = np.random.default_rng(0)
         played = []
         for ep in range(4):
