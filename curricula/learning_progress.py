@@ -42,13 +42,35 @@ Two ways to feed it (the *variant*):
 
 Both forms of ``success_rates`` are accepted in either variant.
 
+Two additions to the paper for the online variant, where no evaluation ever measures every task:
+
+* **Exploration of tasks without an estimate** (``explore_mix``, default ``0.2`` online, ``0`` for the
+  evaluation variant). Under the paper's rule a task with no estimate is inactive, so online only the
+  tasks that happened to succeed in the first period ever become active and the curriculum locks onto
+  them. With ``ε_x = explore_mix`` and ``U`` the tasks not yet in any EMA step,
+  ``P = (1 - ε_x) P_LP + ε_x · uniform(U)`` while ``U`` is non-empty; once every task has an estimate,
+  the distribution is the paper's. (Drawn from a swap-remove list of ``U``: O(1) per task, exact.)
+* **A minimum number of observations** (``min_observations``, default 1 = the paper): a task enters an
+  EMA step only once it has that many accumulated observations (fewer are carried into the next
+  period), so each ``s_i`` is a mean of at least that many episodes, like an evaluation of that size.
+
+In the simulated-student harness (``tests/simulated_student.py``, 1000 tasks, 90% impossible, 8000
+episodes) the online variant with these defaults reaches a mean success of 0.53-0.57 on the possible
+tasks with ~88% of samples on them (seeds 0-2), against 0.40 for uniform sampling; with
+``explore_mix=0`` it trains on two tasks only.
+
+:meth:`success_rates` reports the fast EMA online (a period's mean is often one 0/1 outcome) and the
+last evaluation rate for the evaluation variant.
+
 Defaults are the Syllabus paper's Crafter settings (Supplementary D.5, which follow Zhang et al.):
 ``ema_alpha = 0.1``, ``p_theta = 0.1``, update period ``T = 25``.
 
-Cost: an online observation is O(1); an EMA step is O(#tasks observed in the period). The sampling
-distribution is rebuilt lazily, at most once per EMA step, over the *active* tasks only (the others have
-probability 0, or ``ε/n``), so it costs O(#active), not O(num_tasks); ``sample(k)`` is one
-``searchsorted`` of ``k`` uniforms into the cached CDF, O(k log #active). Spaces of 10^6 tasks work.
+Cost: an online observation only validates and queues ``(slot, value)``, O(1); the per-task sums are
+updated vectorised once per period, before its EMA step (and before a checkpoint); an EMA step is
+O(#tasks observed in the period). The sampling distribution is rebuilt lazily, at most once per EMA
+step, over the *active* tasks only (the others have probability 0, or ``ε/n``), so it costs O(#active),
+not O(num_tasks); ``sample(k)`` is one ``searchsorted`` of ``k`` uniforms into the cached CDF,
+O(k log #active), plus O(k) for the exploration draws. Spaces of 10^6 tasks work.
 
 >>> from magister.curricula.learning_progress import reweight
 >>> float(reweight(0.1, 0.1))
@@ -71,6 +93,11 @@ from .base import Curriculum, check_finite
 logger = logging.getLogger(__name__)
 
 __all__ = ["LearningProgress", "reweight", "learning_progress", "lp_distribution"]
+
+_isfinite = math.isfinite
+
+#: Default ``explore_mix`` of the online variant (an addition to the paper; see the module docstring).
+DEFAULT_EXPLORE_MIX = 0.2
 
 
 def reweight(p: np.ndarray | float, p_theta: float) -> np.ndarray:
@@ -172,6 +199,10 @@ class LearningProgress(Curriculum):
         variant: ``"online"`` (training-episode success) or ``"evaluation"`` (periodic evaluation rates
             through :meth:`update_on_demand`).
         uniform_mix: weight ``ε`` of a uniform component mixed into the distribution (0 in the paper).
+        explore_mix: weight of the uniform distribution over tasks without an estimate (an addition;
+            default ``None``: 0.2 for the online variant, 0 for the evaluation variant).
+        min_observations: online variant: observations a task needs before they enter an EMA step
+            (an addition; 1 = the paper).
         seed: seed of the sampling generator.
 
     >>> from magister.task_spaces.base import TaskSpace
@@ -200,6 +231,8 @@ class LearningProgress(Curriculum):
         update_period: int = 25,
         variant: str = "online",
         uniform_mix: float = 0.0,
+        explore_mix: float | None = None,
+        min_observations: int = 1,
         seed: int | None = None,
     ) -> None:
         super().__init__(task_space, seed=seed)
@@ -214,13 +247,28 @@ class LearningProgress(Curriculum):
             raise ValueError(f"variant must be 'online' or 'evaluation', got {variant!r}")
         if not 0.0 <= float(uniform_mix) <= 1.0:
             raise ValueError(f"uniform_mix must be in [0, 1], got {uniform_mix!r}")
+        if explore_mix is None:
+            explore_mix = DEFAULT_EXPLORE_MIX if variant == "online" else 0.0
+        if not 0.0 <= float(explore_mix) <= 1.0:
+            raise ValueError(f"explore_mix must be in [0, 1], got {explore_mix!r}")
+        if isinstance(min_observations, bool) or not isinstance(min_observations, (int, np.integer)) \
+                or min_observations < 1:
+            raise ValueError(f"min_observations must be a positive int, got {min_observations!r}")
         self.ema_alpha = float(ema_alpha)
         self.p_theta = float(p_theta)
         self.update_period = int(update_period)
         self.variant = variant
         self.uniform_mix = float(uniform_mix)
+        self.explore_mix = float(explore_mix)
+        self.min_observations = int(min_observations)
         self.index, self.n = enumerable_index(task_space, type(self).__name__)
         n = self.n
+        # the tasks without an estimate yet (not ``seen``), for exploration: _unseen[:_n_unseen] holds them
+        # in some order and _unseen_pos[s] is slot s's position there (swap-remove when s becomes seen)
+        idx_dtype = np.int32 if n < 2**31 else np.int64
+        self._unseen = np.arange(n, dtype=idx_dtype)
+        self._unseen_pos = np.arange(n, dtype=idx_dtype)
+        self._n_unseen = n
         self.fast = np.zeros(n)
         self.slow = np.zeros(n)
         self.seen = np.zeros(n, dtype=bool)
@@ -229,6 +277,8 @@ class LearningProgress(Curriculum):
         self._acc_sum = np.zeros(n)
         self._acc_cnt = np.zeros(n, dtype=np.int64)
         self._touched: list[int] = []
+        self._obs_values: list[float] = []  # values of the last len(_obs_values) entries of _touched
+        self._int_slots = self.index.indexed  # hot path: plain int tasks of an indexed space are slots
         self._pending = 0
         self.num_ema_steps = 0
         # tasks that were ever active (LP > 0 or fast > 0); every other task has probability 0 (or ε/n)
@@ -249,6 +299,8 @@ class LearningProgress(Curriculum):
         slow = np.where(new, rates, a * fast + (1.0 - a) * self.slow[slots])
         self.fast[slots] = fast
         self.slow[slots] = slow
+        if new.any():
+            self._mark_seen(slots[new])
         self.seen[slots] = True
         self.latest[slots] = rates
         self.num_ema_steps += 1
@@ -260,26 +312,78 @@ class LearningProgress(Curriculum):
         self._act_slots = None
         self._act_cdf = None
 
+    def _mark_seen(self, slots: np.ndarray) -> None:
+        """Remove newly seen ``slots`` from the unseen set: a swap-remove each (O(1)), or, for a batch
+        that is a large part of the set (e.g. a first evaluation of every task), one vectorised pass."""
+        unseen, pos = self._unseen, self._unseen_pos
+        m = self._n_unseen
+        if slots.size * 16 > m:
+            prefix = unseen[:m]
+            gone = np.isin(prefix, slots)
+            keep, removed = prefix[~gone], prefix[gone]
+            unseen[: keep.size] = keep
+            unseen[keep.size:m] = removed
+            pos[unseen[:m]] = np.arange(m, dtype=pos.dtype)
+            self._n_unseen = keep.size
+            return
+        for s in slots.tolist():
+            i = int(pos[s])
+            last = self._n_unseen - 1
+            t = int(unseen[last])
+            unseen[i] = t
+            pos[t] = i
+            unseen[last] = s
+            pos[s] = last
+            self._n_unseen = last
+
     def _flush(self) -> None:
-        """Online variant: one EMA step with each observed task's mean success of the period."""
+        """Online variant: one EMA step with the mean success of each task observed often enough.
+
+        A task enters the step once it has ``min_observations`` accumulated observations; a task with
+        fewer keeps accumulating into the next period.
+        """
+        self._pending = 0
         if not self._touched:
             return
+        self._fold_acc()
         slots = np.unique(np.asarray(self._touched, dtype=np.int64))
-        rates = self._acc_sum[slots] / self._acc_cnt[slots]
+        self._touched.clear()
+        cnt = self._acc_cnt[slots]
+        if self.min_observations > 1:
+            wait = cnt < self.min_observations
+            if wait.any():
+                self._touched.extend(slots[wait].tolist())
+                slots, cnt = slots[~wait], cnt[~wait]
+                if slots.size == 0:
+                    return
+        rates = self._acc_sum[slots] / cnt
         self._acc_sum[slots] = 0.0
         self._acc_cnt[slots] = 0
-        self._touched.clear()
-        self._pending = 0
         self._ema_step(slots, rates)
 
+    def _fold_acc(self) -> None:
+        """Add the queued observation values into the per-task accumulators (in arrival order)."""
+        m = len(self._obs_values)
+        if m:
+            slots = np.array(self._touched[-m:], dtype=np.int64)
+            np.add.at(self._acc_sum, slots, np.array(self._obs_values))  # sequential: exact running sums
+            np.add.at(self._acc_cnt, slots, 1)
+            self._obs_values.clear()
+
+    # The hot path: validate, queue the observation (its slot in _touched, its value in _obs_values);
+    # the accumulators are updated vectorised at the end of the period (or before a checkpoint).
     def _observe(self, task: EncodedTask, progress: float) -> None:
-        v = check_progress(progress)
-        s = self.index.slot(task, add=False)
+        v = float(progress)
+        if not 0.0 <= v <= 1.0:  # also false for NaN
+            check_progress(progress)  # raises with the precise message
+        if self._int_slots and type(task) is int and 0 <= task < self.n:
+            s = task
+        else:
+            s = self.index.slot(task, add=False)
         if self.variant != "online":
             return
-        self._acc_sum[s] = float(self._acc_sum[s]) + v  # Python scalars: same arithmetic, less overhead
-        self._acc_cnt[s] = int(self._acc_cnt[s]) + 1
         self._touched.append(s)
+        self._obs_values.append(v)
         self._pending += 1
         if self._pending >= self.update_period:
             self._flush()
@@ -294,7 +398,8 @@ class LearningProgress(Curriculum):
         env_id: int | None = None,
     ) -> None:
         """One finished episode; its final ``progress`` is the success observation (online variant)."""
-        check_finite("episode_return", episode_return)
+        if not _isfinite(episode_return):
+            check_finite("episode_return", episode_return)  # raises (TypeError for a non-number)
         self._observe(task, progress)
         self.num_episodes += 1
 
@@ -321,11 +426,12 @@ class LearningProgress(Curriculum):
         return learning_progress(self.fast, self.slow, self.p_theta)
 
     def success_rates(self) -> np.ndarray:
-        """The most recent success rate of every task (0 if never observed), in ``encoded_tasks`` order.
+        """Current success estimate of every task (0 if never observed), in ``encoded_tasks`` order.
 
-        This is the last evaluation rate (evaluation variant) or the last period's mean success (online).
+        Evaluation variant: the last evaluation rate. Online variant: the fast EMA ``f_i`` (a period's
+        mean success is often a single 0/1 episode outcome, too noisy to report, e.g. to OMNI's judge).
         """
-        return self.latest.copy()
+        return (self.fast if self.variant == "online" else self.latest).copy()
 
     def _active_distribution(self) -> tuple[np.ndarray, np.ndarray]:
         """``(slots, probs)`` of the LP distribution restricted to its support; empty when uniform.
@@ -348,15 +454,23 @@ class LearningProgress(Curriculum):
         self._cand[self._n_cand:end] = slots
         self._n_cand = end
 
+    def _exploring(self) -> bool:
+        """Whether exploration draws are made: ``explore_mix > 0`` and some task has no estimate yet."""
+        return self.explore_mix > 0.0 and self._n_unseen > 0
+
     def distribution(self) -> np.ndarray:
         """Sampling probabilities over ``task_space.encoded_tasks``."""
         slots, probs = self._active_distribution()
         if slots.size == 0:
-            return np.full(self.n, 1.0 / self.n)
-        p = np.zeros(self.n)
-        p[slots] = probs
-        if self.uniform_mix > 0.0:
-            p = (1.0 - self.uniform_mix) * p + self.uniform_mix / self.n
+            p = np.full(self.n, 1.0 / self.n)
+        else:
+            p = np.zeros(self.n)
+            p[slots] = probs
+            if self.uniform_mix > 0.0:
+                p = (1.0 - self.uniform_mix) * p + self.uniform_mix / self.n
+        if self._exploring():
+            p *= 1.0 - self.explore_mix
+            p[self._unseen[: self._n_unseen]] += self.explore_mix / self._n_unseen
         return p
 
     def sample(self, k: int = 1) -> list[EncodedTask]:
@@ -384,6 +498,10 @@ class LearningProgress(Curriculum):
                 mix = self.rng.random(k) < self.uniform_mix
                 out = np.where(mix, uniform, out)
         np.minimum(out, self.n - 1, out=out)
+        if self._exploring():
+            explore = np.flatnonzero(self.rng.random(k) < self.explore_mix)
+            if explore.size:
+                out[explore] = self._unseen[self.rng.integers(self._n_unseen, size=explore.size)]
         self.num_sampled += k
         return self.index.tasks(out)
 
@@ -398,12 +516,14 @@ class LearningProgress(Curriculum):
         return out
 
     def state_dict(self) -> dict[str, Any]:
+        self._fold_acc()
         state = super().state_dict()
         state.update(
             fast=self.fast.copy(), slow=self.slow.copy(), seen=self.seen.copy(), latest=self.latest.copy(),
             acc_sum=self._acc_sum.copy(), acc_cnt=self._acc_cnt.copy(), touched=list(self._touched),
             pending=self._pending, num_ema_steps=self.num_ema_steps, index=self.index.state_dict(),
             candidates=self._cand[: self._n_cand].tolist(),
+            unseen=self._unseen[: self._n_unseen].tolist(),
         )
         return state
 
@@ -421,6 +541,7 @@ class LearningProgress(Curriculum):
         self._acc_sum = np.array(state["acc_sum"], dtype=np.float64)
         self._acc_cnt = np.array(state["acc_cnt"], dtype=np.int64)
         self._touched = [int(s) for s in state["touched"]]
+        self._obs_values = []
         self._pending = int(state["pending"])
         self.num_ema_steps = int(state["num_ema_steps"])
         self.index.load_state_dict(state["index"])
@@ -432,5 +553,13 @@ class LearningProgress(Curriculum):
         self._ever_active[candidates] = True
         self._cand = np.array(candidates, dtype=np.int64)
         self._n_cand = len(candidates)
+        unseen = np.asarray(state.get("unseen", np.flatnonzero(~self.seen)), dtype=self._unseen.dtype)
+        if unseen.size != int((~self.seen).sum()) or self.seen[unseen].any() \
+                or np.unique(unseen).size != unseen.size:
+            raise ValueError("state_dict['unseen'] does not list exactly the tasks without an estimate")
+        self._unseen = np.concatenate((unseen, np.flatnonzero(self.seen).astype(unseen.dtype)))
+        self._unseen_pos = np.empty_like(self._unseen)
+        self._unseen_pos[self._unseen] = np.arange(self.n, dtype=self._unseen.dtype)
+        self._n_unseen = unseen.size
         self._act_slots = None
         self._act_cdf = None

@@ -15,9 +15,10 @@ the base distribution is used unchanged.
 
 The judge (see :mod:`magister.curricula.interestingness`) receives the tasks' descriptions
 (``task_space.describe(task_space.decode(e))`` for every encoded task, computed once) and the base's
-current success estimates. It is consulted every ``judge_period`` feedback updates — skipped when the
-base has not updated its estimates since the last verdict (an LP EMA step, an SFL refresh), so an LLM
-is not asked the same question twice — and after each evaluation
+current success estimates (``base.success_rates()``; for an online Learning Progress base its fast EMA,
+not the last period's often single 0/1 outcome). It is consulted every ``judge_period`` feedback
+updates — skipped when the base has not updated its estimates since the last verdict (an LP EMA step,
+an SFL refresh), so an LLM is not asked the same question twice — and after each evaluation
 (``update_on_demand({"success_rates": ...})``). Should the judge fail (:class:`JudgeError`,
 e.g. the LLM endpoint is down), OMNI logs a warning and keeps the previous verdict.
 

@@ -217,10 +217,72 @@ def test_evaluation_variant_beats_domain_randomization():
     assert res["success_possible"] > dr["success_possible"]
 
 
-def test_online_variant_focuses_on_possible_tasks():
-    space = StudentSpace(1000)
-    res = run_student(LearningProgress(space, uniform_mix=0.1, seed=0), space, budget=8000, seed=0)
+def test_online_variant_beats_domain_randomization():
+    # defaults: explore_mix=0.2 (uniform over tasks without an estimate), min_observations=1
+    n, budget = 1000, 8000
+    space = StudentSpace(n)
+    res = run_student(LearningProgress(space, seed=0), space, budget=budget, seed=0)
+    dr = run_student(uniform_curriculum(space, seed=0), space, budget=budget, seed=0)
+    # measured: LP 0.528 / 0.885, DR 0.404 / 0.099 (success_possible / frac_possible)
     assert res["frac_possible"] >= 0.8
+    assert res["success_possible"] > dr["success_possible"] + 0.05
+
+
+def test_online_without_exploration_locks_onto_the_first_tasks_it_saw():
+    # the failure the exploration term fixes: with explore_mix=0 only tasks that succeeded in the first
+    # period ever become active, so nearly all training goes to a couple of tasks
+    space = StudentSpace(1000)
+    res = run_student(LearningProgress(space, explore_mix=0.0, seed=0), space, budget=8000, seed=0)
+    assert (res["counts"][res["possible"]] > 0).sum() <= 5
+
+
+def test_explore_mix_distribution_by_hand():
+    cur = LearningProgress(Discrete(4), update_period=2, explore_mix=0.2, seed=0)
+    assert cur.explore_mix == 0.2
+    cur.update_task_progress(0, 1.0)
+    cur.update_task_progress(1, 0.0)  # one EMA step: task 0 active (success 1), task 1 seen, inactive
+    # P = 0.8 * P_LP + 0.2 * uniform over the unseen tasks {2, 3}
+    assert cur.distribution() == pytest.approx([0.8, 0.0, 0.1, 0.1])
+    draws = np.bincount(cur.sample(20_000), minlength=4) / 20_000
+    assert np.abs(draws - [0.8, 0.0, 0.1, 0.1]).max() < 0.015
+    cur.update_task_progress(2, 0.0)
+    cur.update_task_progress(3, 0.0)  # every task has an estimate: no more exploration mass
+    assert cur.distribution() == pytest.approx([1.0, 0.0, 0.0, 0.0])
+    assert LearningProgress(Discrete(4), variant="evaluation").explore_mix == 0.0
+
+
+def test_unseen_set_tracks_the_tasks_without_an_estimate():
+    cur = LearningProgress(StudentSpace(500), update_period=5, seed=0)
+    rng = np.random.default_rng(0)
+    for step in range(400):  # small EMA steps (swap-removes), then a big evaluation (one vectorised pass)
+        t = cur.sample(1)[0]
+        cur.update_task_progress(t, float(rng.random() < 0.5))
+        if step == 300:
+            cur.update_on_demand({"success_rates": {int(u): 0.0 for u in range(0, 500, 2)}})
+        unseen = cur._unseen[: cur._n_unseen]
+        assert set(unseen.tolist()) == set(np.flatnonzero(~cur.seen).tolist())
+        assert (cur._unseen_pos[cur._unseen] == np.arange(500)).all()
+    assert 0 < cur._n_unseen < 250
+
+
+def test_min_observations_holds_a_task_until_it_has_enough():
+    cur = LearningProgress(Discrete(3), update_period=2, min_observations=2, ema_alpha=0.5, seed=0)
+    cur.update_task_progress(0, 1.0)
+    cur.update_task_progress(1, 0.0)  # period ends: each task has only one observation
+    assert cur.num_ema_steps == 0 and not cur.seen.any()
+    cur.update_task_progress(0, 0.0)
+    cur.update_task_progress(2, 1.0)  # task 0 now has 2 observations (mean 0.5); 1 and 2 have one each
+    assert cur.num_ema_steps == 1
+    assert cur.seen.tolist() == [True, False, False] and cur.fast[0] == 0.5
+    state = cur.state_dict()
+    other = LearningProgress(Discrete(3), update_period=2, min_observations=2, ema_alpha=0.5, seed=1)
+    other.load_state_dict(state)
+    for c in (cur, other):
+        c.update_task_progress(1, 1.0)
+        c.update_task_progress(2, 1.0)
+    for c in (cur, other):  # tasks 1 and 2 reach 2 observations: means 0.5 and 1.0
+        assert c.seen.tolist() == [True, True, True] and c.fast.tolist() == [0.5, 0.5, 1.0]
+    assert cur.sample(20) == other.sample(20)
 
 
 # -- checkpointing ---------------------------------------------------------------------------------------
@@ -301,7 +363,8 @@ def test_bad_metrics_type():
 @pytest.mark.parametrize(
     "kwargs",
     [{"ema_alpha": 0.0}, {"ema_alpha": 1.5}, {"p_theta": 1.0}, {"p_theta": 0.0}, {"update_period": 0},
-     {"update_period": 2.5}, {"variant": "offline"}, {"uniform_mix": -0.1}],
+     {"update_period": 2.5}, {"variant": "offline"}, {"uniform_mix": -0.1}, {"explore_mix": 1.5},
+     {"min_observations": 0}],
 )
 def test_bad_constructor_arguments(kwargs):
     with pytest.raises(ValueError):
