@@ -18,9 +18,11 @@ sequence on a discrete space of ``n`` tasks:
    *memory per task*.
 2. **Timed** (after one untimed round): ``M`` rounds of ``task = sample(1)`` followed by one *episode
    update* for that task. The two calls are timed separately within the same loop, so the sample cost
-   includes whatever the preceding updates left to do (cache invalidation, pending refreshes). A block of
-   ``M`` rounds is repeated ``--repeats`` times, the two libraries alternating block by block; the table
-   shows the median rate of the blocks. ``M`` is 100 (50 at 10^5 tasks, where one reference round takes
+   includes whatever the preceding updates left to do (cache invalidation, pending refreshes, magister
+   PLR's lazy repair of its score order); the block is also timed as a whole, giving *rounds/s*
+   (``sample(1)`` + its update together): the total cost, wherever each library defers its work. A block
+   of ``M`` rounds is repeated ``--repeats`` times, the two libraries alternating block by block; the
+   table shows the median rate of the blocks. ``M`` is 100 (50 at 10^5 tasks, where one reference round takes
    tens of milliseconds), a multiple of 25, the update period of LP and SFL, so every block holds the
    same number of periodic refreshes.
 
@@ -34,7 +36,13 @@ The calls, per algorithm (configured alike: the settings below are the same on b
   reference ``CentralPrioritizedLevelReplay.update(...)`` with ``num_steps = num_processes = 1`` (its only
   working score door in 0.7: ``DirectPrioritizedLevelReplay.update`` calls a method that does not exist).
   The row **PLR score write** times just the write of a ready score: magister ``update_scores([t], [s])``
-  against the reference's internal ``TaskSampler.update_task_score`` (what its ``update`` ends in).
+  against the reference's internal ``TaskSampler.update_task_score`` (what its ``update`` ends in). Both
+  writes are O(1); both libraries pay at the next ``sample``: the reference sorts all ``n`` scores,
+  magister repairs its score order for the entries written since the last sample (one shift here).
+  The row **PLR 64 writes** is the asynchronous case, 64 envs finishing episodes between two samples:
+  each round's update is 64 single score writes, the sampled task's and 63 other tasks' (pseudo-random,
+  the same on both sides), and update/s counts these bursts (magister then repairs its order in one merge
+  pass at the next sample).
   Warm-up: magister samples the unbuffered tasks in batches and scores them until all ``n`` are buffered;
   the reference gets one ``update_task_score`` per task (its public ``update`` costs O(n) Python work
   per call, far too slow to call ``n`` times at 10^5).
@@ -90,6 +98,7 @@ except ImportError:  # pragma: no cover - depends on the environment
     HAVE_REFERENCE = False
 
 PERIOD = 25  # update period of LP / refresh period of SFL, the same on both sides
+BURST = 64  # score writes per round in the "PLR 64 writes" row (64 asynchronous envs between two samples)
 
 
 # -- feedback stream ------------------------------------------------------------------------------------
@@ -100,7 +109,9 @@ class Feedback:
         rng = np.random.default_rng(seed)
         self.scores = rng.random(size).tolist()
         self.success = (rng.random(size) < 0.5).astype(float).tolist()
+        self.uniform = rng.random(size).tolist()
         self.i = 0
+        self.j = 0
         self.size = size
 
     def next(self) -> tuple[float, float]:
@@ -108,6 +119,12 @@ class Feedback:
         i = self.i
         self.i = (i + 1) % self.size
         return self.scores[i], self.success[i]
+
+    def task(self, n: int) -> int:
+        """The next pseudo-random task of ``0 .. n-1`` (the other envs' tasks in a burst of writes)."""
+        j = self.j
+        self.j = (j + 1) % self.size
+        return int(self.uniform[j] * n)
 
 
 @dataclass
@@ -149,6 +166,13 @@ def _mag_plr_write(plr: PLR, task: int, fb: Feedback) -> None:
     plr.update_scores([task], [fb.next()[0]])
 
 
+def _mag_plr_burst(plr: PLR, task: int, fb: Feedback) -> None:
+    plr.update_scores([task], [fb.next()[0]])
+    n = plr.capacity
+    for _ in range(BURST - 1):
+        plr.update_scores([fb.task(n)], [fb.next()[0]])
+
+
 def _mag_lp_build(n: int) -> LearningProgress:
     return LearningProgress(Discrete(n), ema_alpha=0.1, p_theta=0.1, update_period=PERIOD, variant="online",
                             uniform_mix=0.25, seed=0)
@@ -176,6 +200,7 @@ def _mag_sample(cur: Any) -> Any:
 MAGISTER: dict[str, Case] = {
     "PLR": Case(_mag_plr_build, _mag_plr_warm, _mag_sample, _mag_plr_feed),
     "PLR score write": Case(_mag_plr_build, _mag_plr_warm, _mag_sample, _mag_plr_write),
+    f"PLR {BURST} writes": Case(_mag_plr_build, _mag_plr_warm, _mag_sample, _mag_plr_burst),
     "LP": Case(_mag_lp_build, _mag_warm_episodes, _mag_sample, _mag_episode),
     "SFL": Case(_mag_sfl_build, _mag_warm_episodes, _mag_sample, _mag_episode),
 }
@@ -205,6 +230,16 @@ def _ref_plr_feed(plr: Any, task: int, fb: Feedback) -> None:
 def _ref_plr_write(plr: Any, task: int, fb: Feedback) -> None:
     s = fb.next()[0]
     plr._task_sampler.update_task_score(0, task, s, s, 1)
+
+
+def _ref_plr_burst(plr: Any, task: int, fb: Feedback) -> None:
+    sampler = plr._task_sampler
+    s = fb.next()[0]
+    sampler.update_task_score(0, task, s, s, 1)
+    n = len(sampler.tasks)
+    for _ in range(BURST - 1):
+        s = fb.next()[0]
+        sampler.update_task_score(0, fb.task(n), s, s, 1)
 
 
 def _ref_lp_build(n: int) -> Any:
@@ -252,6 +287,7 @@ def _ref_sample(cur: Any) -> Any:
 REFERENCE: dict[str, Case] = {
     "PLR": Case(_ref_plr_build, _ref_plr_warm, _ref_sample, _ref_plr_feed),
     "PLR score write": Case(_ref_plr_build, _ref_plr_warm, _ref_sample, _ref_plr_write),
+    f"PLR {BURST} writes": Case(_ref_plr_build, _ref_plr_warm, _ref_sample, _ref_plr_burst),
     "LP": Case(_ref_lp_build, _ref_warm_with(_ref_lp_episode), _ref_sample, _ref_lp_episode),
     "SFL": Case(_ref_sfl_build, _ref_warm_with(_ref_sfl_episode), _ref_sample, _ref_sfl_episode),
 }
@@ -272,10 +308,14 @@ def build_and_warm(case: Case, n: int, seed: int) -> tuple[Any, Feedback, float]
     return cur, fb, used / n
 
 
-def time_block(case: Case, cur: Any, fb: Feedback, m: int) -> tuple[float, float]:
-    """``m`` rounds of sample(1) + one episode update; returns (samples/s, updates/s)."""
+def time_block(case: Case, cur: Any, fb: Feedback, m: int) -> tuple[float, float, float]:
+    """``m`` rounds of sample(1) + one episode update; returns (samples/s, updates/s, rounds/s).
+
+    The sample and update calls are timed one by one; rounds/s is ``m`` over the block's total time.
+    """
     t_sample = t_update = 0.0
     clock = time.perf_counter
+    start = clock()
     for _ in range(m):
         t0 = clock()
         task = case.sample(cur)
@@ -284,14 +324,14 @@ def time_block(case: Case, cur: Any, fb: Feedback, m: int) -> tuple[float, float
         t2 = clock()
         t_sample += t1 - t0
         t_update += t2 - t1
-    return m / t_sample, m / t_update
+    return m / t_sample, m / t_update, m / (clock() - start)
 
 
 @dataclass
 class Row:
     algo: str
     n: int
-    rates: dict[str, list[tuple[float, float]]]
+    rates: dict[str, list[tuple[float, float, float]]]
     mem: dict[str, float]
 
 
@@ -308,7 +348,7 @@ def measure(algo: str, n: int, m: int, repeats: int, libs: dict[str, Case]) -> R
         logger.info("%s %s n=%d: built and warmed in %.1f s", lib, algo, n, time.perf_counter() - t0)
         state[lib] = (cur, fb)
         mem[lib] = per_task
-    rates: dict[str, list[tuple[float, float]]] = {lib: [] for lib in libs}
+    rates: dict[str, list[tuple[float, float, float]]] = {lib: [] for lib in libs}
     for _ in range(repeats):
         for lib, case in libs.items():
             cur, fb = state[lib]
@@ -334,16 +374,15 @@ def _fmt_mem(x: float | None) -> str:
 
 def table(rows: list[Row]) -> str:
     head = ("algorithm", "n", "sample/s mag", "sample/s ref", "ratio", "update/s mag", "update/s ref",
-            "ratio", "B/task mag", "B/task ref")
+            "ratio", "round/s mag", "round/s ref", "ratio", "B/task mag", "B/task ref")
     lines = []
     for r in rows:
-        med = {lib: (float(np.median([s for s, _ in v])), float(np.median([u for _, u in v])))
-               for lib, v in r.rates.items()}
-        ms, mu = med["magister"]
-        rs, ru = med.get("reference", (None, None))
+        med = {lib: tuple(float(np.median(col)) for col in zip(*v)) for lib, v in r.rates.items()}
+        ms, mu, mr = med["magister"]
+        rs, ru, rr = med.get("reference", (None, None, None))
         lines.append((r.algo, f"{r.n:,}", _fmt_rate(ms), _fmt_rate(rs), _fmt_ratio(ms, rs), _fmt_rate(mu),
-                      _fmt_rate(ru), _fmt_ratio(mu, ru), _fmt_mem(r.mem["magister"]),
-                      _fmt_mem(r.mem.get("reference"))))
+                      _fmt_rate(ru), _fmt_ratio(mu, ru), _fmt_rate(mr), _fmt_rate(rr), _fmt_ratio(mr, rr),
+                      _fmt_mem(r.mem["magister"]), _fmt_mem(r.mem.get("reference"))))
     widths = [max(len(x) for x in col) for col in zip(head, *lines)]
     out = ["  ".join(h.ljust(w) if i < 2 else h.rjust(w) for i, (h, w) in enumerate(zip(head, widths)))]
     out.append("  ".join("-" * w for w in widths))
@@ -401,7 +440,8 @@ def main(argv: list[str] | None = None) -> None:
           f"; M rounds of sample(1) + episode update per block (M = {ms} for n = {ns}), "
           f"median of {args.repeats} blocks")
     print(table(rows))
-    print("ratio = magister / reference (higher is better for magister); B/task = bytes allocated by "
+    print("ratio = magister / reference (higher is better for magister); round = sample(1) + its update, "
+          "timed together (whatever each library defers to either call); B/task = bytes allocated by "
           "construction + warm-up, per task")
     print("Reproduce: " + shlex.join([sys.executable, "benchmarks/curricula_speed.py", *argv_used]))
 

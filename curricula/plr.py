@@ -58,16 +58,26 @@ the default 0 replays as soon as anything is buffered.
 
 Bookkeeping is incremental: the buffer is a set of fixed numpy arrays, per-task statistics are growable
 arrays indexed by :class:`~magister.curricula._table.TaskIndex` slots, and nothing loops over all tasks,
-so spaces of 10^6 tasks work. A small buffer (capacity at most 1024) draws replays with one
-``rng.choice`` over ``P``, O(buffer) and cheap at that size. A larger one draws them without building
-``P``: each draw picks the staleness component with probability ``rho``, else the score component (a
-mixture, so the draw follows ``P = (1 - rho) P_S + rho P_C`` exactly). For rank prioritisation the buffer
-is kept ordered by score (a score change moves one entry: a vectorised shift), and a draw picks a rank from
-the fixed rank weights, then an entry uniformly among those tied at that rank (which is what averaging the
-weights of tied ranks means); for power prioritisation ``P_S`` and its CDF are cached until a score
-changes. ``P_C`` draws descend a Fenwick tree of the last-sampled clocks, whose node over ``L`` entries
-weighs ``c * L - sum C``. So ``sample(k)`` costs O(k log buffer) and a score update O(log buffer) plus
-the shift, never a sort.
+so spaces of 10^6 tasks work. A **score write is O(1)**: it stores the score and records the entry as
+changed. The buffer's *score order* (positions by descending score, ties by position, so it depends only on
+the buffer's contents) is repaired lazily, once, before the next read that needs it (a replay draw,
+``replay_weights``/``distribution``/``metrics``), in one pass over every write since the last repair: a
+few changed entries (2; up to 12 in buffers of 48k entries or more) move by one vectorised shift each,
+O(buffer); more are dropped with one boolean mask and merged back at ``np.searchsorted`` positions,
+O(buffer + k log buffer); more than buffer/8 re-sort.
+Many episodes' scores arriving between two samples (the asynchronous case) thus cost one repair, not one
+shift each. An insertion into a full buffer needs the lowest entry: a running lower bound rejects most
+lower scores in O(1), else the end of the order (when current) or one vectorised scan gives it.
+
+A small buffer (capacity at most 1024) draws replays from ``P``, built from the score order without a sort,
+exactly as ``rng.choice(m, k, p=P)`` would: O(buffer) per sample, cheap at that size. A larger one draws
+them without building ``P``: each draw picks the staleness component with probability ``rho``, else the
+score component (a mixture, so the draw follows ``P = (1 - rho) P_S + rho P_C`` exactly). For rank
+prioritisation a draw picks a rank from the fixed rank weights, then the entry at that rank in the score
+order, or uniformly one of those tied with it (which is what averaging the weights of tied ranks means);
+for power prioritisation ``P_S`` and its CDF are cached until a score changes. ``P_C`` draws descend a
+Fenwick tree of the last-sampled clocks, kept current, whose node over ``L`` entries weighs
+``c * L - sum C``. So ``sample(k)`` costs O(k log buffer) plus any pending repair, never a sort.
 
 >>> from magister.task_spaces.base import TaskSpace
 >>> class Ints(TaskSpace):
@@ -90,6 +100,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -98,7 +109,15 @@ import numpy as np
 from ..task_spaces.base import EncodedTask, TaskSpace, task_key
 from ._table import TaskIndex, grow
 from .base import Curriculum, TaskSample, check_finite
-from .scoring import EPISODE_SCORES, SCORE_NAMES, Segment, replay_distribution, staleness_weights
+from .scoring import (
+    EPISODE_SCORES,
+    SCORE_NAMES,
+    Segment,
+    rank_weights_from_order,
+    replay_distribution,
+    sorted_rank_weights,
+    staleness_weights,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -107,6 +126,15 @@ __all__ = ["PLR", "PLRPerp", "RobustPLR"]
 _EMPTY = -1
 #: Buffers of more entries draw replays as a mixture, without building P (see the module docstring).
 _MIXTURE_MIN_CAPACITY = 1025
+#: Repair of the score order (``m`` filled entries): up to ``max(_REPAIR_SHIFT_MAX, min(12, m // 4096))``
+#: changed entries move one by one, one shift each (a memmove of ~m/3 entries: cheaper, for a few entries,
+#: than the merge pass's four masked copies of the whole order) ...
+_REPAIR_SHIFT_MAX = 2
+#: ... more than ``filled / _REPAIR_SORT_DIVISOR`` changed entries re-sort the whole order; in between, one
+#: vectorised merge pass (see ``_repair_order``).
+_REPAIR_SORT_DIVISOR = 8
+#: ``update_scores`` calls with at most this many tasks (lists of ints and floats) are checked in Python.
+_FAST_WRITE_MAX = 16
 
 
 class PLR(Curriculum):
@@ -192,15 +220,19 @@ class PLR(Curriculum):
         self._buf_score = np.zeros(self.capacity, dtype=np.float64)
         self._buf_last = np.zeros(self.capacity, dtype=np.int64)
         self._n_buf = 0
-        # Sampling structures kept in step with the buffer: the filled positions ordered by descending
-        # score (keys are -score, ascending) and a Fenwick tree over the last-sampled clocks C_i.
+        # Sampling structures: the filled positions ordered by descending score (keys are -score, ascending;
+        # ties by position), repaired lazily; for large buffers (capacity >= _MIXTURE_MIN_CAPACITY, which
+        # draw replays as a mixture) a Fenwick tree over the last-sampled clocks C_i, kept current.
+        self._mixture = self.capacity >= _MIXTURE_MIN_CAPACITY
         self._rank_key = np.zeros(self.capacity, dtype=np.float64)
         self._rank_pos = np.zeros(self.capacity, dtype=np.int64)
-        self._last_tree = np.zeros(self.capacity + 1, dtype=np.int64)
+        self._n_ordered = 0  # entries 0 .. _n_ordered-1 are in the order (later ones were added since)
+        # Entries whose score changed since the order was last repaired -> their score in the order.
+        self._dirty: dict[int, float] = {}
+        self._order_stale = False  # too many changed entries to track: re-sort at the next repair
+        self._last_tree = np.zeros(self.capacity + 1 if self._mixture else 1, dtype=np.int64)
         self._last_total = 0  # sum of C_i over the filled entries
-        self._rank_cdf_cache: tuple[float, np.ndarray] | None = None  # (temperature, cumulative rank weights)
-        # After a large batch of scores, re-sort once before the next draw instead of moving each entry.
-        self._sampling_dirty = False
+        self._rank_cdf_cache: tuple[float, np.ndarray, np.ndarray] | None = None  # see _rank_table
         self._ps_cdf: np.ndarray | None = None  # power prioritisation: CDF of the cached P_S
         # Per-slot statistics (grown on demand): buffer position, seen flag, best return, episode means.
         self._pos = np.full(0, _EMPTY, dtype=np.int64)
@@ -297,8 +329,8 @@ class PLR(Curriculum):
     def replay_weights(self) -> np.ndarray:
         """``P = (1 - rho) P_S + rho P_C`` over the filled buffer entries (in :meth:`buffer_tasks` order).
 
-        ``P_S`` (a sort of the buffer for rank prioritisation) is cached until a score changes; ``P_C``
-        is recomputed, O(buffer). (Buffers larger than 1024 entries sample without it: see ``_draw_replays``.)
+        ``P_S`` (for rank prioritisation, from the score order) is cached until a score changes; ``P_C`` is
+        recomputed, O(buffer). (Buffers larger than 1024 entries sample without it: see ``_draw_replays``.)
         """
         m = self._n_buf
         ps = self._score_probs()
@@ -312,19 +344,29 @@ class PLR(Curriculum):
         m = self._n_buf
         key = (m, self.temperature, self.prioritization)
         if self._ps_cache is None or self._ps_key != key:
-            self._ps_cache = replay_distribution(
-                self._buf_score[:m], self._buf_last[:m], self._clock, temperature=self.temperature,
-                staleness_coef=0.0, prioritization=self.prioritization,
-            )
+            s = self._buf_score[:m]
+            if self.prioritization == "power" or m == 0:
+                self._ps_cache = replay_distribution(
+                    s, self._buf_last[:m], self._clock, temperature=self.temperature, staleness_coef=0.0,
+                    prioritization=self.prioritization,
+                )
+            else:  # rank_weights, from the score order and the cached rank weights: no sort
+                self._repair_order()
+                self._ps_cache = rank_weights_from_order(s, self._rank_pos[:m], self._rank_table()[0])
             self._ps_key = key
             self._ps_cdf = None
         return self._ps_cache
 
+    def _choice(self, k: int) -> np.ndarray:
+        """``k`` buffer positions drawn from :meth:`replay_weights`: exactly what ``Generator.choice(m, k,
+        p=P)`` computes (the same draws from the same generator state), without its O(m) checks of ``P``."""
+        cdf = self.replay_weights().cumsum()
+        cdf /= cdf[-1]
+        return cdf.searchsorted(self.rng.random(k), side="right")
+
     # -- replay draws without building P (buffers of capacity >= _MIXTURE_MIN_CAPACITY) -----------
     def _draw_replays(self, k: int) -> np.ndarray:
         """``k`` buffer positions drawn i.i.d. from ``P = (1 - rho) P_S + rho P_C`` as a mixture."""
-        if self._sampling_dirty:
-            self._rebuild_sampling()
         stale = self.rng.random(k) < self.staleness_coef
         u = self.rng.random(k)
         out = np.empty(k, dtype=np.int64)
@@ -346,6 +388,7 @@ class PLR(Curriculum):
             return np.minimum(np.searchsorted(cdf, u * cdf[-1], side="right"), m - 1)
         # rank: pick a rank r with probability h_r / sum h, then an entry uniformly among those tied with
         # the entry at rank r (tied entries share the mean weight of their ranks).
+        self._repair_order()
         cdf = self._rank_cdf()
         j = np.minimum(np.searchsorted(cdf[:m], u * cdf[m - 1], side="right"), m - 1)
         keys = self._rank_key[:m]
@@ -359,12 +402,16 @@ class PLR(Curriculum):
 
     def _rank_cdf(self) -> np.ndarray:
         """Cumulative rank weights ``sum_{r' <= r} r'^(-1/beta)`` for ranks ``1 .. capacity``."""
+        return self._rank_table()[1]
+
+    def _rank_table(self) -> tuple[np.ndarray, np.ndarray]:
+        """Rank weights ``r^(-1/beta)`` for ranks ``1 .. capacity`` and their cumulative sums (cached)."""
         cache = self._rank_cdf_cache
         if cache is None or cache[0] != self.temperature:
-            logw = -np.log(np.arange(1, self.capacity + 1, dtype=np.float64)) / self.temperature
-            cache = (self.temperature, np.cumsum(np.exp(logw - logw[0])))
+            w = sorted_rank_weights(self.capacity, self.temperature)
+            cache = (self.temperature, w, np.cumsum(w))
             self._rank_cdf_cache = cache
-        return cache[1]
+        return cache[1], cache[2]
 
     def _draw_stale(self, u: np.ndarray) -> np.ndarray:
         """Buffer positions for uniforms ``u``, drawn from ``P_C(i) = (c - C_i) / sum_j (c - C_j)``.
@@ -405,6 +452,9 @@ class PLR(Curriculum):
 
     def _set_last(self, pos: np.ndarray, last: np.ndarray) -> None:
         """``C[pos] = last`` for distinct buffer positions, keeping the Fenwick tree in step."""
+        if not self._mixture:  # small buffers build P_C from C directly: no tree
+            self._buf_last[pos] = last
+            return
         if pos.size <= 4:  # a few point updates: scalar loops beat vectorised passes
             for p, c in zip(pos.tolist(), last.tolist()):
                 self._set_last_one(p, c)
@@ -412,8 +462,6 @@ class PLR(Curriculum):
         delta = last - self._buf_last[pos]
         self._buf_last[pos] = last
         self._last_total += int(delta.sum())
-        if self._sampling_dirty:
-            return  # the tree is rebuilt before the next draw
         idx = pos + 1
         while idx.size:
             np.add.at(self._last_tree, idx, delta)
@@ -423,10 +471,13 @@ class PLR(Curriculum):
 
     def _set_last_one(self, pos: int, last: int) -> None:
         """``C[pos] = last`` for one buffer position: O(log capacity) tree nodes, one numpy call."""
+        if not self._mixture:
+            self._buf_last[pos] = last
+            return
         d = last - int(self._buf_last[pos])
         self._buf_last[pos] = last
         self._last_total += d
-        if d == 0 or self._sampling_dirty:
+        if d == 0:
             return
         nodes = []
         i, size = pos + 1, self.capacity
@@ -435,23 +486,69 @@ class PLR(Curriculum):
             i += i & -i
         self._last_tree[nodes] += d  # distinct nodes, so a fancy-indexed add is exact
 
-    def _rank_move(self, pos: int, old: float | None, new: float) -> None:
-        """Keep the score order in step: entry ``pos`` goes from score ``old`` (``None``: it was just
-        added, ``_n_buf`` already counts it) to ``new``. One vectorised shift, no sort.
+    # -- the score order: lazy repair -----------------------------------------------------------------
+    # A score write only records the entry in ``_dirty`` (with the score it has in the order); the order
+    # is repaired once, before the next read that needs it. The order is by score, descending, then by
+    # buffer position, so it depends only on the buffer's contents (a loaded state samples exactly as the
+    # saved one would), however it was repaired.
+    def _changed(self, pos: int, old: float) -> None:
+        """Record that entry ``pos``, whose score in the order is ``old``, changed: O(1). Past
+        ``filled / _REPAIR_SORT_DIVISOR`` changed entries the next repair re-sorts, and stops recording."""
+        dirty = self._dirty
+        if self._order_stale or pos in dirty:
+            return
+        dirty[pos] = old
+        if len(dirty) * _REPAIR_SORT_DIVISOR > self._n_buf:
+            self._order_stale = True
+            dirty.clear()
 
-        The order is by score, descending, then by buffer position, so it depends only on the buffer's
-        contents (a loaded state samples exactly as the saved one would).
+    def _repair_order(self) -> None:
+        """Bring the score order up to date with every score write since the last repair.
+
+        ``k`` changed entries among ``m``: a few (``_REPAIR_SHIFT_MAX``, up to 12 for large ``m``) move one
+        by one (a vectorised shift each, O(m)); ``k > m / _REPAIR_SORT_DIVISOR`` re-sort (O(m log m));
+        otherwise one merge pass:
+        remove the ``k`` stale keys with one boolean mask, put the new ones back at ``np.searchsorted``
+        positions, O(m + k log m).
         """
-        if self._sampling_dirty:
-            return  # the order is rebuilt before the next draw
-        m = self._n_buf
-        key, order = self._rank_key, self._rank_pos
-        if old is None:
-            i = m - 1
-            key[i] = np.inf  # keeps key[:m] sorted until the entry is placed
+        dirty = self._dirty
+        if self._order_stale:
+            self._sort_order()
+            self._order_stale = False
+        elif not dirty:
+            return
+        elif len(dirty) <= max(_REPAIR_SHIFT_MAX, min(12, self._n_buf >> 12)):
+            n0 = self._n_ordered
+            for pos, old in dirty.items():
+                self._shift_one(pos, None if pos >= n0 else old)
         else:
-            i = self._rank_index(-old, pos)
-        j = self._rank_index(-new, pos)
+            self._merge_order()
+        dirty.clear()
+        self._n_ordered = self._n_buf
+
+    def _order_index(self, keys: np.ndarray, order: np.ndarray, key: float, pos: int) -> int:
+        """Index of ``(key, pos)`` in an order sorted by ``(key, pos)`` (where it is or would go)."""
+        lo = int(np.searchsorted(keys, key, side="left"))
+        hi = int(np.searchsorted(keys, key, side="right"))
+        if hi - lo <= 1 and (hi == lo or int(order[lo]) >= pos):
+            return lo
+        return lo + int(np.searchsorted(order[lo:hi], pos))
+
+    def _shift_one(self, pos: int, old: float | None) -> None:
+        """Move entry ``pos`` from score ``old`` in the order (``None``: from outside it, an entry added
+        since the last repair) to its current score: one vectorised shift, no sort."""
+        key, order = self._rank_key, self._rank_pos
+        n = self._n_ordered
+        if old is None:  # append with key +inf (keeps the order sorted), then move
+            i = n
+            key[i] = np.inf
+            order[i] = pos
+            n += 1
+            self._n_ordered = n
+        else:
+            i = self._order_index(key[:n], order[:n], -old, pos)
+        new = -float(self._buf_score[pos])
+        j = self._order_index(key[:n], order[:n], new, pos)
         if j > i:  # remove at i, insert at j - 1: shift (i, j) left
             j -= 1
             key[i:j] = key[i + 1:j + 1]
@@ -459,29 +556,66 @@ class PLR(Curriculum):
         elif j < i:  # shift [j, i) right
             key[j + 1:i + 1] = key[j:i]
             order[j + 1:i + 1] = order[j:i]
-        key[j] = -new
+        key[j] = new
         order[j] = pos
 
-    def _rank_index(self, key: float, pos: int) -> int:
-        """Index of ``(key, pos)`` in the score order (where it is, or where it would be inserted)."""
-        m = self._n_buf
-        keys = self._rank_key[:m]
-        lo = int(np.searchsorted(keys, key, side="left"))
-        hi = int(np.searchsorted(keys, key, side="right"))
-        return lo + int(np.searchsorted(self._rank_pos[lo:hi], pos))
+    def _merge_order(self) -> None:
+        """Repair the order in one pass: drop the changed entries' stale keys, merge their new keys in."""
+        dirty = self._dirty
+        n0, m, k = self._n_ordered, self._n_buf, len(dirty)
+        pos = np.fromiter(dirty.keys(), dtype=np.int64, count=k)
+        old = np.fromiter(dirty.values(), dtype=np.float64, count=k)
+        keys, order = self._rank_key[:n0], self._rank_pos[:n0]
+        was = pos < n0  # the others were added since the last repair: not in the order
+        drop = self._search_pairs(keys, order, -old[was], pos[was])
+        keep = np.ones(n0, dtype=bool)
+        keep[drop] = False
+        rest_key, rest_pos = keys[keep], order[keep]  # copies: the arrays below may be overwritten
+        new_key = -self._buf_score[pos]
+        srt = np.lexsort((pos, new_key))  # by (key, position), the order's own tie-break
+        new_key, new_pos = new_key[srt], pos[srt]
+        at = self._search_pairs(rest_key, rest_pos, new_key, new_pos) + np.arange(k)  # final indices
+        fill = np.ones(m, dtype=bool)
+        fill[at] = False
+        self._rank_key[:m][fill] = rest_key
+        self._rank_pos[:m][fill] = rest_pos
+        self._rank_key[at] = new_key
+        self._rank_pos[at] = new_pos
 
-    def _rebuild_sampling(self) -> None:
-        """Rebuild the score order (a sort) and the Fenwick tree of ``C`` from the buffer arrays."""
+    @staticmethod
+    def _search_pairs(keys: np.ndarray, order: np.ndarray, key: np.ndarray, pos: np.ndarray) -> np.ndarray:
+        """Indices of the pairs ``(key[i], pos[i])`` in an order sorted by ``(key, pos)`` (vectorised;
+        a scalar search by position only inside runs of tied keys)."""
+        lo = np.searchsorted(keys, key, side="left")
+        width = np.searchsorted(keys, key, side="right") - lo
+        one = np.flatnonzero(width == 1)  # one entry with that key: before or after it
+        lo[one] += order[lo[one]] < pos[one]
+        for i in np.flatnonzero(width > 1).tolist():
+            a = int(lo[i])
+            lo[i] = a + int(np.searchsorted(order[a:a + int(width[i])], pos[i]))
+        return lo
+
+    def _sort_order(self) -> None:
+        """Rebuild the score order from scratch (one stable sort)."""
         m = self._n_buf
         order = np.argsort(-self._buf_score[:m], kind="stable")
         self._rank_key[:m] = -self._buf_score[:m][order]
         self._rank_pos[:m] = order
+
+    def _rebuild_sampling(self) -> None:
+        """Rebuild the score order (a sort) and the Fenwick tree of ``C`` from the buffer arrays."""
+        m = self._n_buf
+        self._dirty.clear()
+        self._order_stale = False
+        self._ps_cdf = None
+        self._sort_order()
+        self._n_ordered = m
+        if not self._mixture:
+            return
         c = np.concatenate(([0], np.cumsum(self._buf_last)))
         i = np.arange(1, self.capacity + 1)
         self._last_tree = np.concatenate(([0], c[i] - c[i - (i & -i)])).astype(np.int64)
         self._last_total = int(self._buf_last[:m].sum())
-        self._ps_cdf = None
-        self._sampling_dirty = False
 
     def _draw_new(self, k: int) -> list[EncodedTask]:
         """``k`` tasks not in the buffer (finite spaces), or fresh from the generator (unbounded spaces)."""
@@ -525,15 +659,20 @@ class PLR(Curriculum):
     def _sample_samples(self, k: int) -> list[TaskSample]:
         self._check_k(k)
         p_rep = self._replay_probability()
-        replay = self.rng.random(k) < p_rep if p_rep > 0 else np.zeros(k, dtype=bool)
+        if k == 1:  # scalar fast path (the same draws as below, from the same generator state)
+            if p_rep > 0 and self.rng.random() < p_rep:
+                return [self._replay_one()]
+            replay = np.zeros(1, dtype=bool)
+        else:
+            replay = self.rng.random(k) < p_rep if p_rep > 0 else np.zeros(k, dtype=bool)
         n_rep = int(replay.sum())
         ticks = self._clock + 1 + np.arange(k)  # each sampled task advances the clock by one
         out: list[TaskSample | None] = [None] * k
         if n_rep:
-            if self.capacity >= _MIXTURE_MIN_CAPACITY:
+            if self._mixture:
                 pos = self._draw_replays(n_rep)
             else:
-                pos = self.rng.choice(self._n_buf, size=n_rep, p=self.replay_weights())
+                pos = self._choice(n_rep)
             # C_i <- the tick of entry i's last draw in this call (ticks increase, so the last one wins)
             uniq, last = np.unique(pos[::-1], return_index=True)
             self._set_last(uniq, ticks[replay][::-1][last])
@@ -550,6 +689,39 @@ class PLR(Curriculum):
         self.num_replayed += n_rep
         self.num_new += k - n_rep
         return out  # type: ignore[return-value]
+
+    def _replay_one(self) -> TaskSample:
+        """One replay: ``_sample_samples(1)``'s replay branch with Python scalars instead of arrays."""
+        if self._mixture:  # as _draw_replays(1): the component's uniform first, then the draw's
+            stale = self.rng.random() < self.staleness_coef
+            u = self.rng.random()
+            if stale:
+                pos = int(self._draw_stale(np.array([u]))[0])
+            elif self.prioritization == "rank":
+                pos = self._draw_rank_one(u)
+            else:
+                pos = int(self._draw_score(np.array([u]))[0])
+        else:
+            pos = int(self._choice(1)[0])
+        self._clock += 1
+        self._set_last_one(pos, self._clock)
+        self.num_sampled += 1
+        self.num_replayed += 1
+        return TaskSample(self._index.task(self._buf_slot.item(pos)), True)
+
+    def _draw_rank_one(self, u: float) -> int:
+        """``_draw_score`` (rank prioritisation) for one uniform ``u``."""
+        self._repair_order()
+        m = self._n_buf
+        cdf = self._rank_cdf()
+        j = min(int(cdf[:m].searchsorted(u * cdf.item(m - 1), side="right")), m - 1)
+        keys = self._rank_key[:m]
+        kj = keys.item(j)
+        if (j > 0 and keys.item(j - 1) == kj) or (j < m - 1 and keys.item(j + 1) == kj):  # tied
+            lo = int(keys.searchsorted(kj, side="left"))
+            width = int(keys.searchsorted(kj, side="right")) - lo
+            j = lo + min(int(self.rng.random() * width), width - 1)
+        return self._rank_pos.item(j)
 
     def sample_tasks(self, k: int = 1) -> list[TaskSample]:
         """``k`` tasks with their train flags (PLR⊥: new tasks are ``train=False``)."""
@@ -589,7 +761,8 @@ class PLR(Curriculum):
         scores: Sequence[float] | np.ndarray,
         max_returns: Sequence[float] | np.ndarray | None = None,
     ) -> None:
-        """Set the scores of sampled tasks (applied in order; a task may repeat).
+        """Set the scores of sampled tasks (applied in order; a task may repeat). O(1) per score, plus,
+        for a task entering a full buffer with a score above the running lower bound, finding the lowest.
 
         Args:
             tasks: encoded tasks, each previously sampled by this curriculum.
@@ -601,6 +774,13 @@ class PLR(Curriculum):
             KeyError: a task was never sampled. ValueError: shapes differ, a score is NaN/inf or outside
             the space. Nothing is changed when an error is raised.
         """
+        if (max_returns is None and self._index.indexed and type(tasks) in (list, tuple)
+                and type(scores) in (list, tuple) and len(tasks) == len(scores) <= _FAST_WRITE_MAX):
+            checked = self._checked_few(tasks, scores)
+            if checked is not None:
+                for slot, score in checked:
+                    self._set_score(slot, score)
+                return
         slots = self._known_slots(tasks)
         s = self._check_values("scores", scores, slots.size)
         if self.prioritization == "power" and np.any(s < 0):
@@ -610,10 +790,28 @@ class PLR(Curriculum):
             mr = self._check_values("max_returns", max_returns, slots.size, allow_neginf=True)
         if mr is not None:
             np.maximum.at(self._max_return, slots, mr)
-        if slots.size > 32:  # cheaper to re-sort the score order once than to move each entry
-            self._sampling_dirty = True
         for slot, score in zip(slots.tolist(), s.tolist()):
             self._set_score(slot, score)
+
+    def _checked_few(self, tasks: Sequence[Any], scores: Sequence[Any]) -> list[tuple[int, float]] | None:
+        """A few ``(slot, score)`` pairs checked in plain Python (an indexed space; numpy's per-call cost
+        dominates writes of one score), or ``None`` when anything is unusual: the caller then takes the
+        general path, which raises the precise error."""
+        seen = self._seen
+        n_seen = seen.shape[0]
+        power = self.prioritization == "power"
+        out = []
+        for t, x in zip(tasks, scores):
+            if type(t) is not int or not 0 <= t < n_seen or not seen.item(t):
+                return None
+            if type(x) is int:
+                x = float(x)
+            elif type(x) is not float:
+                return None
+            if not math.isfinite(x) or (power and x < 0):
+                return None
+            out.append((t, x))
+        return out
 
     @staticmethod
     def _check_values(
@@ -633,44 +831,56 @@ class PLR(Curriculum):
         return a
 
     def _set_score(self, slot: int, score: float) -> None:
-        # self._low is a lower bound of the lowest buffered score, so most rejections cost O(1).
-        pos = int(self._pos[slot])
-        if pos != _EMPTY:
-            old = float(self._buf_score[pos])
+        """Apply one score: O(1), except an insertion into a full buffer whose score beats ``_low``.
+
+        The score order is not touched: the entry is recorded in ``_dirty`` and the order
+        repaired before the next read (see ``_repair_order``).
+        """
+        pos = self._pos.item(slot)
+        if pos != _EMPTY:  # a buffered task: its score is replaced by the latest
+            old = self._buf_score.item(pos)
             self._buf_score[pos] = score
-            self._low = min(self._low, score)
-            self._ps_cache = None
             if score != old:
-                self._rank_move(pos, old, score)
+                self._ps_cache = None
+                if score < self._low:
+                    self._low = score
+                self._changed(pos, old)
             return
-        if self._n_buf < self.capacity:
+        if self._n_buf < self.capacity:  # room: insert
             pos = self._n_buf
             self._put(pos, slot, score)
             self._n_buf += 1
-            self._rank_move(pos, None, score)
-            self._low = min(self._low, score)
+            self._changed(pos, score)  # not in the order yet (pos >= _n_ordered): the score is unused
+            if score < self._low:
+                self._low = score
             return
+        # Full: replace the lowest-scored entry only if strictly higher. self._low is a lower bound of the
+        # lowest buffered score, so most rejections cost O(1).
         if score <= self._low:
             return
-        m = self._n_buf
-        if self._sampling_dirty:
-            low = float(self._buf_score[:m].min())
-        else:
-            low = -float(self._rank_key[m - 1])  # the score order's last entry holds the lowest score
+        low, victim = self._lowest()
         self._low = low
         if not score > low:
             return
-        if self._sampling_dirty:
-            cand = np.flatnonzero(self._buf_score[:m] == low)
-        else:  # the tie group of the lowest score, at the end of the order
-            key = self._rank_key[:m]
-            cand = np.sort(self._rank_pos[int(np.searchsorted(key, key[m - 1], side="left")):m])
-        victim = int(cand[np.argmin(self._buf_last[cand])])
         self._pos[self._buf_slot[victim]] = _EMPTY
         self.num_evicted += 1
         self._evicted(int(self._buf_slot[victim]))
+        self._changed(victim, self._buf_score.item(victim))
         self._put(victim, slot, score)
-        self._rank_move(victim, low, score)
+
+    def _lowest(self) -> tuple[float, int]:
+        """``(lowest score, position of the entry to evict)``: ties among the lowest, the stalest (smallest
+        ``C_i``), then the first position. The end of the score order when it is current, else a scan."""
+        m = self._n_buf
+        if not (self._dirty or self._order_stale):
+            key = self._rank_key[:m]  # the last entry holds the lowest score; its tie group ends the order
+            low = -key.item(m - 1)
+            cand = self._rank_pos[int(np.searchsorted(key, key[m - 1], side="left")):m]  # by position
+        else:
+            s = self._buf_score[:m]
+            low = float(s.min())
+            cand = np.flatnonzero(s == low)
+        return low, int(cand[np.argmin(self._buf_last[cand])])
 
     def _put(self, pos: int, slot: int, score: float) -> None:
         self._ps_cache = None

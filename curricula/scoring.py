@@ -50,8 +50,10 @@ __all__ = [
     "positive_value_loss",
     "power_weights",
     "rank_weights",
+    "rank_weights_from_order",
     "replay_distribution",
     "score_segment",
+    "sorted_rank_weights",
     "staleness_weights",
     "value_l1",
 ]
@@ -208,14 +210,41 @@ def rank_weights(scores: np.ndarray, temperature: float) -> np.ndarray:
     t = _check_temperature(temperature)
     if s.size == 0:
         return s.copy()
-    order = np.argsort(-s)  # any order among ties: tied entries are averaged below
-    # h^(1/beta) = rank^(-1/beta); computed in log space so a tiny beta cannot underflow everything to 0.
-    logw = -np.log(np.arange(1, s.size + 1, dtype=np.float64)) / t
-    w_sorted = np.exp(logw - logw[0])
-    srt = s[order]
-    group = np.concatenate(([0], np.cumsum(srt[1:] != srt[:-1])))
-    w_sorted = (np.bincount(group, weights=w_sorted) / np.bincount(group))[group]
-    w = np.empty(s.size, dtype=np.float64)
+    # any order among ties: tied entries are averaged
+    return rank_weights_from_order(s, np.argsort(-s), sorted_rank_weights(s.size, t))
+
+
+def sorted_rank_weights(size: int, temperature: float) -> np.ndarray:
+    """Unnormalised rank weights ``h_r^(1/beta) = r^(-1/beta)`` for ranks ``r = 1 .. size``.
+
+    Computed in log space so a tiny ``beta`` cannot underflow everything to 0; the first ``m`` entries
+    are the weights for ``m`` ranks (a longer array can be cached and sliced).
+
+    >>> sorted_rank_weights(3, 1.0).round(4).tolist()
+    [1.0, 0.5, 0.3333]
+    """
+    t = _check_temperature(temperature)
+    logw = -np.log(np.arange(1, int(size) + 1, dtype=np.float64)) / t
+    return np.exp(logw - logw[0])
+
+
+def rank_weights_from_order(scores: np.ndarray, order: np.ndarray, sorted_weights: np.ndarray) -> np.ndarray:
+    """:func:`rank_weights` given a descending order of ``scores`` (ties in any order) and
+    :func:`sorted_rank_weights` of at least ``scores.size`` ranks: no sort. Not validated (internal use).
+
+    >>> s = np.array([0.0, 5.0, 0.0])
+    >>> rank_weights_from_order(s, np.array([1, 2, 0]), sorted_rank_weights(3, 1.0)).round(4).tolist()
+    [0.2273, 0.5455, 0.2273]
+    """
+    n = scores.size
+    srt = scores[order]
+    differ = srt[1:] != srt[:-1]
+    if differ.all():  # no ties: nothing to average
+        w_sorted = sorted_weights[:n]
+    else:
+        group = np.concatenate(([0], np.cumsum(differ)))
+        w_sorted = (np.bincount(group, weights=sorted_weights[:n]) / np.bincount(group))[group]
+    w = np.empty(n, dtype=np.float64)
     w[order] = w_sorted
     return w / w.sum()
 

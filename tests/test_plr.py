@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 from hypothesis import given
@@ -431,3 +433,182 @@ def test_large_buffer_sampling_matches_replay_weights():
     freq = np.bincount(draws, minlength=weights.size) / draws.size
     total_variation = 0.5 * np.abs(freq - weights).sum()
     assert total_variation < 0.025
+
+
+# -- lazy repair of the sampling structures ------------------------------------------------------------
+# A score write only records the change; the score order is repaired before the next read, one entry at a
+# time, in one merge pass or by a full sort depending on how many changed. Small buffers build P from it
+# (rng.choice draws); large ones draw from it and a Fenwick tree (mixture draws). Either way a curriculum
+# must behave exactly as one whose sampling structures are rebuilt from scratch (load_state_dict) before
+# every call.
+
+def _random_ops(seed: int, n: int) -> list[tuple]:
+    """A random interleaving of samples, score writes (of buffered and new tasks) and reads."""
+    rng = np.random.default_rng(seed)
+    ops = []
+    for _ in range(n):
+        u = rng.random()
+        if u < 0.35:
+            ops.append(("sample", int(rng.integers(1, 7))))
+        elif u < 0.9:
+            k = int(rng.integers(1, 13))
+            picks, values = rng.integers(0, 1000, k).tolist(), rng.integers(0, 6, k).tolist()
+            ops.append(("score", list(zip(picks, values))))
+        else:
+            ops.append(("check", None))
+    return ops
+
+
+def _drive(make, ops, rebuild_every_call: bool, as_arrays: bool):
+    """Run ``ops`` on ``make()``; with ``rebuild_every_call`` through a fresh object loaded from the
+    state before every call. Returns the curriculum and a trace of everything observable."""
+    plr, seen, trace = make(), [], []
+    for op, arg in ops:
+        if rebuild_every_call:
+            fresh = make()
+            fresh.load_state_dict(plr.state_dict())
+            plr = fresh
+        if op == "sample":
+            out = plr.sample_tasks(arg)
+            seen += [s.task for s in out]
+            trace.append(out)
+        elif op == "score" and seen:
+            tasks = [seen[i % len(seen)] for i, _ in arg]
+            scores = [v * 0.5 for _, v in arg]  # few distinct values: ties on purpose
+            if as_arrays:  # the general (numpy) write path instead of the few-scores Python one
+                plr.update_scores(np.array(tasks), np.array(scores))
+            else:
+                plr.update_scores(tasks, scores)
+        elif op == "check" and len(plr):
+            trace.append(plr.replay_weights().tolist())
+            trace.append(plr.distribution().tolist())
+        trace.append((plr.buffer_tasks(), plr.buffer_scores().tolist(), plr.clock))
+    return plr, trace
+
+
+@pytest.mark.parametrize("path", ["small buffer", "large buffer"])
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    n_ops=st.integers(30, 80),
+    buffer_size=st.integers(1, 12),
+    config=st.sampled_from([
+        {"replay_prob": 0.5, "staleness_coef": 0.3, "temperature": 1.0},
+        {"replay_prob": 1.0, "staleness_coef": 0.0, "temperature": 0.1},
+        {"replay_prob": 0.8, "staleness_coef": 1.0, "temperature": 0.5},
+        {"replay_prob": 0.7, "staleness_coef": 0.2, "temperature": 1.0, "prioritization": "power"},
+    ]),
+    shift_max=st.integers(0, 6),
+    sort_divisor=st.sampled_from([1, 2, 4, 8, 1000]),
+    as_arrays=st.booleans(),
+)
+def test_lazy_repair_equals_rebuild_from_scratch(path, seed, n_ops, buffer_size, config, shift_max,
+                                                 sort_divisor, as_arrays):
+    ops = _random_ops(seed, n_ops)
+    import magister.curricula.plr as plr_module
+    from magister.task_spaces.discrete import Discrete
+
+    with pytest.MonkeyPatch.context() as mp:
+        if path == "large buffer":  # the sorted order + Fenwick tree sampler, on a testable buffer
+            mp.setattr(plr_module, "_MIXTURE_MIN_CAPACITY", 1)
+        mp.setattr(plr_module, "_REPAIR_SHIFT_MAX", shift_max)  # every repair strategy, on a small buffer
+        mp.setattr(plr_module, "_REPAIR_SORT_DIVISOR", sort_divisor)
+
+        def make():
+            return PLR(Discrete(30), buffer_size=buffer_size, seed=5, **config)
+
+        lazy, trace = _drive(make, ops, rebuild_every_call=False, as_arrays=as_arrays)
+        rebuilt, trace_rebuilt = _drive(make, ops, rebuild_every_call=True, as_arrays=not as_arrays)
+        assert lazy._mixture == (path == "large buffer")
+        assert trace == trace_rebuilt
+        assert _states_equal(lazy.state_dict(), rebuilt.state_dict())
+        fresh = make()
+        fresh.load_state_dict(lazy.state_dict())
+        m = len(lazy)
+        if m:
+            np.testing.assert_array_equal(lazy.replay_weights(), fresh.replay_weights())
+        lazy._repair_order()  # the repaired order (and the tree) are exactly the ones built from scratch
+        order = np.argsort(-lazy.buffer_scores(), kind="stable")
+        assert lazy._rank_pos[:m].tolist() == order.tolist()
+        assert lazy._rank_key[:m].tolist() == (-lazy.buffer_scores()[order]).tolist()
+        if lazy._mixture:
+            assert lazy._last_tree.tolist() == fresh._last_tree.tolist()
+            assert lazy._last_total == fresh._last_total
+        assert lazy.sample_tasks(30) == fresh.sample_tasks(30)
+
+
+def test_many_writes_between_samples_repair_once_by_merge():
+    """The asynchronous case: many episodes' scores arrive between two samples. Each write is O(1) (the
+    entry is only recorded), and the next sample repairs the order once; the result equals a rebuild."""
+    from magister.task_spaces.discrete import Discrete
+
+    plr = PLR(Discrete(5000), buffer_size=2000, replay_prob=1.0, min_fill_ratio=1.0, seed=0)
+    rng = np.random.default_rng(0)
+    while len(plr) < 2000:
+        tasks = plr.sample(500)
+        plr.update_scores(tasks, rng.integers(0, 50, 500) * 0.1)
+    assert plr._mixture
+    plr.sample(1)  # repairs: the order is current
+    assert not plr._dirty
+    buffered = plr.buffer_tasks()
+    for t in rng.choice(buffered, size=100, replace=False).tolist():  # 100 single writes (fast path)
+        plr.update_scores([t], [float(rng.integers(0, 50)) * 0.1])
+    assert len(plr._dirty) <= 100 and not plr._order_stale  # recorded; 100 < 2000 / 8: a merge next
+    fresh = PLR(Discrete(5000), buffer_size=2000, replay_prob=1.0, min_fill_ratio=1.0, seed=0)
+    fresh.load_state_dict(plr.state_dict())
+    assert plr.sample(50) == fresh.sample(50)
+    assert not plr._dirty
+    assert plr._rank_pos[:2000].tolist() == fresh._rank_pos[:2000].tolist()
+
+
+@given(st.integers(0, 2**32 - 1), st.integers(1, 6))
+def test_small_buffer_replays_are_generator_choice_draws(seed, k):
+    """Small buffers draw replays exactly as ``Generator.choice(m, k, p=replay_weights())`` would, from
+    the same generator state (after the replay decision's uniforms), for k = 1 too."""
+    plr = PLR(StudentSpace(60), buffer_size=20, replay_prob=0.0, staleness_coef=0.3, temperature=0.3,
+              seed=seed)
+    rng = np.random.default_rng(seed)
+    for _ in range(4):
+        ts = plr.sample(8)
+        plr.update_scores(ts, rng.integers(0, 4, 8) * 0.5)
+    plr.replay_prob = 1.0
+    gen = copy.deepcopy(plr.rng)
+    buffered, weights = plr.buffer_tasks(), plr.replay_weights()
+    if k == 1:
+        gen.random()
+    else:
+        gen.random(k)
+    expected = [buffered[i] for i in gen.choice(len(buffered), size=k, p=weights)]
+    assert plr.sample(k) == expected
+
+
+def test_single_writes_and_array_writes_agree_and_fail_alike():
+    """``update_scores`` with a few Python numbers takes a scalar path; numpy inputs the vectorised one:
+    same state, and the same errors with nothing changed."""
+    space = StudentSpace(200)
+    a = PLR(space, buffer_size=4, replay_prob=0.5, seed=1)
+    b = PLR(space, buffer_size=4, replay_prob=0.5, seed=1)
+    for step in range(30):
+        ts = a.sample(3)
+        assert b.sample(3) == ts
+        vals = [float(step % 4), step % 3, 0.25]  # an int score too
+        a.update_scores(ts, vals)
+        b.update_scores(np.array(ts), np.array(vals, dtype=np.float64))
+    assert _states_equal(a.state_dict(), b.state_dict())
+    before = a.state_dict()
+    t = a.buffer_tasks()[0]
+    never = next(x for x in range(200) if x >= a._seen.shape[0] or not a._seen[x])
+    for tasks, scores, err, match in [
+        ([t], [float("inf")], ValueError, "finite"),
+        ([t, t], [1.0, float("nan")], ValueError, "finite"),
+        ([t, never], [1.0, 2.0], KeyError, "never sampled"),
+        ([t], [1.0, 2.0], ValueError, "shape"),
+        ([999], [1.0], ValueError, "not an encoded task"),
+        ([t], ["x"], TypeError, "numbers"),
+    ]:
+        with pytest.raises(err, match=match):
+            a.update_scores(tasks, scores)
+    assert _states_equal(before, a.state_dict())
+    pw = PLR(space, prioritization="power", replay_prob=0.0, seed=0)
+    (u,) = pw.sample(1)
+    with pytest.raises(ValueError, match="non-negative"):
+        pw.update_scores([u], [-1.0])

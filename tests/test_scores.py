@@ -20,8 +20,10 @@ from magister.curricula.scoring import (
     positive_value_loss,
     power_weights,
     rank_weights,
+    rank_weights_from_order,
     replay_distribution,
     score_segment,
+    sorted_rank_weights,
     staleness_weights,
     value_l1,
 )
@@ -95,6 +97,27 @@ def test_rank_weights_is_a_distribution_ordered_by_score(scores, beta):
     # equal scores get equal weight
     for v in np.unique(scores):
         assert np.ptp(w[scores == v]) <= 1e-12
+
+
+def test_sorted_rank_weights_by_hand():
+    # beta = 0.5: r^(-2) = 1, 1/4, 1/9
+    np.testing.assert_allclose(sorted_rank_weights(3, 0.5), [1.0, 0.25, 1 / 9])
+    # a tiny beta underflows the tail to 0 but never the first rank
+    w = sorted_rank_weights(4, 1e-4)
+    assert w[0] == 1.0 and w[1:].tolist() == [0.0, 0.0, 0.0]
+    with pytest.raises(ValueError, match="temperature"):
+        sorted_rank_weights(3, 0.0)
+
+
+@given(st.lists(st.integers(0, 4), min_size=1, max_size=40), st.sampled_from([0.1, 0.5, 1.0, 3.0]),
+       st.randoms(use_true_random=False))
+def test_rank_weights_from_any_descending_order_equal_rank_weights(vals, beta, rnd):
+    """Any descending order (ties in any order) and a longer cached weight table give exactly (bit for
+    bit) the weights of rank_weights, which sorts itself."""
+    s = np.array(vals, dtype=np.float64) * 0.5  # few distinct values: many ties
+    order = sorted(range(s.size), key=lambda i: (-s[i], rnd.random()))
+    got = rank_weights_from_order(s, np.array(order), sorted_rank_weights(s.size + 17, beta))
+    assert got.tolist() == rank_weights(s, beta).tolist()
 
 
 # -- rollout helpers ---------------------------------------------------------------------------------
