@@ -19,6 +19,10 @@ task instead (its feedback still reaches the curriculum, with task id ``-1``). A
 of the current task keeps that task (it was not used). On ``step`` it records feedback: step records only
 when the curriculum wants them, and one episode update when the episode terminates or is truncated (its
 undiscounted return, length, task and final progress). Every ``info`` carries ``info["task"]`` (encoded),
+``info["task_control"]`` (``True`` for an episode the curriculum wants played by a control policy: a task
+sent as ``("magister:control", task)`` by :class:`~magister.curricula.task_filter.TaskFilter`;
+``info["task"]`` then holds the plain task, so its type is the same in every env and vector envs can
+batch it),
 ``info["task_train"]`` (``False`` for evaluation-only tasks whose data must not train the agent) and
 ``info["task_progress"]``.
 
@@ -64,6 +68,7 @@ import gymnasium as gym
 from pettingzoo.utils.wrappers import BaseParallelWrapper
 
 from ..curricula.base import Curriculum
+from ..curricula.task_filter import split_control
 from ..sync.client import DEFAULT_TIMEOUT, Assignment, TaskFeed, connect
 from ..sync.server import CurriculumServer
 from ..task_spaces.base import TaskSpace
@@ -116,6 +121,8 @@ class _Episode:
         self.change_task_on_completion = bool(change_task_on_completion)
         self._feed: TaskFeed | None = None
         self.assignment: Assignment | None = None
+        self.info_task: Any = None
+        self.control = False
         self.ret = 0.0
         self.agent_returns: dict[Any, float] = {}
         self.length = 0
@@ -156,7 +163,7 @@ class _Episode:
             a = cur
         else:
             a = self.feed.next_task()
-        self.assignment = a
+        self._assign(a)
         self.ret, self.length, self.progress, self.ended = 0.0, 0, 0.0, False
         self.step_records = self.feed.requires_step_updates  # read once per episode, not per step
         self._clear_agents()
@@ -228,10 +235,16 @@ class _Episode:
         a = self.assignment
         assert a is not None
         self.feed.record_progress(a, self.progress, done=True)
-        self.assignment = self.feed.next_task()
+        new = self.feed.next_task()
+        self._assign(new)
         self.ret, self.length, self.progress = 0.0, 0, 0.0
         self._clear_agents()
-        return self.assignment
+        return new
+
+    def _assign(self, a: Assignment) -> None:
+        """Make ``a`` the current task; ``info_task`` / ``control`` are what every info reports for it."""
+        self.assignment = a
+        self.info_task, self.control = split_control(a.task)
 
     def close(self) -> None:
         if self._feed is None:
@@ -341,8 +354,9 @@ class GymnasiumSyncWrapper(gym.Wrapper):
         a = self._episode.assignment
         assert a is not None
         info = dict(info)
-        info["task"] = a.task
+        info["task"] = self._episode.info_task
         info["task_train"] = a.train
+        info["task_control"] = self._episode.control
         info["task_progress"] = progress
         return info
 
@@ -385,8 +399,9 @@ class GymnasiumSyncWrapper(gym.Wrapper):
         if episode.step_records:
             episode.feed.record_step(a, obs, r, bool(term), bool(trunc), info, progress)
         # the task wrapper below returned a dict of its own: annotate it in place
-        info["task"] = a.task
+        info["task"] = episode.info_task
         info["task_train"] = a.train
+        info["task_control"] = episode.control
         info["task_progress"] = progress
         if term or trunc:
             episode.finish(a, progress)
@@ -398,8 +413,9 @@ class GymnasiumSyncWrapper(gym.Wrapper):
             except AttributeError:
                 set_task = self.env.get_wrapper_attr("change_task")
             set_task(decoded)
-            info["next_task"] = new.task
+            info["next_task"] = episode.info_task
             info["next_task_train"] = new.train
+            info["next_task_control"] = episode.control
         return obs, rew, term, trunc, info
 
     def close(self) -> None:
@@ -508,8 +524,9 @@ class PettingZooSyncWrapper(BaseParallelWrapper):
         out = {k: dict(v) for k, v in infos.items()}
         for agent in agents:
             d = out.setdefault(agent, {})
-            d["task"] = a.task
+            d["task"] = self._episode.info_task
             d["task_train"] = a.train
+            d["task_control"] = self._episode.control
             d["task_progress"] = progress
         return out
 

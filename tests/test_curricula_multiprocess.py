@@ -34,7 +34,7 @@ from magister.curricula.learning_progress import LearningProgress
 from magister.curricula.omni import OMNI
 from magister.curricula.plr import PLR, RobustPLR
 from magister.curricula.sfl import SFL
-from magister.curricula.task_filter import ControlTaskSpace, TaskFilter, split_control
+from magister.curricula.task_filter import ControlTaskSpace, TaskFilter
 from magister.env_wrappers.sync_wrappers import GymnasiumSyncWrapper
 from magister.env_wrappers.task_wrapper import TaskWrapper
 from magister.integrations.scores import feed_scores
@@ -71,44 +71,6 @@ def describe(task: int) -> str:
 def described_space() -> Discrete:
     return Discrete(NUM_TASKS, names=[describe(t) for t in range(NUM_TASKS)])
 
-
-class Described(TaskSpace):
-    """The same 40 tasks, encoded as their descriptions (strings), for the task filter.
-
-    Why not :class:`Discrete`: the filter tags control episodes as ``("magister:control", task)``, and
-    Gymnasium's vector info merging types ``info["task"]`` from the first env that reports it: an int
-    there makes the array integer and a tag from another env then fails to fit (``TypeError`` in
-    ``AsyncVectorEnv.step``). With non-numeric encoded tasks the merged array is an object array.
-    """
-
-    def __init__(self, seed: int | None = None) -> None:
-        super().__init__(seed)
-        self._names = [describe(t) for t in range(NUM_TASKS)]
-        self._ids = {name: t for t, name in enumerate(self._names)}
-
-    @property
-    def num_tasks(self) -> int:
-        return NUM_TASKS
-
-    def sample(self) -> int:
-        return int(self.rng.integers(NUM_TASKS))
-
-    def contains(self, task) -> bool:
-        return isinstance(task, (int, np.integer)) and not isinstance(task, bool) and 0 <= task < NUM_TASKS
-
-    def encode(self, task) -> str:
-        if not self.contains(task):
-            raise ValueError(f"task {task!r} is not in {self!r}")
-        return self._names[int(task)]
-
-    def decode(self, encoded: EncodedTask) -> int:
-        if encoded not in self._ids:
-            raise ValueError(f"{encoded!r} is not an encoded task of {self!r}")
-        return self._ids[encoded]
-
-    @property
-    def tasks(self) -> list[int]:
-        return list(range(NUM_TASKS))
 
 
 def bits_kind(task: int) -> int:
@@ -188,7 +150,9 @@ def make_env(address: str, space: str) -> gym.Env:
         inner, task_space = Bandit(bits_kind), Bits()
     else:
         inner = Bandit()
-        task_space = ControlTaskSpace(Described()) if space == "control" else described_space()
+        # control: integer-encoded tasks, some sent control-tagged by the task filter; the sync wrapper
+        # reports the plain task and info["task_control"], so vector envs batch info["task"] as ints
+        task_space = ControlTaskSpace(Discrete(NUM_TASKS)) if space == "control" else described_space()
     return GymnasiumSyncWrapper(BanditTask(inner, task_space), address, timeout=20.0)
 
 
@@ -233,19 +197,19 @@ def run_loop(
         ok = False
         try:
             _, info = envs.reset(seed=0)
-            current = list(info["task"])
+            control = np.asarray(info["task_control"], dtype=bool)
             prev_done = np.zeros(NUM_ENVS, bool)
             while len(run.episodes) < episodes:
-                actions = np.array([0 if split_control(t)[1] else 1 for t in current])
+                actions = np.where(control, 0, 1)  # the control policy pulls arm 0
                 _, rew, term, trunc, info = envs.step(actions)
                 finished = []
                 for i in range(NUM_ENVS):
                     task = info["task"][i]
                     if prev_done[i]:  # NEXT_STEP autoreset: this step only reset the env onto a new task
-                        current[i] = task
+                        control[i] = bool(info["task_control"][i])
                         continue
-                    inner, control = split_control(task)
-                    ep = Episode(inner, bool(info["task_train"][i]), float(rew[i]), control)
+                    assert bool(info["task_control"][i]) == control[i]
+                    ep = Episode(task, bool(info["task_train"][i]), float(rew[i]), bool(control[i]))
                     run.episodes.append(ep)
                     finished.append(ep)
                 prev_done = term | trunc
@@ -389,12 +353,11 @@ def test_omni_masks_mastered_near_copies():
 
 # -- XLand task filter -------------------------------------------------------------------------------------
 def test_task_filter_accepts_learnable_tasks_and_flags_evaluation():
-    space = Described()
+    space = Discrete(NUM_TASKS)  # integer tasks: control episodes must not break vector-env info batching
     cur = TaskFilter(space, return_range=(0.0, 1.0), eval_fraction=0.5, seed=0)  # K = 10 (paper)
     run = run_loop(cur, 900, space="control")
-    for e in run.episodes:
-        e.task = space.decode(e.task)
-    accepted = {space.decode(t) for t in cur.train_tasks}
+    assert all(isinstance(e.task, (int, np.integer)) for e in run.episodes)  # plain tasks in info["task"]
+    accepted = set(cur.train_tasks)
     assert accepted and all(kind(t) == LEARNABLE for t in accepted)  # the only kind meeting all criteria
     counts = cur.counts
     assert counts["rejected_solved"] > 0 and counts["rejected_control"] > 0
