@@ -124,14 +124,15 @@ def throughput(batch: int, steps: int, obs: bool) -> float:
 
 def _client_resets(address: str, prefetch: int, episodes: int, episode_s: float) -> tuple[list[float], float]:
     c = CurriculumClient(address, prefetch=prefetch)
-    c.next_task()
+    a = c.next_task()
     waits, ready = [], 0
     for _ in range(episodes):
         time.sleep(episode_s)  # the episode (a vector-env worker mostly waits for its next action)
+        c.record_episode(a, 0.0, 1, 0.0)  # as the sync wrapper does: it also asks for the next task
         t0 = time.perf_counter()
         c._drain()
         ready += bool(c._buffer)  # the task was there already: no waiting for the server
-        c.next_task()
+        a = c.next_task()
         waits.append(time.perf_counter() - t0)
     c.close()
     return waits, ready / episodes
