@@ -31,14 +31,27 @@ How it runs as a curriculum:
   distribution itself (so the agent learns something while the filter warms up).
 * **Control episodes** are the encoded task wrapped as ``(CONTROL_TAG, task)`` = ``("magister:control",
   task)``, always with ``train=False``. This round-trips msgpack (as a list) and :func:`split_control`
-  undoes it; the trainer plays its control policy when ``split_control(info_task)[1]`` is true, and
-  :class:`ControlTaskSpace` lets the environment side decode tagged tasks to the plain task.
+  undoes it. The sync wrappers report the plain task in ``info["task"]`` and ``info["task_control"] =
+  True`` (so a vector env batches ``info["task"]`` with one type): the trainer plays its control policy
+  when ``info["task_control"]`` is true. :class:`ControlTaskSpace` lets the environment side decode
+  tagged tasks to the plain task. (Inside a :class:`~magister.curricula.dual.DualCurriculum` pair the tag
+  stays on the pair's task half: ``split_control(info["task"][0])``.)
   Agent evaluation episodes carry the plain task.
 * Accepted tasks are **re-validated**: each keeps a rolling window of its last ``window`` training
   returns (default ``K``); whenever the window has been refilled, criteria 1 and 2 are re-checked on it
   (criterion 2 pairs the window's last ``K`` returns with the stored control returns; criterion 3 cannot
   change, the control policy being fixed) and the task is dropped when it no longer qualifies.
 * The accepted set holds at most ``max_train_tasks``; accepting into a full set evicts the oldest task.
+* **Control first, early rejection** (``control_first=True``; our addition, off by default): a candidate's
+  control episodes are issued before its agent episodes, and the candidate is rejected (counted under
+  criterion 3) as soon as its control returns so far make ``V_cont <= m_cont`` impossible whatever the
+  remaining control episodes return (assuming returns are at least ``lo`` of ``return_range``). The
+  decision is the one the full ``K + K`` episodes would give; only the evaluation episodes it no longer
+  needs are saved (in an environment where the control often scores, e.g. goals already true at the start,
+  that is most of the evaluation budget). Agent episodes already issued for it arrive late and are ignored.
+* **Accounting**: ``counts["eval_agent_issued"]`` and ``counts["eval_control_issued"]`` count the
+  evaluation-only episodes the filter has issued (re-issues of lost episodes included): the price of the
+  filter in environment episodes, to be charged against it when comparing with unfiltered sampling.
 
 All bookkeeping is per-task dictionaries: O(1) per update, independent of the size of the space.
 """
@@ -195,6 +208,7 @@ class TaskFilter(Curriculum):
         stale_after: sampled episodes after which unanswered evaluation episodes are re-issued (lost
             workers); default ``100 * K``.
         seed: seed of the curriculum's generator.
+        control_first: issue control episodes first and reject early on criterion 3 (module docstring).
     """
 
     def __init__(
@@ -215,6 +229,7 @@ class TaskFilter(Curriculum):
         window: int | None = None,
         stale_after: int | None = None,
         seed: int | None = None,
+        control_first: bool = False,
     ) -> None:
         super().__init__(task_space, seed=seed)
         for name, value in (("num_episodes", num_episodes), ("max_pending", max_pending),
@@ -230,6 +245,8 @@ class TaskFilter(Curriculum):
         if self.window < self.K:
             raise ValueError(f"window must be >= num_episodes ({self.K}), got {window!r}")
         base = DTGThresholds.paper(return_range)
+        self.return_range = (float(return_range[0]), float(return_range[1]))
+        self.control_first = bool(control_first)
         overrides = {"m_greater": m_greater, "m_s": m_s, "m_cont": m_cont,
                      "m_greater_cont": m_greater_cont, "m_solved": m_solved}
         values = {k: (getattr(base, k) if v is None else check_finite(k, v)) for k, v in overrides.items()}
@@ -246,8 +263,13 @@ class TaskFilter(Curriculum):
         self._fresh: dict[Hashable, int] = {}
         self._control: dict[Hashable, list[float]] = {}
         self._accept_order: deque[Hashable] = deque()
-        self.counts = {"proposed": 0, "accepted": 0, "rejected_solved": 0, "rejected_control": 0,
-                       "rejected_easy_for_control": 0, "dropped": 0, "evicted": 0}
+        self.counts = self._zero_counts()
+
+    @staticmethod
+    def _zero_counts() -> dict[str, int]:
+        return {"proposed": 0, "accepted": 0, "rejected_solved": 0, "rejected_control": 0,
+                "rejected_easy_for_control": 0, "rejected_early": 0, "dropped": 0, "evicted": 0,
+                "eval_agent_issued": 0, "eval_control_issued": 0}
 
     # -- proposals ----------------------------------------------------------------------------------
     def _propose(self, n: int) -> list[EncodedTask]:
@@ -270,20 +292,40 @@ class TaskFilter(Curriculum):
                 self.pending[key] = _Candidate(task=t)
                 self.counts["proposed"] += 1
 
+    def _issue(self, cand: _Candidate, control: bool) -> TaskSample:
+        cand.last_issue = self.num_sampled
+        if control:
+            cand.control_out += 1
+            self.counts["eval_control_issued"] += 1
+            return TaskSample(control_task(cand.task), False)
+        cand.agent_out += 1
+        self.counts["eval_agent_issued"] += 1
+        return TaskSample(cand.task, False)
+
     def _next_eval(self) -> TaskSample | None:
-        """One evaluation episode for a candidate that needs it, or None."""
+        """One evaluation episode for a candidate that needs it, or None.
+
+        With ``control_first``, a candidate's first control episode goes out before any other episode of
+        any candidate, so that early rejection (criterion 3) can spare the rest of its episodes.
+        """
+        for cand in self.pending.values():
+            if self.num_sampled - cand.last_issue > self.stale_after:  # lost episodes: re-issue
+                cand.agent_out = cand.control_out = 0
+        if self.control_first:
+            for attempt in range(2):
+                for cand in self.pending.values():
+                    if not cand.control and cand.control_out == 0:
+                        return self._issue(cand, control=True)
+                if attempt == 0:
+                    self._fill_pending()
         for attempt in range(2):
             for cand in self.pending.values():
-                if self.num_sampled - cand.last_issue > self.stale_after:  # lost episodes: re-issue
-                    cand.agent_out = cand.control_out = 0
-                if len(cand.agent) + cand.agent_out < self.K:
-                    cand.agent_out += 1
-                    cand.last_issue = self.num_sampled
-                    return TaskSample(cand.task, False)
-                if len(cand.control) + cand.control_out < self.K:
-                    cand.control_out += 1
-                    cand.last_issue = self.num_sampled
-                    return TaskSample(control_task(cand.task), False)
+                need_agent = len(cand.agent) + cand.agent_out < self.K
+                need_control = len(cand.control) + cand.control_out < self.K
+                if need_control and (self.control_first or not need_agent):
+                    return self._issue(cand, control=True)
+                if need_agent:
+                    return self._issue(cand, control=False)
             if attempt == 0:
                 self._fill_pending()
         return None
@@ -348,6 +390,12 @@ class TaskFilter(Curriculum):
         del self._windows[key], self._fresh[key], self._control[key]
         self._accept_order.remove(key)
 
+    def _control_cannot_pass(self, control: list[float]) -> bool:
+        """Whether criterion 3 fails whatever the missing control episodes return (each >= ``lo``)."""
+        n = min(len(control), self.K)
+        best_mean = (sum(control[:n]) + (self.K - n) * self.return_range[0]) / self.K
+        return best_mean > self.thresholds.m_cont
+
     def _revalidate(self, key: Hashable) -> None:
         self._fresh[key] = 0
         ok_solved, ok_beats, _ = dtg_criteria(list(self._windows[key]), self._control[key], self.thresholds)
@@ -382,6 +430,10 @@ class TaskFilter(Curriculum):
                 cand.agent_out = max(cand.agent_out - 1, 0)
             if len(cand.agent) >= self.K and len(cand.control) >= self.K:
                 self._decide(key, cand)
+            elif is_control and self.control_first and self._control_cannot_pass(cand.control):
+                del self.pending[key]
+                self.counts["rejected_easy_for_control"] += 1
+                self.counts["rejected_early"] += 1
             return
         if is_control or key not in self._train_pos:
             return  # a late evaluation result, or a warm-up training episode: nothing to record
@@ -396,6 +448,12 @@ class TaskFilter(Curriculum):
         out.update({f"task_filter/{k}": float(v) for k, v in self.counts.items()})
         out["task_filter/train_tasks"] = float(len(self.train_tasks))
         out["task_filter/pending"] = float(len(self.pending))
+        if self.train_tasks:  # what the accepted set looks like: the agent's recent vs the control's returns
+            keys = list(self._accept_order)
+            agent = [np.mean(self._windows[k]) for k in keys]
+            out["task_filter/accepted_agent_return"] = float(np.mean(agent))
+            control = [np.mean(self._control[k]) for k in keys]
+            out["task_filter/accepted_control_return"] = float(np.mean(control))
         return out
 
     def state_dict(self) -> dict[str, Any]:
@@ -440,4 +498,4 @@ class TaskFilter(Curriculum):
             self._fresh[key] = int(e["fresh"])
             self._control[key] = [float(x) for x in e["control"]]
             self._accept_order.append(key)
-        self.counts = {k: int(v) for k, v in state["counts"].items()}
+        self.counts = self._zero_counts() | {k: int(v) for k, v in state["counts"].items()}

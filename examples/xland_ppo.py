@@ -10,20 +10,37 @@ two CPU cores::
 
 After *Open-Ended Learning Leads to Generally Capable Agents* (XLand), scaled down to a CPU:
 
-* **Tasks** are ``(world, game, co-player ids)``: 7x7 worlds and random games from
-  :class:`~magister.examples.xland.task.XLandTaskSpace`, whose held-out **test** and **validation** sets
+* **Tasks** are ``(world, game, co-player ids)``: 7x7 worlds and random 2-player games from
+  :class:`~magister.examples.xland.task.XLandTaskSpace` (at CPU scale one option of one or two literals
+  per goal: ``--max-options 1 --max-literals 2``), whose held-out **test** and **validation** sets
   (:meth:`~magister.examples.xland.task.XLandTaskSpace.make_evaluation_sets`) are never trained on. On the
   wire a task is a pair ``(xland task, opponent id)`` of a :class:`~magister.curricula.dual.DualCurriculum`.
 * **Curricula**: the task half comes from XLand's dynamic task generation
   (:class:`~magister.curricula.task_filter.TaskFilter`, Section 5.2: keep a proposed task when the agent is
-  not already solving it, beats a uniform-random control policy on it, and the control policy scores
-  nothing), or uniformly from the space (``--curriculum uniform``, the ablation). While no task has been
+  not already solving it, beats a uniform-random control policy on it, and the control policy does not do
+  well on it), or uniformly from the space (``--curriculum uniform``, the ablation). While no task has been
   accepted yet, the non-evaluation episodes train on fresh proposals.
   The opponent half is :class:`~magister.curricula.fsp.FSP` or :class:`~magister.curricula.pfsp.PFSP`
   over snapshots of the learner's own policy in an
   :class:`~magister.curricula.opponent_store.OpponentStore`: every non-learner slot of the game is played
   by that snapshot, loaded by id inside the environment. The learner's "win" against a snapshot is a
   higher return than the co-players' (:class:`CompareReturns`).
+* **Filter settings at CPU scale** (our choices; the paper's are initial values that PBT tunes during
+  training, Table 3): ``m_s``, ``m_>``, ``m_>cont`` and ``m_solved`` are the paper's initial values
+  rescaled to returns in ``[0, episode_length]``; ``m_cont = 0.25 * episode_length``
+  (``--filter-control-max``) instead of 0. With ``m_cont = 0`` a task qualifies only where the random
+  control never scores and an agent that is itself still close to random does: 6% of 150 proposals of
+  the 1-3 option space with a random policy as the agent (11% with ``m_cont = 0.25 L``); with the
+  paper's settings the first version of this trainer accepted no task in a 60k-step run. ``K = 2``
+  Monte-Carlo episodes per policy (paper: 10); control episodes first, with early rejection on criterion
+  3 (``--filter-control-first``: about 45% of proposals are goals the random policy already satisfies,
+  rejected after their first control episode); 30% of episodes spent on evaluation while candidates need
+  them; re-validation every 16 training episodes.
+* **Budget** (``--budget train``, the default): ``--total-steps`` counts learner steps of *training*
+  episodes, so both ablation arms train on the same number of steps; the filter's evaluation-only
+  episodes (agent evaluation and control policy, ``train=False``) are played on top of that and reported,
+  in steps, as ``eval`` (``RunResult.eval_steps``; ``steps`` = ``train`` + ``eval``). ``--budget env``
+  counts every episode instead.
 * **Control-policy episodes** of the filter (encoded ``("magister:control", task)``) are played by uniform
   random actions in the learner's slot; they and the filter's agent-evaluation episodes arrive with
   ``info["task_train"] == False`` and are masked out of the PPO losses.
@@ -31,15 +48,44 @@ After *Open-Ended Learning Leads to Generally Capable Agents* (XLand), scaled do
   embedded from their relation and arguments, each literal through an atom MLP with its sign, **summed
   within an option**, through an option MLP, **summed over options**), a GRU core, and policy/value heads
   that see the core state and the goal embedding again (a simplified stand-in for the GOAT module).
+  PPO learns from rewards times ``--reward-scale`` (0.1: returns of up to ``episode_length`` otherwise
+  make the value loss dominate the shared network's gradient); every reported return is unscaled.
 * **Evaluation** (:mod:`magister.examples.xland.evaluation`): on the held-out tasks against the fixed
   co-players noop, random and goal-seeker, **participation** (share of tasks with non-zero reward, worst
   case over co-players) and **normalised percentiles** (per-task normaliser: the Nash value of a small
   population of reference policies — noop, random, goal-seeker — worst case over co-players), printed as a
   table and plotted; validation every ``eval_every`` updates, test at the end.
 
-At CPU scale the PPO agent rarely beats the random control on a non-trivial task, so the filter accepts
-few tasks for it; ``--filter-demo N`` shows what the same filter keeps when a capable agent (the scripted
-goal-seeker) plays the agent's episodes, against the same agent on uniform proposals (:func:`filter_demo`).
+**Ablation, measured** (``python -m magister.examples.xland_ppo --ablation``: the defaults, 50k training
+steps per arm, seeds 0 and 1, 80 held-out test tasks; ``ablation.txt`` in
+``runs/xland_ablation_fsp_s0``; two shared CPU cores, 4 to 8 minutes per run)::
+
+    run         steps  train   eval  test part.  p50  val part.  train ret  zero ret  kept  kept agent/ctrl
+    filter_s0   71680  50160  21520       0.375  0.40     0.438      0.293     0.605     1   0.056 / 0.000
+    uniform_s0  50176  50176      0       0.375  0.93     0.438      0.388     0.553     -               -
+    filter_s1   72704  50336  22368       0.350  0.88     0.500      0.334     0.229     2   0.495 / 0.000
+    uniform_s1  50176  50176      0       0.338  0.64     0.500      0.402     0.529     -               -
+    filter mean                    0.362+-0.018
+    uniform mean                   0.356+-0.027
+
+(Columns abridged from ``ablation.txt``: p10 and p20 are 0 in every run; ``steps`` = ``train`` + ``eval``,
+the filter played 43-44% more environment steps for its evaluation episodes; returns are / episode length;
+``kept``: size of the accepted set at the end, with the mean return of the agent's recent training episodes
+and of the control policy on it.) **At this budget the filter does not improve held-out participation**:
+0.362 against 0.356, well inside the seed-to-seed spread and the sampling error of 80 tasks (about 0.05);
+both arms equal the random reference policy on their test sets (0.375 and 0.338; noop 0.350 and 0.312; goal-
+seeker 0.613 and 0.550), and validation participation stays at its first value (one evaluation of one run
+excepted): neither agent learned anything that transfers in 50k steps. The filter works as specified but
+keeps a very small set: of about 210 proposals per run it accepted 10-11 (criterion 3 rejected 83-88, all
+early; criterion 2 94-96; criterion 1 one) and re-validation dropped 9; the set held 0-5 tasks and was empty
+in 74% (seed 0) and 19% (seed 1) of the updates, when training fell back to fresh proposals. On the tasks it
+held the agent earned 0.06-0.5 of the maximum return against 0-0.2 for the control policy (hard for a random
+policy, learnable by the agent), and in seed 1 only 23% of training episodes earned nothing (uniform: 53%).
+Paying off needs a larger accepted set (more evaluation episodes per training step, or proposals with more
+tasks a near-random agent sometimes solves) and an agent that learns within the budget.
+
+``--filter-demo N`` shows what the same filter keeps when a capable agent (the scripted goal-seeker) plays
+the agent's episodes, against the same agent on uniform proposals (:func:`filter_demo`).
 
 Outputs in ``run_dir/run_name``: TensorBoard events, ``checkpoint.pt`` (policy, optimiser, curricula,
 normalisers, history; ``--resume`` continues from it), ``opponents/`` (the snapshot store), ``eval.txt``,
@@ -98,7 +144,7 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "Agent", "Args", "CompareReturns", "ControlXLandTask", "GoalEncoder", "PairTaskSpace", "RunResult",
     "TorchPolicy", "XLandTrainWrapper", "ablation", "filter_demo", "main",
-    "make_curriculum", "parse_args", "train",
+    "make_curriculum", "make_task_filter", "parse_args", "train",
 ]
 
 N_ACTIONS = 6
@@ -115,8 +161,10 @@ class Args:
     """task curriculum: filter (XLand dynamic task generation) or uniform (no filter, the ablation)"""
     coplayers: str = "fsp"
     """co-player curriculum over snapshots of the learner: fsp or pfsp"""
-    total_steps: int = 60_000
-    """environment steps in total (the learner's steps)"""
+    total_steps: int = 50_000
+    """the step budget: learner steps of training episodes (--budget train) or of all episodes (env)"""
+    budget: str = "train"
+    """train: --total-steps counts training steps only (filter evaluation on top, reported); env: all steps"""
     num_envs: int = 8
     """parallel environments"""
     num_steps: int = 64
@@ -126,22 +174,32 @@ class Args:
     world_size: int = 7
     """side of the square worlds"""
     three_player_prob: float = 0.0
+    max_options: int = 1
+    """options per goal are drawn from 1..max_options (training and held-out tasks alike)"""
+    max_literals: int = 2
+    """literals per option are drawn from 1..max_literals (training and held-out tasks alike)"""
     """probability of a 3-player game (0: 2-player games only, cheaper on a CPU)"""
-    filter_episodes: int = 4
+    filter_episodes: int = 2
     """K: Monte-Carlo episodes per policy per proposed task (paper: 10; fewer at CPU scale)"""
-    filter_eval_fraction: float = 0.2
+    filter_eval_fraction: float = 0.3
     """share of episodes spent evaluating proposed tasks (while candidates need episodes)"""
-    filter_pending: int = 8
+    filter_pending: int = 16
     """proposed tasks under evaluation at once"""
     filter_max_tasks: int = 200
     """capacity of the filter's accepted training set"""
-    filter_window: int = 8
+    filter_window: int = 16
     """training returns per accepted task between re-validations (>= filter_episodes)"""
+    filter_control_max: float = 0.25
+    """m_cont / episode_length: the largest mean return of the random control policy (paper's initial: 0)"""
+    filter_control_first: bool = True
+    """issue a candidate's control episodes first and reject it as soon as criterion 3 must fail"""
     snapshot_every: int = 5
     """store a snapshot of the learner as a co-player every N updates"""
     max_snapshots: int = 0
     """snapshots kept in the store (0: all)"""
     learning_rate: float = 5e-4
+    reward_scale: float = 0.1
+    """multiplies the rewards PPO learns from (keeps the value loss in scale); reported returns unscaled"""
     gamma: float = 0.99
     gae_lambda: float = 0.95
     num_minibatches: int = 4
@@ -153,7 +211,7 @@ class Args:
     max_grad_norm: float = 0.5
     hidden: int = 64
     """width of the goal embedding, torso and GRU core"""
-    n_test: int = 40
+    n_test: int = 80
     """held-out test tasks (world + game), each played against noop, random and goal-seeker"""
     n_validation: int = 16
     """held-out validation tasks (evaluated during training)"""
@@ -176,6 +234,8 @@ class Args:
     plot: bool = True
     ablation: bool = False
     """run --curriculum filter and uniform with the same budget and compare them on the held-out tests"""
+    ablation_seeds: int = 2
+    """seeds per ablation arm: --seed, --seed + 1, ..."""
     filter_demo: int = 0
     """instead of training: N episodes of the task filter with the scripted goal-seeker as the agent"""
 
@@ -192,6 +252,12 @@ def check_args(args: Args) -> None:
         raise ValueError(f"--curriculum must be 'filter' or 'uniform', got {args.curriculum!r}")
     if args.coplayers not in ("fsp", "pfsp"):
         raise ValueError(f"--coplayers must be 'fsp' or 'pfsp', got {args.coplayers!r}")
+    if not (np.isfinite(args.reward_scale) and args.reward_scale > 0):
+        raise ValueError(f"--reward-scale must be a positive number, got {args.reward_scale!r}")
+    if args.budget not in ("train", "env"):
+        raise ValueError(f"--budget must be 'train' or 'env', got {args.budget!r}")
+    if not 0.0 <= args.filter_control_max <= 1.0:
+        raise ValueError(f"--filter-control-max must be in [0, 1], got {args.filter_control_max!r}")
     if args.vector not in ("sync", "async"):
         raise ValueError(f"--vector must be 'sync' or 'async', got {args.vector!r}")
     for name in ("total_steps", "num_envs", "num_steps", "episode_length", "filter_episodes",
@@ -311,19 +377,27 @@ def make_task_space(args: Args) -> tuple[XLandTaskSpace, list[XLandTask], list[X
     """The training space (co-player slots are placeholders, filled by the opponent curriculum), and the
     held-out test and validation tasks, whose games and worlds the training space never samples."""
     space = XLandTaskSpace(coplayer_ids=(NOOP,), three_player_prob=args.three_player_prob,
-                           world_sizes=(args.world_size, args.world_size), seed=args.seed)
+                           world_sizes=(args.world_size, args.world_size), seed=args.seed,
+                           max_options=args.max_options, max_literals=args.max_literals)
     test, validation = space.make_evaluation_sets(args.n_test, args.n_validation, seed=10_000 + args.seed)
     return space, test, validation
+
+
+def make_task_filter(args: Args, space: TaskSpace) -> TaskFilter:
+    """The trainer's :class:`TaskFilter`: the paper's thresholds rescaled to ``[0, episode_length]``,
+    except ``m_cont = filter_control_max * episode_length``."""
+    L = float(args.episode_length)
+    return TaskFilter(space, num_episodes=args.filter_episodes, return_range=(0.0, L),
+                      m_cont=args.filter_control_max * L, eval_fraction=args.filter_eval_fraction,
+                      max_pending=args.filter_pending, max_train_tasks=args.filter_max_tasks,
+                      window=max(args.filter_window, args.filter_episodes), seed=args.seed,
+                      control_first=args.filter_control_first)
 
 
 def make_curriculum(args: Args, space: TaskSpace, store: OpponentStore) -> DualCurriculum:
     """``DualCurriculum(task filter or uniform, FSP or PFSP)`` as chosen by ``args``."""
     if args.curriculum == "filter":
-        tasks: Curriculum = TaskFilter(
-            space, num_episodes=args.filter_episodes, return_range=(0.0, float(args.episode_length)),
-            eval_fraction=args.filter_eval_fraction, max_pending=args.filter_pending,
-            max_train_tasks=args.filter_max_tasks, window=max(args.filter_window, args.filter_episodes),
-            seed=args.seed)
+        tasks: Curriculum = make_task_filter(args, space)
     elif args.curriculum == "uniform":
         tasks = DomainRandomization(space, seed=args.seed)
     else:
@@ -482,7 +556,8 @@ def make_env_fn(args: Args, source: Any, store_dir: str):
     def thunk() -> gym.Env:
         torch.set_num_threads(args.torch_threads)
         base = XLandEnv(episode_length=args.episode_length, opponent_dir=store_dir,
-                        make_agent=functools.partial(snapshot_policy, hidden=args.hidden))
+                        make_agent=functools.partial(snapshot_policy, hidden=args.hidden),
+                        opponent_fallback=args.max_snapshots > 0)  # a bounded store may evict an id
         return SingleLearnerEnv(PettingZooSyncWrapper(XLandTrainWrapper(base), source))
 
     return thunk
@@ -518,6 +593,11 @@ class RunResult:
     run_dir: str
     curriculum_metrics: dict[str, float] = field(default_factory=dict)
     train_returns: dict[str, float] = field(default_factory=dict)
+    train_steps: int = 0
+    """learner steps of training episodes (the budget of ``--budget train``)"""
+    eval_steps: int = 0
+    """learner steps of the filter's evaluation-only episodes (agent evaluation and control policy)"""
+    episode_length: int = 0
 
 
 def _stack_refs(refs: dict[str, np.ndarray]) -> np.ndarray:
@@ -551,12 +631,14 @@ def train(args: Args) -> RunResult:
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
 
     start_update, global_step, history, norms = 0, 0, [], None
+    train_steps = eval_steps = 0
     if ckpt is not None:
         agent.load_state_dict(ckpt["agent"])
         optimizer.load_state_dict(ckpt["optimizer"])
         curriculum.load_state_dict(ckpt["curriculum"])
         start_update, global_step, history = ckpt["update"], ckpt["global_step"], ckpt["history"]
         norms = ckpt["norms"]
+        train_steps, eval_steps = int(ckpt.get("train_steps", 0)), int(ckpt.get("eval_steps", 0))
         logger.info("resumed from %s at update %d", args.resume, start_update)
     if norms is None:
         t_ref = time.time()
@@ -589,7 +671,8 @@ def train(args: Args) -> RunResult:
 
     T, N = args.num_steps, args.num_envs
     batch_size = T * N
-    num_updates = max(1, args.total_steps // batch_size)
+    num_updates = max(1, args.total_steps // batch_size)  # exact for --budget env, an estimate for train
+    max_updates = num_updates if args.budget == "env" else 10 * num_updates
     obs_buf = {k: torch.zeros((T, N) + s.shape, dtype=torch.as_tensor(np.zeros(1, s.dtype)).dtype)
                for k, s in envs.single_observation_space.spaces.items()}
     actions = torch.zeros((T, N), dtype=torch.long)
@@ -606,7 +689,12 @@ def train(args: Args) -> RunResult:
     bar = _progress(args, num_updates, start_update)
     last_val: EvalResult | None = None
     try:
-        for update in range(start_update, num_updates):
+        update = start_update
+        while not _budget_spent(args, update, num_updates, train_steps):
+            if update >= max_updates:
+                logger.warning("stopping after %d updates with only %d of %d training steps: almost every "
+                               "episode is evaluation-only", update, train_steps, args.total_steps)
+                break
             agent.train()
             h0 = h.clone()
             finished: dict[str, list[float]] = defaultdict(list)
@@ -626,7 +714,7 @@ def train(args: Args) -> RunResult:
                     logprobs[step] = dist.log_prob(action)
                 actions[step], values[step] = action, value
                 obs, reward, term, trunc, info = envs.step(action.numpy())
-                rewards[step] = torch.as_tensor(reward, dtype=torch.float32)
+                rewards[step] = torch.as_tensor(reward, dtype=torch.float32) * args.reward_scale
                 ep_ret += reward
                 done = np.logical_or(term, trunc)  # fixed-length episodes: time is observed, no bootstrap
                 for i in np.flatnonzero(done):
@@ -635,6 +723,11 @@ def train(args: Args) -> RunResult:
                     ep_ret[i] = 0.0
                 next_done = torch.as_tensor(done, dtype=torch.float32)
                 cur_train, cur_control = _task_info(info, N)
+
+            n_train = int(train_mask.sum().item())
+            train_steps += n_train
+            eval_steps += T * N - n_train
+            update += 1
 
             # GAE
             with torch.no_grad():
@@ -687,12 +780,12 @@ def train(args: Args) -> RunResult:
 
             # logging, evaluation, checkpoints
             elapsed = max(time.time() - t0 - eval_seconds, 1e-9)
-            sps = int((global_step - start_update * batch_size) / elapsed)
+            sps = int((global_step - (ckpt["global_step"] if ckpt else 0)) / elapsed)
             with lock:
                 cmetrics = _metrics(curriculum)
             L = float(args.episode_length)
-            row: dict[str, Any] = {"update": update + 1, "global_step": global_step,
-                                   "train_fraction": float(train_mask.mean())}
+            row: dict[str, Any] = {"update": update, "global_step": global_step, "train_steps": train_steps,
+                                   "eval_steps": eval_steps, "train_fraction": float(train_mask.mean())}
             for kind in kinds:
                 r = np.asarray(finished[kind])
                 row[f"episodes/{kind}"] = len(r)
@@ -702,12 +795,13 @@ def train(args: Args) -> RunResult:
                         row["train/zero_return_share"] = float((r == 0).mean())
                         row["train/solved_share"] = float((r > 375 / 900 * L).mean())
             for key in ("task/task_filter/train_tasks", "task/task_filter/accepted",
-                        "task/task_filter/proposed", "opponent/curriculum/store_size",
+                        "task/task_filter/proposed", "task/task_filter/accepted_agent_return",
+                        "task/task_filter/accepted_control_return", "opponent/curriculum/store_size",
                         "opponent/curriculum/mean_winrate"):
                 if key in cmetrics:
                     row[key] = cmetrics[key]
-            is_last = update + 1 == num_updates
-            do_eval = (args.eval_every and (update + 1) % args.eval_every == 0) or is_last
+            is_last = _budget_spent(args, update, num_updates, train_steps) or update >= max_updates
+            do_eval = (args.eval_every and update % args.eval_every == 0) or is_last
             if do_eval:
                 t_eval = time.time()
                 last_val = evaluate(val_tasks, TorchPolicy(agent, seed=args.seed), norms["validation"],
@@ -736,11 +830,12 @@ def train(args: Args) -> RunResult:
                     post["accepted"] = int(row["task/task_filter/train_tasks"])
                 bar.set_postfix(post)
                 bar.update(1)
-            if (args.checkpoint_every and (update + 1) % args.checkpoint_every == 0) or is_last:
+            if (args.checkpoint_every and update % args.checkpoint_every == 0) or is_last:
                 with lock:
                     cstate = curriculum.state_dict()
-                save_checkpoint(run_dir / "checkpoint.pt", agent, optimizer, cstate, update + 1, global_step,
-                                history, norms, str(store_dir), args)
+                save_checkpoint(run_dir / "checkpoint.pt", agent, optimizer, cstate, update, global_step,
+                                history, norms, str(store_dir), args, train_steps=train_steps,
+                                eval_steps=eval_steps)
     finally:
         if bar is not None:
             bar.close()
@@ -761,7 +856,8 @@ def train(args: Args) -> RunResult:
     with lock:
         cmetrics = _metrics(curriculum)
     train_returns = _train_summary(history)
-    result = RunResult(test, history, global_step, seconds, str(run_dir), cmetrics, train_returns)
+    result = RunResult(test, history, global_step, seconds, str(run_dir), cmetrics, train_returns,
+                       train_steps, eval_steps, args.episode_length)
     (run_dir / "result.json").write_text(json.dumps(_result_json(result, args), indent=1, default=float))
     if writer is not None:
         for k, v in test["agent"].summary().items():
@@ -770,6 +866,13 @@ def train(args: Args) -> RunResult:
     if args.plot:
         plot_run(result, run_dir / "xland.png", title=run_name)
     return result
+
+
+def _budget_spent(args: Args, update: int, num_updates: int, train_steps: int) -> bool:
+    """``--budget env``: ``num_updates`` updates done; ``--budget train``: ``total_steps`` training steps."""
+    if args.budget == "env":
+        return update >= num_updates
+    return train_steps >= args.total_steps
 
 
 def _metrics(curriculum: Curriculum) -> dict[str, float]:
@@ -795,6 +898,8 @@ def _result_json(result: RunResult, args: Args) -> dict[str, Any]:
     return {
         "args": dataclasses.asdict(args),
         "global_step": result.global_step,
+        "train_steps": result.train_steps,
+        "eval_steps": result.eval_steps,
         "seconds": result.seconds,
         "test": {k: {**v.summary(), "percentiles": v.percentiles.tolist(),
                      "participation_vs": {str(c): p for c, p in v.participation_vs().items()}}
@@ -815,11 +920,12 @@ def _progress(args: Args, total: int, initial: int):
 
 def save_checkpoint(path: Path, agent: Agent, optimizer: torch.optim.Optimizer, curriculum_state: dict,
                     update: int, global_step: int, history: list, norms: dict, store_dir: str,
-                    args: Args) -> None:
+                    args: Args, train_steps: int = 0, eval_steps: int = 0) -> None:
     """Atomically write policy, optimiser, curriculum state, normalisers and counters."""
     tmp = path.with_suffix(".tmp")
     torch.save({"agent": agent.state_dict(), "optimizer": optimizer.state_dict(),
                 "curriculum": curriculum_state, "update": update, "global_step": global_step,
+                "train_steps": train_steps, "eval_steps": eval_steps,
                 "history": history, "norms": norms, "store_dir": store_dir,
                 "args": dataclasses.asdict(args)}, tmp)
     os.replace(tmp, path)
@@ -874,37 +980,61 @@ def plot_run(result: RunResult | dict[str, RunResult], path: Path, title: str = 
 
 
 def ablation(args: Args) -> dict[str, RunResult]:
-    """Train with and without the dynamic task filter (same budget and seed) and compare on the test set."""
+    """Train with and without the dynamic task filter (same training budget and seeds) and compare on the
+    held-out test set. Keys: ``filter`` / ``uniform`` for one seed, ``filter_s<seed>`` ... for several."""
+    if args.ablation_seeds < 1:
+        raise ValueError(f"--ablation-seeds must be >= 1, got {args.ablation_seeds!r}")
     base = args.run_name or f"xland_ablation_{args.coplayers}_s{args.seed}"
+    seeds = [args.seed + i for i in range(args.ablation_seeds)]
     results = {}
-    for cur in ("filter", "uniform"):
-        run = dataclasses.replace(args, curriculum=cur, ablation=False, run_name=f"{base}_{cur}")
-        results[cur] = train(run)
+    for seed in seeds:
+        for cur in ("filter", "uniform"):
+            name = cur if len(seeds) == 1 else f"{cur}_s{seed}"
+            run = dataclasses.replace(args, curriculum=cur, seed=seed, ablation=False,
+                                      run_name=f"{base}_{name}")
+            results[name] = train(run)
     out = Path(args.run_dir) / base
     out.mkdir(parents=True, exist_ok=True)
     text = ablation_table(results)
     (out / "ablation.txt").write_text(text + "\n")
     if args.plot:
         plot_run(results, out / "ablation.png",
-                 title=f"dynamic task filter vs uniform ({args.total_steps} steps)")
+                 title=f"dynamic task filter vs uniform ({args.total_steps} {args.budget} steps)")
     return results
 
 
 def ablation_table(results: dict[str, RunResult]) -> str:
-    """One row per run: held-out participation and percentiles, and the training-episode profile."""
-    head = (f"{'curriculum':10s} {'steps':>7s} {'test part.':>10s} {'p10':>6s} {'p20':>6s} {'p50':>6s} "
-            f"{'val part.':>9s} {'train ret':>9s} {'zero ret':>8s} {'solved':>7s} {'accepted':>8s}")
+    """One row per run: environment steps (all episodes), training steps, the filter's evaluation-only
+    steps, held-out test participation and normalised percentiles, validation participation at the end,
+    the training-episode profile (last half of the run), the accepted set's size and the agent's and the
+    control policy's mean return (/ episode length) on it. With several runs per curriculum, a ``mean``
+    row per curriculum follows (test participation: mean +- standard deviation over its runs)."""
+    head = (f"{'curriculum':12s} {'steps':>7s} {'train':>7s} {'eval':>6s} {'test part.':>13s} {'p10':>5s} "
+            f"{'p20':>5s} {'p50':>5s} {'val part.':>9s} {'train ret':>9s} {'zero ret':>8s} {'solved':>6s} "
+            f"{'accepted':>8s} {'acc. agent':>10s} {'acc. ctrl':>9s}")
     lines = [head]
+    groups: dict[str, list[float]] = defaultdict(list)
     for name, r in results.items():
         a = r.test["agent"]
         vals = [h["validation"]["participation"] for h in r.history if "validation" in h]
-        tr = r.train_returns
-        acc = r.curriculum_metrics.get("task/task_filter/train_tasks", float("nan"))
-        lines.append(f"{name:10s} {r.global_step:7d} {a.participation:10.3f} {a.percentiles[10]:6.2f} "
-                     f"{a.percentiles[20]:6.2f} {a.percentiles[50]:6.2f} {vals[-1] if vals else np.nan:9.3f} "
+        tr, cm = r.train_returns, r.curriculum_metrics
+        acc = cm.get("task/task_filter/train_tasks", np.nan)
+        acc_a = cm.get("task/task_filter/accepted_agent_return", np.nan)
+        acc_c = cm.get("task/task_filter/accepted_control_return", np.nan)
+        L = float(r.episode_length or 1)
+        groups[name.split("_s")[0]].append(a.participation)
+        lines.append(f"{name:12s} {r.global_step:7d} {r.train_steps:7d} {r.eval_steps:6d} "
+                     f"{a.participation:13.3f} {a.percentiles[10]:5.2f} {a.percentiles[20]:5.2f} "
+                     f"{a.percentiles[50]:5.2f} {vals[-1] if vals else np.nan:9.3f} "
                      f"{tr.get('return/train', np.nan):9.3f} "
                      f"{tr.get('train/zero_return_share', np.nan):8.3f} "
-                     f"{tr.get('train/solved_share', np.nan):7.3f} {acc:8.0f}")
+                     f"{tr.get('train/solved_share', np.nan):6.3f} {acc:8.0f} {acc_a / L:10.3f} "
+                     f"{acc_c / L:9.3f}")
+    if any(len(v) > 1 for v in groups.values()):
+        for cur, parts in groups.items():
+            p = np.asarray(parts)
+            lines.append(f"{cur + ' mean':12s} {'':7s} {'':7s} {'':6s} "
+                         f"{f'{p.mean():.3f}+-{p.std(ddof=1) if p.size > 1 else 0.0:.3f}':>13s}")
     return "\n".join(lines)
 
 
@@ -930,11 +1060,7 @@ def filter_demo(args: Args, episodes: int) -> dict[str, Any]:
         raise ValueError(f"episodes must be >= 1, got {episodes!r}")
     check_args(args)
     space = make_task_space(dataclasses.replace(args, n_test=0, n_validation=0))[0]
-    filt = TaskFilter(space, num_episodes=args.filter_episodes,
-                      return_range=(0.0, float(args.episode_length)),
-                      eval_fraction=args.filter_eval_fraction, max_pending=args.filter_pending,
-                      max_train_tasks=args.filter_max_tasks,
-                      window=max(args.filter_window, args.filter_episodes), seed=args.seed)
+    filt = make_task_filter(args, space)
     seeker, rng = GoalSeeker(), np.random.default_rng(args.seed)
 
     def play(task: XLandTask, scripted: bool) -> float:

@@ -327,3 +327,67 @@ def test_metrics():
     m = cur.metrics()
     assert m["task_filter/pending"] == 4.0 and m["task_filter/train_tasks"] == 0.0
     assert all(isinstance(v, float) for v in m.values())
+
+
+# -- control first, early rejection, accounting ------------------------------------------------------------
+def test_control_first_rejects_as_soon_as_criterion_three_must_fail():
+    # K = 3, m_cont = 0.5 on returns in [0, 1]: after control returns [1, 1] the mean is at least 2/3
+    cur = TaskFilter(Discrete(10), num_episodes=3, m_cont=0.5, eval_fraction=1.0, max_pending=1,
+                     control_first=True, seed=0)
+    first = cur.sample_tasks(1)[0]
+    task, is_control = split_control(first.task)
+    assert is_control and not first.train  # the candidate's first episode is a control episode
+    cur.update_on_episode(1.0, 1, wire(first.task), 1.0)
+    assert task_key(task) in cur.pending  # best case 1/3 <= 0.5: still possible
+    second = cur.sample_tasks(1)[0]
+    assert split_control(second.task) == (task, True)
+    cur.update_on_episode(1.0, 1, wire(second.task), 1.0)
+    assert task_key(task) not in cur.pending  # best case 2/3 > 0.5: rejected without any agent episode
+    c = cur.counts
+    assert (c["rejected_easy_for_control"], c["rejected_early"], c["accepted"]) == (1, 1, 0)
+    assert (c["eval_control_issued"], c["eval_agent_issued"]) == (2, 0)
+    cur.update_on_episode(0.0, 1, wire(task), 0.0)  # a late result for the rejected task: ignored
+    assert cur.counts == c and not cur.train_tasks
+
+
+def test_control_first_spreads_first_control_episodes_over_candidates():
+    cur = TaskFilter(Discrete(100), num_episodes=2, eval_fraction=1.0, max_pending=4, control_first=True,
+                     seed=0)
+    first = cur.sample_tasks(4)
+    assert all(split_control(s.task)[1] for s in first)
+    assert len({task_key(split_control(s.task)[0]) for s in first}) == 4  # one per candidate
+
+
+def test_control_first_keeps_the_decisions_and_spends_fewer_episodes():
+    """Same world, same acceptance rule: with control_first, tasks the control scores on are rejected
+    early (fewer evaluation episodes per decision) and the accepted set is still learnable tasks only."""
+    spent = {}
+    for first in (False, True):
+        world = World(40, seed=3)
+        cur = TaskFilter(Discrete(40), num_episodes=10, max_pending=4, eval_fraction=0.5, seed=0,
+                         control_first=first)
+        run(cur, world, rounds=600)
+        c = cur.counts
+        assert cur.train_tasks and all(world.kind[t] == KIND_LEARNABLE for t in cur.train_tasks)
+        assert (c["rejected_early"] > 0) == first
+        # every issued evaluation episode was played once here (none lost): the accounting matches
+        assert c["eval_agent_issued"] == world.eval_agent.sum()
+        assert c["eval_control_issued"] == world.eval_control.sum()
+        decided = sum(c[k] for k in ("accepted", "rejected_solved", "rejected_control",
+                                     "rejected_easy_for_control"))
+        spent[first] = (world.eval_agent.sum() + world.eval_control.sum()) / decided
+    assert spent[True] < 0.85 * spent[False]
+
+
+def test_accepted_set_metrics_and_old_checkpoints():
+    cur = TaskFilter(Discrete(10), num_episodes=2, seed=0)
+    cur._accept(task_key(3), 3, [1.0, 0.0], [0.0, 0.0])
+    cur._accept(task_key(4), 4, [1.0, 1.0], [0.5, 0.0])
+    m = cur.metrics()
+    assert m["task_filter/accepted_agent_return"] == pytest.approx((0.5 + 1.0) / 2)
+    assert m["task_filter/accepted_control_return"] == pytest.approx((0.0 + 0.25) / 2)
+    state = cur.state_dict()
+    state["counts"] = {k: v for k, v in state["counts"].items() if not k.startswith("eval_")}  # older format
+    other = TaskFilter(Discrete(10), num_episodes=2, seed=1)
+    other.load_state_dict(state)
+    assert other.counts["eval_agent_issued"] == 0 and other.counts["accepted"] == 2

@@ -293,6 +293,39 @@ def test_snapshot_coplayer_from_the_opponent_store(tmp_path):
     assert store.leases(sid) == 0
 
 
+def test_evicted_snapshot_falls_back_to_the_newest_only_when_asked(tmp_path):
+    """A bounded store evicts snapshot 0 after the curriculum sampled it: without the fallback the env
+    raises KeyError naming the eviction; with it, it plays the newest snapshot (here: always RIGHT)."""
+    codec = dict(save_fn=lambda o, f: f.write(json.dumps(o).encode()), load_fn=lambda f: json.loads(f.read()))
+    store = OpponentStore(tmp_path, max_count=2, **codec)
+    old = store.add({"action": LEFT})
+    store.add({"action": LEFT})
+    newest = store.add({"action": RIGHT})  # evicts snapshot 0 (the oldest, not leased)
+    assert old not in store and newest in store
+
+    def make_agent(snapshot):
+        return lambda obs: snapshot["action"]
+
+    w = make_world([(0, 0, E, 0), (6, 6, N, 0)], [(YS, 3, 3)])
+    task = XLandTask(w, PROBE_GAMES["hide_and_seek"], (LEARNER, old))
+    kw = dict(opponent_dir=str(tmp_path), load_fn=codec["load_fn"], make_agent=make_agent)
+    with pytest.raises(KeyError, match="evicted"):
+        XLandEnv(task, **kw).reset(seed=0)
+    env = XLandEnv(task, opponent_fallback=True, **kw)
+    env.reset(seed=0)
+    dirs = []
+    for _ in range(3):
+        env.step({"player_0": NOOP_A})
+        dirs.append(int(env.pdir[1]))
+    assert dirs == [E, S, W]  # turned right every step: the newest snapshot plays
+    assert store.leases(newest) == 1 and store.leases(old) == 0
+    env.close()
+    assert store.leases(newest) == 0
+    never = XLandTask(w, PROBE_GAMES["hide_and_seek"], (LEARNER, 99))  # never issued: no fallback
+    with pytest.raises(KeyError):
+        XLandEnv(never, opponent_fallback=True, **kw).reset(seed=0)
+
+
 # -- the task wrapper -----------------------------------------------------------------------------------
 def test_task_wrapper_switches_tasks_and_reports_progress():
     space = XLandTaskSpace(seed=0)

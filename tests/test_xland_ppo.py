@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 
@@ -38,6 +39,8 @@ from magister.examples.xland_ppo import (
     ablation,
     ablation_table,
     filter_demo,
+    make_task_filter,
+    make_task_space,
     parse_args,
     train,
 )
@@ -217,10 +220,26 @@ def test_parse_args_and_bad_options(tmp_path):
         train(Args(**{**TINY, "curriculum": "nope", "run_dir": str(tmp_path)}))
     with pytest.raises(ValueError, match="multiple of --num-minibatches"):
         train(Args(**{**TINY, "num_envs": 3, "run_dir": str(tmp_path)}))
+    for bad, msg in (({"budget": "time"}, "--budget must be"), ({"reward_scale": 0.0}, "--reward-scale"),
+                     ({"filter_control_max": 1.5}, "--filter-control-max"),
+                     ({"ablation_seeds": 0}, "--ablation-seeds")):
+        with pytest.raises(ValueError, match=msg):
+            run = ablation if "ablation_seeds" in bad else train
+            run(Args(**{**TINY, **bad, "run_dir": str(tmp_path)}))
+
+
+def test_trainer_filter_thresholds():
+    """The paper's thresholds rescaled to [0, episode_length], except m_cont = filter_control_max * L."""
+    args = Args(**{**TINY, "episode_length": 40, "filter_control_max": 0.25})
+    filt = make_task_filter(args, make_task_space(dataclasses.replace(args, n_test=0, n_validation=0))[0])
+    m = filt.thresholds
+    assert (m.m_cont, m.m_s, m.m_greater, m.m_greater_cont, m.m_solved) == pytest.approx(
+        (10.0, 40 * 375 / 900, 40 * 7.5 / 900, 0.0, 1.0))
+    assert filt.control_first and filt.K == 2
 
 
 def test_tiny_run_writes_outputs_feeds_curricula_and_resumes(tmp_path):
-    first = train(Args(**{**TINY, "run_dir": str(tmp_path), "run_name": "a"}))
+    first = train(Args(**{**TINY, "run_dir": str(tmp_path), "run_name": "a", "budget": "env"}))
     run = tmp_path / "a"
     assert (run / "checkpoint.pt").exists() and (run / "xland.png").stat().st_size > 1000
     assert any(p.name.startswith("events.out.tfevents") for p in run.iterdir())
@@ -238,7 +257,8 @@ def test_tiny_run_writes_outputs_feeds_curricula_and_resumes(tmp_path):
     assert ckpt["curriculum"]["num_episodes"] == task_state["num_episodes"]
 
     resumed = train(Args(**{**TINY, "run_dir": str(tmp_path), "run_name": "b", "total_steps": 192,
-                            "resume": str(run / "checkpoint.pt"), "plot": False, "tensorboard": False}))
+                            "budget": "env", "resume": str(run / "checkpoint.pt"), "plot": False,
+                            "tensorboard": False}))
     assert resumed.global_step == 192 and len(resumed.history) == 6  # history carried over, 2 more updates
     after = torch.load(tmp_path / "b" / "checkpoint.pt", weights_only=False)
     assert after["curriculum"]["task"]["num_episodes"] > task_state["num_episodes"]
@@ -248,13 +268,48 @@ def test_tiny_run_writes_outputs_feeds_curricula_and_resumes(tmp_path):
 
 def test_ablation_runs_both_curricula_with_the_same_budget(tmp_path):
     results = ablation(Args(**{**TINY, "total_steps": 64, "run_dir": str(tmp_path), "run_name": "abl",
-                               "plot": False, "tensorboard": False, "n_test": 2}))
+                               "plot": False, "tensorboard": False, "n_test": 2, "budget": "env",
+                               "ablation_seeds": 1}))
     assert set(results) == {"filter", "uniform"}
     assert results["filter"].global_step == results["uniform"].global_step == 64
     text = (tmp_path / "abl" / "ablation.txt").read_text()
-    assert text.splitlines()[0].split()[:3] == ["curriculum", "steps", "test"]
+    assert text.splitlines()[0].split()[:5] == ["curriculum", "steps", "train", "eval", "test"]
     assert text == ablation_table(results) + "\n"
     assert "task/task_filter/train_tasks" not in results["uniform"].curriculum_metrics
+
+
+def test_training_step_budget_charges_the_filters_evaluation_episodes_on_top(tmp_path):
+    """--budget train (the default): both arms train on the same number of steps; the filter's evaluation
+    episodes come on top, counted step by step, and match the episodes it issued. Two seeds per arm."""
+    results = ablation(Args(**{**TINY, "total_steps": 96, "run_dir": str(tmp_path), "run_name": "abl",
+                               "plot": False, "tensorboard": False, "n_test": 2, "eval_every": 0,
+                               "ablation_seeds": 2, "filter_eval_fraction": 0.5}))
+    assert set(results) == {"filter_s0", "uniform_s0", "filter_s1", "uniform_s1"}
+    batch = TINY["num_envs"] * TINY["num_steps"]
+    for seed in (0, 1):
+        uni, fil = results[f"uniform_s{seed}"], results[f"filter_s{seed}"]
+        assert (uni.global_step, uni.train_steps, uni.eval_steps) == (96, 96, 0)
+        assert 96 <= fil.train_steps < 96 + batch  # stops at the first update that reaches the budget
+        assert fil.eval_steps > 0 and fil.global_step == fil.train_steps + fil.eval_steps
+        c = fil.curriculum_metrics
+        issued = c["task/task_filter/eval_agent_issued"] + c["task/task_filter/eval_control_issued"]
+        length = TINY["episode_length"]
+        # every issued evaluation episode was played in full, except at most one in flight per env
+        assert (issued - TINY["num_envs"]) * length <= fil.eval_steps <= issued * length
+        assert fil.history[-1]["train_steps"] == fil.train_steps
+    text = (tmp_path / "abl" / "ablation.txt").read_text()
+    assert [line.split()[0] for line in text.splitlines()[-2:]] == ["filter", "uniform"]  # mean rows
+    assert "+-" in text.splitlines()[-1]
+
+
+def test_async_vector_envs_train_through_the_sync_layer(tmp_path):
+    res = train(Args(**{**TINY, "vector": "async", "run_dir": str(tmp_path), "run_name": "async",
+                        "plot": False, "tensorboard": False, "eval_every": 0, "n_test": 2,
+                        "budget": "env"}))
+    assert res.global_step == 128 and len(res.history) == 4
+    m = res.curriculum_metrics
+    assert m["task/task_filter/proposed"] > 0 and m["task/curriculum/episodes"] > 0  # feedback crossed over
+    assert res.train_steps + res.eval_steps == 128 and res.eval_steps > 0
 
 
 def test_filter_demo_accounts_for_every_proposal():

@@ -182,3 +182,16 @@ def test_alike_games_keep_the_measures():
     assert h is not None and h != g and game_hash(h) == game_hash(g)
     assert game_measures(h) == game_measures(g)
     assert alike_game(PROBE_GAMES["hide_and_seek"], rng) is None
+
+
+def test_smaller_games_for_cpu_scale():
+    space = XLandTaskSpace(seed=0, max_options=1, max_literals=2, three_player_prob=0.0)
+    sizes = {(len(g.options), len(o)) for t in (space.sample() for _ in range(40))
+             for g in t.game.goals for o in g.options}
+    assert {n for n, _ in sizes} == {1}  # one option per goal (two players: no mixing of options)
+    assert {k for _, k in sizes} == {1, 2}
+    evaluation, _ = space.make_evaluation_sets(10, 0, seed=1)
+    assert all(len(g.options) == 1 for t in evaluation for g in t.game.goals)
+    for bad in ({"max_options": 0}, {"max_literals": 4}, {"max_options": 1.5}):
+        with pytest.raises(ValueError, match="must be an int in"):
+            XLandTaskSpace(**bad)

@@ -163,6 +163,10 @@ class XLandEnv(ParallelEnv):
             snapshot co-players.
         make_agent: Turns a loaded snapshot into a ``policy(obs) -> action`` callable.
         load_fn: Snapshot loader (``OpponentLoader``'s ``load_fn``; default torch).
+        opponent_fallback: When a task names a snapshot that a bounded store has evicted since the
+            curriculum sampled it, play the store's newest snapshot instead (logged; ``OpponentLoader``'s
+            ``fallback_to_latest``) rather than raising ``KeyError``. The result reported for the evicted
+            id is dropped by the co-player curriculum.
         seed: Seed of the env's generator (also settable with ``reset(seed=...)``).
         render_mode: ``None`` or ``"ansi"``.
 
@@ -184,6 +188,7 @@ class XLandEnv(ParallelEnv):
         load_fn: Callable[[Any], Any] | None = None,
         seed: int | None = None,
         render_mode: str | None = None,
+        opponent_fallback: bool = False,
     ) -> None:
         for name, v in (("episode_length", episode_length), ("freeze_steps", freeze_steps),
                         ("tag_steps", tag_steps)):
@@ -198,6 +203,7 @@ class XLandEnv(ParallelEnv):
         self.opponent_dir = opponent_dir
         self.make_agent = make_agent
         self.load_fn = load_fn
+        self.opponent_fallback = bool(opponent_fallback)
         self._loaders: dict[int, Any] = {}
         self.possible_agents = [f"player_{i}" for i in range(MAX_PLAYERS)]
         self.agents: list[str] = []
@@ -298,7 +304,8 @@ class XLandEnv(ParallelEnv):
         if loader is None:
             from ...curricula.opponent_store import OpponentLoader
 
-            loader = OpponentLoader(self.opponent_dir, load_fn=self.load_fn, make_agent=self.make_agent)
+            loader = OpponentLoader(self.opponent_dir, load_fn=self.load_fn, make_agent=self.make_agent,
+                                    fallback_to_latest=self.opponent_fallback)
             self._loaders[slot] = loader
         policy = loader.get(cid)
         if not callable(policy):

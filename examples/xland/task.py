@@ -4,8 +4,9 @@ Following the paper's task space (Section 2.3, ``x = (w, (g_1..g_n), (pi_2..pi_n
 sets (Section 4.2), :class:`XLandTaskSpace` draws tasks at run time:
 
 * a world from :func:`~.world.generate_world`, conditioned on the game (:func:`~.world.condition_world`);
-* a game from :func:`~.game.random_game` with 1-3 options of 1-3 literals, 2 players (3 with probability
-  ``three_player_prob``);
+* a game from :func:`~.game.random_game` with 1-``max_options`` options (default 3) of 1-``max_literals``
+  literals (default 3), 2 players (3 with probability ``three_player_prob``); smaller games make a space
+  a CPU-scale agent can learn in (the trainer's ``--max-options`` / ``--max-literals``);
 * co-players: slot 0 is always the learner; every other slot draws from ``coplayer_ids``.
 
 The **encoded** task is ``XLandTask.encode()``: a nested tuple of small ints (world tiles, entities, the
@@ -70,6 +71,8 @@ class XLandTaskSpace(TaskSpace[XLandTask]):
         hold_out_probe_games: Exclude the probe games from training.
         heldout_games: Further games (or their :func:`~.game.game_hash` strings) never sampled.
         seed: Seed of the space's generator.
+        max_options: Options per goal are drawn uniformly from ``1..max_options`` (at most 3).
+        max_literals: Literals per option are drawn uniformly from ``1..max_literals`` (at most 3).
     """
 
     def __init__(
@@ -81,8 +84,14 @@ class XLandTaskSpace(TaskSpace[XLandTask]):
         hold_out_probe_games: bool = True,
         heldout_games: Iterable[Game | str] = (),
         seed: int | None = None,
+        max_options: int = 3,
+        max_literals: int = 3,
     ) -> None:
         super().__init__(seed)
+        for name, v in (("max_options", max_options), ("max_literals", max_literals)):
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 1 <= v <= 3:
+                raise ValueError(f"{name} must be an int in [1, 3], got {v!r}")
+        self.max_options, self.max_literals = int(max_options), int(max_literals)
         self.coplayer_ids = _check_coplayers(coplayer_ids)
         if not 0.0 <= float(three_player_prob) <= 1.0:
             raise ValueError(f"three_player_prob must be in [0, 1], got {three_player_prob!r}")
@@ -156,7 +165,8 @@ class XLandTaskSpace(TaskSpace[XLandTask]):
     # -- sampling -----------------------------------------------------------------------------------
     def _draw(self, rng: np.random.Generator, coplayers: Sequence[int] | None = None) -> XLandTask:
         n_players = 3 if rng.random() < self.three_player_prob else 2
-        game = random_game(rng, int(rng.integers(1, 4)), int(rng.integers(1, 4)), n_players)
+        game = random_game(rng, int(rng.integers(1, self.max_options + 1)),
+                           int(rng.integers(1, self.max_literals + 1)), n_players)
         size = int(rng.integers(self.world_sizes[0], self.world_sizes[1] + 1))
         world = condition_world(generate_world(rng, size, n_players=n_players), game, rng)
         ids = self.coplayer_ids if coplayers is None else coplayers
