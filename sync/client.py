@@ -132,10 +132,18 @@ class TaskFeed:
         steps = self._steps
         assert steps is not None
         if steps.add(assignment, obs, reward, terminated, truncated, info, progress) >= self.step_batch_size:
-            self.flush()
+            self._flush_steps()
 
     def flush(self) -> None:
-        """Send buffered step records now (dropped when updates cannot be delivered: closed, fallback)."""
+        """Send buffered step records now (dropped when updates cannot be delivered: closed, fallback).
+
+        Feeds that hold updates back (the Ray client) also send what they hold.
+        """
+        self._flush_steps()
+
+    def _flush_steps(self) -> None:
+        """Turn buffered step records into one update and deliver it (what a full batch, an episode end and
+        :meth:`flush` do)."""
         steps = self._steps
         if steps is None or not len(steps):
             return
@@ -170,7 +178,7 @@ class TaskFeed:
         if not self._active():
             return
         if self._steps is not None and len(self._steps):
-            self.flush()
+            self._flush_steps()
             if not self._active():  # the flush may have found the server gone
                 return
         self._send_update(
@@ -193,7 +201,7 @@ class TaskFeed:
         if not self._active():
             return
         if self._steps is not None and len(self._steps):
-            self.flush()
+            self._flush_steps()
             if not self._active():
                 return
         self._send_update(

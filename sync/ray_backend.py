@@ -819,7 +819,6 @@ class RayClient(TaskFeed):
         self._outstanding = 0  # tasks asked for, not yet received
         self._held: list[Frame] = []  # encoded updates waiting for the next call
         self._lock = threading.RLock()  # the env's thread and the background flusher
-        self._feeding = 0  # > 0 inside TaskFeed's record_* methods (their flushes hold, see flush)
         self._send_by = math.inf  # when the oldest held update must go out
         self._last_reset: float | None = None
         self._episode_s: float | None = None  # running mean of the time between two tasks
@@ -1120,39 +1119,12 @@ class RayClient(TaskFeed):
     def flush(self) -> None:
         """Send buffered step records and every held update now.
 
-        (The flushes :class:`TaskFeed` makes itself, of a full step batch or before an episode update,
-        only turn the step records into an update, held like the others.)
+        (The step flushes :class:`TaskFeed` makes itself, of a full step batch or before an episode
+        update, only turn the step records into an update, held like the others.)
         """
         with self._lock:
-            super().flush()
-            if not self._feeding:
-                self._send_held()
-
-    # TaskFeed's feedback methods call flush() to turn buffered steps into an update; while they run, that
-    # update is held like any other (see flush).
-    def record_step(self, *args: Any, **kwargs: Any) -> None:
-        """As :meth:`TaskFeed.record_step` (a full step batch becomes an update, held like the others)."""
-        self._feeding += 1
-        try:
-            super().record_step(*args, **kwargs)
-        finally:
-            self._feeding -= 1
-
-    def record_episode(self, *args: Any, **kwargs: Any) -> None:
-        """As :meth:`TaskFeed.record_episode` (the update is held; see the class docstring)."""
-        self._feeding += 1
-        try:
-            super().record_episode(*args, **kwargs)
-        finally:
-            self._feeding -= 1
-
-    def record_progress(self, *args: Any, **kwargs: Any) -> None:
-        """As :meth:`TaskFeed.record_progress` (the update is held; see the class docstring)."""
-        self._feeding += 1
-        try:
-            super().record_progress(*args, **kwargs)
-        finally:
-            self._feeding -= 1
+            self._flush_steps()
+            self._send_held()
 
     def close(self) -> None:
         """Send what is held, collect outstanding tasks, return unused ones and wait for the goodbye's
