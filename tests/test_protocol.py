@@ -77,9 +77,9 @@ def test_hello_roundtrip(pid, name):
     assert _roundtrip(P.Hello(pid, name)) == P.Hello(pid, name)
 
 
-@given(env_ids, st.booleans(), st.booleans(), st.integers(1, 10**6))
-def test_welcome_roundtrip(env_id, step, episode, batch):
-    msg = P.Welcome(env_id, step, episode, batch)
+@given(env_ids, st.booleans(), st.booleans(), st.integers(1, 10**6), st.booleans(), st.booleans())
+def test_welcome_roundtrip(env_id, step, episode, batch, step_obs, step_infos):
+    msg = P.Welcome(env_id, step, episode, batch, step_obs, step_infos)
     assert _roundtrip(msg) == msg
 
 
@@ -150,20 +150,25 @@ def test_step_update_roundtrip(env_id, steps, obs_kind, with_infos):
     st.floats(0, 1),
     st.booleans(),
     st.dictionaries(st.text(max_size=4), st.floats(allow_nan=False)),
+    st.integers(0, 4096),
 )
-def test_episode_update_roundtrip(env_id, task_id, task, ret, length, progress, ended, extras):
-    msg = P.EpisodeUpdate(env_id, task_id, task, ret, length, progress, ended, {"agent_returns": extras})
+def test_episode_update_roundtrip(env_id, task_id, task, ret, length, progress, ended, extras, request):
+    msg = P.EpisodeUpdate(
+        env_id, task_id, task, ret, length, progress, ended, {"agent_returns": extras}, request
+    )
     out = _roundtrip(msg)
     assert isinstance(out, P.EpisodeUpdate)
     assert (out.env_id, out.task_id, out.length, out.ended) == (env_id, task_id, length, ended)
+    assert out.request == request
     assert _same(out.task, task) and out.progress == progress and out.extras == {"agent_returns": extras}
     assert out.episode_return == ret or (math.isinf(ret) and out.episode_return == ret)
 
 
-@given(env_ids, st.integers(-1, 2**40), tasks, st.floats(0, 1), st.booleans())
-def test_progress_update_roundtrip(env_id, task_id, task, progress, done):
-    out = _roundtrip(P.ProgressUpdate(env_id, task_id, task, progress, done))
+@given(env_ids, st.integers(-1, 2**40), tasks, st.floats(0, 1), st.booleans(), st.integers(0, 4096))
+def test_progress_update_roundtrip(env_id, task_id, task, progress, done, request):
+    out = _roundtrip(P.ProgressUpdate(env_id, task_id, task, progress, done, request))
     assert (out.env_id, out.task_id, out.progress, out.done) == (env_id, task_id, progress, done)
+    assert out.request == request
     assert _same(out.task, task)
 
 
@@ -290,6 +295,7 @@ def test_version_mismatch_is_a_clear_error():
         (_raw(V, 6, (0, 1, 0, "x", 1, 0.0, True, {})), "episode_return must be a number"),
         (_raw(V, 6, (0, 1, 0, 1.0, 1, 0.0, True, ())), "extras must be a dict"),
         (_raw(V, 9, (0, (1, True))), "returned_task_ids must be an int"),
+        (_raw(V, 6, (0, 1, 0, 1.0, 1, 0.0, True, {}, -1)), "request must be >= 0"),
     ],
 )
 def test_malformed_frames_raise_protocol_error(frames, match):
