@@ -397,3 +397,26 @@ def test_a_flood_of_hellos_is_bounded(ctx):
         with pytest.raises(SyncError, match="too_many_envs"):
             c.next_task()  # a clear refusal, not a timeout
         c.close()
+
+
+def test_a_refused_update_still_gets_the_tasks_it_asked_for(ctx):
+    """An episode update that also asks for tasks (request > 0) and is refused (NaN return) is answered
+    with the error and then the tasks: the env is not left waiting, the curriculum is not touched."""
+    with serve(Recorder(n=10)) as server:
+        sock = _raw(ctx, server.address)
+        env = _hello(sock)
+        held = _tasks(sock, env, 1)
+        t0 = held.task_ids[0]
+        error = _ask(sock, P.encode(P.EpisodeUpdate(env, t0, held.tasks[0], float("nan"), 1, 1.0, request=2)))
+        assert isinstance(error, P.Error) and error.code == "non_finite"
+        assert sock.poll(5000)
+        tasks = P.decode(sock.recv_multipart())
+        assert isinstance(tasks, P.Tasks) and len(tasks.task_ids) == 2 and tasks.env_id == env
+        assert server.curriculum.calls == []
+        # a valid update with a request: applied, then answered with the tasks
+        reply = _ask(sock, P.encode(P.EpisodeUpdate(env, t0, held.tasks[0], 1.0, 1, 1.0, request=1)))
+        assert isinstance(reply, P.Tasks) and len(reply.task_ids) == 1
+        assert server.curriculum.calls == [("episode", held.tasks[0], 1.0)]
+        m = server.metrics()
+        assert m[f"sync/env{env}/tasks_sent"] == 4 and m[f"sync/env{env}/tasks_consumed"] == 1
+        assert m[f"sync/env{env}/updates_rejected"] == 1 and m[f"sync/env{env}/updates_applied"] == 1
