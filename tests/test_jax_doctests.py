@@ -9,7 +9,8 @@ import pytest
 
 pytest.importorskip("jax")
 
-MODULES = ["env", "propositions", "reward_machines", "problem", "levels", "curriculum", "probes"]
+MODULES = ["env", "propositions", "reward_machines", "problem", "levels", "solvability", "curriculum",
+           "probes"]
 
 
 @pytest.mark.parametrize("name", MODULES)

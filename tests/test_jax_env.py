@@ -14,6 +14,7 @@ from magister.examples.minigrid_rm import env as E  # noqa: E402
 from magister.examples.minigrid_rm import levels as L  # noqa: E402
 from magister.examples.minigrid_rm import propositions as P  # noqa: E402
 from magister.examples.minigrid_rm import reward_machines as R  # noqa: E402
+from magister.examples.minigrid_rm import solvability as S  # noqa: E402
 from magister.examples.minigrid_rm.problem import Problem, auto_reset_step, reset, step  # noqa: E402
 
 _step = jax.jit(E.grid_step)
@@ -279,6 +280,99 @@ def test_solvable_fraction_independent_vs_conditioned(batches) -> None:
     assert 0.7 < cond < 0.95
 
 
+# -- random-walk (DAG) RM sampler ---------------------------------------------------------------------------
+_rw = jax.jit(jax.vmap(R.sample_random_walk_rm, in_axes=(0, None, None, None, None, None, None)),
+              static_argnums=(1, 2, 5))  # restart_prob and max_paths traced: one compilation
+_npaths = jax.jit(jax.vmap(R.rm_paths_count))
+_NRW = 256  # one batch size: one compilation
+
+
+def _rw_batch(n: int, seed: int = 0, max_paths: int = 2, restart: float = 0.5, allowed=None
+              ) -> R.RewardMachine:
+    allowed = jnp.ones(P.NUM_PROPS, bool) if allowed is None else allowed  # same as None, one compilation
+    return _rw(jax.random.split(jax.random.PRNGKey(seed), n), 1, 5, allowed, jnp.float32(restart), 4,
+               jnp.int32(max_paths))
+
+
+def test_implication_matrix() -> None:
+    imp = R.IMPLIES
+    pid = P.prop_id
+    assert imp[pid("front_ball_red"), pid("front_ball")] and not imp[pid("front_ball"), pid("front_ball_red")]
+    assert imp[pid("front_door_red_locked"), pid("front_door_locked")]
+    assert imp[pid("front_door_red_locked"), pid("front_door")]
+    assert not imp[pid("front_door_red_locked"), pid("front_door_red_open")]
+    assert imp[pid("next_ball_red_square"), pid("next_square_ball")]  # next is symmetric
+    assert not imp[pid("front_ball"), pid("carrying_ball")]
+    assert np.all(np.diag(imp))  # reflexive
+    assert not np.any(imp & imp.T & ~np.eye(889, dtype=bool))  # no two distinct propositions are equivalent
+
+
+def test_random_walk_sampler_structure() -> None:
+    rms = _rw_batch(_NRW)
+    again = _rw_batch(_NRW)
+    for a, b in zip(rms, again):  # deterministic in the key
+        assert np.array_equal(np.asarray(a), np.asarray(b))
+    n = np.asarray(rms.n_states)
+    src, dst, lits = (np.asarray(x) for x in (rms.edge_src, rms.edge_dst, rms.edge_lits))
+    assert n.min() == 2 and n.max() <= 6 and {2, 3, 4, 5} <= set(np.unique(n).tolist())  # walks skip states
+    assert np.all(np.asarray(rms.initial) == 0) and np.array_equal(np.asarray(rms.accepting), n - 1)
+    paths = np.asarray(_npaths(rms))
+    assert paths.min() == 1 and paths.max() == 2 and 0.1 < (paths == 2).mean() < 0.9
+    for i in range(_NRW):
+        used = src[i] >= 0
+        e_src, e_dst = src[i][used], dst[i][used]
+        assert np.all(src[i][used.sum():] == -1)  # edges first, padding after
+        assert np.all(e_src < e_dst) and e_dst.max() == n[i] - 1  # acyclic in index order
+        assert len(set(zip(e_src.tolist(), e_dst.tolist()))) == used.sum()  # one edge per pair of states
+        for u in range(n[i]):  # every state lies on a path u0 -> uA
+            assert (u == 0) or u in e_dst
+            assert (u == n[i] - 1) or u in e_src
+        assert np.bincount(e_src).max() <= 2  # out-degree <= max_paths
+        pos = lits[i, :, 0][used] - 1
+        assert np.all((pos >= 0) & (pos < P.NUM_PROPS))
+        for e in range(used.sum()):
+            sib = [f for f in range(used.sum()) if f != e and e_src[f] == e_src[e]]
+            negs = sorted(-c - 1 for c in lits[i, e, 1:] if c != 0)
+            assert negs == sorted(pos[sib].tolist())  # determinism: conjoined with the siblings' negations
+            assert np.all(lits[i, e, 1:] <= 0)
+            for f in sib:
+                assert not R.IMPLIES[pos[e], pos[f]]  # labelling is deterministic (no implied sibling)
+            for f in range(used.sum()):
+                if e_dst[f] == e_src[e]:
+                    assert not R.IMPLIES[pos[f], pos[e]]  # and non-tautological
+
+
+def test_random_walk_sampler_options() -> None:
+    single = _rw_batch(_NRW, seed=1, max_paths=1)
+    assert np.all(np.asarray(_npaths(single)) == 1)
+    assert np.all(np.asarray(single.edge_lits)[:, :, 1:] == 0)  # a single path: no negations needed
+    no_restart = _rw_batch(_NRW, seed=2, restart=0.0)
+    assert np.all(np.asarray(_npaths(no_restart)) == 1)  # one walk, one path
+    more = _rw_batch(_NRW, seed=3, restart=1.0)
+    assert (np.asarray(_npaths(more)) == 2).mean() > (
+        np.asarray(_npaths(_rw_batch(_NRW, seed=3))) == 2).mean()
+    allowed = jnp.zeros(P.NUM_PROPS, bool).at[jnp.array([7, 8, 60, 100])].set(True)
+    lim = _rw_batch(_NRW, seed=4, allowed=allowed)
+    lits = np.asarray(lim.edge_lits)
+    assert set(np.unique(np.abs(lits[lits != 0]) - 1).tolist()) <= {7, 8, 60, 100}
+    with pytest.raises(ValueError, match="max_paths"):
+        R.sample_random_walk_rm(jax.random.PRNGKey(0), max_paths=4)
+    with pytest.raises(ValueError, match="task"):
+        L.ProblemSampler(task="dag")
+    # RM stepping on a branching RM: at most one edge fires, the one whose proposition holds
+    rm = jax.tree_util.tree_map(lambda a: a[int(np.argmax(np.asarray(_npaths(more))))], more)
+    src, lits = np.asarray(rm.edge_src), np.asarray(rm.edge_lits)
+    fork = int(np.argmax(np.bincount(src[src >= 0])))
+    two = [e for e in range(R.MAX_EDGES) if src[e] == fork]
+    assert len(two) == 2
+    for e in two:
+        lab = jnp.zeros(P.NUM_PROPS, bool).at[lits[e, 0] - 1].set(True)
+        u, _ = _rm_step(rm, jnp.int32(fork), lab)
+        assert int(u) == int(np.asarray(rm.edge_dst)[e])
+    both = jnp.zeros(P.NUM_PROPS, bool).at[lits[two, 0] - 1].set(True)
+    assert int(_rm_step(rm, jnp.int32(fork), both)[0]) == fork  # both hold: neither edge fires
+
+
 # -- solvability ----------------------------------------------------------------------------------------
 def _solv(lvl: E.Level, props: list[str]) -> bool:
     return L.is_solvable(lvl, R.sequential_rm(props))
@@ -325,6 +419,171 @@ def test_solvability_door_order_matters() -> None:
     rm_bad = R.rm_from_edges(3, [(0, 2, ["front_key_yellow"]), (0, 1, ["front_key_red"]),
                                  (1, 2, ["carrying_ball"])])
     assert not L.is_solvable(lvl4, rm_bad)
+
+
+def _conj(lvl: E.Level, *edges: list[str]) -> bool:
+    """Solvability of a sequential RM whose edges are conjunctions (names, ``!`` for negation)."""
+    return L.is_solvable(lvl, R.rm_from_edges(len(edges) + 1, [(i, i + 1, e) for i, e in enumerate(edges)]))
+
+
+def test_solvability_conjunctions_and_negations() -> None:
+    """Cases the per-literal checker called solvable: every literal of an edge must hold at once."""
+    red_ball = E.build_level(1, (3, 1), 0, objects=[(3, 4, "ball", "red")])
+    assert _conj(red_ball, ["front_ball"]) and not _conj(red_ball, ["front_ball", "!front_ball_red"])
+    two = E.build_level(1, (3, 1), 0, objects=[(3, 4, "ball", "red"), (1, 1, "ball", "blue")])
+    assert _conj(two, ["front_ball", "!front_ball_red"])
+    one_key = E.build_level(1, (3, 1), 0, objects=[(5, 5, "key", "red")])
+    assert not _conj(one_key, ["carrying_key", "front_key"])  # the carried key is not in front
+    assert not _conj(one_key, ["carrying_key_red", "next_key_red_door"])  # nor on the grid
+    assert _conj(one_key, ["carrying_key"], ["front_key"])  # one after the other: drop it, face it
+    two_keys = E.build_level(1, (3, 1), 0, objects=[(5, 5, "key", "red"), (1, 5, "key", "green")])
+    assert _conj(two_keys, ["carrying_key", "front_key"])
+    assert _conj(two_keys, ["carrying_key", "front_key", "!front_key_green"])  # carry green, face red
+    assert not _conj(two_keys, ["carrying_key_red", "front_key_red"])
+    door = E.build_level(2, (3, 2), 0, doors=[("closed", "red")], objects=[(1, 1, "square", "red")])
+    assert not _conj(door, ["front_door_open", "front_door_closed"])  # one door, one state at a time
+    assert _conj(door, ["front_door_open"], ["front_door_closed"])
+    assert not _conj(door, ["next_ball_square", "!next_ball_square_red"])
+    assert not _conj(door, ["next_square_door", "!next_square_door_red"])
+    assert _conj(door, ["next_square_door", "!next_square_door_open"])  # close it first
+    # a negated literal the level cannot avoid in the chosen configuration
+    assert not _conj(door, ["next_square_red_door_red", "!next_square_door"])
+
+
+def test_solvability_sees_unreachable_objects_through_walls() -> None:
+    """Walls do not occlude the view: fixed objects behind a locked door can satisfy ``next`` (the old
+    checker required a reachable object)."""
+    near = E.build_level(2, (3, 2), 0, doors=[("locked", "red")],
+                         objects=[(3, 7, "ball", "blue"), (3, 8, "key", "yellow")])
+    assert _solv(near, ["next_ball_key"]) and _solv(near, ["next_ball_door_locked"])
+    assert not _solv(near, ["front_ball"]) and not _solv(near, ["carrying_key"])
+    far = E.build_level(2, (3, 2), 0, doors=[("locked", "red")],
+                        objects=[(1, 10, "ball", "blue"), (1, 11, "key", "yellow")])
+    assert not _solv(far, ["next_ball_key"])  # never within 4 cells ahead of a reachable cell
+    assert S.formula_satisfiable(near, ["front_door_locked"])
+    assert not S.formula_satisfiable(near, ["front_door_locked"], unlocked=[(3, 6)])
+    with pytest.raises(ValueError, match="locked door"):
+        S.formula_satisfiable(near, ["front_ball"], unlocked=[(3, 3)])
+
+
+def test_single_literal_fast_path_matches_general_search(batches) -> None:
+    ps = batches["independent"]
+    rng = np.random.default_rng(3)
+    checked = 0
+    for i in rng.choice(_N, size=12, replace=False):
+        lvl = jax.tree_util.tree_map(lambda a, i=i: a[i], ps.level)
+        ch = S._Checker(lvl)
+        reg = ch.region(0)
+        props = np.concatenate([np.flatnonzero(np.asarray(L.allowed_props(lvl))), rng.integers(0, 889, 20)])
+        for p in rng.choice(props, size=12, replace=False):
+            assert reg._single(int(p)) == reg._conjunction([int(p)], []), P.prop_name(int(p))
+            checked += 1
+    assert checked == 144
+
+
+# A brute-force reference: breadth-first search over full environment states (pure Python dynamics written
+# from the env's definition), for levels small enough to enumerate.
+_ADJ25 = np.zeros((25, 25))
+for _r in range(5):
+    for _c in range(5):
+        for _dr, _dc in ((0, 1), (1, 0)):
+            if _r + _dr < 5 and _c + _dc < 5:
+                _i, _j = _r * 5 + _c, (_r + _dr) * 5 + _c + _dc
+                _ADJ25[_i, _j] = _ADJ25[_j, _i] = 1
+_MF = P.MATCH.reshape(P.NUM_DESCRIPTORS, -1).astype(float)
+
+
+def _bf_label(state: tuple) -> np.ndarray:
+    tiles, cols, pos, d, carry = state
+    fwd, right = E.DIR_VEC[d], E.DIR_VEC[(d + 1) % 4]
+    idx = []
+    for vr in range(5):
+        for vc in range(5):
+            r = pos[0] + (4 - vr) * fwd[0] + (vc - 2) * right[0]
+            c = pos[1] + (4 - vr) * fwd[1] + (vc - 2) * right[1]
+            inside = 0 <= r < len(tiles) and 0 <= c < len(tiles[0])
+            idx.append(tiles[r][c] * 6 + cols[r][c] if inside else E.WALL * 6)
+    m = _MF[:, idx]
+    carrying = np.zeros(P.NUM_DESCRIPTORS, bool)
+    if carry[0] != E.FLOOR:
+        carrying[:21] = P.MATCH[:21, carry[0], carry[1]]
+    pair = (m @ _ADJ25 @ m.T) > 0
+    k, d1, d2 = P.PROP_KIND, P.PROP_D1, P.PROP_D2
+    return np.where(k == 0, m[d1, 17] > 0, np.where(k == 1, carrying[d1], pair[d1, d2]))
+
+
+def _bf_step(state: tuple, a: int) -> tuple:
+    tiles, cols, pos, d, carry = state
+    tiles, cols = [list(x) for x in tiles], [list(x) for x in cols]
+    f = (pos[0] + int(E.DIR_VEC[d][0]), pos[1] + int(E.DIR_VEC[d][1]))
+    ft, fc = tiles[f[0]][f[1]], cols[f[0]][f[1]]
+    if a in (E.LEFT, E.RIGHT):
+        d = (d + (3 if a == E.LEFT else 1)) % 4
+    elif a == E.FORWARD and ft in (E.FLOOR, E.DOOR_OPEN):
+        pos = f
+    elif a == E.PICKUP and ft in E.MOVABLE_TILES and carry[0] == E.FLOOR:
+        carry, tiles[f[0]][f[1]], cols[f[0]][f[1]] = (ft, fc), E.FLOOR, 0
+    elif a == E.DROP and carry[0] != E.FLOOR and ft == E.FLOOR:
+        (tiles[f[0]][f[1]], cols[f[0]][f[1]]), carry = carry, (E.FLOOR, 0)
+    elif a == E.TOGGLE and (ft in (E.DOOR_CLOSED, E.DOOR_OPEN)
+                            or (ft == E.DOOR_LOCKED and carry == (E.KEY, fc))):
+        tiles[f[0]][f[1]] = E.DOOR_CLOSED if ft == E.DOOR_OPEN else E.DOOR_OPEN
+    return tuple(map(tuple, tiles)), tuple(map(tuple, cols)), pos, d, carry
+
+
+def _brute_solvable(lvl: E.Level, rm: R.RewardMachine) -> bool:
+    h, w = E.level_shape(int(lvl.n_rooms))
+    s0 = (tuple(map(tuple, np.asarray(lvl.tiles)[:h, :w].astype(int).tolist())),
+          tuple(map(tuple, np.asarray(lvl.colours)[:h, :w].astype(int).tolist())),
+          tuple(int(x) for x in np.asarray(lvl.agent_pos)), int(lvl.agent_dir),
+          tuple(int(x) for x in np.asarray(lvl.carry)))
+    src, dst, lits = (np.asarray(x).tolist() for x in (rm.edge_src, rm.edge_dst, rm.edge_lits))
+    acc = int(rm.accepting)
+    labels: dict = {}
+    start = (s0, int(rm.initial))
+    seen, todo = {start}, [start]
+    while todo:
+        s, u = todo.pop()
+        for a in range(E.NUM_ACTIONS):
+            s2 = _bf_step(s, a)
+            if s2 not in labels:
+                labels[s2] = _bf_label(s2)
+            lab = labels[s2]
+            u2 = next((dst[e] for e in range(len(src)) if src[e] == u
+                       and all(lab[abs(c) - 1] == (c > 0) for c in lits[e] if c)), u)
+            if u2 == acc:
+                return True
+            if (s2, u2) not in seen:
+                seen.add((s2, u2))
+                todo.append((s2, u2))
+    return False
+
+
+def test_solvability_matches_brute_force_search() -> None:
+    """Exact on levels whose whole state space can be enumerated (conjunctions, negations, doors)."""
+    cases = [
+        (E.build_level(1, (3, 1), 0, objects=[(3, 4, "ball", "red")]),
+         [["front_ball", "!front_ball_red"]]),
+        (E.build_level(1, (3, 1), 0, objects=[(5, 5, "key", "red")]),
+         [["carrying_key"], ["front_key", "!carrying_key"]]),
+        (E.build_level(1, (3, 1), 0, objects=[(5, 5, "key", "red")]), [["carrying_key", "front_key"]]),
+        (E.build_level(2, (3, 2), 0, doors=[("locked", "red")], objects=[(3, 7, "ball", "blue"),
+                                                                      (3, 8, "key", "yellow")]),
+         [["next_ball_key", "!front_door"]]),
+        (E.build_level(2, (3, 2), 0, doors=[("closed", "green")], objects=[(1, 1, "square", "green")]),
+         [["next_square_door_closed"], ["front_door_open", "!next_square_door"]]),
+        (E.build_level(2, (3, 2), 0, doors=[("locked", "green")], objects=[(1, 1, "key", "green")]),
+         [["front_door_green_open"], ["front_door_locked"]]),
+        (E.build_level(2, (3, 2), 0, doors=[("locked", "green")], objects=[(1, 1, "key", "green")]),
+         [["front_door_green_locked", "carrying_key"], ["front_door_open", "!carrying_key"]]),
+    ]
+    verdicts = []
+    for lvl, edges in cases:
+        rm = R.rm_from_edges(len(edges) + 1, [(i, i + 1, e) for i, e in enumerate(edges)])
+        want = _brute_solvable(lvl, rm)
+        assert L.is_solvable(lvl, rm) == want, edges
+        verdicts.append(want)
+    assert verdicts == [False, True, False, True, True, False, True]
 
 
 def _reference_label(tiles: np.ndarray, colours: np.ndarray, pos: tuple[int, int], d: int,

@@ -72,6 +72,9 @@ def test_accel_updates_checkpoint_and_evaluate(tmp_path) -> None:
     comp = ppo.buffer_composition(cfg, ts, probs3)
     assert 0.0 <= comp["solvable_fraction"] <= 1.0 and 1.0 <= comp["mean_rooms"] <= 6.0
     assert 2.0 <= comp["mean_rm_states"] <= 6.0 and comp["buffer_mean_edits"] >= 0.0
+    assert 0.0 <= comp["replay_solvable_fraction"] <= 1.0 and 0.0 <= comp["ever_solved_fraction"] <= 1.0
+    if comp["solvable_fraction"] == 0.0:  # no solvable entry: no replay mass on one
+        assert comp["replay_solvable_fraction"] == 0.0 and np.isnan(comp["score_solvable"])
     # checkpoint round trip
     path = tmp_path / "ckpt.npz"
     ppo.save_checkpoint(path, ts, cfg)
@@ -97,3 +100,56 @@ def test_cli_help(capsys) -> None:
         ppo.main(["--help"])
     assert e.value.code == 0
     assert "--method" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_sfl_refresh_updates_and_training_run(tmp_path, monkeypatch) -> None:
+    from magister.examples.minigrid_rm import curriculum as C
+    from magister.examples.minigrid_rm.levels import sample_problem
+
+    sfl = C.SFLConfig(batch_size=8, buffer_size=4, update_period=2, sample_ratio=1.0)
+    cfg = ppo.TrainConfig(method="sfl", num_envs=8, rollout_len=8, max_steps=8, updates=3, epochs=1,
+                          minibatches=2, net=TINY, sfl=sfl)
+    ts = ppo.init_train_state(cfg)
+    # refresh: 4 evaluations per candidate; success rates 0, 1/2, 1, 1/4, 3/4, 0, 1/2, 1 -> learnability
+    # p (1 - p) = 0, 1/4, 0, 3/16, 3/16, 0, 1/4, 0: candidates 1 and 6, then 3 and 4 are kept
+    quarters = np.array([0, 2, 4, 1, 3, 0, 2, 4])
+    calls = []
+
+    def fake_eval(params, probs, key):
+        calls.append(int(probs.rm.n_states.shape[0]))
+        return jnp.asarray(len(calls) - 1 < quarters)
+
+    ts = ppo._sfl_refresh(cfg, ts, fake_eval)
+    assert calls == [8, 8, 8, 8]
+    np.testing.assert_allclose(np.asarray(ts.sfl.learnability), [0.25, 0.25, 0.1875, 0.1875])
+    _, k1, _, _ = jax.random.split(ppo.init_train_state(cfg).key, 4)
+    cands = jax.vmap(sample_problem, in_axes=(0, None))(jax.random.split(k1, 8), cfg.problem_sampler)
+    cand_h = np.asarray(jax.vmap(C.problem_hash)(cands))
+    kept = np.asarray(jax.vmap(C.problem_hash)(ts.sfl.problems))
+    assert set(kept[:2].tolist()) == set(cand_h[[1, 6]].tolist())
+    assert set(kept[2:].tolist()) == set(cand_h[[3, 4]].tolist())
+    # an update: with sample_ratio 1 every env plays a buffered problem, and all are trained on
+    update = ppo.make_update(cfg)
+    p0 = ts.params
+    ts2, (m, probs) = update(ts)
+    assert set(np.asarray(jax.vmap(C.problem_hash)(probs)).tolist()) <= set(kept.tolist())
+    assert float(m["train_fraction"]) == 1.0
+    assert not all(np.array_equal(a, b) for a, b in zip(jax.tree_util.tree_leaves(p0),
+                                                          jax.tree_util.tree_leaves(ts2.params)))
+    # the whole loop: refreshes at updates 0 and 2, metrics, checkpoint and plot written
+    monkeypatch.setattr(ppo, "make_update", lambda c: update)  # same config: reuse the compiled update
+    refreshed = []
+    real_refresh = ppo._sfl_refresh
+
+    def counting_refresh(c, state, eval_fn):
+        refreshed.append(int(state.step))
+        return real_refresh(c, state, eval_fn)
+
+    monkeypatch.setattr(ppo, "_sfl_refresh", counting_refresh)
+    rows = ppo.train(cfg, tmp_path, log_every=1, ckpt_every=3, progress=False)
+    assert refreshed == [0, 2]  # every update_period updates, before the update
+    assert [r["update"] for r in rows] == [1, 2, 3] and rows[-1]["env_steps"] == 3 * 8 * 8
+    assert all(r["train_fraction"] == 1.0 and 0.0 <= r["solvable_fraction"] <= 1.0 for r in rows)
+    assert (tmp_path / "metrics.jsonl").read_text().count("\n") == 3
+    assert (tmp_path / "ckpt_3.npz").exists() and (tmp_path / "buffer_composition.png").exists()

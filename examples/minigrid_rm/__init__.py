@@ -4,8 +4,11 @@ Everything here needs the optional ``jax`` extra (``pip install magister[jax]``)
 
 * :mod:`.env` - grid dynamics on fixed-shape arrays (jit/vmap friendly), 5x5 egocentric observations;
 * :mod:`.propositions` - the 889-proposition alphabet and the labelling function;
-* :mod:`.reward_machines` - reward machines as arrays, stepping and the sequential sampler;
-* :mod:`.levels` - the level sampler, problem samplers and the solvability checker;
+* :mod:`.reward_machines` - reward machines as arrays, stepping, the sequential and random-walk (DAG)
+  samplers;
+* :mod:`.levels` - the level sampler and the problem samplers (independent, level-conditioned);
+* :mod:`.solvability` - the solvability checker (each edge's whole conjunction, negations included, in one
+  env state; door-unlocking order; "unsolvable" is always right);
 * :mod:`.mutations` - the 8 level, 3 task and 2 hindsight edits of ATLAS with their preconditions;
 * :mod:`.curriculum` - PLR-perp, ACCEL, SFL and DR as pure functions over a fixed-capacity buffer;
 * :mod:`.probes` - a small hand-designed evaluation set (MYOPIC, PATROL, CHOICE and simpler problems);

@@ -10,20 +10,13 @@ Paper: Furelos-Blanco et al., "Beyond Fixed Tasks: Unsupervised Environment Desi
 (key/ball/square) and colour on distinct uniform free cells; the agent goes on another free cell, facing a
 uniform direction.
 
-**Problem samplers** (Sec. 3.3): *independent* draws a level and a sequential RM separately (most problems
-are unsolvable: about 3% are solvable in the paper); *level-conditioned* draws the RM's propositions only
-among those whose objects are in the level (front/carrying: a matching object; next: two distinct
-matching objects).
+**Problem samplers** (Sec. 3.3): *independent* draws a level and an RM (sequential, or acyclic from the
+random-walk sampler) separately (most problems are unsolvable: about 3% are solvable in the paper);
+*level-conditioned* draws the RM's propositions only among those whose objects are in the level
+(front/carrying: a matching object; next: two distinct matching objects).
 
-**Solvability** (Appendix E.3; host-side numpy): an RM is solvable in a level if some simple path
-``u0 -> uA`` has all its edge formulas satisfiable in order. A formula (conjunction) is satisfiable if each
-positive literal is satisfiable by the objects *within reach* (negative literals are assumed avoidable);
-reach is the agent's connected region, where floor, objects (they can be moved), open and closed doors are
-passable and locked doors are not. When a formula is not satisfiable, the search opens a locked door that
-borders the region and whose colour matches a key within reach, which grows the region; different opening
-orders are explored (a depth-first search over (path position, set of opened doors)), because opening a
-door can make a later formula unsatisfiable (``front_door_<colour>_locked``). A satisfiable formula is
-always taken at once: opening more doors first never helps, since reach only grows with opened doors.
+**Solvability** (Appendix E.3; host side): :func:`is_solvable` and :func:`solvable_batch` live in
+:mod:`.solvability` (re-exported here), which says exactly what they decide.
 
 >>> import jax
 >>> lvl = sample_level(jax.random.PRNGKey(0))
@@ -40,7 +33,6 @@ from dataclasses import dataclass
 import jax
 import jax.numpy as jnp
 import numpy as np
-from scipy import ndimage
 
 from .env import (
     BALL,
@@ -71,7 +63,8 @@ from .propositions import (
     PROP_D2,
     PROP_KIND,
 )
-from .reward_machines import RewardMachine, sample_sequential_rm
+from .reward_machines import sample_random_walk_rm, sample_sequential_rm
+from .solvability import is_solvable, solvable_batch
 
 logger = logging.getLogger(__name__)
 
@@ -198,7 +191,10 @@ class ProblemSampler:
         mode: ``"independent"`` (paper default) or ``"level_conditioned"``.
         rooms: room counts to draw from.
         object_range: optional override of the object counts (see :func:`sample_level`).
-        min_transitions, max_transitions: sequential RM length range (1-5 in the paper).
+        min_transitions, max_transitions: RM length range (1-5 in the paper): the sequential RM's number
+            of transitions, or one less than the random-walk sampler's candidate states.
+        task: ``"sequential"`` (paper default) or ``"random_walk"`` (acyclic RMs, Sec. 5.4), see
+            :mod:`.reward_machines`; ``restart_prob``, ``max_walks`` and ``max_paths`` configure the latter.
     """
 
     mode: str = "independent"
@@ -206,10 +202,16 @@ class ProblemSampler:
     object_range: tuple[int, int] | None = None
     min_transitions: int = 1
     max_transitions: int = 5
+    task: str = "sequential"
+    restart_prob: float = 0.5
+    max_walks: int = 4
+    max_paths: int = 2
 
     def __post_init__(self) -> None:
         if self.mode not in ("independent", "level_conditioned"):
             raise ValueError(f"mode must be 'independent' or 'level_conditioned', got {self.mode!r}")
+        if self.task not in ("sequential", "random_walk"):
+            raise ValueError(f"task must be 'sequential' or 'random_walk', got {self.task!r}")
         _layout_mask(self.rooms)
 
     def __call__(self, key: jax.Array) -> Problem:
@@ -225,123 +227,12 @@ def sample_problem(key: jax.Array, sampler: ProblemSampler = ProblemSampler()) -
     k1, k2 = jax.random.split(key)
     level = sample_level(k1, sampler.rooms, sampler.object_range)
     allowed = allowed_props(level) if sampler.mode == "level_conditioned" else None
-    rm = sample_sequential_rm(k2, sampler.min_transitions, sampler.max_transitions, allowed)
+    if sampler.task == "random_walk":
+        rm = sample_random_walk_rm(k2, sampler.min_transitions, sampler.max_transitions, allowed,
+                                   sampler.restart_prob, sampler.max_walks, sampler.max_paths)
+    else:
+        rm = sample_sequential_rm(k2, sampler.min_transitions, sampler.max_transitions, allowed)
     return Problem(level, rm)
-
-
-# ---------------------------------------------------------------------------------------------------
-# Solvability (host side)
-# ---------------------------------------------------------------------------------------------------
-_MOVABLE_SET = (KEY, BALL, SQUARE)
-_STRUCT = np.array([[0, 1, 0], [1, 1, 1], [0, 1, 0]])
-
-
-class _Reach:
-    """What is within reach for one set of opened locked doors."""
-
-    def __init__(self, tiles: np.ndarray, colours: np.ndarray, agent: tuple[int, int], carry: np.ndarray,
-                 locked: list[tuple[int, int]], opened: int) -> None:
-        passable = np.isin(tiles, (FLOOR, KEY, BALL, SQUARE, DOOR_OPEN, DOOR_CLOSED))
-        for i, rc in enumerate(locked):
-            if opened >> i & 1:
-                passable[rc] = True
-        lab, _ = ndimage.label(passable, structure=_STRUCT)
-        region = lab == lab[agent] if passable[agent] else np.zeros_like(passable)
-        region[agent] = True
-        border = ndimage.binary_dilation(region, structure=_STRUCT) & ~region
-        # objects: (tiles it can show, colour, movable)
-        objs: list[tuple[tuple[int, ...], int, bool]] = []
-        rr, cc = np.nonzero(region & np.isin(tiles, _MOVABLE_SET))
-        for r, c in zip(rr.tolist(), cc.tolist()):
-            objs.append(((int(tiles[r, c]),), int(colours[r, c]), True))
-        if int(carry[0]) != FLOOR:
-            objs.append(((int(carry[0]),), int(carry[1]), True))
-        dr, dc = np.nonzero((region | border) & np.isin(tiles, (DOOR_OPEN, DOOR_CLOSED, DOOR_LOCKED)))
-        for r, c in zip(dr.tolist(), dc.tolist()):
-            t = int(tiles[r, c])
-            states = (DOOR_OPEN, DOOR_CLOSED) if (t != DOOR_LOCKED or region[r, c]) else (DOOR_LOCKED,)
-            objs.append((states, int(colours[r, c]), False))
-        self.objs = objs
-        self.key_colours = {o[1] for o in objs if o[2] and o[0][0] == KEY}
-        self.openable = [i for i, rc in enumerate(locked)
-                         if not opened >> i & 1 and border[rc] and int(colours[rc]) in self.key_colours]
-
-    def _matches(self, d: int) -> list[int]:
-        return [i for i, (ts, c, _) in enumerate(self.objs) if any(MATCH[d, t, c] for t in ts)]
-
-    def literal(self, p: int) -> bool:
-        kind, d1, d2 = int(PROP_KIND[p]), int(PROP_D1[p]), int(PROP_D2[p])
-        if kind == FRONT:
-            return bool(self._matches(d1))
-        if kind == CARRYING:
-            return any(self.objs[i][2] for i in self._matches(d1))
-        a, b = self._matches(d1), self._matches(d2)
-        return any(i != j and (self.objs[i][2] or self.objs[j][2]) for i in a for j in b)
-
-    def formula(self, lits: Sequence[int]) -> bool:
-        return all(self.literal(c - 1) for c in lits if c > 0)
-
-
-def _simple_paths(rm: RewardMachine) -> list[list[list[int]]]:
-    src, dst, lits = (np.asarray(x) for x in (rm.edge_src, rm.edge_dst, rm.edge_lits))
-    init, acc = int(rm.initial), int(rm.accepting)
-    out: list[list[list[int]]] = []
-
-    def walk(u: int, visited: set[int], forms: list[list[int]]) -> None:
-        if u == acc:
-            out.append(list(forms))
-            return
-        for e in np.flatnonzero((src == u) & (src >= 0)).tolist():
-            v = int(dst[e])
-            if v not in visited:
-                walk(v, visited | {v}, forms + [[int(c) for c in lits[e] if c != 0]])
-
-    walk(init, {init}, [])
-    return out
-
-
-def is_solvable(level: Level, rm: RewardMachine) -> bool:
-    """Whether ``rm`` can be completed in ``level`` (reachability with door-opening orders, see above)."""
-    tiles = np.asarray(level.tiles).astype(np.int64)
-    colours = np.asarray(level.colours).astype(np.int64)
-    agent = tuple(int(x) for x in np.asarray(level.agent_pos))
-    carry = np.asarray(level.carry)
-    locked = [tuple(int(v) for v in rc) for rc in zip(*np.nonzero(tiles == DOOR_LOCKED))]
-    cache: dict[int, _Reach] = {}
-
-    def reach(mask: int) -> _Reach:
-        if mask not in cache:
-            cache[mask] = _Reach(tiles, colours, agent, carry, locked, mask)
-        return cache[mask]
-
-    for path in _simple_paths(rm):
-        stack = [(0, 0)]
-        seen = set()
-        while stack:
-            i, mask = stack.pop()
-            if i == len(path):
-                return True
-            if (i, mask) in seen:
-                continue
-            seen.add((i, mask))
-            rc = reach(mask)
-            if rc.formula(path[i]):
-                stack.append((i + 1, mask))
-            else:
-                stack.extend((i, mask | 1 << d) for d in rc.openable)
-    return False
-
-
-def solvable_batch(problems: Problem) -> np.ndarray:
-    """``bool[B]``: :func:`is_solvable` of each problem of a batched :class:`Problem` (host side)."""
-    host = jax.device_get(problems)
-    n = int(np.asarray(host.rm.n_states).shape[0])
-    out = np.zeros(n, dtype=bool)
-    for i in range(n):
-        lvl = jax.tree_util.tree_map(lambda a, i=i: a[i], host.level)
-        rm = jax.tree_util.tree_map(lambda a, i=i: a[i], host.rm)
-        out[i] = is_solvable(lvl, rm)
-    return out
 
 
 def front_cell(level: Level) -> tuple[int, int]:

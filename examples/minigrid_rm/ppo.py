@@ -237,6 +237,7 @@ class TrainConfig:
 
     method: str = "plr"
     sampler: str = "independent"  # level_conditioned for the ablation
+    task: str = "sequential"  # random_walk: acyclic RMs (Sec. 5.4)
     num_envs: int = 32  # 4096
     rollout_len: int = 64  # 512
     max_steps: int = 128  # 512
@@ -271,7 +272,7 @@ class TrainConfig:
     def problem_sampler(self) -> ProblemSampler:
         if self.method == "accel0":
             return ACCEL0_SAMPLER
-        return ProblemSampler(mode=self.sampler)
+        return ProblemSampler(mode=self.sampler, task=self.task)
 
 
 def method_curriculum(method: str, **overrides: Any) -> C.CurriculumConfig:
@@ -448,8 +449,11 @@ def _sfl_refresh(cfg: TrainConfig, ts: TrainState, eval_fn: Any) -> TrainState:
 
 
 def buffer_composition(cfg: TrainConfig, ts: TrainState, sampled: Problem) -> dict[str, float]:
-    """Solvable fraction, mean rooms and mean RM states of the buffer (PLR/ACCEL) or of the batch."""
-    if cfg.method in ("plr", "accel", "accel0") and int(ts.buffer.size) > 0:
+    """Solvable fraction, mean rooms and mean RM states of the buffer (PLR/ACCEL) or of the batch; for a
+    buffer also the replay probability mass on solvable entries, the fraction ever solved and the mean
+    score of solvable and of unsolvable entries."""
+    buffered = cfg.method in ("plr", "accel", "accel0") and int(ts.buffer.size) > 0
+    if buffered:
         n = int(ts.buffer.size)
         probs = jax.tree_util.tree_map(lambda a: a[:n], ts.buffer.problems)
         extra = {"buffer_mean_generation": float(np.asarray(ts.buffer.generation[:n]).mean()),
@@ -457,9 +461,19 @@ def buffer_composition(cfg: TrainConfig, ts: TrainState, sampled: Problem) -> di
     else:
         probs, extra = sampled, {}
     host = jax.device_get(probs)
-    out = {"solvable_fraction": float(solvable_batch(host).mean()),
+    solvable = solvable_batch(host)
+    out = {"solvable_fraction": float(solvable.mean()),
            "mean_rooms": float(np.asarray(host.level.n_rooms).mean()),
            "mean_rm_states": float(np.asarray(host.rm.n_states).mean())}
+    if buffered:
+        # what PLR⊥/ACCEL actually train on: the replay distribution's mass on solvable entries; and how the
+        # score separates solvable from unsolvable entries, and how many entries were ever solved (R_max > 0)
+        replay = np.asarray(C.replay_distribution(ts.buffer, cfg.curriculum))[:n]
+        scores = np.asarray(ts.buffer.scores)[:n]
+        out["replay_solvable_fraction"] = float((replay * solvable).sum() / max(replay.sum(), 1e-12))
+        out["ever_solved_fraction"] = float((np.asarray(ts.buffer.max_return)[:n] > 0).mean())
+        out["score_solvable"] = float(scores[solvable].mean()) if solvable.any() else float("nan")
+        out["score_unsolvable"] = float(scores[~solvable].mean()) if (~solvable).any() else float("nan")
     out.update(extra)
     return out
 
@@ -590,6 +604,7 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, float]]:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--method", choices=METHODS, default="plr")
     ap.add_argument("--sampler", choices=("independent", "level_conditioned"), default="independent")
+    ap.add_argument("--task", choices=("sequential", "random_walk"), default="sequential")
     ap.add_argument("--num-envs", type=int, default=32)
     ap.add_argument("--rollout-len", type=int, default=64)
     ap.add_argument("--max-steps", type=int, default=128)
@@ -610,7 +625,8 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, float]]:
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     cur = method_curriculum(a.method, buffer_size=a.buffer_size, score=a.score, min_edits=a.min_edits,
                             max_edits=a.max_edits)
-    cfg = TrainConfig(method=a.method, sampler=a.sampler, num_envs=a.num_envs, rollout_len=a.rollout_len,
+    cfg = TrainConfig(method=a.method, sampler=a.sampler, task=a.task, num_envs=a.num_envs,
+                      rollout_len=a.rollout_len,
                       max_steps=a.max_steps, updates=a.updates, lr=a.lr, ent_coef=a.ent_coef, curriculum=cur,
                       seed=a.seed)
     return train(cfg, a.out, log_every=a.log_every, eval_every=a.eval_every, ckpt_every=a.ckpt_every,

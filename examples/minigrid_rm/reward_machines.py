@@ -20,6 +20,21 @@ The **sequential sampler** (Sec. 3.2) draws ``k ~ U{min_transitions .. max_trans
 paper's training setup) and a single path ``u0 -> u1 -> ... -> uk = uA`` whose edges are labelled by
 propositions drawn uniformly from the alphabet (or from an allowed subset, for level-conditioned sampling).
 
+The **random-walk sampler** (Sec. 3.2 and Appendix A.1, the directed-acyclic variant used in Sec. 5.4) draws
+``n ~ U{min_transitions + 1 .. max_transitions + 1}`` candidate states ``0 .. n-1`` (``u0 = 0``,
+``uA = n-1``), a transition matrix ``M`` with uniform random entries on ``M[i, j], j > i`` (the
+shifted-triangular pattern that keeps the graph acyclic; a state's index is its topological order),
+normalised to be right-stochastic, and random walks ``u0 -> ... -> uA`` on it: the first always, each further
+one with probability ``restart_prob`` (at most ``max_walks``). The RM's edges are the union of the walks'
+edges (one edge per pair of states), keeping a walk only while the union has at most ``max_paths`` paths from
+``u0`` to ``uA`` (2 in the paper's DAG experiments); unvisited states are dropped and the rest renumbered in
+order. Edges are labelled in a uniformly random order with a proposition drawn from the allowed ones that
+keeps the labelling *non-tautological* (an edge into ``u`` never implies an edge out of ``u``) and
+*deterministic* (no two edges out of a state imply one another); each edge is then conjoined with the
+negations of its sibling edges' propositions. ``p`` *implies* ``q`` when they have the same kind and ``q``'s
+descriptors generalise ``p``'s (``front_ball_red`` implies ``front_ball``). ``restart_prob`` and
+``max_walks`` are ours: the paper does not give the restart probability.
+
 >>> import jax.numpy as jnp
 >>> from magister.examples.minigrid_rm.propositions import NUM_PROPS, prop_id
 >>> rm = sequential_rm([prop_id("front_ball"), prop_id("carrying_key")])
@@ -39,13 +54,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .propositions import NUM_PROPS, prop_id, prop_name
+from .propositions import MATCH, NUM_PROPS, PROP_D1, PROP_D2, PROP_KIND, prop_id, prop_name
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
-    "MAX_EDGES", "MAX_LITERALS", "MAX_STATES", "RewardMachine", "is_sequential", "literal",
-    "rm_from_edges", "rm_props", "rm_step", "rm_to_str", "sample_sequential_rm", "sequential_rm",
+    "IMPLIES", "MAX_EDGES", "MAX_LITERALS", "MAX_STATES", "RewardMachine", "is_sequential", "literal",
+    "rm_from_edges", "rm_paths_count", "rm_props", "rm_step", "rm_to_str", "sample_random_walk_rm",
+    "sample_sequential_rm", "sequential_rm",
 ]
 
 MAX_STATES = 8
@@ -222,3 +238,133 @@ def rm_to_str(rm: RewardMachine) -> str:
         names = [("!" if c < 0 else "") + prop_name(abs(int(c)) - 1) for c in lits[e] if c != 0]
         parts.append(f"{src[e]}-[{' & '.join(names)}]->{dst[e]}")
     return f"RM(u0={int(rm.initial)}, uA={int(rm.accepting)}: " + ", ".join(parts) + ")"
+
+
+# ---------------------------------------------------------------------------------------------------
+# Random-walk (DAG) sampler
+# ---------------------------------------------------------------------------------------------------
+def _implication_matrix() -> np.ndarray:
+    """``IMPLIES[p, q]``: whenever ``p`` holds, ``q`` holds (same kind, ``q``'s descriptors generalise)."""
+    flat = MATCH.reshape(MATCH.shape[0], -1)
+    sub = ~np.any(flat[:, None, :] & ~flat[None, :, :], axis=-1)  # sub[a, b]: objects(a) within objects(b)
+    same = PROP_KIND[:, None] == PROP_KIND[None, :]
+    d1p, d2p, d1q, d2q = PROP_D1[:, None], PROP_D2[:, None], PROP_D1[None, :], PROP_D2[None, :]
+    single = sub[d1p, d1q]
+    pair = (sub[d1p, d1q] & sub[d2p, d2q]) | (sub[d1p, d2q] & sub[d2p, d1q])
+    return same & np.where(PROP_KIND[:, None] == 2, pair, single)
+
+
+#: ``IMPLIES[p, q]`` for every pair of propositions (``p`` implies itself)
+IMPLIES = _implication_matrix()
+_IMPLIES_J = jnp.asarray(IMPLIES)
+
+
+def rm_paths_count(rm: RewardMachine) -> jax.Array:
+    """Number of paths ``u0 -> uA`` of an RM whose edges go from lower to higher state indices (traceable)."""
+    valid = rm.edge_src >= 0
+    a = jnp.zeros((MAX_STATES, MAX_STATES), jnp.int32).at[jnp.where(valid, rm.edge_src, 0),
+                                                          jnp.where(valid, rm.edge_dst, 0)].add(valid)
+    return _count_paths(a > 0, rm.initial, rm.accepting)
+
+
+def _count_paths(adj: jax.Array, start: jax.Array, goal: jax.Array) -> jax.Array:
+    def body(j: int, paths: jax.Array) -> jax.Array:  # reverse topological order: edges go to higher indices
+        i = MAX_STATES - 1 - j
+        return paths.at[i].set(jnp.where(i == goal, 1, jnp.sum(adj[i] * paths)))
+
+    paths = jax.lax.fori_loop(0, MAX_STATES, body, jnp.zeros(MAX_STATES, jnp.int32))
+    return paths[start]
+
+
+def sample_random_walk_rm(
+    key: jax.Array,
+    min_transitions: int = 1,
+    max_transitions: int = 5,
+    allowed: jax.Array | None = None,
+    restart_prob: float | jax.Array = 0.5,
+    max_walks: int = 4,
+    max_paths: int | jax.Array = 2,
+) -> RewardMachine:
+    """Random-walk sampler of acyclic RMs (see the module docstring); traceable, ``jax.vmap`` it for a batch.
+
+    ``n - 1 ~ U{min_transitions .. max_transitions}`` bounds the states (``n``, before dropping unvisited
+    ones); ``max_paths`` (1-3) bounds the paths ``u0 -> uA`` and therefore every state's out-degree, so each
+    edge's conjunction fits in ``MAX_LITERALS`` (its proposition and at most two negated siblings).
+    """
+    if not 1 <= min_transitions <= max_transitions <= MAX_STATES - 1:
+        raise ValueError(f"need 1 <= min_transitions <= max_transitions <= {MAX_STATES - 1}, "
+                         f"got {min_transitions}, {max_transitions}")
+    # restart_prob and max_paths may be traced (one compilation for several settings): checked if concrete
+    if not isinstance(max_paths, jax.core.Tracer) and not 1 <= max_paths <= MAX_LITERALS:
+        raise ValueError(f"max_paths must be in [1, {MAX_LITERALS}], got {max_paths!r}")
+    if not isinstance(restart_prob, jax.core.Tracer) and not 0.0 <= restart_prob <= 1.0:
+        raise ValueError(f"restart_prob must be in [0, 1], got {restart_prob!r}")
+    if max_walks < 1:
+        raise ValueError(f"max_walks must be >= 1, got {max_walks!r}")
+    s = MAX_STATES
+    k_n, k_m, k_walk, k_restart, k_order, k_lab = jax.random.split(key, 6)
+    n = jax.random.randint(k_n, (), min_transitions, max_transitions + 1) + 1
+    idx = jnp.arange(s)
+    forward = (idx[None, :] > idx[:, None]) & (idx[None, :] < n)
+    m = jnp.where(forward, jax.random.uniform(k_m, (s, s), minval=1e-6), 0.0)
+    logm = jnp.where(m > 0, jnp.log(jnp.where(m > 0, m, 1.0)), -jnp.inf)  # normalising changes nothing
+    goal = n - 1
+
+    def walk(k: jax.Array) -> jax.Array:
+        def step(i: int, carry: tuple) -> tuple:  # an acyclic walk takes at most s - 1 steps
+            adj, cur = carry
+            go = cur != goal
+            nxt = jax.random.categorical(jax.random.fold_in(k, i), logm[cur])
+            return adj.at[cur, nxt].set(adj[cur, nxt] | go), jnp.where(go, nxt, cur).astype(jnp.int32)
+
+        return jax.lax.fori_loop(0, s - 1, step, (jnp.zeros((s, s), bool), jnp.int32(0)))[0]
+
+    walks = jax.vmap(walk)(jax.random.split(k_walk, max_walks))
+    take = jnp.cumprod(jnp.concatenate([jnp.ones(1, bool),
+                                        jax.random.bernoulli(k_restart, restart_prob, (max_walks - 1,))]))
+
+    def union(w: int, adj: jax.Array) -> jax.Array:
+        cand = adj | walks[w]
+        ok = take[w].astype(bool) & (_count_paths(cand, jnp.int32(0), goal) <= max_paths) & (
+            cand.sum() <= MAX_EDGES)
+        return jnp.where(ok, cand, adj)
+
+    adj = jax.lax.fori_loop(1, max_walks, union, walks[0])
+    # drop unvisited states, renumber the rest in order
+    visited = adj.any(axis=0) | adj.any(axis=1) | (idx == 0)
+    new_id = jnp.cumsum(visited) - 1
+    n_states = visited.sum().astype(jnp.int32)
+    flat = jnp.nonzero(adj.reshape(-1), size=MAX_EDGES, fill_value=-1)[0]
+    used = flat >= 0
+    src = jnp.where(used, new_id[flat // s], -1).astype(jnp.int32)
+    dst = jnp.where(used, new_id[flat % s], -1).astype(jnp.int32)
+    # labels, edge by edge in a random order
+    allowed_j = jnp.ones(NUM_PROPS, bool) if allowed is None else jnp.where(jnp.any(allowed), allowed, True)
+    order = jax.random.permutation(k_order, MAX_EDGES)
+
+    def label(i: int, carry: tuple) -> tuple:
+        labels, done = carry
+        e = order[i]
+        u, v = src[e], dst[e]
+        into_u = done & (dst == u)  # their label must not imply ours
+        sibling = done & (src == u)  # neither may imply the other
+        out_v = done & (src == v)  # ours must not imply theirs
+        imp_from = _IMPLIES_J[labels]  # [E, P]: labels[e'] -> p
+        imp_to = _IMPLIES_J[:, labels].T  # [E, P]: p -> labels[e']
+        bad = jnp.any(((into_u | sibling)[:, None] & imp_from) | ((sibling | out_v)[:, None] & imp_to),
+                      axis=0)
+        ok = allowed_j & ~bad
+        ok = jnp.where(jnp.any(ok), ok, allowed_j)
+        p = jax.random.categorical(jax.random.fold_in(k_lab, i), jnp.where(ok, 0.0, -jnp.inf))
+        return labels.at[e].set(jnp.where(used[e], p, labels[e]).astype(jnp.int32)), done.at[e].set(used[e])
+
+    labels, _ = jax.lax.fori_loop(0, MAX_EDGES, label, (jnp.zeros(MAX_EDGES, jnp.int32),
+                                                         jnp.zeros(MAX_EDGES, bool)))
+    # conjoin the negations of the sibling edges' propositions
+    sib = used[:, None] & used[None, :] & (src[:, None] == src[None, :]) & ~jnp.eye(MAX_EDGES, dtype=bool)
+    rank = jnp.cumsum(sib, axis=1) * sib  # 1, 2 for the first and second sibling
+    lits = jnp.zeros((MAX_EDGES, MAX_LITERALS), jnp.int32).at[:, 0].set(jnp.where(used, labels + 1, 0))
+    for j in range(1, MAX_LITERALS):
+        neg = jnp.sum(jnp.where(rank == j, -(labels[None, :] + 1), 0), axis=1)
+        lits = lits.at[:, j].set(neg)
+    return RewardMachine(n_states, jnp.int32(0), n_states - 1, src, dst, lits)
