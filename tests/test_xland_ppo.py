@@ -12,6 +12,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from magister.curricula.opponent_store import OpponentStore
 from magister.curricula.task_filter import control_task
 from magister.examples.xland.coplayers import LEARNER, NOOP, RANDOM, SEEKER
 from magister.examples.xland.env import XLandEnv, XLandTask
@@ -27,9 +28,12 @@ from magister.examples.xland.evaluation import (
     with_coplayer,
     worst_case,
 )
-from magister.examples.xland.game import Goal, goal_observation
+from magister.examples.xland.game import Game, Goal, goal_observation
+from magister.examples.xland.sanity import easy_tasks, learning_curve
 from magister.examples.xland.task import XLandTaskSpace
+from magister.examples.xland.world import MAX_SIZE, World, flat_world
 from magister.examples.xland_ppo import (
+    Agent,
     Args,
     CompareReturns,
     ControlXLandTask,
@@ -38,7 +42,10 @@ from magister.examples.xland_ppo import (
     XLandTrainWrapper,
     ablation,
     ablation_table,
+    egocentric,
     filter_demo,
+    make_agent,
+    make_curriculum,
     make_task_filter,
     make_task_space,
     parse_args,
@@ -202,6 +209,116 @@ def test_goal_encoder_sums_over_literals_and_options():
         flipped = mat.copy()
         flipped[mat != 0] *= -1  # negating every literal changes the goal
         assert not torch.allclose(e, embed(ids, flipped))
+
+
+# -- the egocentric view (the fix for "the agent learns nothing": issue 7) --------------------------------
+def _vector(r: int, c: int, facing: int) -> torch.Tensor:
+    v = torch.zeros(1, 23)
+    v[0, 0], v[0, 1], v[0, 2 + facing] = r / (MAX_SIZE - 1), c / (MAX_SIZE - 1), 1.0
+    return v
+
+
+def test_egocentric_view_centres_on_the_player_and_turns_forward_up_by_hand():
+    grid = torch.zeros(1, 2, MAX_SIZE, MAX_SIZE)
+    grid[0, 0, 3, 4] = 1.0  # the player's tile
+    grid[0, 1, 1, 4] = 1.0  # a target two tiles north of it
+    # facing north: ahead (up); east: on the player's left; south: behind; west: on its right
+    expected = {0: (8, 10), 1: (10, 8), 2: (12, 10), 3: (10, 12)}
+    for facing, tile in expected.items():
+        view = egocentric(grid, _vector(3, 4, facing))
+        assert view.shape == (1, 2, 21, 21)
+        assert (view[0, 0] == 1).nonzero().tolist() == [[10, 10]]
+        assert (view[0, 1] == 1).nonzero().tolist() == [list(tile)]
+    small = egocentric(grid, _vector(3, 4, 0), view=5)  # a 5 x 5 crop: the target 2 ahead is its top row
+    assert small.shape == (1, 2, 5, 5) and (small[0, 1] == 1).nonzero().tolist() == [[0, 2]]
+    with pytest.raises(ValueError, match="odd"):
+        egocentric(grid, _vector(3, 4, 0), view=4)
+
+
+def test_egocentric_view_of_an_env_observation():
+    # player 0 at (2, 3) facing east; purple cube (kind 3) 2 tiles east, black sphere (kind 1) 1 tile north
+    world = flat_world(7, [(2, 3, 1, 0), (6, 6, 0, 0)], objects=[(3, 2, 5), (1, 1, 3)])
+    game = Game.parse(["near(me, purple cube)", "near(me, black sphere)"])
+    env = XLandEnv(XLandTask(world, game, (LEARNER, NOOP)), episode_length=5)
+    obs, _ = env.reset(seed=0)
+    o = {k: torch.as_tensor(v)[None] for k, v in obs["player_0"].items()}
+    view = egocentric(o["grid"], o["vector"], view=13)[0]  # 2 * 7 - 1: the whole world from any tile
+    assert view.shape == (27, 13, 13)
+    assert view[25].nonzero().tolist() == [[6, 6]]  # the "self" plane: the centre
+    assert view[12 + 3].nonzero().tolist() == [[4, 6]]  # the cube: 2 tiles straight ahead
+    assert view[12 + 1].nonzero().tolist() == [[6, 5]]  # the sphere (north): on the player's left
+    # the in-grid plane: east of the player are columns 4..6 (3 tiles), then the edge
+    assert view[0, :, 6].tolist() == [0.0] * 3 + [1.0] * 7 + [0.0] * 3
+    assert view[0].sum() == 49  # every tile of the 7 x 7 world is in view exactly once
+
+
+def _rotate_world(w: World) -> World:
+    """The world turned a quarter clockwise: tile (r, c) -> (c, n - 1 - r), facing d -> d + 1."""
+    n = w.size
+    floors = np.asarray(w.floor_map)
+
+    def rot(r, c):
+        return c, n - 1 - r
+    return World(n, (0,) * n * n, (-1,) * n * n, tuple(np.rot90(floors, -1).ravel().tolist()),
+                 tuple((k, *rot(r, c)) for k, r, c in w.objects),
+                 tuple((*rot(r, c), (d + 1) % 4, g) for r, c, d, g in w.players))
+
+
+def test_egocentric_agent_input_is_invariant_to_turning_the_world_with_the_player():
+    rng = np.random.default_rng(0)
+    floors = tuple(int(x) for x in rng.integers(0, 6, size=49))
+    world = World(7, (0,) * 49, (-1,) * 49, floors, ((3, 0, 5), (7, 4, 1), (1, 6, 6)),
+                  ((2, 3, 1, 0), (5, 2, 0, 1)))
+    game = Game.parse(["near(me, purple cube)", "on(me, white floor)"])
+    views = []
+    for w in (world, _rotate_world(world)):
+        env = XLandEnv(XLandTask(w, game, (LEARNER, NOOP)), episode_length=5)
+        o = {k: torch.as_tensor(v)[None] for k, v in env.reset(seed=0)[0]["player_0"].items()}
+        views.append(egocentric(o["grid"], o["vector"], view=13))
+    assert torch.equal(views[0], views[1])
+    agent = make_agent(Args(hidden=8, world_size=7))
+    assert isinstance(agent, Agent) and agent.view == 13
+    assert make_agent(Args(hidden=8, egocentric=False)).view is None
+
+
+def test_sanity_tasks_and_the_fixed_task_curriculum(tmp_path):
+    tasks = easy_tasks(3, seed=5)
+    assert [str(t.game.goals[0]) for t in tasks] == [
+        "on(me, brown floor)", "near(purple sphere, me)", "near(black pyramid, me)"]
+    assert all(t.world.size == 7 and t.coplayers == (LEARNER, NOOP) for t in tasks)
+    assert str(easy_tasks(1, goal="near(me, purple cube)")[0].game.goals[0]) == "near(purple cube, me)"
+    with pytest.raises(ValueError, match="positive int"):
+        easy_tasks(0)
+    args = Args(hidden=8, curriculum="filter")
+    space = make_task_space(dataclasses.replace(args, n_test=0, n_validation=0))[0]
+    cur = make_curriculum(args, space, OpponentStore(tmp_path, max_count=None), train_tasks=tasks)
+    cur.update_agent(make_agent(args))
+    allowed = {t.encode() for t in tasks}
+    pairs = cur.sample(30)
+    assert {p[0] for p in pairs} == allowed and {p[1] for p in pairs} == {0}  # every task, snapshot 0
+    with pytest.raises(ValueError, match="non-empty"):
+        train(Args(**TINY, run_dir=str(tmp_path)), train_tasks=[])
+    from magister.examples.xland.sanity import main as sanity_main
+
+    curve = sanity_main(["--tasks", "1", "--total-steps", "100", "--heldout", "2"])  # one 512-step update
+    assert [s for s, _ in curve] == [512] and 0.0 <= curve[0][1] <= 1.0
+    hist = [{"global_step": 10 * i, "episodes/train": i % 2 + 1, "return/train": 0.1 * i} for i in range(4)]
+    # bins of 2 rows: (0 * 1 + 0.1 * 2) / 3 and (0.2 * 1 + 0.3 * 2) / 3
+    assert learning_curve(hist, bins=2) == [(10, pytest.approx(0.2 / 3)), (30, pytest.approx(0.8 / 3))]
+
+
+def test_task_info_reads_train_flags_and_control_tags_per_env():
+    from magister.examples.xland_ppo import _task_info
+
+    enc = XLandTaskSpace(coplayer_ids=(NOOP,), world_sizes=(7, 7), seed=0).sample_encoded(1)[0]
+    tasks = np.empty(3, dtype=object)
+    tasks[:] = [(enc, 0), (control_task(enc), 0), (enc, 1)]
+    info = {"task": tasks, "task_train": np.array([True, False, False]),
+            "task_control": np.array([False, False, True])}  # env 2: a tag on the whole task
+    train, control = _task_info(info, 3)
+    assert train.tolist() == [True, False, False] and control.tolist() == [False, True, True]
+    train, control = _task_info({}, 2)  # no curriculum info: every step trains
+    assert train.tolist() == [True, True] and control.tolist() == [False, False]
 
 
 # -- the trainer ----------------------------------------------------------------------------------------
