@@ -6,11 +6,14 @@ Two implementations of one small interface (:class:`TaskFeed`), chosen by :func:
   DEALER socket. The socket is created lazily, *inside* the process that first uses it: the client
   remembers the pid, and after a fork it builds a new context and socket (and a new env id) instead of
   touching the parent's, so it works under the fork, spawn and forkserver start methods. It keeps a
-  prefetch buffer of tasks so ``reset`` rarely waits, batches step records (every ``step_batch_size``
+  prefetch buffer of tasks so ``reset`` rarely waits (the update that ends an episode also asks for the
+  task the next reset takes: one message per episode), batches step records (every ``step_batch_size``
   steps or at an episode end, whichever comes first; none at all when the curriculum does not want
-  them), and sends every update without waiting for a reply. Every wait has a timeout: if the server does
-  not answer, :class:`ServerUnavailableError` is raised, or, when ``fallback_task_space`` is given, tasks
-  are sampled locally from it from then on and one warning is logged.
+  them; observations and infos only when it reads them), and sends every update without waiting for a
+  reply. A consequence of the refill: an env closing after its last episode returns up to
+  ``prefetch + 1`` unused tasks (counted as returned, never lost). Every wait has a timeout: if the
+  server does not answer, :class:`ServerUnavailableError` is raised, or, when ``fallback_task_space`` is
+  given, tasks are sampled locally from it from then on and one warning is logged.
 * :class:`LocalClient` calls the curriculum directly in the same process (a ``SyncVectorEnv`` or a
   single env): same messages, same validation and accounting, no sockets.
 
