@@ -108,6 +108,45 @@ class TaskFeed:
         """Flush, return unused tasks and release resources (idempotent)."""
         raise NotImplementedError
 
+    def _set_options(
+        self,
+        address: str,
+        prefetch: int,
+        timeout: float,
+        strip_keys: Iterable[str],
+        send_obs: bool,
+        send_infos: bool,
+        fallback_task_space: TaskSpace | None,
+        close_timeout: float,
+        name: str,
+    ) -> None:
+        """Validate and store the options every remote feed shares (clear errors for bad values)."""
+        if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
+            raise ValueError(f"prefetch must be an int >= 0, got {prefetch!r}")
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+            raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        if (
+            isinstance(close_timeout, bool)
+            or not isinstance(close_timeout, (int, float))
+            or not close_timeout >= 0
+        ):
+            raise ValueError(f"close_timeout must be a number of seconds >= 0, got {close_timeout!r}")
+        if fallback_task_space is not None and not isinstance(fallback_task_space, TaskSpace):
+            raise TypeError(
+                f"fallback_task_space must be a TaskSpace or None, got {type(fallback_task_space).__name__}"
+            )
+        if isinstance(strip_keys, str):
+            raise TypeError("strip_keys must be an iterable of keys, not a single str")
+        self.address = address
+        self.prefetch = prefetch
+        self.timeout = float(timeout)
+        self.strip_keys = frozenset(strip_keys)
+        self.send_obs = bool(send_obs)
+        self.send_infos = bool(send_infos)
+        self.fallback_task_space = fallback_task_space
+        self.close_timeout = float(close_timeout)
+        self.name = name
+
     # -- hooks ----------------------------------------------------------------------------------------
     def _send_update(self, msg: P.Message) -> None:  # pragma: no cover - interface
         raise NotImplementedError
@@ -461,25 +500,10 @@ class CurriculumClient(TaskFeed):
             raise ValueError(
                 f"address must be a str like 'ipc:///path' or 'tcp://host:port', got {address!r}"
             )
-        if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
-            raise ValueError(f"prefetch must be an int >= 0, got {prefetch!r}")
-        if not isinstance(timeout, (int, float)) or not timeout > 0:
-            raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
-        if fallback_task_space is not None and not isinstance(fallback_task_space, TaskSpace):
-            raise TypeError(
-                f"fallback_task_space must be a TaskSpace or None, got {type(fallback_task_space).__name__}"
-            )
-        if isinstance(strip_keys, str):
-            raise TypeError("strip_keys must be an iterable of keys, not a single str")
-        self.address = address
-        self.prefetch = prefetch
-        self.timeout = float(timeout)
-        self.strip_keys = frozenset(strip_keys)
-        self.send_obs = bool(send_obs)
-        self.send_infos = bool(send_infos)
-        self.fallback_task_space = fallback_task_space
-        self.close_timeout = float(close_timeout)
-        self.name = name
+        self._set_options(
+            address, prefetch, timeout, strip_keys, send_obs, send_infos, fallback_task_space,
+            close_timeout, name,
+        )
         self._curve = (curve_server_key, curve_public_key, curve_secret_key)
         self._reset_process_state()
 

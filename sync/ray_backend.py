@@ -763,16 +763,6 @@ class RayClient(TaskFeed):
                 "curve_server_key applies to ZeroMQ tcp:// addresses; the Ray backend travels over Ray's own "
                 "transport (secure the Ray cluster instead)"
             )
-        if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
-            raise ValueError(f"prefetch must be an int >= 0, got {prefetch!r}")
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
-            raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
-        if (
-            isinstance(close_timeout, bool)
-            or not isinstance(close_timeout, (int, float))
-            or not close_timeout >= 0
-        ):
-            raise ValueError(f"close_timeout must be a number of seconds >= 0, got {close_timeout!r}")
         for label, value in (("max_pending_updates", max_pending_updates), ("update_batch", update_batch)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{label} must be a positive int, got {value!r}")
@@ -785,24 +775,13 @@ class RayClient(TaskFeed):
                 f"max_update_delay must be a number of seconds >= 0 (math.inf: no time bound), got "
                 f"{max_update_delay!r}"
             )
-        if fallback_task_space is not None and not isinstance(fallback_task_space, TaskSpace):
-            raise TypeError(
-                f"fallback_task_space must be a TaskSpace or None, got {type(fallback_task_space).__name__}"
-            )
-        if isinstance(strip_keys, str):
-            raise TypeError("strip_keys must be an iterable of keys, not a single str")
-        self.address = address
-        self.prefetch = prefetch
-        self.timeout = float(timeout)
-        self.strip_keys = frozenset(strip_keys)
-        self.send_obs = bool(send_obs)
-        self.send_infos = bool(send_infos)
-        self.fallback_task_space = fallback_task_space
-        self.close_timeout = float(close_timeout)
+        self._set_options(
+            address, prefetch, timeout, strip_keys, send_obs, send_infos, fallback_task_space,
+            close_timeout, name,
+        )
         self.max_pending_updates = max_pending_updates
         self.update_batch = update_batch
         self.max_update_delay = float(max_update_delay)
-        self.name = name
         self.ray_address = ray_address
         self._reset_process_state()
 
