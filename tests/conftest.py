@@ -2,6 +2,7 @@
 
 import os
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 settings.register_profile(
@@ -17,3 +18,19 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow],
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+
+@pytest.fixture(scope="module")
+def ray_session(request: pytest.FixtureRequest):
+    """One local Ray session per pytest run, shared by the Ray test modules; the requesting module's own
+    classes (envs, curricula) travel to Ray workers by value, since workers cannot import ``tests/``."""
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(
+            address="local", num_cpus=2, include_dashboard=False, configure_logging=False, log_to_driver=False
+        )
+        request.config.add_cleanup(ray.shutdown)
+    ray.cloudpickle.register_pickle_by_value(request.module)
+    yield
+    ray.cloudpickle.unregister_pickle_by_value(request.module)

@@ -11,7 +11,6 @@ import collections
 import logging
 import math
 import pickle
-import sys
 import time
 
 import gymnasium as gym
@@ -38,24 +37,6 @@ from magister.sync.ray_backend import (  # noqa: E402
 from magister.task_spaces.discrete import Discrete  # noqa: E402
 
 pytestmark = [pytest.mark.timeout(180)]
-
-
-def _ensure_ray(config: pytest.Config) -> None:
-    """Start the shared Ray session once per pytest run (also used by test_rllib.py)."""
-    if not ray.is_initialized():
-        ray.init(
-            address="local", num_cpus=2, include_dashboard=False, configure_logging=False, log_to_driver=False
-        )
-        config.add_cleanup(ray.shutdown)
-
-
-@pytest.fixture(scope="module")
-def ray_session(request: pytest.FixtureRequest):
-    _ensure_ray(request.config)
-    # the env and curriculum classes below travel to Ray workers by value (workers cannot import tests/)
-    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    yield
-    ray.cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
 
 
 _names = iter(range(10**6))

@@ -6,8 +6,6 @@ Shares the Ray session with ``test_ray_backend.py`` (started once, shut down whe
 
 from __future__ import annotations
 
-import sys
-
 import pytest
 
 ray = pytest.importorskip("ray")
@@ -26,22 +24,6 @@ from magister.integrations.rllib import (  # noqa: E402
 from magister.sync.ray_backend import RayClient, serve_ray  # noqa: E402
 
 pytestmark = [pytest.mark.timeout(240)]
-
-
-def _ensure_ray(config: pytest.Config) -> None:
-    if not ray.is_initialized():
-        ray.init(
-            address="local", num_cpus=2, include_dashboard=False, configure_logging=False, log_to_driver=False
-        )
-        config.add_cleanup(ray.shutdown)
-
-
-@pytest.fixture(scope="module")
-def ray_session(request: pytest.FixtureRequest):
-    _ensure_ray(request.config)
-    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    yield
-    ray.cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
 
 
 class RecordingBox(ExpandingBox):
