@@ -72,15 +72,13 @@ from ..curricula.task_filter import split_control
 from ..sync.client import DEFAULT_TIMEOUT, Assignment, TaskFeed, connect
 from ..sync.server import CurriculumServer
 from ..task_spaces.base import TaskSpace
+from .task_wrapper import TaskWrapper
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["GymnasiumSyncWrapper", "PettingZooSyncWrapper"]
 
 Source = str | Curriculum | CurriculumServer | TaskFeed
-
-
-_INF = math.inf
 
 
 def _finite(name: str, value: Any, task: Any) -> float:
@@ -123,12 +121,13 @@ class _Episode:
         self.assignment: Assignment | None = None
         self.info_task: Any = None
         self.control = False
+        self.info_fields: dict[str, Any] = {}
         self.ret = 0.0
         self.agent_returns: dict[Any, float] = {}
         self.length = 0
         self.progress = 0.0
         self.ended = False
-        self.step_records = False
+        self.record: Callable[..., Any] | None = None  # records one step (None: no step updates wanted)
         # multi-agent additions (used by PettingZooSyncWrapper): per-agent lengths and progress, whether each
         # agent's trajectory is reported as its own episode, and a hook adding the env's episode extras
         self.agent_lengths: dict[Any, int] = {}
@@ -165,7 +164,8 @@ class _Episode:
             a = self.feed.next_task()
         self._assign(a)
         self.ret, self.length, self.progress, self.ended = 0.0, 0, 0.0, False
-        self.step_records = self.feed.requires_step_updates  # read once per episode, not per step
+        # read once per episode, not per step
+        self.record = self.feed.step_recorder()
         self._clear_agents()
         return a
 
@@ -218,8 +218,8 @@ class _Episode:
         self.ret += reward
         self.length += 1
         self.progress = progress
-        if self.step_records:
-            self.feed.record_step(a, obs, reward, term, trunc, info, progress)
+        if self.record is not None:
+            self.record(a, obs, reward, term, trunc, info, progress)
         if term or trunc:
             self.finish(a, progress)
             return False
@@ -242,9 +242,11 @@ class _Episode:
         return new
 
     def _assign(self, a: Assignment) -> None:
-        """Make ``a`` the current task; ``info_task`` / ``control`` are what every info reports for it."""
+        """Make ``a`` the current task; ``info_task`` / ``control`` are what every info reports for it
+        (``info_fields``: those and the train flag, as the keys every step's info gets)."""
         self.assignment = a
         self.info_task, self.control = split_control(a.task)
+        self.info_fields = {"task": self.info_task, "task_train": a.train, "task_control": self.control}
 
     def close(self) -> None:
         if self._feed is None:
@@ -327,6 +329,8 @@ class GymnasiumSyncWrapper(gym.Wrapper):
         self.task_space: TaskSpace = space
         if isinstance(strip_keys, str):
             raise TypeError("strip_keys must be an iterable of keys, not a single str")
+        self._fused_step: Any = None
+        self._inner_info: Any = None  # the info dict the env returned last (to see whether it reuses it)
         self._episode = _Episode(
             source,
             _options(
@@ -372,39 +376,96 @@ class GymnasiumSyncWrapper(gym.Wrapper):
         if not has_explicit:
             opts["task"] = self.task_space.decode(a.task)
         obs, info = self.env.reset(seed=seed, options=opts)
+        self._fused_step = self._fusable()
         return obs, self._annotate(info, 0.0)
+
+    def _fusable(self) -> Any:
+        """The step of the env below the task wrapper, when this wrapper may do the task wrapper's step
+        itself: the env right below is a :class:`TaskWrapper` with the base class's ``step``, progress and
+        observation (the usual stack, ``GymnasiumSyncWrapper(MyTaskWrapper(env))``). One Python frame less
+        on every step; the result is the same (the task wrapper's step only copies the info dict and adds
+        the task and its progress, which this wrapper adds too)."""
+        tw = self.env
+        if (
+            isinstance(tw, TaskWrapper)
+            and type(tw).step is TaskWrapper.step
+            and tw._default_progress
+            and not tw.task_observation
+        ):
+            return tw.env.step
+        return None
 
     def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
         """Step, record feedback, and switch tasks on completion when enabled."""
-        obs, rew, term, trunc, info = self.env.step(action)
-        episode = self._episode
-        a = episode.assignment
-        if a is None:
-            raise RuntimeError("GymnasiumSyncWrapper.step() called before reset()")
-        # This runs on every step of every env: the common case (a finite real reward, a progress float in
-        # [0, 1] from the task wrapper) is checked with two comparisons; anything else takes the slow path,
-        # which converts or raises with a message naming the value and the task.
-        try:
-            ok = -_INF < rew < _INF
-        except (TypeError, ValueError):
-            ok = False
-        r = float(rew) if ok else _finite("reward", rew, a.task)
-        progress = info.get("task_progress", 0.0)
+        # This runs on every step of every env, so the usual stack takes a short path: the task wrapper's
+        # step done here (see _fusable), the info dict annotated in place, and the common case (a finite
+        # reward, a progress float in [0, 1]) checked with a few operations; anything else takes the slow
+        # path, which converts, clips or raises with a message naming the value and the task.
+        fused = self._fused_step
+        if fused is None:
+            return self._step(action)
+        obs, rew, term, trunc, info = fused(action)
+        if info is self._inner_info:  # the env reuses its info dict: leave it as it was
+            info = dict(info)
+        else:
+            self._inner_info = info
+        progress = info.get("success", 0.0)
         if progress.__class__ is not float or not 0.0 <= progress <= 1.0:
-            progress = _progress(progress, a.task)
-        # _Episode.step, inlined for the single-agent case
-        episode.ret += r
+            progress = self.env._checked_progress(progress)
+        try:
+            bad = rew - rew  # 0 for every finite real number, NaN for inf and NaN
+        except TypeError:
+            bad = True
+        episode = self._episode
+        if bad:
+            rew = _finite("reward", rew, episode.info_task)
+        episode.ret += rew
         episode.length += 1
         episode.progress = progress
-        if episode.step_records:
-            episode.feed.record_step(a, obs, r, bool(term), bool(trunc), info, progress)
-        # the task wrapper below returned a dict of its own: annotate it in place
-        info["task"] = episode.info_task
-        info["task_train"] = a.train
-        info["task_control"] = episode.control
+        info.update(episode.info_fields)
         info["task_progress"] = progress
+        if episode.record is not None:
+            episode.record(episode.assignment, obs, rew, term, trunc, info, progress)
+        if term or trunc or (episode.change_task_on_completion and progress >= 1.0):
+            return self._finish_step(obs, rew, term, trunc, info, progress, episode)
+        return obs, rew, term, trunc, info
+
+    def _step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
+        """:meth:`step` through the wrappers below, whatever they are."""
+        obs, rew, term, trunc, info = self.env.step(action)
+        episode = self._episode
+        if episode.assignment is None:
+            raise RuntimeError("GymnasiumSyncWrapper.step() called before reset()")
+        progress = info.get("task_progress", 0.0)
+        if progress.__class__ is not float or not 0.0 <= progress <= 1.0:
+            progress = _progress(progress, episode.info_task)
+        try:
+            bad = rew - rew
+        except TypeError:
+            bad = True
+        if bad:
+            rew = _finite("reward", rew, episode.info_task)
+        return self._record(obs, rew, term, trunc, info, progress, episode)
+
+    def _record(
+        self, obs: Any, rew: Any, term: bool, trunc: bool, info: dict, progress: float, episode: _Episode
+    ) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
+        """The step's feedback into the episode (``_Episode.step`` for the single-agent case) and its info."""
+        episode.ret += rew
+        episode.length += 1
+        episode.progress = progress
+        info.update(episode.info_fields)
+        info["task_progress"] = progress
+        if episode.record is not None:
+            episode.record(episode.assignment, obs, rew, term, trunc, info, progress)
+        return self._finish_step(obs, rew, term, trunc, info, progress, episode)
+
+    def _finish_step(
+        self, obs: Any, rew: Any, term: bool, trunc: bool, info: dict, progress: float, episode: _Episode
+    ) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
+        """The episode's end or a task switch on completion: what not every step needs."""
         if term or trunc:
-            episode.finish(a, progress)
+            episode.finish(episode.assignment, progress)
         elif episode.change_task_on_completion and progress >= 1.0:
             new = episode.switch()
             decoded = self.task_space.decode(new.task)

@@ -26,6 +26,9 @@ Rules of the hook:
 Every ``info`` carries ``info["task"]`` (the *encoded* current task) and ``info["task_progress"]`` (0.0 on
 reset; on each step the value of :meth:`TaskWrapper.task_progress`, clipped to [0, 1], ``ValueError`` for
 NaN). Subclasses implement :meth:`~TaskWrapper.change_task` and optionally :meth:`~TaskWrapper.task_progress`.
+A step's info dict is annotated in place, as Gymnasium's own wrappers do; once the inner env returns the same
+dict object as on its previous step (an env reusing one dict), it is copied instead, so what the env goes on
+reusing is not annotated again.
 
 With ``task_observation=True`` the observation becomes ``{"obs": inner_obs, "task": encoding}`` with space
 ``Dict({"obs": inner_space, "task": task_observation_space})``. The default encoding is a one-hot vector for
@@ -236,6 +239,7 @@ class TaskWrapper(TaskSwitching, gym.Wrapper, gym.utils.RecordConstructorArgs):
         self._init_task_state(task_space, task_observation)
         gym.Wrapper.__init__(self, env)
         self._default_progress = type(self).task_progress is TaskWrapper.task_progress
+        self._inner_info: Any = None  # the info dict the env returned last (to see whether it reuses it)
 
     def task_progress(
         self, obs: Any, rew: SupportsFloat, term: bool, trunc: bool, info: dict[str, Any]
@@ -283,7 +287,10 @@ class TaskWrapper(TaskSwitching, gym.Wrapper, gym.utils.RecordConstructorArgs):
     def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
         """Step the inner env and add ``info["task"]`` and ``info["task_progress"]``."""
         obs, rew, term, trunc, info = self.env.step(action)
-        info = dict(info)  # the inner env's dict is left as it was (it may be reused between steps)
+        if info is self._inner_info:  # the env reuses its info dict: leave it as it was
+            info = dict(info)
+        else:  # annotated in place, as Gymnasium's own wrappers do
+            self._inner_info = info
         if self._default_progress:  # (saves a method call on every step)
             progress = info.get("success", 0.0)
         else:

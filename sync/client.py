@@ -26,12 +26,13 @@ from __future__ import annotations
 import array
 import functools
 import logging
+import math
 import os
 import threading
 import time
 import weakref
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -54,13 +55,26 @@ __all__ = [
     "SyncError",
     "connect",
     "DEFAULT_PREFETCH",
+    "DEFAULT_UPDATE_BATCH",
+    "DEFAULT_MAX_UPDATE_DELAY",
 ]
 
-#: Tasks kept ready per env. One task ahead hides the request round trip behind a whole episode while
-#: keeping samples as fresh as possible (see benchmarks/sync_latency.py for the measurement).
-DEFAULT_PREFETCH = 1
+#: Most tasks an env keeps ready. The depth actually kept adapts to the env's pace: as many tasks as it
+#: plays in ``max_update_delay`` (at least one, which hides the request round trip behind a whole
+#: episode), so a task is sampled at most about ``max_update_delay`` seconds, or one episode, before it is
+#: played (see benchmarks/sync_latency.py for the staleness / latency measurement).
+DEFAULT_PREFETCH = 8
+#: Most updates a client holds for one send.
+DEFAULT_UPDATE_BATCH = 8
+#: Most seconds a client holds an update (0: none is held); also the span of episodes it keeps tasks for.
+DEFAULT_MAX_UPDATE_DELAY = 0.5
 #: Seconds a client waits for the server before giving up.
 DEFAULT_TIMEOUT = 5.0
+#: The clock of the client's time bounds (a module attribute, so tests can replace it).
+_now = time.monotonic
+#: Whether socket clients register with the per-process background flusher (tests with a fake clock
+#: turn it off).
+_background_flush = True
 
 
 class ServerUnavailableError(TimeoutError):
@@ -147,9 +161,54 @@ class TaskFeed:
         self.close_timeout = float(close_timeout)
         self.name = name
 
+    def _set_holding(self, update_batch: int, max_update_delay: float) -> None:
+        """Validate and store how long updates may be held (the feeds that hold them: sockets, Ray)."""
+        if isinstance(update_batch, bool) or not isinstance(update_batch, int) or update_batch < 1:
+            raise ValueError(f"update_batch must be a positive int, got {update_batch!r}")
+        if (
+            isinstance(max_update_delay, bool)
+            or not isinstance(max_update_delay, (int, float))
+            or not max_update_delay >= 0  # also refuses NaN
+        ):
+            raise ValueError(
+                f"max_update_delay must be a number of seconds >= 0 (math.inf: no time bound), got "
+                f"{max_update_delay!r}"
+            )
+        self.update_batch = update_batch
+        self.max_update_delay = float(max_update_delay)
+
+    # -- pace ---------------------------------------------------------------------------------------
+    _last_reset: float | None = None
+    _episode_s: float | None = None  # running mean of the time between two tasks
+
+    def _note_reset(self, now: float) -> None:
+        """A task is taken at ``now``: update the running mean of the time between two tasks."""
+        if self._last_reset is not None:
+            dt = now - self._last_reset
+            self._episode_s = dt if self._episode_s is None else 0.75 * self._episode_s + 0.25 * dt
+        self._last_reset = now
+
+    def _request_size(self) -> int:
+        """Tasks to keep ready: as many as the env plays in ``max_update_delay`` seconds (by its recent
+        pace; 1 until that is known), at least 1 and at most ``prefetch`` (``prefetch`` itself when
+        ``max_update_delay`` is infinite)."""
+        if self.prefetch <= 1:
+            return 1
+        if self.max_update_delay == math.inf:
+            return self.prefetch
+        if self._episode_s is None:
+            return 1
+        if self._episode_s <= 0.0:
+            return self.prefetch
+        return max(1, min(self.prefetch, int(self.max_update_delay / self._episode_s)))
+
     # -- hooks ----------------------------------------------------------------------------------------
     def _send_update(self, msg: P.Message) -> None:  # pragma: no cover - interface
         raise NotImplementedError
+
+    def _deliver_steps(self, steps: _StepBuffer) -> None:
+        """Deliver the buffered step records as one update (and empty the buffer)."""
+        self._send_update(steps.message(self.env_id))  # type: ignore[arg-type]
 
     def _active(self) -> bool:
         return True
@@ -169,12 +228,30 @@ class TaskFeed:
         progress: float,
     ) -> None:
         """Buffer one step (a no-op unless the curriculum wants step updates); sends full batches."""
-        if not self.requires_step_updates:
-            return
-        steps = self._steps
-        assert steps is not None
-        if steps.add(assignment, obs, reward, terminated, truncated, info, progress) >= self.step_batch_size:
-            self._flush_steps()
+        if self.requires_step_updates and self._steps is not None:
+            self._steps.add(assignment, obs, reward, terminated, truncated, info, progress)
+
+    def step_recorder(self) -> Callable[..., None] | None:
+        """What :meth:`record_step` calls, for callers recording every step of an episode (the sync
+        wrappers look it up once per episode: one call per step instead of three); ``None`` when the
+        curriculum wants no step updates. It sends full batches itself."""
+        if self.requires_step_updates and self._steps is not None:
+            return self._steps.add
+        return None
+
+    def _take_welcome(self, welcome: P.Welcome) -> None:
+        """Adopt the settings of the server's welcome: env id, which updates to send, the step buffer."""
+        self.env_id = welcome.env_id
+        self.requires_step_updates = welcome.requires_step_updates
+        self.requires_episode_updates = welcome.requires_episode_updates
+        self.step_batch_size = welcome.step_batch_size
+        self._steps = _StepBuffer(
+            self.send_obs and welcome.step_obs,
+            self.send_infos and welcome.step_infos,
+            self.strip_keys,
+            capacity=welcome.step_batch_size,
+            on_full=self._flush_steps,
+        )
 
     def flush(self) -> None:
         """Send buffered step records now (dropped when updates cannot be delivered: closed, fallback).
@@ -193,7 +270,7 @@ class TaskFeed:
             steps.clear()
             return
         try:
-            self._send_update(steps.message(self.env_id))  # type: ignore[arg-type]
+            self._deliver_steps(steps)
         except TypeError as exc:
             raise TypeError(
                 f"{exc}. Remove such entries from observations/infos with strip_keys=[...] or "
@@ -367,13 +444,20 @@ class _StepBuffer:
 
     ``capacity``: the most steps a batch holds (the step batch size); with it, numeric observations (an
     array, or a dict of arrays) are written straight into per-batch arrays (:class:`_ObsColumns`).
+    ``on_full``: called when a step fills the batch (the feed sends it).
     """
 
     def __init__(
-        self, send_obs: bool, send_infos: bool, strip_keys: frozenset[str], capacity: int = 0
+        self,
+        send_obs: bool,
+        send_infos: bool,
+        strip_keys: frozenset[str],
+        capacity: int = 0,
+        on_full: Callable[[], None] | None = None,
     ) -> None:
         self.send_obs, self.send_infos, self.strip_keys = send_obs, send_infos, strip_keys
         self.capacity = int(capacity)
+        self.on_full = on_full
         self.clear()
 
     def clear(self) -> None:
@@ -394,8 +478,9 @@ class _StepBuffer:
     def add(
         self, a: Assignment, obs: Any, reward: float, term: bool, trunc: bool, info: Any, progress: float
     ) -> int:
-        """Buffer one step; returns the number of steps buffered."""
-        self.ids.append(a.task_id)
+        """Buffer one step; a full batch goes to ``on_full``. Returns the number of steps buffered."""
+        ids = self.ids
+        ids.append(a.task_id)
         self.tasks.append(a.task)
         self.rewards.append(reward)
         self.term.append(1 if term else 0)
@@ -405,7 +490,10 @@ class _StepBuffer:
             self._add_obs(_strip(obs, self.strip_keys))
         if self.send_infos:
             self.infos.append(_strip(dict(info) if info else {}, self.strip_keys))
-        return len(self.ids)
+        n = len(ids)
+        if n >= self.capacity and self.on_full is not None:
+            self.on_full()
+        return n
 
     def _add_obs(self, obs: Any) -> None:
         cols = self.columns
@@ -417,13 +505,15 @@ class _StepBuffer:
             self.obs, self.columns = cols.rows(), None  # another layout mid-batch: per-step copies
         self.obs.append(_copy_obs(obs))
 
-    def message(self, env_id: int) -> P.StepUpdate:
+    def _observations(self) -> Any:
         if not self.send_obs:
-            obs = None
-        elif self.columns is not None:
-            obs = self.columns.stacked()
-        else:
-            obs = _stack(self.obs)
+            return None
+        if self.columns is not None:
+            return self.columns.stacked()
+        return _stack(self.obs)
+
+    def message(self, env_id: int) -> P.StepUpdate:
+        """The buffered steps as a :class:`~magister.sync.protocol.StepUpdate`; empties the buffer."""
         msg = P.StepUpdate(
             env_id,
             np.frombuffer(self.ids, dtype=np.int64),
@@ -432,11 +522,29 @@ class _StepBuffer:
             np.frombuffer(self.term, dtype=np.bool_),
             np.frombuffer(self.trunc, dtype=np.bool_),
             np.frombuffer(self.progress, dtype=np.float64),
-            obs,
+            self._observations(),
             tuple(self.infos) if self.send_infos else None,
         )
         self.clear()
         return msg
+
+    def frames(self, env_id: int) -> list[Any]:
+        """The buffered steps encoded straight from the typed columns (what :meth:`message` would encode
+        to, without building and checking the message: the server checks it); empties the buffer."""
+        try:
+            return P.encode_step_update(
+                env_id,
+                self.ids,
+                tuple(self.tasks),
+                self.rewards,
+                self.term,
+                self.trunc,
+                self.progress,
+                self._observations(),
+                tuple(self.infos) if self.send_infos else None,
+            )
+        finally:  # records that cannot be encoded are dropped with the error, not raised again later
+            self.clear()
 
 
 # -- per-process ZeroMQ context (never inherited across fork) -------------------------------------------
@@ -458,6 +566,88 @@ def _context() -> zmq.Context:
         return _ctx
 
 
+class _Flusher:
+    """One daemon thread per process that sends the updates clients (sockets, Ray) have held too long.
+
+    It wakes every quarter of the shortest ``max_update_delay`` among the registered clients and sends
+    what is due, so an update waits at most about ``1.25 * max_update_delay`` even when its env stops
+    stepping (an RLlib env runner between two ``sample()`` calls, a paused evaluation). Clients are held
+    by weak reference; a client busy in its own thread is skipped until the next wake-up. The thread ends
+    once no client is registered (closed or garbage-collected); the next registration starts a new one.
+    """
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.clients: weakref.WeakSet[TaskFeed] = weakref.WeakSet()
+        self.lock = threading.Lock()
+        self.period = math.inf
+        self.stopped = False
+        self.wake = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="magister-update-flusher", daemon=True)
+
+    def add(self, client: TaskFeed) -> bool:
+        """Register ``client``; False when this flusher has stopped (make a new one)."""
+        with self.lock:
+            if self.stopped:
+                return False
+            self.clients.add(client)
+            period = max(1e-3, client.max_update_delay / 4)
+            if period < self.period:
+                self.period = period
+                self.wake.set()  # sleep less from now on
+        if not self.thread.is_alive():
+            self.thread.start()
+        return True
+
+    def remove(self, client: TaskFeed) -> None:
+        """Unregister ``client``; the last one to go stops the thread and waits for it (bounded), so a
+        closed client leaves no thread behind."""
+        with self.lock:
+            self.clients.discard(client)
+            if self.clients:
+                return
+            self.stopped = True
+        self.wake.set()
+        if self.thread.is_alive() and self.thread is not threading.current_thread():
+            self.thread.join(timeout=2.0)
+
+    def _run(self) -> None:
+        while True:
+            self.wake.wait(None if self.period == math.inf else self.period)
+            self.wake.clear()
+            with self.lock:
+                clients = list(self.clients)
+                if not clients or self.stopped:
+                    self.stopped = True
+                    return
+            for client in clients:
+                try:
+                    client._send_due()
+                except Exception:  # the thread must not die; the env thread meets the same error itself
+                    logger.warning("client env %s: background send failed", client.env_id, exc_info=True)
+            del clients
+
+
+_flusher_lock = threading.Lock()
+_flusher_instance: _Flusher | None = None
+
+
+def _register_for_flushing(client: TaskFeed) -> None:
+    """Register ``client`` with this process's flusher (a new one after a fork, or once it stopped)."""
+    global _flusher_instance
+    with _flusher_lock:
+        f = _flusher_instance
+        if f is None or f.pid != os.getpid() or not f.add(client):
+            _flusher_instance = _Flusher()
+            _flusher_instance.add(client)
+
+
+def _unregister_for_flushing(client: TaskFeed) -> None:
+    f = _flusher_instance
+    if f is not None and f.pid == os.getpid():
+        f.remove(client)
+
+
 class CurriculumClient(TaskFeed):
     """Env-side client of a :class:`~magister.sync.server.CurriculumServer` (see the module docstring).
 
@@ -477,6 +667,10 @@ class CurriculumClient(TaskFeed):
         curve_server_key: The server's CURVE public key, when it uses encryption.
         curve_public_key, curve_secret_key: This client's CURVE key pair (ephemeral when omitted).
         close_timeout: Seconds :meth:`close` waits for the server to acknowledge the goodbye.
+        update_batch: Most updates held for one send.
+        max_update_delay: Most seconds an update is held (``math.inf``: no time bound, only
+            ``update_batch``; 0: nothing is held, one send per update). It also sets how many tasks are
+            kept ready: the number of episodes the env plays in that time (at most ``prefetch``).
         name: A label for the server's logs.
     """
 
@@ -494,12 +688,15 @@ class CurriculumClient(TaskFeed):
         curve_public_key: bytes | str | None = None,
         curve_secret_key: bytes | str | None = None,
         close_timeout: float = 2.0,
+        update_batch: int = DEFAULT_UPDATE_BATCH,
+        max_update_delay: float = DEFAULT_MAX_UPDATE_DELAY,
         name: str = "",
     ) -> None:
         if not isinstance(address, str) or "://" not in address:
             raise ValueError(
                 f"address must be a str like 'ipc:///path' or 'tcp://host:port', got {address!r}"
             )
+        self._set_holding(update_batch, max_update_delay)
         self._set_options(
             address, prefetch, timeout, strip_keys, send_obs, send_infos, fallback_task_space,
             close_timeout, name,
@@ -521,13 +718,30 @@ class CurriculumClient(TaskFeed):
         self._closed = False
         self._goodbye_acked = False
         self._refusal: str | None = None
+        self._held: list[bytes] = []  # encoded updates waiting for the next send
+        self._held_updates = 0
+        self._held_request = 0  # tasks asked for by held updates
+        self._send_by = math.inf  # when the oldest held update must go out
+        self._lock = threading.RLock()  # the env's thread and the background flusher
+        self._last_reset = None
+        self._episode_s = None
         self.stats = dict.fromkeys(
-            ("tasks_received", "updates_sent", "updates_dropped", "errors_received", "send_waits"), 0
+            ("tasks_received", "updates_sent", "updates_dropped", "errors_received", "send_waits", "sends"), 0
         )
+
+    @property
+    def holds_updates(self) -> bool:
+        """Whether updates are held for a batched send (``update_batch > 1`` and ``max_update_delay > 0``)."""
+        return self.update_batch > 1 and self.max_update_delay > 0
+
+    @property
+    def held_updates(self) -> int:
+        """Updates waiting for the next send."""
+        return self._held_updates
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        for k in ("_sock", "_buffer", "_steps", "_pid"):
+        for k in ("_sock", "_buffer", "_steps", "_pid", "_held", "_lock"):
             state.pop(k, None)
         return state
 
@@ -559,7 +773,10 @@ class CurriculumClient(TaskFeed):
         self._send(P.Hello(os.getpid(), self.name))
         if not self._wait_for(lambda: self.env_id is not None, "a welcome"):
             return False
-        self._top_up(self.prefetch)  # start prefetching right away
+        # start prefetching right away: the first reset takes one task and leaves the others ready
+        self._top_up(self._depth() + 1 if self.prefetch and self.holds_updates else self._depth())
+        if _background_flush and self.holds_updates and self.max_update_delay < math.inf:
+            _register_for_flushing(self)
         return True
 
     def _go_fallback(self, what: str) -> bool:
@@ -578,6 +795,10 @@ class CurriculumClient(TaskFeed):
         )
         self._fallback = True
         self.requires_step_updates = False  # feedback is dropped from now on: do not even buffer it
+        self.stats["updates_dropped"] += self._held_updates
+        self._held.clear()
+        self._held_updates = self._held_request = 0
+        self._send_by = math.inf
         if self._sock is not None:
             self._sock.close(0)
             self._sock = None
@@ -586,8 +807,10 @@ class CurriculumClient(TaskFeed):
     def _send(self, msg: P.Message) -> bool:
         """Send without waiting for a reply. When the send queue is full (the server is slower than this
         env), wait for room, at most ``timeout`` seconds: back-pressure instead of silently dropping."""
+        return self._send_frames(P.encode(msg), type(msg).__name__)
+
+    def _send_frames(self, frames: list[Any], what: str) -> bool:
         assert self._sock is not None
-        frames = P.encode(msg)
         copy = len(frames) == 1  # zero-copy only pays off for large array frames
         try:
             self._sock.send_multipart(frames, zmq.NOBLOCK, copy=copy)
@@ -601,8 +824,7 @@ class CurriculumClient(TaskFeed):
                 return True
             except zmq.Again:  # pragma: no cover - room vanished between poll and send
                 pass
-        self.stats["updates_dropped"] += 1
-        self._go_fallback(f"room in the send queue for a {type(msg).__name__}")
+        self._go_fallback(f"room in the send queue for a {what}")
         return False
 
     def _receive(self, timeout_ms: int) -> bool:
@@ -618,16 +840,7 @@ class CurriculumClient(TaskFeed):
         msg = P.decode(frames)  # a ProtocolVersionError here names both versions
         if isinstance(msg, P.Welcome):
             if self.env_id is None:
-                self.env_id = msg.env_id
-                self.requires_step_updates = msg.requires_step_updates
-                self.requires_episode_updates = msg.requires_episode_updates
-                self.step_batch_size = msg.step_batch_size
-                self._steps = _StepBuffer(
-                    self.send_obs and msg.step_obs,
-                    self.send_infos and msg.step_infos,
-                    self.strip_keys,
-                    capacity=msg.step_batch_size,
-                )
+                self._take_welcome(msg)
         elif isinstance(msg, P.Tasks):
             for tid, task, train in zip(msg.task_ids, msg.tasks, msg.train):
                 self._buffer.append(Assignment(tid, task, train))
@@ -666,6 +879,10 @@ class CurriculumClient(TaskFeed):
             pass
 
     # -- tasks --------------------------------------------------------------------------------------
+    def _depth(self) -> int:
+        """Tasks to keep ready beyond the one the next reset takes (0 with ``prefetch=0``)."""
+        return self._request_size() if self.prefetch else 0
+
     def _top_up(self, target: int) -> None:
         need = target - len(self._buffer) - self._outstanding
         if need > 0 and self.env_id is not None and self._send(P.TaskRequest(self.env_id, need)):
@@ -674,45 +891,130 @@ class CurriculumClient(TaskFeed):
     def next_task(self) -> Assignment:
         """The next task: from the prefetch buffer, or requested and awaited (at most ``timeout``)."""
         if self._ensure():
-            self._drain()
-            if not self._buffer:
-                self._top_up(max(1, self.prefetch))
-                self._wait_for(lambda: bool(self._buffer), "tasks")
-            if self._buffer:
-                a = self._buffer.popleft()
-                self._top_up(self.prefetch)
-                return a
+            with self._lock:
+                self._note_reset(_now())
+                if self._outstanding or not self.holds_updates:  # replies to read (a client holding
+                    self._drain()  # updates reads error replies with the next tasks, or when it waits)
+                if not self._buffer:  # send what is held (with a request, unless tasks are on their way)
+                    self._send_held(0 if self._outstanding + self._held_request else 1)
+                    self._wait_for(lambda: bool(self._buffer), "tasks")
+                if self._buffer:
+                    a = self._buffer.popleft()
+                    if not self.holds_updates:
+                        self._top_up(self._depth())
+                    elif self.prefetch and not (self._buffer or self._outstanding or self._held_request):
+                        self._send_held(self._depth())  # a reset without an update before it
+                    return a
         (task,) = self.fallback_task_space.sample_encoded(1)  # type: ignore[union-attr]
         return Assignment(-1, task, True)
 
     def give_back(self, assignment: Assignment) -> None:
         if assignment.task_id >= 0 and self._active():
-            self._buffer.appendleft(assignment)
+            with self._lock:
+                self._buffer.appendleft(assignment)
 
     # -- feedback -----------------------------------------------------------------------------------
     def _active(self) -> bool:
         return self._sock is not None and self._pid == os.getpid() and not self._fallback
 
     def _send_update(self, msg: P.Message) -> None:
-        if self._send(msg):
-            self.stats["updates_sent"] += 1
-            self._outstanding += getattr(msg, "request", 0)
+        self._deliver(P.encode(msg), getattr(msg, "request", 0), type(msg).__name__)
+
+    def _deliver_steps(self, steps: _StepBuffer) -> None:
+        self._deliver(steps.frames(self.env_id), 0, "StepUpdate")  # type: ignore[arg-type]
+
+    def _deliver(self, frames: list[Any], request: int, what: str) -> None:
+        """Send an encoded update, or hold it for a batched send.
+
+        Held updates go out together (one :class:`~magister.sync.protocol.Batch`) once ``update_batch``
+        are held, the oldest has waited ``max_update_delay``, or one of them asks for tasks (which it does
+        when at most one task would be left after the next reset); before an update too large to hold
+        (step records carrying observations), and on :meth:`flush`, :meth:`close`, :meth:`next_task` with
+        no task ready, and the background flusher.
+        """
+        with self._lock:
+            if not self.holds_updates or len(frames) > 1:  # (arrays out of band: not held)
+                self._send_held()  # the held updates first, in order
+                if self._active() and self._send_frames(frames, what):
+                    self.stats["updates_sent"] += 1
+                    self.stats["sends"] += 1
+                    self._outstanding += request
+                else:
+                    self.stats["updates_dropped"] += 1
+                return
+            now = _now()
+            if not self._held:
+                self._send_by = now + self.max_update_delay
+            self._held.append(frames[0])
+            self._held_updates += 1
+            self._held_request += request
+            if request or self._held_updates >= self.update_batch or now >= self._send_by:
+                self._send_held()
+
+    def _send_held(self, request: int = 0) -> None:
+        """Send the held updates (one message; a batch when several), with a request for ``request``
+        more tasks."""
+        if not self._active() or self.env_id is None:
+            return
+        held, n, asked = self._held, self._held_updates, self._held_request
+        self._held, self._held_updates, self._held_request, self._send_by = [], 0, 0, math.inf
+        if request > 0:
+            held.append(P.encode(P.TaskRequest(self.env_id, request))[0])
+            asked += request
+        if not held:
+            return
+        frames = held if len(held) == 1 else P.encode_batch(self.env_id, held)
+        if self._send_frames(frames, f"batch of {len(held)} messages"):
+            self.stats["updates_sent"] += n
+            self.stats["sends"] += 1
+            self._outstanding += asked
+        else:
+            self.stats["updates_dropped"] += n
+
+    def _send_due(self) -> None:
+        """Send the held updates if they are due (called by the background flusher thread)."""
+        if not self._held or _now() < self._send_by:
+            return
+        if self._lock.acquire(blocking=False):  # the env's thread is using this client: next time
+            try:
+                if self._held and _now() >= self._send_by and self._pid == os.getpid():
+                    self._send_held()
+            finally:
+                self._lock.release()
 
     def _refill_request(self) -> int:
-        # the reset that follows takes one task from the buffer: ask now for what keeps it at `prefetch`
+        # The reset that follows takes one task from the buffer: ask now for what keeps `prefetch` ready.
+        # A client holding updates asks only once at most one task would be left after that reset (and
+        # none is on its way): the update then goes out at once, with the ones held before it.
         if self.env_id is None:
             return 0
-        need = self.prefetch + 1 - len(self._buffer) - self._outstanding
+        ready = len(self._buffer) + self._outstanding + self._held_request
+        if self.holds_updates and ready > 2:
+            return 0
+        need = self._depth() + 1 - ready
         return need if need > 0 else 0
 
     def _after_flush(self) -> None:
-        self._drain()  # error replies and tasks that arrived meanwhile
+        if not self.holds_updates:  # (a client holding updates reads replies when it needs a task)
+            with self._lock:
+                self._drain()  # error replies and tasks that arrived meanwhile
+
+    def flush(self) -> None:
+        """Send buffered step records and every held update now."""
+        with self._lock:
+            super().flush()
+            self._send_held()
 
     def close(self) -> None:
         """Flush, wait for outstanding tasks, return unused ones, wait for the goodbye ack (bounded)."""
         if self._closed or self._pid != os.getpid():
             self._closed = True
             return
+        _unregister_for_flushing(self)
+        with self._lock:
+            self._close()
+
+    def _close(self) -> None:
         try:
             if self._active() and self.env_id is not None:
                 self.flush()
@@ -733,6 +1035,8 @@ class CurriculumClient(TaskFeed):
                 # everything before the goodbye was acknowledged: nothing left worth lingering for
                 self._sock.close(0 if self._goodbye_acked else None)
                 self._sock = None
+            self._held.clear()
+            self._held_updates = self._held_request = 0
             self._closed = True
 
     def __repr__(self) -> str:
@@ -797,15 +1101,9 @@ class LocalClient(TaskFeed):
             raise TypeError("strip_keys must be an iterable of keys, not a single str")
         self.core = core
         self.prefetch = prefetch
-        welcome = core.register_env()
-        self.env_id = welcome.env_id
-        self.requires_step_updates = welcome.requires_step_updates
-        self.step_batch_size = welcome.step_batch_size
-        self._steps = _StepBuffer(
-            bool(send_obs) and welcome.step_obs,
-            bool(send_infos) and welcome.step_infos,
-            frozenset(strip_keys),
-        )
+        self.send_obs, self.send_infos = bool(send_obs), bool(send_infos)
+        self.strip_keys = frozenset(strip_keys)
+        self._take_welcome(core.register_env())
         self._buffer: deque[Assignment] = deque()
         self._closed = False
 

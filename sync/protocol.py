@@ -63,21 +63,27 @@ __all__ = [
     "ProgressUpdate",
     "Error",
     "Goodbye",
+    "Batch",
     "MESSAGE_TYPES",
+    "BATCHABLE",
+    "encode_batch",
+    "encode_step_update",
     "encode",
     "decode",
     "pack_value",
     "unpack_value",
 ]
 
-#: Bumped whenever a message layout changes; both ends must agree.
-PROTOCOL_VERSION = 2
+#: Bumped whenever a message layout changes or a kind is added; both ends must agree.
+PROTOCOL_VERSION = 3
 #: Arrays with at least this many bytes travel as separate zero-copy frames.
 DEFAULT_OOB_THRESHOLD = 64 * 1024
 #: Upper bound on one msgpack header (the out-of-band frames are bounded by the socket's MAXMSGSIZE).
 DEFAULT_MAX_HEADER_BYTES = 16 * 1024 * 1024
 #: Upper bound on the number of out-of-band frames in one message.
 MAX_FRAMES = 4096
+#: Upper bound on the number of messages one :class:`Batch` carries.
+MAX_BATCH = 4096
 
 _EXT_ARRAY = 1  # payload: msgpack (dtype str, shape, raw bytes)
 _EXT_ARRAY_FRAME = 2  # payload: msgpack (dtype str, shape, index of the out-of-band frame)
@@ -568,12 +574,63 @@ class Goodbye(Message):
         self._set("returned_task_ids", ids)
 
 
+#: The kinds a :class:`Batch` may carry: what an env sends between its hello and its goodbye.
+BATCHABLE: tuple[type[Message], ...] = (TaskRequest, StepUpdate, EpisodeUpdate, ProgressUpdate)
+
+
+@dataclass(frozen=True)
+class Batch(Message):
+    """Client -> server: several messages of one env in one send, applied in order.
+
+    A client that holds its updates for a moment (a few short episodes) sends them together: one send,
+    one receive and one decode instead of one per episode. Each carried message travels as its own
+    encoded single-frame message (arrays inline), so it is validated exactly as if it had come alone, and
+    must be one of :data:`BATCHABLE` with the batch's ``env_id``. The server answers the task requests
+    of the whole batch with one :class:`Tasks`, after an :class:`Error` for each refused message.
+
+    >>> b = Batch(0, (EpisodeUpdate(0, 3, 1, 2.0, 10, 1.0), TaskRequest(0, 2)))
+    >>> decode(encode(b)) == b
+    True
+    """
+
+    KIND: ClassVar[int] = 10
+    env_id: int
+    messages: tuple[Message, ...]
+
+    def __post_init__(self) -> None:
+        env_id = _int("env_id", self.env_id, 0)
+        self._set("env_id", env_id)
+        items = _tuple("messages", self.messages)
+        if not 1 <= len(items) <= MAX_BATCH:
+            raise ProtocolError(f"field messages must hold 1..{MAX_BATCH} messages, got {len(items)}")
+        out = []
+        for i, m in enumerate(items):
+            if isinstance(m, (bytes, memoryview)):  # as received: one encoded message (never a batch)
+                m = _decode([m], DEFAULT_MAX_HEADER_BYTES, _BATCHABLE_KINDS)
+            if type(m) not in BATCHABLE:
+                allowed = ", ".join(c.__name__ for c in BATCHABLE)
+                raise ProtocolError(f"messages[{i}] is a {type(m).__name__}; a batch carries only {allowed}")
+            if m.env_id != env_id:  # type: ignore[attr-defined]
+                raise ProtocolError(f"messages[{i}] is from env {m.env_id}, the batch from env {env_id}")  # type: ignore[attr-defined]
+            out.append(m)
+        self._set("messages", tuple(out))
+
+    def _fields(self) -> tuple:
+        return (self.env_id, tuple(encode(m, oob_threshold=_INLINE)[0] for m in self.messages))
+
+
+_INLINE = 1 << 62  # an oob_threshold no array reaches: every array inline
+
 #: Every message class by its ``KIND`` code.
 MESSAGE_TYPES: dict[int, type[Message]] = {
     cls.KIND: cls
-    for cls in (Hello, Welcome, TaskRequest, Tasks, StepUpdate, EpisodeUpdate, ProgressUpdate, Error, Goodbye)
+    for cls in (
+        Hello, Welcome, TaskRequest, Tasks, StepUpdate, EpisodeUpdate, ProgressUpdate, Error, Goodbye, Batch
+    )
 }
 
+
+_BATCHABLE_KINDS: dict[int, type[Message]] = {cls.KIND: cls for cls in BATCHABLE}
 
 _ARITY: dict[type, tuple[int, int]] = {
     cls: (
@@ -615,12 +672,73 @@ def encode(msg: Message, *, oob_threshold: int = DEFAULT_OOB_THRESHOLD) -> list[
     return [header, *frames]
 
 
+_TYPECODES = {"q": "<i8", "d": "<f8", "b": "|b1"}  # array.array columns of a step update, as numpy dtypes
+
+
+def _typed_column(col: Any) -> Any:
+    """An ``array.array`` column as the array extension type (no numpy round trip); others unchanged."""
+    code = _TYPECODES.get(getattr(col, "typecode", ""))
+    if code is None or col.itemsize != int(code[2:]):
+        return col
+    dt = code.encode("ascii")
+    head = bytes((len(dt),)) + dt + b"\x01" + struct.pack("<Q", len(col))
+    return msgpack.ExtType(_EXT_ARRAY, head + col.tobytes())
+
+
+def encode_step_update(
+    env_id: int,
+    task_ids: Any,
+    tasks: tuple,
+    rewards: Any,
+    terminated: Any,
+    truncated: Any,
+    progress: Any,
+    obs: Any = None,
+    infos: tuple[dict, ...] | None = None,
+    *,
+    oob_threshold: int = DEFAULT_OOB_THRESHOLD,
+) -> list[Any]:
+    """The frames of ``StepUpdate(env_id, task_ids, ...)`` without building the message: for a client
+    sending the columns it recorded itself (typed ``array.array`` columns: ``"q"`` ids, ``"d"`` rewards and
+    progress, ``"b"`` 0/1 flags, or numpy arrays). Nothing is validated here; the receiver validates on
+    :func:`decode` as for every message.
+
+    >>> from array import array
+    >>> frames = encode_step_update(0, array("q", [4, 4]), (1, 1), array("d", [1.0, 0.5]),
+    ...                             array("b", [0, 1]), array("b", [0, 0]), array("d", [0, 1]))
+    >>> decode(frames).terminated.tolist()
+    [False, True]
+    """
+    fields = (
+        env_id, _typed_column(task_ids), tasks, _typed_column(rewards), _typed_column(terminated),
+        _typed_column(truncated), _typed_column(progress), obs, infos,
+    )
+    frames: list[Any] = []
+    header = pack_value((PROTOCOL_VERSION, StepUpdate.KIND, fields), frames, oob_threshold)
+    return [header, *frames]
+
+
+def encode_batch(env_id: int, encoded: Sequence[bytes]) -> list[bytes]:
+    """The frames of a :class:`Batch` of already encoded single-frame messages (what ``encode(msg)[0]``
+    returns for a message without out-of-band arrays): the messages are not packed a second time.
+
+    >>> m = [encode(EpisodeUpdate(1, 0, 0, 1.0, 5, 0.0))[0], encode(TaskRequest(1, 1))[0]]
+    >>> decode(encode_batch(1, m)) == Batch(1, (EpisodeUpdate(1, 0, 0, 1.0, 5, 0.0), TaskRequest(1, 1)))
+    True
+    """
+    return [msgpack.packb((PROTOCOL_VERSION, Batch.KIND, (env_id, tuple(encoded))), use_bin_type=True)]
+
+
 def decode(frames: Sequence[Any], *, max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES) -> Message:
     """Parse frames produced by :func:`encode` (without any routing id) into a message.
 
     ``frames`` may be ``bytes``, memoryviews or ``zmq.Frame`` objects. Raises :class:`ProtocolError`
     (or :class:`ProtocolVersionError`) with a description of what was wrong.
     """
+    return _decode(frames, max_header_bytes, MESSAGE_TYPES)
+
+
+def _decode(frames: Sequence[Any], max_header_bytes: int, kinds: dict[int, type[Message]]) -> Message:
     if not isinstance(frames, (list, tuple)) or not frames:
         raise ProtocolError("empty message: expected at least a header frame")
     if len(frames) > MAX_FRAMES + 1:
@@ -635,8 +753,10 @@ def decode(frames: Sequence[Any], *, max_header_bytes: int = DEFAULT_MAX_HEADER_
             f"peer speaks magister sync protocol version {version!r}, this side speaks {PROTOCOL_VERSION}; "
             "install the same magister version on both sides"
         )
-    cls = MESSAGE_TYPES.get(kind) if isinstance(kind, int) and not isinstance(kind, bool) else None
+    cls = kinds.get(kind) if isinstance(kind, int) and not isinstance(kind, bool) else None
     if cls is None:
+        if kinds is _BATCHABLE_KINDS and kind in MESSAGE_TYPES:
+            raise ProtocolError(f"a batch cannot carry a {MESSAGE_TYPES[kind].__name__}")
         raise ProtocolError(f"unknown message kind {kind!r}")
     if not isinstance(values, tuple):
         raise ProtocolError(f"malformed {cls.__name__}: fields must be a tuple")

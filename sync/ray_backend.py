@@ -83,7 +83,6 @@ import math
 import os
 import threading
 import time
-import weakref
 from collections import deque
 from collections.abc import Iterable
 from typing import Any
@@ -103,12 +102,16 @@ from ..curricula.base import Curriculum, TaskSample
 from ..task_spaces.base import EncodedTask, TaskSpace
 from . import protocol as P
 from .client import (
+    DEFAULT_MAX_UPDATE_DELAY,
     DEFAULT_TIMEOUT,
+    DEFAULT_UPDATE_BATCH,
     Assignment,
     ServerUnavailableError,
     SyncError,
     TaskFeed,
+    _register_for_flushing,
     _StepBuffer,
+    _unregister_for_flushing,
 )
 from .server import DEFAULT_STEP_BATCH_SIZE, SyncCore, SyncRejected
 
@@ -133,10 +136,6 @@ DEFAULT_ACTOR_NAME = "magister_curriculum"
 DEFAULT_MAX_PENDING = 1024
 #: Most tasks a Ray client asks for in one call (and so holds ahead of need); see :class:`RayClient`.
 DEFAULT_RAY_PREFETCH = 8
-#: Most updates a Ray client holds for one call.
-DEFAULT_UPDATE_BATCH = 8
-#: Most seconds a Ray client holds an update; also the span of episodes it asks tasks for at once.
-DEFAULT_MAX_UPDATE_DELAY = 0.5
 #: The clock of the client's time bounds (a module attribute, so tests can replace it).
 _now = time.monotonic
 #: Whether clients register with the per-process background flusher (tests with a fake clock turn it off).
@@ -612,89 +611,6 @@ def serve_ray(
 # -- env side ----------------------------------------------------------------------------------------
 
 
-class _Flusher:
-    """One daemon thread per process that sends the updates Ray clients have held too long.
-
-    It wakes every quarter of the shortest ``max_update_delay`` among the registered clients and sends
-    what is due, so an update waits at most about ``1.25 * max_update_delay`` even when its env stops
-    stepping (an RLlib env runner between two ``sample()`` calls, a paused evaluation). Clients are held
-    by weak reference; a client busy in its own thread is skipped until the next wake-up. The thread ends
-    once no client is registered (closed or garbage-collected); the next registration starts a new one.
-    """
-
-    def __init__(self) -> None:
-        self.pid = os.getpid()
-        self.clients: weakref.WeakSet[RayClient] = weakref.WeakSet()
-        self.lock = threading.Lock()
-        self.period = math.inf
-        self.stopped = False
-        self.wake = threading.Event()
-        self.thread = threading.Thread(target=self._run, name="magister-ray-flusher", daemon=True)
-
-    def add(self, client: RayClient) -> bool:
-        """Register ``client``; False when this flusher has stopped (make a new one)."""
-        with self.lock:
-            if self.stopped:
-                return False
-            self.clients.add(client)
-            period = max(1e-3, client.max_update_delay / 4)
-            if period < self.period:
-                self.period = period
-                self.wake.set()  # sleep less from now on
-        if not self.thread.is_alive():
-            self.thread.start()
-        return True
-
-    def remove(self, client: RayClient) -> None:
-        """Unregister ``client``; the last one to go stops the thread and waits for it (bounded), so a
-        closed client leaves no thread behind."""
-        with self.lock:
-            self.clients.discard(client)
-            if self.clients:
-                return
-            self.stopped = True
-        self.wake.set()
-        if self.thread.is_alive() and self.thread is not threading.current_thread():
-            self.thread.join(timeout=2.0)
-
-    def _run(self) -> None:
-        while True:
-            self.wake.wait(None if self.period == math.inf else self.period)
-            self.wake.clear()
-            with self.lock:
-                clients = list(self.clients)
-                if not clients or self.stopped:
-                    self.stopped = True
-                    return
-            now = _now()
-            for client in clients:
-                try:
-                    client._send_due(now)
-                except Exception:  # the thread must not die; the env thread meets the same error itself
-                    logger.warning("ray client env %s: background send failed", client.env_id, exc_info=True)
-            del clients
-
-
-_flusher_lock = threading.Lock()
-_flusher_instance: _Flusher | None = None
-
-
-def _register_for_flushing(client: RayClient) -> None:
-    """Register ``client`` with this process's flusher (a new one after a fork, or once it stopped)."""
-    global _flusher_instance
-    with _flusher_lock:
-        f = _flusher_instance
-        if f is None or f.pid != os.getpid() or not f.add(client):
-            _flusher_instance = _Flusher()
-            _flusher_instance.add(client)
-
-
-def _unregister_for_flushing(client: RayClient) -> None:
-    f = _flusher_instance
-    if f is not None and f.pid == os.getpid():
-        f.remove(client)
-
-
 class RayClient(TaskFeed):
     """Env-side client of a curriculum actor (see the module docstring); the Ray twin of
     :class:`~magister.sync.client.CurriculumClient`.
@@ -763,25 +679,15 @@ class RayClient(TaskFeed):
                 "curve_server_key applies to ZeroMQ tcp:// addresses; the Ray backend travels over Ray's own "
                 "transport (secure the Ray cluster instead)"
             )
-        for label, value in (("max_pending_updates", max_pending_updates), ("update_batch", update_batch)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{label} must be a positive int, got {value!r}")
-        if (
-            isinstance(max_update_delay, bool)
-            or not isinstance(max_update_delay, (int, float))
-            or not max_update_delay >= 0  # also refuses NaN
-        ):
-            raise ValueError(
-                f"max_update_delay must be a number of seconds >= 0 (math.inf: no time bound), got "
-                f"{max_update_delay!r}"
-            )
+        mp = max_pending_updates
+        if isinstance(mp, bool) or not isinstance(mp, int) or mp < 1:
+            raise ValueError(f"max_pending_updates must be a positive int, got {max_pending_updates!r}")
+        self._set_holding(update_batch, max_update_delay)
         self._set_options(
             address, prefetch, timeout, strip_keys, send_obs, send_infos, fallback_task_space,
             close_timeout, name,
         )
         self.max_pending_updates = max_pending_updates
-        self.update_batch = update_batch
-        self.max_update_delay = float(max_update_delay)
         self.ray_address = ray_address
         self._reset_process_state()
 
@@ -860,15 +766,7 @@ class RayClient(TaskFeed):
         reply = self._decode(reply)
         if not isinstance(reply, P.Welcome):
             raise SyncError(f"the curriculum {self.actor_description} refused this env: {reply!r:.300}")
-        self.env_id = reply.env_id
-        self.requires_step_updates = reply.requires_step_updates
-        self.requires_episode_updates = reply.requires_episode_updates
-        self.step_batch_size = reply.step_batch_size
-        self._steps = _StepBuffer(
-            self.send_obs and getattr(reply, "step_obs", True),
-            self.send_infos and getattr(reply, "step_infos", True),
-            self.strip_keys,
-        )
+        self._take_welcome(reply)
         if self.prefetch:
             self._request(self._request_size())  # start prefetching right away
         if _background_flush and 0.0 < self.max_update_delay < math.inf:
@@ -997,17 +895,6 @@ class RayClient(TaskFeed):
         most ``prefetch`` (``prefetch`` itself when ``max_update_delay`` is infinite)."""
         return self._request_size()
 
-    def _request_size(self) -> int:
-        if self.prefetch <= 1:
-            return 1
-        if self.max_update_delay == math.inf:
-            return self.prefetch
-        if self._episode_s is None:
-            return 1
-        if self._episode_s <= 0.0:
-            return self.prefetch
-        return max(1, min(self.prefetch, int(self.max_update_delay / self._episode_s)))
-
     # -- tasks --------------------------------------------------------------------------------------
     def next_task(self) -> Assignment:
         """The next task: from the buffer, else from the replies of earlier calls (waits at most
@@ -1023,10 +910,7 @@ class RayClient(TaskFeed):
     def _next_assignment(self) -> Assignment | None:
         """:meth:`next_task` once connected (under the lock); None when the fallback took over."""
         now = _now()
-        if self._last_reset is not None:
-            dt = now - self._last_reset
-            self._episode_s = dt if self._episode_s is None else 0.75 * self._episode_s + 0.25 * dt
-        self._last_reset = now
+        self._note_reset(now)
         if not self._buffer:
             if not self._outstanding:
                 self._request(self._request_size())
@@ -1084,8 +968,9 @@ class RayClient(TaskFeed):
             return self._request_size()
         return 0
 
-    def _send_due(self, now: float) -> None:
+    def _send_due(self) -> None:
         """Send the held updates if they are due (called by the background flusher)."""
+        now = _now()
         if not self._held or now < self._send_by or len(self._calls) >= self.max_pending_updates:
             return  # nothing due, or back-pressure, which the env's own thread handles
         if self._lock.acquire(blocking=False):  # the env's thread is using this client: next time

@@ -310,6 +310,40 @@ class SyncCore:
                 return self.assign_tasks(env_id, request)
             return reply
 
+    def apply_batch(self, batch: P.Batch) -> list[P.Message]:
+        """Apply the messages of a :class:`~magister.sync.protocol.Batch` in order, under one lock.
+
+        Returns the replies to send, in order: an :class:`~magister.sync.protocol.Error` for each refused
+        message, then one :class:`~magister.sync.protocol.Tasks` with every task the batch asked for (also
+        those owed to refused updates). A refused message does not stop the ones after it.
+        """
+        self._env(batch.env_id)
+        replies: list[P.Message] = []
+        tasks: list[P.Tasks] = []
+        with self.lock:
+            for msg in batch.messages:
+                try:
+                    reply = self.apply(msg)
+                except SyncRejected as exc:
+                    replies.append(P.Error(exc.code, str(exc)[:2000], batch.env_id))
+                    reply = exc.reply
+                if isinstance(reply, P.Tasks):
+                    tasks.append(reply)
+                elif reply is not None:
+                    replies.append(reply)
+        if len(tasks) == 1:
+            replies.append(tasks[0])
+        elif tasks:
+            replies.append(
+                P.Tasks(
+                    batch.env_id,
+                    tuple(i for t in tasks for i in t.task_ids),
+                    tuple(x for t in tasks for x in t.tasks),
+                    tuple(b for t in tasks for b in t.train),
+                )
+            )
+        return replies
+
     def _apply_update(self, c: EnvCounters, msg: P.Message) -> P.Message | None:
         cur = self.curriculum
         if isinstance(msg, P.StepUpdate):
@@ -571,6 +605,18 @@ class CurriculumServer:
                 f"{getattr(msg, 'env_id', '?')}; send Hello first",
                 -1 if env_id is None else env_id,
             )
+            return
+        if isinstance(msg, P.Batch):
+            try:
+                replies = self.core.apply_batch(msg)
+            except SyncRejected as exc:  # (an unknown env was caught above; kept for safety)
+                self._error(identity, exc.code, str(exc), env_id)
+                return
+            for reply in replies:
+                if isinstance(reply, P.Error):
+                    self.errors_sent += 1
+                if not self._send(identity, reply) and isinstance(reply, P.Tasks):
+                    self.core.mark_unsent(reply)
             return
         try:
             reply = self.core.apply(msg)

@@ -182,8 +182,73 @@ def test_goodbye_roundtrip(env_id, returned):
     assert _roundtrip(P.Goodbye(env_id, returned)) == P.Goodbye(env_id, returned)
 
 
+batch_items = st.lists(
+    st.one_of(
+        st.tuples(st.just("episode"), st.integers(-1, 2**40), tasks, st.floats(allow_nan=False),
+                  st.integers(0, 10**6), st.floats(0, 1), st.booleans(), st.integers(0, 64)),
+        st.tuples(st.just("progress"), st.integers(-1, 2**40), tasks, st.floats(0, 1), st.booleans()),
+        st.tuples(st.just("request"), st.integers(1, 64)),
+        st.tuples(st.just("steps"), st.integers(0, 300)),
+    ),
+    min_size=1,
+    max_size=12,
+)
+
+
+def _batch_message(env_id: int, item: tuple) -> P.Message:
+    kind, *a = item
+    if kind == "episode":
+        return P.EpisodeUpdate(env_id, a[0], a[1], a[2], a[3], a[4], a[5], {}, a[6])
+    if kind == "progress":
+        return P.ProgressUpdate(env_id, *a)
+    if kind == "request":
+        return P.TaskRequest(env_id, a[0])
+    n = a[0]  # a step update whose observations exceed the out-of-band threshold when n is large
+    return P.StepUpdate(
+        env_id, np.full(n, 3), (3,) * n, np.ones(n), np.zeros(n, bool), np.zeros(n, bool), np.zeros(n),
+        np.zeros((n, 64), np.float32),
+    )
+
+
+@given(env_ids, batch_items)
+def test_batch_roundtrip_both_encodings(env_id, items):
+    msgs = tuple(_batch_message(env_id, it) for it in items)
+    batch = P.Batch(env_id, msgs)
+    out = _roundtrip(batch)
+    assert isinstance(out, P.Batch) and out.env_id == env_id and len(out.messages) == len(msgs)
+    for got, sent in zip(out.messages, msgs):
+        assert type(got) is type(sent) and _same(got._fields(), sent._fields())
+    # what a client sends: messages encoded one by one (arrays inline), then batched without re-packing
+    pre = [P.encode(m, oob_threshold=1 << 62)[0] for m in msgs]
+    frames = P.encode_batch(env_id, pre)
+    assert len(frames) == 1
+    again = P.decode(frames)
+    assert [type(m) for m in again.messages] == [type(m) for m in msgs]
+    assert all(_same(a._fields(), b._fields()) for a, b in zip(again.messages, msgs))
+
+
+def test_batch_refuses_what_it_may_not_carry():
+    with pytest.raises(P.ProtocolError, match="a batch carries only"):
+        P.Batch(0, (P.Hello(1, "x"),))
+    with pytest.raises(P.ProtocolError, match="from env 1, the batch from env 0"):
+        P.Batch(0, (P.TaskRequest(1, 1),))
+    with pytest.raises(P.ProtocolError, match="1..4096 messages, got 0"):
+        P.Batch(0, ())
+    goodbye = P.encode(P.Goodbye(0, ()))[0]
+    with pytest.raises(P.ProtocolError, match="cannot carry a Goodbye"):
+        P.decode(P.encode_batch(0, [goodbye]))
+    # a batch inside a batch is refused before it is decoded (no recursion a peer could deepen)
+    inner = P.encode_batch(0, [P.encode(P.TaskRequest(0, 1))[0]])[0]
+    for _ in range(50):
+        inner = P.encode_batch(0, [inner])[0]
+    with pytest.raises(P.ProtocolError, match="cannot carry a Batch"):
+        P.decode([inner])
+    with pytest.raises(P.ProtocolError, match="malformed Batch"):
+        P.decode(P.encode_batch(0, [b"\x00garbage"]))
+
+
 def test_every_kind_is_covered_and_codes_are_unique():
-    assert sorted(P.MESSAGE_TYPES) == list(range(1, 10))
+    assert sorted(P.MESSAGE_TYPES) == list(range(1, 11))
     assert {c.__name__ for c in P.MESSAGE_TYPES.values()} == {
         "Hello",
         "Welcome",
@@ -194,6 +259,7 @@ def test_every_kind_is_covered_and_codes_are_unique():
         "ProgressUpdate",
         "Error",
         "Goodbye",
+        "Batch",
     }
 
 

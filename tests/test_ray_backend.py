@@ -24,6 +24,7 @@ ray = pytest.importorskip("ray")
 from magister.curricula.base import Curriculum, TaskSample  # noqa: E402
 from magister.env_wrappers.sync_wrappers import GymnasiumSyncWrapper  # noqa: E402
 from magister.env_wrappers.task_wrapper import TaskWrapper  # noqa: E402
+from magister.sync import client as client_module  # noqa: E402
 from magister.sync import protocol as P  # noqa: E402
 from magister.sync import ray_backend  # noqa: E402
 from magister.sync.client import ServerUnavailableError, SyncError, connect  # noqa: E402
@@ -437,10 +438,10 @@ def test_held_updates_go_out_when_due(shared, clock):
     client.record_episode(a, 1.0, 1, 1.0)
     assert client.held_updates == 1
     clock.t += 0.5
-    client._send_due(clock())  # a flusher tick: not yet due
+    client._send_due()  # a flusher tick: not yet due
     assert client.held_updates == 1 and client.stats["calls"] == 1
     clock.t += 0.5
-    client._send_due(clock())  # due: sent on its own
+    client._send_due()  # due: sent on its own
     assert client.held_updates == 0 and client.stats["calls"] == 2
     b = client.next_task()
     client.record_episode(b, 2.0, 2, 1.0)
@@ -470,7 +471,7 @@ def test_background_flusher_sends_held_updates_of_an_idle_env(shared):
         time.sleep(0.02)
     assert client.held_updates == 0 and client.stats["calls"] == 2
     assert shared.metrics()[f"sync/env{e}/episodes_applied"] == 1
-    flusher = ray_backend._flusher_instance
+    flusher = client_module._flusher_instance
     assert flusher is not None and client in flusher.clients and flusher.thread.is_alive()
     client.close()
     assert client not in flusher.clients  # closed clients are forgotten ...

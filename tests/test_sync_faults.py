@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import multiprocessing as mp
 import os
 import signal
@@ -272,7 +273,7 @@ def _fuzz_server():
 
 
 def _worker_holding_tasks(address, ready):
-    c = CurriculumClient(address, prefetch=2, timeout=10.0)
+    c = CurriculumClient(address, prefetch=2, timeout=10.0, max_update_delay=math.inf)  # 2 ready at once
     a = c.next_task()
     c.record_step(a, None, 1.0, False, False, None, 0.0)
     c.flush()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import multiprocessing as mp
 import os
 import stat
@@ -211,7 +212,7 @@ def test_train_flag_reaches_the_client():
 
 def test_prefetch_keeps_n_tasks_ready():
     with serve(Recorder()) as server:
-        c = CurriculumClient(server.address, prefetch=3)
+        c = CurriculumClient(server.address, prefetch=3, max_update_delay=math.inf)  # no pace to adapt to
         c.next_task()
         _wait(lambda: server.metrics()["sync/env0/tasks_sent"] == 4)  # 3 prefetched + 1 refill
         _wait(lambda: (c._drain() or True) and len(c._buffer) == 3)

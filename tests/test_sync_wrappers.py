@@ -15,6 +15,7 @@ from pettingzoo import ParallelEnv
 from magister.curricula.base import Curriculum, TaskSample
 from magister.env_wrappers.sync_wrappers import GymnasiumSyncWrapper, PettingZooSyncWrapper
 from magister.env_wrappers.task_wrapper import TaskWrapper
+from magister.sync import protocol as P
 from magister.sync.server import serve
 from magister.task_spaces.discrete import Discrete
 
@@ -209,8 +210,10 @@ def test_episode_update_refills_the_prefetch_buffer_in_the_same_message():
         env.reset()
         feed = env.feed
         kinds: list[str] = []
-        send = feed._send
-        feed._send = lambda msg: kinds.append(type(msg).__name__) or send(msg)
+        send = feed._send_frames
+        feed._send_frames = lambda frames, what: kinds.append(type(P.decode(frames)).__name__) or send(
+            frames, what
+        )
         for _ in range(5):
             _run_episode(env)
             env.reset()

@@ -151,6 +151,49 @@ def test_step_reports_task_and_default_progress():
     assert got == [0.0, 0.5, 1.0, 1.0, 0.0]  # no "success" key on the 5th step -> 0.0
 
 
+class ReusedInfo(Recorder):
+    """Returns one and the same info dict on every step (and counts what it held when returned)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.info: dict[str, Any] = {"success": 0.5}
+        self.keys_when_returned: list[set] = []
+
+    def step(self, action):
+        obs, rew, term, trunc, _ = super().step(action)
+        self.keys_when_returned.append(set(self.info))
+        return obs, rew, term, trunc, self.info
+
+
+def test_step_info_is_annotated_in_place_unless_the_env_reuses_its_dict():
+    class Fresh(Recorder):
+        def step(self, action):
+            out = super().step(action)
+            self.last_info = out[4]
+            return out
+
+    inner = Fresh()
+    env = Goal(inner, Discrete(3))
+    env.reset(options={"task": 1})
+    for _ in range(2):
+        _, _, _, _, info = env.step(0)
+        assert info is inner.last_info and info["task"] == 1  # a fresh dict per step: annotated, no copy
+
+    reusing = ReusedInfo()
+    env = Goal(reusing, Discrete(3))
+    env.reset(options={"task": 2})
+    infos = [env.step(0)[4] for _ in range(3)]
+    assert infos[0] is reusing.info  # the first step cannot know yet
+    assert infos[1] is not reusing.info and infos[2] is not reusing.info and infos[1] is not infos[2]
+    assert all(i["task"] == 2 and i["task_progress"] == 0.5 for i in infos)
+    # from the second step on, what the env keeps is no longer annotated
+    annotated = {"success", "task", "task_progress"}
+    assert reusing.keys_when_returned[2] == reusing.keys_when_returned[1] == annotated
+    reusing.info.pop("task")
+    env.step(0)
+    assert "task" not in reusing.info
+
+
 def test_progress_is_clipped_and_logged_once(caplog):
     env = Goal(Recorder(successes=[1.7, -3.0]), Discrete(3))
     env.reset(options={"task": 0})
