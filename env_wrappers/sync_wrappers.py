@@ -271,10 +271,13 @@ def _options(
     send_infos: bool,
     fallback_task_space: TaskSpace | None,
     curve_server_key: bytes | str | None,
+    max_update_delay: float | None = None,
 ) -> dict[str, Any]:
     opts: dict[str, Any] = {"strip_keys": tuple(strip_keys), "send_obs": send_obs, "send_infos": send_infos}
     if prefetch is not None:
         opts["prefetch"] = prefetch
+    if max_update_delay is not None:
+        opts["max_update_delay"] = max_update_delay
     opts["timeout"] = timeout
     if fallback_task_space is not None:
         opts["fallback_task_space"] = fallback_task_space
@@ -290,8 +293,10 @@ class GymnasiumSyncWrapper(gym.Wrapper):
         env: A :class:`~magister.env_wrappers.task_wrapper.TaskWrapper` (possibly inside other wrappers;
             its ``task_space`` is found through the wrapper chain).
         source: ``server.address``, a Curriculum, or a CurriculumServer.
-        prefetch: Tasks kept ready (default: :data:`magister.sync.client.DEFAULT_PREFETCH` over sockets, 0
-            in-process).
+        prefetch: Most tasks kept ready (default: :data:`magister.sync.client.DEFAULT_PREFETCH` over sockets
+            and Ray, 0 in-process).
+        max_update_delay: Most seconds a remote feed holds an update to send several at once (default:
+            :data:`magister.sync.client.DEFAULT_MAX_UPDATE_DELAY`; 0: one send per update).
         timeout: Seconds to wait for the server before raising (or falling back).
         strip_keys: Keys removed from dict observations and infos before step records are sent.
         send_obs, send_infos: Whether step records carry observations / infos (only sent at all when the
@@ -314,6 +319,7 @@ class GymnasiumSyncWrapper(gym.Wrapper):
         change_task_on_completion: bool = False,
         fallback_task_space: TaskSpace | None = None,
         curve_server_key: bytes | str | None = None,
+        max_update_delay: float | None = None,
     ) -> None:
         if not isinstance(env, gym.Env):
             raise TypeError(f"env must be a gymnasium.Env (a TaskWrapper), got {type(env).__name__}")
@@ -334,7 +340,8 @@ class GymnasiumSyncWrapper(gym.Wrapper):
         self._episode = _Episode(
             source,
             _options(
-                prefetch, timeout, strip_keys, send_obs, send_infos, fallback_task_space, curve_server_key
+                prefetch, timeout, strip_keys, send_obs, send_infos, fallback_task_space, curve_server_key,
+                max_update_delay,
             ),
             change_task_on_completion,
         )
@@ -538,6 +545,7 @@ class PettingZooSyncWrapper(BaseParallelWrapper):
         fallback_task_space: TaskSpace | None = None,
         curve_server_key: bytes | str | None = None,
         per_agent_episodes: bool = False,
+        max_update_delay: float | None = None,
     ) -> None:
         super().__init__(env)
         self.task_space: TaskSpace = _find_task_space(env)
@@ -546,7 +554,8 @@ class PettingZooSyncWrapper(BaseParallelWrapper):
         self._episode = _Episode(
             source,
             _options(
-                prefetch, timeout, strip_keys, send_obs, send_infos, fallback_task_space, curve_server_key
+                prefetch, timeout, strip_keys, send_obs, send_infos, fallback_task_space, curve_server_key,
+                max_update_delay,
             ),
             change_task_on_completion,
         )

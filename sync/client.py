@@ -5,15 +5,24 @@ Two implementations of one small interface (:class:`TaskFeed`), chosen by :func:
 * :class:`CurriculumClient` talks to a :class:`~magister.sync.server.CurriculumServer` over a ZeroMQ
   DEALER socket. The socket is created lazily, *inside* the process that first uses it: the client
   remembers the pid, and after a fork it builds a new context and socket (and a new env id) instead of
-  touching the parent's, so it works under the fork, spawn and forkserver start methods. It keeps a
-  prefetch buffer of tasks so ``reset`` rarely waits (the update that ends an episode also asks for the
-  task the next reset takes: one message per episode), batches step records (every ``step_batch_size``
-  steps or at an episode end, whichever comes first; none at all when the curriculum does not want
-  them; observations and infos only when it reads them), and sends every update without waiting for a
-  reply. A consequence of the refill: an env closing after its last episode returns up to
-  ``prefetch + 1`` unused tasks (counted as returned, never lost). Every wait has a timeout: if the
-  server does not answer, :class:`ServerUnavailableError` is raised, or, when ``fallback_task_space`` is
-  given, tasks are sampled locally from it from then on and one warning is logged.
+  touching the parent's, so it works under the fork, spawn and forkserver start methods. It keeps tasks
+  ready so ``reset`` rarely waits: as many as the env plays in ``max_update_delay`` seconds (by its
+  recent pace), at least one and at most ``prefetch``. It batches step records (every
+  ``step_batch_size`` steps or at an episode end, whichever comes first; none at all when the curriculum
+  does not want them; observations and infos only when it reads them) and never waits for a reply to an
+  update. **Held updates.** A message costs far more than the few bytes of an episode's feedback (a send
+  and a wake-up on each side), so updates are held for a moment and sent together, as one
+  :class:`~magister.sync.protocol.Batch`: at most ``update_batch`` (8) of them and about
+  ``max_update_delay`` (0.5 s) seconds; the update after which at most one task would be left ready asks
+  for the next tasks and goes out at once with those held before it. An env with fast episodes (NetHack,
+  ~12 ms) so sends one message per ~7 episodes; one whose episodes take longer than ``max_update_delay``
+  sends one per episode, asking in it for the task its next reset takes, its tasks sampled one episode
+  ahead. A per-process background thread sends what is due while an env is idle; :meth:`TaskFeed.flush`
+  and ``close`` send everything; ``max_update_delay=0`` or ``update_batch=1`` holds nothing. A
+  consequence of keeping tasks ready: an env closing after its last episode returns its unused tasks
+  (counted as returned, never lost). Every wait has a timeout: if the server does not answer,
+  :class:`ServerUnavailableError` is raised, or, when ``fallback_task_space`` is given, tasks are sampled
+  locally from it from then on and one warning is logged.
 * :class:`LocalClient` calls the curriculum directly in the same process (a ``SyncVectorEnv`` or a
   single env): same messages, same validation and accounting, no sockets.
 
@@ -657,7 +666,8 @@ class CurriculumClient(TaskFeed):
 
     Args:
         address: The server's address (``server.address``).
-        prefetch: Tasks kept ready (0: request each task when it is needed).
+        prefetch: Most tasks kept ready (0: request each task when it is needed); the depth kept is as many
+            as the env plays in ``max_update_delay`` seconds, at least 1.
         timeout: Seconds to wait for the server before :class:`ServerUnavailableError` (or the fallback).
         strip_keys: Keys removed from dict observations and from infos before step records are sent.
         send_obs: Include observations in step updates (only sent when the curriculum wants steps).

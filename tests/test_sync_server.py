@@ -12,6 +12,8 @@ import time
 import numpy as np
 import pytest
 import zmq
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from magister.curricula.base import Curriculum, TaskSample
 from magister.sync import protocol as P
@@ -618,3 +620,192 @@ def test_step_buffer_columns_hold_at_most_their_capacity():
         steps.add(a, {"x": np.full(2, i)}, 0.0, False, False, None, 0.0)
     msg = steps.message(0)
     assert isinstance(msg.obs, dict) and msg.obs["x"].tolist() == [[0, 0], [1, 1]]
+
+
+# -- held updates: one Batch for several episodes -----------------------------------------------------------
+
+
+class _Clock:
+    """Stands in for the client's clock (``client._now``)."""
+
+    def __init__(self) -> None:
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    from magister.sync import client as client_module
+
+    c = _Clock()
+    monkeypatch.setattr(client_module, "_now", c)
+    monkeypatch.setattr(client_module, "_background_flush", False)  # it would race with the fake clock
+    return c
+
+
+def _sent_kinds(client) -> list:
+    """Record the decoded message of every send of ``client`` (once connected)."""
+    client._ensure()
+    out: list = []
+    send = client._send_frames
+    client._send_frames = lambda frames, what: out.append(P.decode([bytes(f) for f in frames])) or send(
+        frames, what
+    )
+    return out
+
+
+def test_fast_episodes_are_reported_in_batches_with_their_task_requests(clock):
+    with serve(Recorder()) as server:
+        c = CurriculumClient(server.address, prefetch=8, update_batch=8, max_update_delay=0.5)
+        sent = _sent_kinds(c)
+        for e in range(40):  # 10 ms episodes: 50 fit in max_update_delay, so 8 tasks are kept ready
+            a = c.next_task()
+            clock.t += 0.01
+            c.record_episode(a, float(e), 10, 1.0)
+        assert c._request_size() == 8
+        c.close()
+        m = server.metrics()
+        # every episode applied once, in order, and every task accounted for
+        assert [ep[1] for ep in server.curriculum.episodes] == [float(e) for e in range(40)]
+        assert m["sync/env0/tasks_consumed"] == 40 and m["sync/env0/tasks_in_flight"] == 0
+        assert m["sync/env0/updates_applied"] == 40 + 1  # + the goodbye
+        batches = [s for s in sent if isinstance(s, P.Batch)]
+        # once the pace is known, updates go out several at a time, a task request riding on the last one
+        assert len(sent) < 15 and max(len(b.messages) for b in batches) >= 6
+        for b in batches:  # a request sends what is held: it can only be the last message of a batch
+            assert all(isinstance(x, P.EpisodeUpdate) for x in b.messages)
+            assert all(x.request == 0 for x in b.messages[:-1])
+        assert sum(b.messages[-1].request > 0 for b in batches) >= 2
+        assert c.stats["updates_sent"] == 40 and c.stats["sends"] == len(sent) - 1  # (the goodbye)
+
+
+def test_slow_episodes_are_reported_one_message_each(clock):
+    with serve(Recorder()) as server:
+        c = CurriculumClient(server.address, prefetch=8, max_update_delay=0.5)
+        sent = _sent_kinds(c)
+        for _ in range(6):  # 2 s episodes: longer than max_update_delay
+            a = c.next_task()
+            clock.t += 2.0
+            c.record_episode(a, 1.0, 10, 1.0)
+        assert c._request_size() == 1 and c.held_updates == 0
+        assert [type(s).__name__ for s in sent] == ["EpisodeUpdate"] * 6  # each asking for the next task
+        assert all(s.request >= 1 for s in sent)
+        c.close()
+        assert server.metrics()["sync/env0/tasks_in_flight"] == 0
+
+
+def test_held_updates_are_bounded_by_count_and_delay(clock):
+    with serve(Recorder()) as server:
+        c = CurriculumClient(server.address, prefetch=8, update_batch=3, max_update_delay=0.5)
+        for _ in range(12):  # learn a fast pace: 8 tasks ready
+            a = c.next_task()
+            clock.t += 0.01
+            c.record_episode(a, 1.0, 1, 1.0)
+        c.flush()
+        assert c.held_updates == 0
+        a = c.next_task()
+        c.record_progress(a, 0.5)  # progress updates ask for nothing: held
+        c.record_progress(a, 0.6)
+        assert c.held_updates == 2
+        c.record_progress(a, 0.7)  # the third: update_batch reached
+        assert c.held_updates == 0
+        c.record_progress(a, 0.8)
+        clock.t += 0.49
+        c.record_progress(a, 0.9)
+        assert c.held_updates == 2
+        clock.t += 0.02  # the oldest has now waited max_update_delay
+        c.record_progress(a, 1.0)
+        assert c.held_updates == 0
+        _wait(lambda: len(server.curriculum.progress) == 6)
+        assert [p[1] for p in server.curriculum.progress] == [0.5, 0.6, 0.7, 0.8, 0.9, 1.0]
+        c.close()
+
+
+def test_an_idle_client_s_held_updates_go_out_in_the_background():
+    with serve(Recorder()) as server:
+        c = CurriculumClient(server.address, prefetch=8, max_update_delay=0.1)
+        a = c.next_task()
+        c.record_progress(a, 0.5)
+        assert c.held_updates == 1
+        _wait(lambda: len(server.curriculum.progress) == 1, timeout=3.0)  # the env never called again
+        assert c.held_updates == 0
+        c.close()
+
+
+def test_no_holding_sends_every_update_on_its_own():
+    with serve(Recorder()) as server:
+        for kw in ({"max_update_delay": 0}, {"update_batch": 1}):
+            c = CurriculumClient(server.address, **kw)
+            assert not c.holds_updates
+            sent = _sent_kinds(c)
+            _play(c, 5)
+            assert not any(isinstance(s, P.Batch) for s in sent)
+            c.close()
+
+
+def test_server_applies_a_batch_in_order_and_answers_its_requests_once():
+    cur = Recorder()
+    with serve(cur) as server:
+        c = CurriculumClient(server.address, prefetch=0)
+        a = c.next_task()
+        b = c.next_task()
+        env = c.env_id
+        frames = P.encode_batch(env, [
+            P.encode(P.EpisodeUpdate(env, a.task_id, a.task, 1.0, 3, 1.0))[0],
+            P.encode(P.EpisodeUpdate(env, 999, 5, 2.0, 3, 1.0))[0],  # a task id it never held: refused
+            P.encode(P.EpisodeUpdate(env, b.task_id, b.task, 3.0, 3, 1.0, request=2))[0],
+            P.encode(P.TaskRequest(env, 1))[0],
+        ])
+        c._sock.send_multipart(frames)
+        replies = []
+        while len(replies) < 2:
+            assert c._sock.poll(5000), "no reply from the server"
+            replies.append(P.decode(c._sock.recv_multipart()))
+        err, tasks = replies
+        assert isinstance(err, P.Error) and err.code == "unknown_task"
+        assert isinstance(tasks, P.Tasks) and len(tasks.task_ids) == 3  # 2 + 1, in one reply
+        assert [e[1] for e in cur.episodes] == [1.0, 3.0]  # the refused one did not reach the curriculum
+        m = server.metrics()
+        assert m[f"sync/env{env}/updates_rejected"] == 1 and m[f"sync/env{env}/tasks_consumed"] == 2
+        assert m[f"sync/env{env}/tasks_in_flight"] == 3
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    durations=st.lists(st.floats(0.0, 1.0), min_size=1, max_size=30),
+    progress_every=st.integers(0, 3),
+    update_batch=st.integers(1, 10),
+    max_update_delay=st.sampled_from([0.0, 0.05, 0.5, math.inf]),
+    prefetch=st.integers(0, 8),
+)
+def test_held_updates_arrive_exactly_once_and_in_order(
+    durations, progress_every, update_batch, max_update_delay, prefetch
+):
+    from magister.sync import client as client_module
+
+    clock = _Clock()
+    with pytest.MonkeyPatch.context() as patch, serve(Recorder()) as server:
+        patch.setattr(client_module, "_now", clock)
+        patch.setattr(client_module, "_background_flush", False)
+        c = CurriculumClient(
+            server.address, prefetch=prefetch, update_batch=update_batch, max_update_delay=max_update_delay
+        )
+        progress_sent = []
+        for e, d in enumerate(durations):
+            a = c.next_task()
+            if progress_every and e % progress_every == 0:
+                c.record_progress(a, 0.5)
+                progress_sent.append(a.task)
+            clock.t += d
+            c.record_episode(a, float(e), 1, 1.0)
+            assert c.held_updates < update_batch or update_batch == 1
+        c.close()
+        cur = server.curriculum
+        assert [ep[1] for ep in cur.episodes] == [float(e) for e in range(len(durations))]
+        assert [p[0] for p in cur.progress] == progress_sent
+        m = server.metrics()
+        assert m["sync/env0/tasks_consumed"] == len(durations)
+        assert m["sync/env0/tasks_in_flight"] == 0 and m["sync/env0/updates_rejected"] == 0
+        assert m["sync/env0/tasks_sampled"] == m["sync/env0/tasks_consumed"] + m["sync/env0/tasks_returned"]

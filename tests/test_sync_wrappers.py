@@ -504,3 +504,18 @@ def test_a_ready_made_feed_is_used_as_is():
     _run_episode(env)
     env.close()
     assert feed.core.sync_metrics()["sync/total/tasks_returned"] == 1  # the second prefetched task
+
+
+def test_wrappers_pass_the_update_delay_to_remote_feeds():
+    with serve(Recorder()) as server:
+        default = _make(server.address)
+        default.reset()
+        assert default.feed.holds_updates and default.feed.max_update_delay == 0.5
+        unheld = _make(server.address, max_update_delay=0)
+        unheld.reset()
+        assert not unheld.feed.holds_updates
+        for env in (default, unheld):
+            _run_episode(env)
+            env.close()
+        m = server.metrics()
+        assert m["sync/total/episodes_applied"] == 2 and m["sync/total/tasks_in_flight"] == 0
