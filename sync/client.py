@@ -470,39 +470,57 @@ class _StepBuffer:
         self.clear()
 
     def clear(self) -> None:
-        # numeric columns as typed arrays: C-level appends, then one zero-copy view each per batch
-        self.ids = array.array("q")
-        self.tasks: list[EncodedTask] = []
+        # Numeric columns as typed arrays (C-level appends, zero-copy views per batch). What is nearly
+        # constant within a batch is stored sparsely: the task as runs of steps on one assignment (a new
+        # run when the assignment object changes), terminated/truncated as the few steps where one is set.
+        self.n = 0
+        self.runs: list[tuple[int, Assignment]] = []  # (first step, assignment)
+        self.last: Assignment | None = None
         self.rewards = array.array("d")
-        self.term = array.array("b")
-        self.trunc = array.array("b")
         self.progress = array.array("d")
+        self.ends: list[tuple[int, bool, bool]] = []  # (step, terminated, truncated)
         self.obs: list[Any] = []
         self.columns: _ObsColumns | None = None
         self.infos: list[dict] = []
 
     def __len__(self) -> int:
-        return len(self.ids)
+        return self.n
 
     def add(
         self, a: Assignment, obs: Any, reward: float, term: bool, trunc: bool, info: Any, progress: float
     ) -> int:
         """Buffer one step; a full batch goes to ``on_full``. Returns the number of steps buffered."""
-        ids = self.ids
-        ids.append(a.task_id)
-        self.tasks.append(a.task)
+        n = self.n
+        if a is not self.last:
+            self.runs.append((n, a))
+            self.last = a
         self.rewards.append(reward)
-        self.term.append(1 if term else 0)
-        self.trunc.append(1 if trunc else 0)
         self.progress.append(progress)
+        if term or trunc:
+            self.ends.append((n, bool(term), bool(trunc)))
         if self.send_obs:
             self._add_obs(_strip(obs, self.strip_keys))
         if self.send_infos:
             self.infos.append(_strip(dict(info) if info else {}, self.strip_keys))
-        n = len(ids)
+        self.n = n = n + 1
         if n >= self.capacity and self.on_full is not None:
             self.on_full()
         return n
+
+    def _task_columns(self) -> tuple[array.array, tuple, array.array, array.array]:
+        """Per-step task ids, tasks, terminated and truncated flags, expanded from their sparse form."""
+        n = self.n
+        ids = array.array("q")
+        tasks: list[EncodedTask] = []
+        for k, (start, a) in enumerate(self.runs):
+            end = self.runs[k + 1][0] if k + 1 < len(self.runs) else n
+            ids.extend(array.array("q", (a.task_id,)) * (end - start))
+            tasks.extend((a.task,) * (end - start))
+        term = array.array("b", bytes(n))
+        trunc = array.array("b", bytes(n))
+        for i, te, tr in self.ends:
+            term[i], trunc[i] = te, tr
+        return ids, tuple(tasks), term, trunc
 
     def _add_obs(self, obs: Any) -> None:
         cols = self.columns
@@ -523,13 +541,14 @@ class _StepBuffer:
 
     def message(self, env_id: int) -> P.StepUpdate:
         """The buffered steps as a :class:`~magister.sync.protocol.StepUpdate`; empties the buffer."""
+        ids, tasks, term, trunc = self._task_columns()
         msg = P.StepUpdate(
             env_id,
-            np.frombuffer(self.ids, dtype=np.int64),
-            tuple(self.tasks),
+            np.frombuffer(ids, dtype=np.int64),
+            tasks,
             np.frombuffer(self.rewards, dtype=np.float64),
-            np.frombuffer(self.term, dtype=np.bool_),
-            np.frombuffer(self.trunc, dtype=np.bool_),
+            np.frombuffer(term, dtype=np.bool_),
+            np.frombuffer(trunc, dtype=np.bool_),
             np.frombuffer(self.progress, dtype=np.float64),
             self._observations(),
             tuple(self.infos) if self.send_infos else None,
@@ -541,13 +560,14 @@ class _StepBuffer:
         """The buffered steps encoded straight from the typed columns (what :meth:`message` would encode
         to, without building and checking the message: the server checks it); empties the buffer."""
         try:
+            ids, tasks, term, trunc = self._task_columns()
             return P.encode_step_update(
                 env_id,
-                self.ids,
-                tuple(self.tasks),
+                ids,
+                tasks,
                 self.rewards,
-                self.term,
-                self.trunc,
+                term,
+                trunc,
                 self.progress,
                 self._observations(),
                 tuple(self.infos) if self.send_infos else None,

@@ -673,7 +673,7 @@ def test_fast_episodes_are_reported_in_batches_with_their_task_requests(clock):
         assert m["sync/env0/updates_applied"] == 40 + 1  # + the goodbye
         batches = [s for s in sent if isinstance(s, P.Batch)]
         # once the pace is known, updates go out several at a time, a task request riding on the last one
-        assert len(sent) < 15 and max(len(b.messages) for b in batches) >= 6
+        assert len(sent) <= 20 and max(len(b.messages) for b in batches) >= 6  # vs 40 updates + goodbye
         for b in batches:  # a request sends what is held: it can only be the last message of a batch
             assert all(isinstance(x, P.EpisodeUpdate) for x in b.messages)
             assert all(x.request == 0 for x in b.messages[:-1])
@@ -809,3 +809,34 @@ def test_held_updates_arrive_exactly_once_and_in_order(
         assert m["sync/env0/tasks_consumed"] == len(durations)
         assert m["sync/env0/tasks_in_flight"] == 0 and m["sync/env0/updates_rejected"] == 0
         assert m["sync/env0/tasks_sampled"] == m["sync/env0/tasks_consumed"] + m["sync/env0/tasks_returned"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 2), st.floats(-5, 5), st.booleans(), st.booleans(), st.floats(0, 1)),
+        min_size=1,
+        max_size=40,
+    )
+)
+def test_step_buffer_columns_match_the_steps_recorded(steps):
+    """Tasks stored as runs and flags stored sparsely expand back to exactly the steps recorded."""
+    from magister.sync.client import Assignment, _StepBuffer
+
+    assignments = [Assignment(7, "a"), Assignment(8, "b"), Assignment(-1, "c", False)]
+    buf = _StepBuffer(False, False, frozenset(), capacity=1000)
+    for k, rew, term, trunc, prog in steps:
+        buf.add(assignments[k], None, rew, term, trunc, None, prog)
+    assert len(buf) == len(steps)
+    for msg in (buf.message(3), None):
+        if msg is None:  # the same steps again, through the direct encoder
+            for k, rew, term, trunc, prog in steps:
+                buf.add(assignments[k], None, rew, term, trunc, None, prog)
+            msg = P.decode(buf.frames(3))
+        assert len(buf) == 0
+        assert msg.task_ids.tolist() == [assignments[k].task_id for k, *_ in steps]
+        assert list(msg.tasks) == [assignments[k].task for k, *_ in steps]
+        assert msg.rewards.tolist() == [s[1] for s in steps]
+        assert msg.terminated.tolist() == [s[2] for s in steps]
+        assert msg.truncated.tolist() == [s[3] for s in steps]
+        assert msg.progress.tolist() == [s[4] for s in steps]
