@@ -219,6 +219,10 @@ class TaskFeed:
         """Deliver the buffered step records as one update (and empty the buffer)."""
         self._send_update(steps.message(self.env_id))  # type: ignore[arg-type]
 
+    def _send_fields(self, cls: type[P.Message], fields: tuple) -> None:
+        """Deliver the update ``cls(*fields)`` (whose last field is its task request)."""
+        self._send_update(cls(*fields))
+
     def _active(self) -> bool:
         return True
 
@@ -309,9 +313,10 @@ class TaskFeed:
             self._flush_steps()
             if not self._active():  # the flush may have found the server gone
                 return
-        self._send_update(
-            P.EpisodeUpdate(
-                self.env_id,  # type: ignore[arg-type]
+        self._send_fields(
+            P.EpisodeUpdate,
+            (
+                self.env_id,
                 assignment.task_id,
                 assignment.task,
                 float(episode_return),
@@ -320,7 +325,7 @@ class TaskFeed:
                 bool(ended),
                 dict(extras) if extras else {},
                 self._refill_request() if refill else 0,
-            )
+            ),
         )
 
     def record_progress(self, assignment: Assignment, progress: float, done: bool = False) -> None:
@@ -332,15 +337,16 @@ class TaskFeed:
             self._flush_steps()
             if not self._active():
                 return
-        self._send_update(
-            P.ProgressUpdate(
-                self.env_id,  # type: ignore[arg-type]
+        self._send_fields(
+            P.ProgressUpdate,
+            (
+                self.env_id,
                 assignment.task_id,
                 assignment.task,
                 float(progress),
                 bool(done),
                 self._refill_request() if done else 0,
-            )
+            ),
         )
 
     def _refill_request(self) -> int:
@@ -952,6 +958,10 @@ class CurriculumClient(TaskFeed):
 
     def _deliver_steps(self, steps: _StepBuffer) -> None:
         self._deliver(steps.frames(self.env_id), 0, "StepUpdate")  # type: ignore[arg-type]
+
+    def _send_fields(self, cls: type[P.Message], fields: tuple) -> None:
+        # encoded without building the message (the server validates it): the fields are ours
+        self._deliver(P.encode_fields(cls, fields), fields[-1], cls.__name__)
 
     def _deliver(self, frames: list[Any], request: int, what: str) -> None:
         """Send an encoded update, or hold it for a batched send.

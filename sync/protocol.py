@@ -68,6 +68,7 @@ __all__ = [
     "BATCHABLE",
     "encode_batch",
     "encode_step_update",
+    "encode_fields",
     "encode",
     "decode",
     "pack_value",
@@ -713,8 +714,21 @@ def encode_step_update(
         env_id, _typed_column(task_ids), tasks, _typed_column(rewards), _typed_column(terminated),
         _typed_column(truncated), _typed_column(progress), obs, infos,
     )
+    return encode_fields(StepUpdate, fields, oob_threshold=oob_threshold)
+
+
+def encode_fields(
+    cls: type[Message], fields: tuple, *, oob_threshold: int = DEFAULT_OOB_THRESHOLD
+) -> list[Any]:
+    """The frames of ``cls(*fields)`` without building the message: for a sender that made the fields
+    itself from values of the right types (a client's episode and progress updates). Nothing is
+    validated here; the receiver validates on :func:`decode` as for every message.
+
+    >>> decode(encode_fields(TaskRequest, (2, 5)))
+    TaskRequest(env_id=2, count=5)
+    """
     frames: list[Any] = []
-    header = pack_value((PROTOCOL_VERSION, StepUpdate.KIND, fields), frames, oob_threshold)
+    header = pack_value((PROTOCOL_VERSION, cls.KIND, fields), frames, oob_threshold)
     return [header, *frames]
 
 
