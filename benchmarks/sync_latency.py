@@ -8,9 +8,15 @@ absolute values across runs.
    p99 in µs), over ``ipc://`` and loopback ``tcp://``, against the in-process path (direct call).
 2. **Update throughput**: step records per second the server applies, for several step batch sizes,
    with and without a small observation per step.
-3. **Prefetch**: time an env spends in ``reset`` getting its next task, for prefetch 0, 1, 2 and
-   episodes of 1 ms, which is what the default prefetch of 1 is chosen from: one task ahead already hides
-   the round trip, and more prefetch only makes tasks staler (sampled from an older curriculum state).
+3. **Prefetch and held updates**: for episodes of 1 ms and of 20 ms, and for each client setting (no
+   prefetch and no holding; one task ahead, no holding; the defaults: up to 8 tasks ahead and updates held
+   up to 8 / 0.5 s): the time an env spends in ``reset`` getting its next task (median, p99), how often the
+   task was already there, messages sent per episode, how stale the tasks are (tasks sampled before this
+   one and still unplayed when it was sampled, i.e. episodes between its sampling and its use) and how
+   late the curriculum hears of an episode (seconds from its end to ``update_on_episode``). This is the
+   trade-off the defaults are chosen from: one task ahead already hides the round trip; holding updates
+   divides the messages (and their CPU on both sides) by the batch, at the price of tasks sampled a few
+   episodes, and feedback applied a fraction of ``max_update_delay``, earlier / later.
 """
 
 from __future__ import annotations
@@ -38,6 +44,10 @@ class Uniform(Curriculum):
 
     def update_on_step_batch(self, batch, env_id=None) -> None:
         self.num_steps += len(batch)
+
+    def update_on_episode(self, episode_return, length, task, progress, env_id=None, extras=None) -> None:
+        if extras and "ended_at" in extras:  # how late the curriculum hears of the episode
+            self.delays.append(time.time() - extras["ended_at"])
 
 
 def _percentiles(samples_s: list[float]) -> tuple[float, float]:
@@ -122,26 +132,47 @@ def throughput(batch: int, steps: int, obs: bool) -> float:
     return applied / dt
 
 
-def _client_resets(address: str, prefetch: int, episodes: int, episode_s: float) -> tuple[list[float], float]:
-    c = CurriculumClient(address, prefetch=prefetch)
+def _client_resets(address: str, options: dict, episodes: int, episode_s: float) -> dict:
+    c = CurriculumClient(address, **options)
     a = c.next_task()
-    waits, ready = [], 0
-    for _ in range(episodes):
+    waits, ready, stale = [], 0, []
+    arrived: dict[int, int] = {}  # task id -> episodes played when it reached the env
+
+    def note_arrivals(e: int) -> None:
+        for x in c._buffer:
+            arrived.setdefault(x.task_id, e)
+
+    for e in range(episodes):
         time.sleep(episode_s)  # the episode (a vector-env worker mostly waits for its next action)
-        c.record_episode(a, 0.0, 1, 0.0)  # as the sync wrapper does: it also asks for the next task
+        c.record_episode(a, 0.0, 1, 0.0, extras={"ended_at": time.time()})  # as the sync wrapper does
+        c._drain()  # replies that arrived during the episode
+        note_arrivals(e)
         t0 = time.perf_counter()
-        c._drain()
         ready += bool(c._buffer)  # the task was there already: no waiting for the server
         a = c.next_task()
         waits.append(time.perf_counter() - t0)
+        stale.append(e + 1 - arrived.get(a.task_id, e + 1))  # episodes ended since it arrived
+        note_arrivals(e + 1)
+    sends = c.stats["sends"]
     c.close()
-    return waits, ready / episodes
+    return {"waits": waits, "ready": ready / episodes, "sends": sends / episodes, "stale": stale}
 
 
-def reset_wait(prefetch: int, episodes: int, episode_s: float) -> tuple[float, float, float]:
-    with serve(Uniform(Discrete(1000), seed=0)) as server:
-        waits, ready = _in_child(_client_resets, server.address, prefetch, episodes, episode_s)
-    return (*_percentiles(waits), ready)
+def reset_wait(options: dict, episodes: int, episode_s: float) -> dict:
+    """Reset wait (median, p99 µs), task ready share, messages per episode, staleness (mean episodes ended
+    between a task's arrival at the env and its use) and the feedback delay (median ms)."""
+    cur = Uniform(Discrete(1000), seed=0)
+    cur.delays = []
+    with serve(cur) as server:
+        out = _in_child(_client_resets, server.address, options, episodes, episode_s)
+        with server.lock:
+            delays = list(cur.delays)
+    med, p99 = _percentiles(out["waits"])
+    return {
+        "median": med, "p99": p99, "ready": out["ready"], "sends": out["sends"],
+        "stale": float(np.mean(out["stale"])),
+        "delay_ms": 1000 * float(np.median(delays)) if delays else float("nan"),
+    }
 
 
 def main() -> None:
@@ -169,11 +200,29 @@ def main() -> None:
         first = first or r0
         print(f"{b:16d} {r0:12,.0f} {r1:14,.0f} {r0 / first:11.1f}")
 
-    print("\n== time an env spends in reset getting its next task (µs), 1 ms episodes ==")
-    print(f"{'prefetch':>8s} {'median':>10s} {'p99':>10s} {'task ready':>11s}")
-    for p in (0, 1, 2):
-        med, p99, ready = reset_wait(p, n // 5, 0.001)
-        print(f"{p:8d} {med:10.1f} {p99:10.1f} {ready:10.0%}")
+    print("\n== prefetch and held updates: reset wait, messages, staleness, feedback delay ==")
+    settings = [
+        ("prefetch 0, no holding", {"prefetch": 0, "max_update_delay": 0}),
+        ("prefetch 1, no holding", {"prefetch": 1, "max_update_delay": 0}),
+        ("defaults (<= 8 ahead, hold <= 8 / 0.5 s)", {}),
+    ]
+    print(
+        f"{'episode':>7s}  {'client setting':42s} {'wait median':>11s} {'p99 µs':>8s} {'ready':>6s} "
+        f"{'msgs/ep':>7s} {'staleness':>9s} {'feedback delay':>14s}"
+    )
+    for episode_s in (0.001, 0.02):
+        episodes = max(50, int((n // 5) * 0.001 / episode_s))
+        for label, options in settings:
+            r = reset_wait(options, episodes, episode_s)
+            print(
+                f"{episode_s * 1000:5.0f}ms  {label:42s} {r['median']:11.1f} {r['p99']:8.1f} "
+                f"{r['ready']:6.0%} {r['sends']:7.2f} {r['stale']:6.1f} ep {r['delay_ms']:11.1f} ms"
+            )
+    print(
+        "staleness: mean episodes ended between a task's arrival at the env (a round trip after its "
+        "sampling) and its use; feedback delay: median time from an episode's end to the curriculum's "
+        "update_on_episode."
+    )
 
 
 if __name__ == "__main__":

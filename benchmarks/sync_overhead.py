@@ -12,7 +12,9 @@ Build the environment first (nle, syllabus-rl 0.7 and Ray never go into the deve
     /work/bench-venv-nle/bin/python benchmarks/sync_overhead.py          # 4 workers x 64 episodes, 3 rounds
     /work/bench-venv-nle/bin/python benchmarks/sync_overhead.py --quick  # smoke: 4 x 8 episodes, 1 round
 
-Modes (all in the same run, interleaved within each round, the order rotated every round):
+Modes (all in the same run; the native modes' rounds first, then the Ray modes', so that Ray's daemons,
+which keep running once started, do not disturb the native rows; within each round the modes are
+interleaved, the order rotated every round):
 
 ========================  ==============================================================================
 ``none``                  the bare env in a worker process (the native baseline)
@@ -642,6 +644,85 @@ def latency_report(ctx: Any, quick: bool, max_steps: int) -> list[str]:
     return lines
 
 
+# -- paired per-episode CPU (drift-free) -------------------------------------------------------------------
+
+
+def _paired_server(steps: bool, out: Any, stop: Any) -> None:
+    """A curriculum server in its own process; reports its address, then its CPU seconds when stopped."""
+    cur = CountingConstant(Discrete(1), 0, step_updates=steps)
+    with serve(cur, step_batch_size=STEP_BATCH) as server:
+        out.put(server.address)
+        cpu0 = _cpu_seconds()
+        if not stop.wait(WAIT_S):
+            raise TimeoutError("no stop signal")
+        out.put(_cpu_seconds() - cpu0)
+
+
+def paired_report(ctx: Any, episodes: int, max_steps: int) -> list[str]:
+    """Per-episode CPU of each stack on ONE NetHack env in this process, episodes alternating between the
+    stacks (so a machine that speeds up or slows down during the run affects every stack alike), plus
+    the CPU each stack's curriculum server (its own process) spent per episode.
+
+    The wall-time table compares runs made seconds apart; on a machine whose speed drifts by tens of
+    percent between runs (a shared VM), its ratios carry a few percent of noise, as much as the targets.
+    This section measures the same overhead without that drift.
+    """
+    base = _make_env(max_steps)
+    stacks: dict[str, gym.Env] = {"none": base}
+    servers = []
+    for name, steps in (("magister-episodic", False), ("magister-step", True)):
+        out, stop = ctx.Queue(), ctx.Event()
+        p = ctx.Process(target=_paired_server, args=(steps, out, stop), daemon=True)
+        p.start()
+        servers.append((name, p, out, stop))
+        stacks[name] = GymnasiumSyncWrapper(NLETask(base, Discrete(1)), out.get(timeout=WAIT_S), timeout=60.0)
+    actions = np.random.default_rng(0).integers(base.action_space.n, size=max_steps)
+    cpu: dict[str, list[float]] = {name: [] for name in stacks}
+    names = list(stacks)
+    for e in range(episodes + 2):
+        for name in names if e % 2 == 0 else names[::-1]:
+            env = stacks[name]
+            base.unwrapped.seed(core=e % 50, disp=e % 50, reseed=False)
+            c0 = _cpu_seconds()
+            env.reset(seed=e % 50)
+            for a in actions:
+                _, _, term, trunc, _ = env.step(int(a))
+                if term or trunc:
+                    break
+            if e >= 2:  # two warm-up episodes per stack
+                cpu[name].append(_cpu_seconds() - c0)
+    server_cpu = {}
+    for name, p, out, stop in servers:
+        stacks[name].close()
+        stop.set()
+        server_cpu[name] = out.get(timeout=WAIT_S) / (episodes + 2)
+        p.join(10)
+    base.close()
+    ref = np.asarray(cpu["none"])
+    lines = [
+        "",
+        f"== paired per-episode CPU, one env, {episodes} episodes per stack alternating (µs per episode) ==",
+        f"{'stack':20s} {'env process':>12s} {'+ vs none':>10s} {'(se)':>6s} {'server':>8s} {'total +':>9s} "
+        f"{'ratio':>7s}",
+    ]
+    for name in names:
+        a = np.asarray(cpu[name])
+        d = a - ref
+        srv = server_cpu.get(name, 0.0)
+        extra = float(d.mean()) + srv
+        lines.append(
+            f"{name:20s} {1e6 * a.mean():12.0f} {1e6 * d.mean():+10.0f} "
+            f"{1e6 * d.std() / np.sqrt(len(d)):6.0f} {1e6 * srv:8.0f} {1e6 * extra:+9.0f} "
+            f"{1 + extra / ref.mean():7.3f}x"
+        )
+    lines.append(
+        "env process: user+system CPU of this process (every thread: the env, the wrappers, ZeroMQ's I/O "
+        "thread, the flusher); server: the curriculum server process's CPU over the run / episodes; "
+        "ratio: (none + total extra) / none."
+    )
+    return lines
+
+
 # -- the report -------------------------------------------------------------------------------------------
 
 
@@ -744,6 +825,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-ray", action="store_true", help="skip the Ray modes")
     parser.add_argument("--no-reference", dest="reference", action="store_false", help="skip syllabus-rl")
     parser.add_argument("--no-latency", action="store_true", help="skip the round-trip/throughput section")
+    parser.add_argument(
+        "--paired",
+        type=int,
+        default=None,
+        help="episodes per stack of the paired per-episode CPU section (200; 20 with --quick; 0: skip)",
+    )
     args = parser.parse_args(argv)
     args.episodes = args.episodes or (8 if args.quick else 64)
     args.rounds = args.rounds or (1 if args.quick else 3)
@@ -776,25 +863,32 @@ def main(argv: list[str] | None = None) -> int:
     runs: dict[str, list[Run]] = {m: [] for m in modes}
     failed: dict[str, str] = {}
     lat_lines: list[str] = []
+    # The native modes' rounds first, then the Ray modes': Ray's daemons, once started, keep running and
+    # would disturb the native rows (each row is compared with its own kind's baseline, round by round).
+    groups = [[m for m in modes if MODE[m].kind == kind] for kind in ("native", "ray")]
+    schedule = [
+        (r, name)
+        for group in groups if group
+        for r in range(args.rounds)
+        for name in group[r % len(group) :] + group[: r % len(group)]  # rotate: no mode always goes first
+    ]
     try:
-        for r in range(args.rounds):
-            order = modes[r % len(modes) :] + modes[: r % len(modes)]  # rotate: no mode always goes first
-            for name in order:
-                if name in failed:
-                    continue
-                try:
-                    run = bench.run_mode(MODE[name])
-                except Exception as exc:
-                    last = (str(exc).strip().splitlines() or [""])[-1]
-                    failed[name] = f"{type(exc).__name__}: {last[:160]}"
-                    print(f"round {r + 1}: {name} failed: {failed[name]}", flush=True)
-                    continue
-                runs[name].append(run)
-                print(
-                    f"round {r + 1}: {name:24s} {run.wall:7.2f} s  {run.steps} steps, {run.episodes} ep, "
-                    f"CPU {run.cpu:.2f} s, return sum {run.ret:.0f}, curriculum received {run.received}",
-                    flush=True,
-                )
+        for r, name in schedule:
+            if name in failed:
+                continue
+            try:
+                run = bench.run_mode(MODE[name])
+            except Exception as exc:
+                last = (str(exc).strip().splitlines() or [""])[-1]
+                failed[name] = f"{type(exc).__name__}: {last[:160]}"
+                print(f"round {r + 1}: {name} failed: {failed[name]}", flush=True)
+                continue
+            runs[name].append(run)
+            print(
+                f"round {r + 1}: {name:24s} {run.wall:7.2f} s  {run.steps} steps, {run.episodes} ep, "
+                f"CPU {run.cpu:.2f} s, return sum {run.ret:.0f}, curriculum received {run.received}",
+                flush=True,
+            )
         work = {(run.steps, round(run.ret, 3)) for rs in runs.values() for run in rs}
         if len(work) > 1:
             print(
@@ -803,6 +897,9 @@ def main(argv: list[str] | None = None) -> int:
         bench.close()  # Ray is shut down before the latency section forks its clients
         if not args.no_latency:
             lat_lines = latency_report(bench.ctx, args.quick, args.max_steps)
+        paired = (20 if args.quick else 200) if args.paired is None else args.paired
+        if paired > 0:
+            lat_lines += paired_report(bench.ctx, paired, args.max_steps)
     finally:
         bench.close()
     load = os.getloadavg()

@@ -23,16 +23,18 @@ the 2-core development machine: ~150-400 µs to submit, ~200-400 µs to run in t
 ``ray.wait`` poll), against a few µs for a ZeroMQ message, so the client makes as few as the semantics
 allow: one call carries every message the env has for the actor (:meth:`CurriculumActor.handle_batch`),
 and the client polls nothing. Tasks are asked for only when none is left ready or on its way, for as many
-as the env plays in ``max_update_delay`` (at least 1, at most ``prefetch``, default 8), in the call of the
+as the env plays in ``max_update_delay`` (at least 1, at most ``prefetch``, default 32), in the call of the
 episode update that precedes the reset taking the last one; episode and progress updates are held until
-the next call. **Bounds:** an update is held at most ``update_batch`` updates (default 8) and about
+the next call. **Bounds:** an update is held at most ``update_batch`` updates (default 32) and about
 ``max_update_delay`` seconds (default 0.5 s; a per-process background thread sends what is due every
 quarter of it, also while the env is idle); a large update (step records carrying observations, 64 KB or
 more) goes out at once with the held ones rather than be kept in memory; :meth:`RayClient.flush` and
 ``close`` send everything. A task is
 sampled at most ``prefetch`` episodes, and for episodes longer than ``max_update_delay`` one episode,
-before it is played. An env with fast episodes (NetHack, ~13 ms) so makes one call per 8 episodes instead
-of three calls and a ``ray.wait`` per episode; one with episodes longer than ``max_update_delay`` makes
+before it is played. An env with fast episodes (NetHack, ~13 ms; ~25 ms of wall time with four such envs
+on two cores) so makes one call per ~20 episodes instead of three calls and a ``ray.wait`` per episode
+(the time bound, not the count, sets the batch; the defaults are larger than the socket client's, 8,
+because a call costs far more than a message); one with episodes longer than ``max_update_delay`` makes
 one per episode, its task sampled one episode ahead, as over sockets. ``max_update_delay=0`` holds
 nothing (one call per update).
 
@@ -104,7 +106,6 @@ from . import protocol as P
 from .client import (
     DEFAULT_MAX_UPDATE_DELAY,
     DEFAULT_TIMEOUT,
-    DEFAULT_UPDATE_BATCH,
     Assignment,
     ServerUnavailableError,
     SyncError,
@@ -135,7 +136,9 @@ DEFAULT_ACTOR_NAME = "magister_curriculum"
 #: Calls a client may have in flight (sent, reply not yet seen) before it waits for the actor.
 DEFAULT_MAX_PENDING = 1024
 #: Most tasks a Ray client asks for in one call (and so holds ahead of need); see :class:`RayClient`.
-DEFAULT_RAY_PREFETCH = 8
+DEFAULT_RAY_PREFETCH = 32
+#: Most updates a Ray client holds for one call.
+DEFAULT_RAY_UPDATE_BATCH = 32
 #: The clock of the client's time bounds (a module attribute, so tests can replace it).
 _now = time.monotonic
 #: Whether clients register with the per-process background flusher (tests with a fake clock turn it off).
@@ -667,7 +670,7 @@ class RayClient(TaskFeed):
         fallback_task_space: TaskSpace | None = None,
         close_timeout: float = 2.0,
         max_pending_updates: int = DEFAULT_MAX_PENDING,
-        update_batch: int = DEFAULT_UPDATE_BATCH,
+        update_batch: int = DEFAULT_RAY_UPDATE_BATCH,
         max_update_delay: float = DEFAULT_MAX_UPDATE_DELAY,
         name: str = "",
         ray_address: str | None = None,
