@@ -54,6 +54,12 @@ refused). Reported per mode: the median wall time, the median over rounds of the
 baseline of the same worker kind, and the CPU seconds of the workers and of the curriculum's process,
 which a busy shared machine disturbs less than the wall time.
 
+A last section (``--paired N``, default 200 episodes per stack) measures the overhead without the drift
+of a shared machine: the bare env, the episodic stack and the per-step stack play *alternating* episodes
+on one NetHack env in this process (each stack's curriculum server in its own process), and it reports
+each stack's CPU per episode, its difference to the bare env (with its standard error), its server's CPU
+per episode and the resulting ratio.
+
 The task-request round trip and the update throughput come from ``benchmarks/sync_latency.py`` (the sync
 layer's own benchmark, imported, not duplicated); this script adds the update throughput with NetHack's
 observations (step records carrying the full ~150 KB dict observation each).
