@@ -409,23 +409,30 @@ class GymnasiumSyncWrapper(gym.Wrapper):
         # reward, a progress float in [0, 1]) checked with a few operations; anything else takes the slow
         # path, which converts, clips or raises with a message naming the value and the task.
         fused = self._fused_step
-        if fused is None:
-            return self._step(action)
-        obs, rew, term, trunc, info = fused(action)
-        if info is self._inner_info:  # the env reuses its info dict: leave it as it was
-            info = dict(info)
-        else:
-            self._inner_info = info
-        progress = info.get("success", 0.0)
-        if progress.__class__ is not float or not 0.0 <= progress <= 1.0:
-            progress = self.env._checked_progress(progress)
+        episode = self._episode
+        if fused is not None:
+            obs, rew, term, trunc, info = fused(action)
+            if info is self._inner_info:  # the env reuses its info dict: leave it as it was
+                info = dict(info)
+            else:
+                self._inner_info = info
+            progress = info.get("success", 0.0)
+            if progress.__class__ is not float or not 0.0 <= progress <= 1.0:
+                progress = self.env._checked_progress(progress)
+        else:  # through the wrappers below, whatever they are
+            obs, rew, term, trunc, info = self.env.step(action)
+            if episode.assignment is None:
+                raise RuntimeError("GymnasiumSyncWrapper.step() called before reset()")
+            progress = info.get("task_progress", 0.0)
+            if progress.__class__ is not float or not 0.0 <= progress <= 1.0:
+                progress = _progress(progress, episode.info_task)
         try:
             bad = rew - rew  # 0 for every finite real number, NaN for inf and NaN
         except TypeError:
             bad = True
-        episode = self._episode
         if bad:
             rew = _finite("reward", rew, episode.info_task)
+        # _Episode.step, inlined for the single-agent case
         episode.ret += rew
         episode.length += 1
         episode.progress = progress
@@ -436,36 +443,6 @@ class GymnasiumSyncWrapper(gym.Wrapper):
         if term or trunc or (episode.change_task_on_completion and progress >= 1.0):
             return self._finish_step(obs, rew, term, trunc, info, progress, episode)
         return obs, rew, term, trunc, info
-
-    def _step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
-        """:meth:`step` through the wrappers below, whatever they are."""
-        obs, rew, term, trunc, info = self.env.step(action)
-        episode = self._episode
-        if episode.assignment is None:
-            raise RuntimeError("GymnasiumSyncWrapper.step() called before reset()")
-        progress = info.get("task_progress", 0.0)
-        if progress.__class__ is not float or not 0.0 <= progress <= 1.0:
-            progress = _progress(progress, episode.info_task)
-        try:
-            bad = rew - rew
-        except TypeError:
-            bad = True
-        if bad:
-            rew = _finite("reward", rew, episode.info_task)
-        return self._record(obs, rew, term, trunc, info, progress, episode)
-
-    def _record(
-        self, obs: Any, rew: Any, term: bool, trunc: bool, info: dict, progress: float, episode: _Episode
-    ) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
-        """The step's feedback into the episode (``_Episode.step`` for the single-agent case) and its info."""
-        episode.ret += rew
-        episode.length += 1
-        episode.progress = progress
-        info.update(episode.info_fields)
-        info["task_progress"] = progress
-        if episode.record is not None:
-            episode.record(episode.assignment, obs, rew, term, trunc, info, progress)
-        return self._finish_step(obs, rew, term, trunc, info, progress, episode)
 
     def _finish_step(
         self, obs: Any, rew: Any, term: bool, trunc: bool, info: dict, progress: float, episode: _Episode

@@ -34,3 +34,27 @@ def ray_session(request: pytest.FixtureRequest):
     ray.cloudpickle.register_pickle_by_value(request.module)
     yield
     ray.cloudpickle.unregister_pickle_by_value(request.module)
+
+
+class FakeClock:
+    """Stands in for a sync client module's clock (``_now``); tests move ``t`` by hand."""
+
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+@pytest.fixture
+def fake_clock():
+    """``fake_clock(module, monkeypatch)``: give ``module`` (``magister.sync.client`` or
+    ``magister.sync.ray_backend``) a :class:`FakeClock` and no background flusher (it would race)."""
+
+    def install(module, monkeypatch: pytest.MonkeyPatch) -> FakeClock:
+        c = FakeClock()
+        monkeypatch.setattr(module, "_now", c)
+        monkeypatch.setattr(module, "_background_flush", False)
+        return c
+
+    return install

@@ -379,23 +379,10 @@ def test_back_pressure_waits_instead_of_dropping(shared):
     assert m[f"sync/env{e}/episodes_applied"] == 12 and m[f"sync/env{e}/tasks_consumed"] == 12
 
 
-class FakeClock:
-    """Stands in for the client's clock (``ray_backend._now``)."""
-
-    def __init__(self) -> None:
-        self.t = 1000.0
-
-    def __call__(self) -> float:
-        return self.t
-
-
 @pytest.fixture
-def clock(monkeypatch):
-    """A fake clock for the clients created in the test (and no background flusher, which would race)."""
-    c = FakeClock()
-    monkeypatch.setattr(ray_backend, "_now", c)
-    monkeypatch.setattr(ray_backend, "_background_flush", False)
-    return c
+def clock(fake_clock, monkeypatch):
+    """A fake clock for the Ray clients created in the test (and no background flusher)."""
+    return fake_clock(ray_backend, monkeypatch)
 
 
 def test_updates_are_batched_into_few_calls_and_all_applied(shared):

@@ -12,7 +12,7 @@ import time
 import numpy as np
 import pytest
 import zmq
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from magister.curricula.base import Curriculum, TaskSample
@@ -625,24 +625,12 @@ def test_step_buffer_columns_hold_at_most_their_capacity():
 # -- held updates: one Batch for several episodes -----------------------------------------------------------
 
 
-class _Clock:
-    """Stands in for the client's clock (``client._now``)."""
-
-    def __init__(self) -> None:
-        self.t = 100.0
-
-    def __call__(self) -> float:
-        return self.t
-
-
 @pytest.fixture
-def clock(monkeypatch):
+def clock(fake_clock, monkeypatch):
+    """A fake clock for the socket clients created in the test (and no background flusher)."""
     from magister.sync import client as client_module
 
-    c = _Clock()
-    monkeypatch.setattr(client_module, "_now", c)
-    monkeypatch.setattr(client_module, "_background_flush", False)  # it would race with the fake clock
-    return c
+    return fake_clock(client_module, monkeypatch)
 
 
 def _sent_kinds(client) -> list:
@@ -772,7 +760,7 @@ def test_server_applies_a_batch_in_order_and_answers_its_requests_once():
         assert m[f"sync/env{env}/tasks_in_flight"] == 3
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     durations=st.lists(st.floats(0.0, 1.0), min_size=1, max_size=30),
     progress_every=st.integers(0, 3),
@@ -781,14 +769,12 @@ def test_server_applies_a_batch_in_order_and_answers_its_requests_once():
     prefetch=st.integers(0, 8),
 )
 def test_held_updates_arrive_exactly_once_and_in_order(
-    durations, progress_every, update_batch, max_update_delay, prefetch
+    fake_clock, durations, progress_every, update_batch, max_update_delay, prefetch
 ):
     from magister.sync import client as client_module
 
-    clock = _Clock()
     with pytest.MonkeyPatch.context() as patch, serve(Recorder()) as server:
-        patch.setattr(client_module, "_now", clock)
-        patch.setattr(client_module, "_background_flush", False)
+        clock = fake_clock(client_module, patch)  # a fresh clock and patch per example
         c = CurriculumClient(
             server.address, prefetch=prefetch, update_batch=update_batch, max_update_delay=max_update_delay
         )
