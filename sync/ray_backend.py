@@ -208,7 +208,11 @@ def _pack(msg: P.Message) -> Frame:
     """One protocol message: one ``bytes`` frame, or for a message with large arrays (step records with
     observations) the tuple ``(header, array_bytes, ...)``, each large array's bytes as a flat ``uint8``
     numpy array (a view, not a copy) so that Ray ships it out of band."""
-    frames = P.encode(msg, oob_threshold=_OOB_BYTES)
+    return _as_frame(P.encode(msg, oob_threshold=_OOB_BYTES))
+
+
+def _as_frame(frames: list[Any]) -> Frame:
+    """Encoded frames as :func:`_pack` returns them."""
     if len(frames) == 1:
         return bytes(frames[0])
     return (bytes(frames[0]), *(np.frombuffer(f, dtype=np.uint8) for f in frames[1:]))
@@ -947,11 +951,21 @@ class RayClient(TaskFeed):
         update is due."""
         frame = _pack(msg)
         with self._lock:
-            self._hold(frame, msg)
+            self._hold(frame, getattr(msg, "request", 0))
 
-    def _hold(self, frame: Frame, msg: P.Message) -> None:
+    def _send_fields(self, cls: type[P.Message], fields: tuple) -> None:
+        # encoded without building the message (the actor validates it): the fields are ours
+        frame = _as_frame(P.encode_fields(cls, fields, oob_threshold=_OOB_BYTES))
+        with self._lock:
+            self._hold(frame, fields[-1])
+
+    def _deliver_steps(self, steps: _StepBuffer) -> None:
+        frame = _as_frame(steps.frames(self.env_id))  # type: ignore[arg-type]
+        with self._lock:
+            self._hold(frame, 0)
+
+    def _hold(self, frame: Frame, request: int) -> None:
         self._held.append(frame)
-        request = getattr(msg, "request", 0)
         if request:
             frames = self._take_held()
             self._call(frames, request, len(frames))
