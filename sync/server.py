@@ -488,7 +488,7 @@ class CurriculumServer:
         validate_tasks: bool = True,
         max_message_bytes: int = 256 * 1024 * 1024,
         max_envs: int = 65536,
-        poll_interval: float = 0.05,
+        poll_interval: float = 1.0,
         join_timeout: float = 5.0,
     ) -> None:
         self.core = SyncCore(curriculum, step_batch_size=step_batch_size, validate_tasks=validate_tasks)
@@ -527,6 +527,14 @@ class CurriculumServer:
             self._remove_tmpdir()
             raise
         self._sock = sock
+        # close() wakes the thread through this pair (it waits on the socket without a short timeout, so an
+        # idle server costs nothing); the thread owns the receiving end, close() the sending one
+        wake = f"inproc://magister-wake-{id(self)}"
+        self._wake_rx = self._ctx.socket(zmq.PAIR)
+        self._wake_rx.bind(wake)
+        self._wake_tx = self._ctx.socket(zmq.PAIR)
+        self._wake_tx.setsockopt(zmq.LINGER, 0)
+        self._wake_tx.connect(wake)
         self._thread = threading.Thread(target=self._run, name=f"magister-server-{self.address}", daemon=True)
         self._thread.start()
         _live_servers.add(self)
@@ -537,6 +545,7 @@ class CurriculumServer:
         sock = self._sock
         poller = zmq.Poller()
         poller.register(sock, zmq.POLLIN)
+        poller.register(self._wake_rx, zmq.POLLIN)
         try:
             while not self._stop.is_set():
                 if not poller.poll(self._poll_ms):
@@ -556,6 +565,7 @@ class CurriculumServer:
             pass
         finally:
             sock.close(0)
+            self._wake_rx.close(0)
 
     def _send(self, identity: bytes, msg: P.Message) -> bool:
         try:
@@ -680,6 +690,11 @@ class CurriculumServer:
             return
         self._closed = True
         self._stop.set()
+        try:
+            self._wake_tx.send(b"", zmq.NOBLOCK)
+        except zmq.ZMQError:  # pragma: no cover - the thread then wakes at its poll interval
+            pass
+        self._wake_tx.close(0)
         self._thread.join(self._join_timeout)
         if self._thread.is_alive():  # pragma: no cover - only if the curriculum blocks forever
             logger.error("curriculum server thread did not stop within %.1fs", self._join_timeout)
