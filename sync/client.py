@@ -18,7 +18,9 @@ Two implementations of one small interface (:class:`TaskFeed`), chosen by :func:
   ~12 ms) so sends one message per ~7 episodes; one whose episodes take longer than ``max_update_delay``
   sends one per episode, asking in it for the task its next reset takes, its tasks sampled one episode
   ahead. A per-process background thread sends what is due while an env is idle; :meth:`TaskFeed.flush`
-  and ``close`` send everything; ``max_update_delay=0`` or ``update_batch=1`` holds nothing. A
+  and ``close`` send everything; ``max_update_delay=0`` or ``update_batch=1`` holds nothing. A worker
+  killed while holding updates loses them with it: the tasks they reported stay "in flight" in the
+  server's counters, next to its unplayed prefetched tasks, which is how the loss shows. A
   consequence of keeping tasks ready: an env closing after its last episode returns its unused tasks
   (counted as returned, never lost). Every wait has a timeout: if the server does not answer,
   :class:`ServerUnavailableError` is raised, or, when ``fallback_task_space`` is given, tasks are sampled
