@@ -29,6 +29,11 @@ How it runs as a curriculum:
   evaluation while candidates need episodes; the rest are training episodes drawn uniformly from the
   accepted set. Until the first task is accepted, training episodes are drawn from the proposal
   distribution itself (so the agent learns something while the filter warms up).
+* **Small accepted sets** (``min_train_tasks = M``, our addition; default 1, the behaviour above): while
+  the set holds ``n < M`` tasks, a training episode comes from the set with probability ``n / M`` and is a
+  fresh proposal otherwise, so that one or two accepted tasks do not get every training episode (an agent
+  that replays a handful of tasks memorises them, and the filter drops them as solved). The paper draws
+  its training tasks from a stream of accepted proposals and has no such case.
 * **Control episodes** are the encoded task wrapped as ``(CONTROL_TAG, task)`` = ``("magister:control",
   task)``, always with ``train=False``. This round-trips msgpack (as a list) and :func:`split_control`
   undoes it. The sync wrappers report the plain task in ``info["task"]`` and ``info["task_control"] =
@@ -39,7 +44,10 @@ How it runs as a curriculum:
   Agent evaluation episodes carry the plain task.
 * Accepted tasks are **re-validated**: each keeps a rolling window of its last ``window`` training
   returns (default ``K``); whenever the window has been refilled, criteria 1 and 2 are re-checked on it
-  (criterion 2 pairs the window's last ``K`` returns with the stored control returns; criterion 3 cannot
+  (criterion 2 pairs the window's last ``K`` returns with the stored control returns - or, with
+  ``pair_window=True`` (our addition), every return of the window with a stored control return, cycling
+  through them, so that ``Pr[R_pi > R_cont + m_>]`` is estimated from ``window`` samples instead of ``K``
+  and one unlucky episode does not drop a task the agent usually beats the control on; criterion 3 cannot
   change, the control policy being fixed) and the task is dropped when it no longer qualifies.
 * The accepted set holds at most ``max_train_tasks``; accepting into a full set evicts the oldest task.
 * **Control first, early rejection** (``control_first=True``; our addition, off by default): a candidate's
@@ -209,6 +217,10 @@ class TaskFilter(Curriculum):
             workers); default ``100 * K``.
         seed: seed of the curriculum's generator.
         control_first: issue control episodes first and reject early on criterion 3 (module docstring).
+        min_train_tasks: below this many accepted tasks, training episodes are partly fresh proposals
+            (module docstring); 1: only while the set is empty.
+        pair_window: re-validate criterion 2 on every window return, paired cyclically with the control
+            returns (module docstring); False: the window's last ``K`` returns only.
     """
 
     def __init__(
@@ -230,10 +242,12 @@ class TaskFilter(Curriculum):
         stale_after: int | None = None,
         seed: int | None = None,
         control_first: bool = False,
+        min_train_tasks: int = 1,
+        pair_window: bool = False,
     ) -> None:
         super().__init__(task_space, seed=seed)
         for name, value in (("num_episodes", num_episodes), ("max_pending", max_pending),
-                            ("max_train_tasks", max_train_tasks)):
+                            ("max_train_tasks", max_train_tasks), ("min_train_tasks", min_train_tasks)):
             if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
         if not 0.0 < float(eval_fraction) <= 1.0:
@@ -255,6 +269,8 @@ class TaskFilter(Curriculum):
         self.eval_fraction = float(eval_fraction)
         self.max_pending = int(max_pending)
         self.max_train_tasks = int(max_train_tasks)
+        self.min_train_tasks = int(min_train_tasks)
+        self.pair_window = bool(pair_window)
         self.stale_after = 100 * self.K if stale_after is None else int(stale_after)
         self.pending: OrderedDict[Hashable, _Candidate] = OrderedDict()
         self.train_tasks: list[EncodedTask] = []
@@ -339,6 +355,13 @@ class TaskFilter(Curriculum):
         for i in np.flatnonzero(want_eval).tolist():  # with no accepted task yet, the rest train on proposals
             out[i] = self._next_eval()
         train_slots = [i for i in range(k) if out[i] is None]
+        n = len(self.train_tasks)
+        if train_slots and 0 < n < self.min_train_tasks:  # a small set: some fresh proposals
+            from_set = self.rng.random(len(train_slots)) < n / self.min_train_tasks
+            fresh = [i for i, s in zip(train_slots, from_set.tolist()) if not s]
+            for i, t in zip(fresh, self._propose(len(fresh)) if fresh else []):
+                out[i] = TaskSample(t, True)
+            train_slots = [i for i, s in zip(train_slots, from_set.tolist()) if s]
         if train_slots:
             if self.train_tasks:
                 picks = self.rng.integers(len(self.train_tasks), size=len(train_slots))
@@ -398,7 +421,10 @@ class TaskFilter(Curriculum):
 
     def _revalidate(self, key: Hashable) -> None:
         self._fresh[key] = 0
-        ok_solved, ok_beats, _ = dtg_criteria(list(self._windows[key]), self._control[key], self.thresholds)
+        window, control = list(self._windows[key]), self._control[key]
+        if self.pair_window:  # every window return against a control return, cycling through them
+            control = [control[i % len(control)] for i in range(len(window))]
+        ok_solved, ok_beats, _ = dtg_criteria(window, control, self.thresholds)
         if not (ok_solved and ok_beats):
             self._remove(key)
             self.counts["dropped"] += 1

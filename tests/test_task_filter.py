@@ -202,6 +202,44 @@ def test_warm_up_keeps_the_evaluation_fraction():
     assert all(not split_control(s.task)[1] for s in samples if s.train)
 
 
+def test_small_accepted_set_shares_training_with_fresh_proposals():
+    """min_train_tasks=M: with n < M accepted tasks, a training episode replays the set w.p. n / M."""
+    cur = TaskFilter(Discrete(10_000), num_episodes=2, eval_fraction=0.01, min_train_tasks=4, seed=0)
+    for t in (7, 8):  # two accepted tasks: n / M = 1/2
+        cur._accept(task_key(t), t, [0.5, 0.5], [0.0, 0.0])
+    samples = [s for s in cur.sample_tasks(4000) if s.train]
+    from_set = np.mean([s.task in (7, 8) for s in samples])
+    assert abs(from_set - 0.5) < 0.03  # binomial sd 0.008
+    assert len({s.task for s in samples}) > 1500  # the rest: fresh proposals of the space
+    for t in (9, 10):  # n = M: only the set
+        cur._accept(task_key(t), t, [0.5, 0.5], [0.0, 0.0])
+    assert {s.task for s in cur.sample_tasks(400) if s.train} == {7, 8, 9, 10}
+    default = TaskFilter(Discrete(10_000), num_episodes=2, eval_fraction=0.01, seed=0)
+    default._accept(task_key(3), 3, [0.5, 0.5], [0.0, 0.0])  # M = 1: one task gets every training episode
+    assert {s.task for s in default.sample_tasks(200) if s.train} == {3}
+    with pytest.raises(ValueError, match="min_train_tasks"):
+        TaskFilter(Discrete(4), min_train_tasks=0)
+
+
+def test_pair_window_revalidates_criterion_two_on_the_whole_window():
+    """Window [1, 0, 0, 0] against control [0, 0]: the last K = 2 returns never beat the control (dropped);
+    the whole window, paired cyclically, beats it once (kept: Pr > m_>cont = 0)."""
+    kept = {}
+    for pair_window in (False, True):
+        cur = TaskFilter(Discrete(10), num_episodes=2, window=4, pair_window=pair_window, seed=0)
+        cur._accept(task_key(5), 5, [0.2, 0.2], [0.0, 0.0])
+        for r in (1.0, 0.0, 0.0, 0.0):
+            cur.update_on_episode(r, 1, 5, 0.0)
+        kept[pair_window] = cur.train_tasks == [5]
+        assert cur.counts["dropped"] == (0 if kept[pair_window] else 1)
+    assert kept == {False: False, True: True}
+    solved = TaskFilter(Discrete(10), num_episodes=2, window=4, pair_window=True, seed=0)
+    solved._accept(task_key(5), 5, [0.2, 0.2], [0.0, 0.0])
+    for r in (0.9, 0.8, 1.0, 0.6):  # every window return above m_s = 375/900: solved, dropped
+        solved.update_on_episode(r, 1, 5, 0.0)
+    assert solved.train_tasks == [] and solved.counts["dropped"] == 1
+
+
 def test_revalidation_drops_tasks_that_become_solved():
     world = World(40, lr=0.2)
     cur = TaskFilter(Discrete(40), num_episodes=10, eval_fraction=0.3, seed=1)

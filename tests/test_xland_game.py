@@ -16,6 +16,7 @@ from magister.examples.xland.game import (
     FLOOR0,
     HOLD,
     ME,
+    ME_ATOMS,
     NEAR,
     NUM_ATOMS,
     ON,
@@ -40,6 +41,7 @@ from magister.examples.xland.game import (
     goal_difficulty,
     goal_observation,
     ground_literal,
+    is_player_centric,
     parse_atom,
     random_game,
     recolour_game,
@@ -260,6 +262,38 @@ def test_random_game_shape():
         assert len({a for goal in g.goals for a in goal.atoms}) <= 6
     with pytest.raises(ValueError, match="n_options"):
         random_game(rng, 4, 1)
+
+
+def test_me_atoms_and_player_centric_goals_by_hand():
+    # me with 9 objects: near, hold, see(me, x), see(x, me) = 36; on(me, floor) = 6;
+    # near(me, opponent), see(me, opponent), see(opponent, me) = 3
+    assert len(ME_ATOMS) == 45
+    assert all(ME in ATOMS[i][1:] for i in ME_ATOMS)
+    assert atom_id(ON, ME, FLOOR0) in ME_ATOMS and atom_id(HOLD, OPPONENT, 0) not in ME_ATOMS
+    assert is_player_centric(Goal.parse("near(me, black cube)"))
+    assert is_player_centric(Goal.parse("near(black cube, yellow cube) & on(me, white floor)"))
+    assert not is_player_centric(Goal.parse("near(black cube, yellow cube)"))
+    assert not is_player_centric(Goal.parse("not(near(me, black cube))"))  # a negation does not count
+    assert not is_player_centric(Goal.parse("hold(me, black cube) | hold(opponent, black cube)"))
+
+
+def test_player_centric_random_games():
+    rng = np.random.default_rng(0)
+    for n_opt, n_conj, n_players in itertools.product((1, 2, 3), (1, 2, 3), (2, 3)):
+        for _ in range(3):
+            g = random_game(rng, n_opt, n_conj, n_players, player_centric=True)
+            assert g.n_players == n_players
+            assert all(is_player_centric(goal) for goal in g.goals), str(g)
+            assert all(len(o) == n_conj for goal in g.goals for o in goal.options)
+            if n_players == 2:  # (A.2.5's mixed third goal is not redrawn when trivial, as by default)
+                assert all(0.0 < goal_difficulty(goal) < 1.0 for goal in g.goals)
+    # the default sampler is unchanged and mostly not player-centric: 2-player, 1 option of 1-2 literals
+    rng = np.random.default_rng(1)
+    games = [random_game(rng, 1, int(rng.integers(1, 3))) for _ in range(200)]
+    share = np.mean([all(is_player_centric(goal) for goal in g.goals) for g in games])
+    assert share < 0.15
+    with pytest.raises(ValueError, match="n_players"):
+        random_game(rng, 1, 1, 4, player_centric=True)
 
 
 def test_three_player_game_mixes_options():

@@ -33,6 +33,7 @@ from magister.examples.xland.sanity import easy_tasks, learning_curve
 from magister.examples.xland.task import XLandTaskSpace
 from magister.examples.xland.world import MAX_SIZE, World, flat_world
 from magister.examples.xland_ppo import (
+    GOAL_PLANES,
     Agent,
     Args,
     CompareReturns,
@@ -42,8 +43,10 @@ from magister.examples.xland_ppo import (
     XLandTrainWrapper,
     ablation,
     ablation_table,
+    atom_channels,
     egocentric,
     filter_demo,
+    goal_planes,
     make_agent,
     make_curriculum,
     make_task_filter,
@@ -281,6 +284,32 @@ def test_egocentric_agent_input_is_invariant_to_turning_the_world_with_the_playe
     assert make_agent(Args(hidden=8, egocentric=False)).view is None
 
 
+def test_goal_planes_mark_the_entities_the_goal_mentions_by_hand():
+    # player 0 at (2, 3); purple cube (kind 3) at (2, 5); black sphere (kind 1) at (1, 3); the co-player at
+    # (6, 6); floors: all brown (0) but (0, 0) white (5)
+    floors = [0] * 49
+    floors[0] = 5
+    world = World(7, (0,) * 49, (-1,) * 49, tuple(floors), ((3, 2, 5), (1, 1, 3)),
+                  ((2, 3, 1, 0), (6, 6, 0, 0)))
+    game = Game.parse(["near(me, purple cube) & not(see(black sphere, purple cube)) | "
+                       "not(near(me, opponent)) & on(me, white floor)", "near(me, black sphere)"])
+    env = XLandEnv(XLandTask(world, game, (LEARNER, NOOP)), episode_length=5)
+    o = {k: torch.as_tensor(v)[None] for k, v in env.reset(seed=0)[0]["player_0"].items()}
+    planes = goal_planes(o["grid"], o["goal_atoms"], o["goal_matrix"], torch.as_tensor(atom_channels()))
+    assert planes.shape == (1, GOAL_PLANES, MAX_SIZE, MAX_SIZE)
+    on = [p.nonzero().tolist() for p in planes[0]]
+    assert on[0] == [[0, 0], [2, 5]]  # required true, about me: the cube and the white floor
+    assert on[1] == [[6, 6]]  # required false, about me: the opponent
+    assert on[2] == []  # nothing about the world alone is required true
+    assert on[3] == [[1, 3], [2, 5]]  # required false, not about me: both objects of the see atom
+    agent = make_agent(Args(hidden=8, world_size=7))
+    assert agent.goal_cnn and agent.conv1.in_channels == 27 + GOAL_PLANES
+    logits, value, h = agent.step(o, torch.zeros(1, 8), torch.ones(1))
+    assert logits.shape == (1, 6) and value.shape == (1,) and h.shape == (1, 8)
+    plain = make_agent(Args(hidden=8, world_size=7, goal_cnn=False))
+    assert not plain.goal_cnn and plain.conv1.in_channels == 27
+
+
 def test_sanity_tasks_and_the_fixed_task_curriculum(tmp_path):
     tasks = easy_tasks(3, seed=5)
     assert [str(t.game.goals[0]) for t in tasks] == [
@@ -353,6 +382,10 @@ def test_trainer_filter_thresholds():
     assert (m.m_cont, m.m_s, m.m_greater, m.m_greater_cont, m.m_solved) == pytest.approx(
         (10.0, 40 * 375 / 900, 40 * 7.5 / 900, 0.0, 1.0))
     assert filt.control_first and filt.K == 2
+    # issue 7: a set large enough to train on (half the episodes evaluate candidates while any need them;
+    # fresh proposals share training while the set is small; re-validation on the whole window)
+    assert filt.eval_fraction == 0.5 and filt.min_train_tasks == 8 and filt.pair_window
+    assert Args().filter_window == 16
 
 
 def test_tiny_run_writes_outputs_feeds_curricula_and_resumes(tmp_path):

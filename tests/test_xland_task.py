@@ -11,7 +11,13 @@ import pytest
 
 from magister.examples.xland.coplayers import LEARNER, NOOP, RANDOM, SEEKER
 from magister.examples.xland.env import XLandTask
-from magister.examples.xland.game import FLOOR_COLOURS, PROBE_GAMES, game_hash, recolour_game
+from magister.examples.xland.game import (
+    FLOOR_COLOURS,
+    PROBE_GAMES,
+    game_hash,
+    is_player_centric,
+    recolour_game,
+)
 from magister.examples.xland.task import (
     FixedXLandTasks,
     XLandTaskSpace,
@@ -127,6 +133,25 @@ def test_mutation_is_small_and_avoids_held_out_tasks():
         changed += any(parts)
         enc = new
     assert changed >= 15 and space.can_mutate
+
+
+def test_player_centric_space_samples_mutates_and_holds_out_player_centric_games():
+    space = XLandTaskSpace(seed=0, player_centric=True, max_options=2, max_literals=2, three_player_prob=0.3)
+    test, val = space.make_evaluation_sets(6, 4, seed=1)
+    tasks = [space.sample() for _ in range(12)] + test + val
+    assert all(is_player_centric(g) for t in tasks for g in t.game.goals)
+    rng = np.random.default_rng(0)
+    enc = space.sample_encoded(1)[0]
+    edited = 0
+    for _ in range(30):
+        new = space.mutate(enc, rng)
+        edited += space.decode(new).game != space.decode(enc).game
+        assert all(is_player_centric(g) for g in space.decode(new).game.goals)
+        enc = new
+    assert edited >= 3  # game edits happen (1/4 of mutations), and keep the goals player-centric
+    # the default space is the paper's sampler: some of its goals are about the world only
+    plain = XLandTaskSpace(seed=0, max_options=1, max_literals=2)
+    assert not all(is_player_centric(g) for _ in range(30) for g in plain.sample().game.goals)
 
 
 def test_bad_space_arguments():

@@ -13,6 +13,7 @@
 from .coplayers import LEARNER, NOOP, RANDOM, SEEKER, GoalSeeker
 from .env import XLandEnv, XLandTask, XLandTaskWrapper
 from .game import (
+    ME_ATOMS,
     PROBE_GAMES,
     Game,
     GameMeasures,
@@ -26,6 +27,7 @@ from .game import (
     game_measures,
     generate_game,
     goal_observation,
+    is_player_centric,
     random_game,
     recolour_game,
 )
@@ -39,6 +41,7 @@ __all__ = [
     "GoalSeeker",
     "Goal",
     "LEARNER",
+    "ME_ATOMS",
     "NOOP",
     "PROBE_GAMES",
     "RANDOM",
@@ -59,6 +62,7 @@ __all__ = [
     "generate_game",
     "generate_world",
     "goal_observation",
+    "is_player_centric",
     "mutate_world",
     "path_entropy",
     "probe_tasks",

@@ -39,6 +39,9 @@ This module implements the game side of *Open-Ended Learning Leads to Generally 
   ``{-1, 0, 1}`` option matrix, and a greedy local search toward a target balance ``b*`` and
   competitiveness ``c*`` with the paper's moves and improvement ``imp``; 3-player games by mixing options
   (A.2.5); recolouring equivalence (A.2.4) and a recolouring-invariant canonical hash for held-out sets.
+  ``random_game(..., player_centric=True)`` restricts the naive sampler to goals whose every option needs
+  an atom about the player itself to hold (:func:`is_player_centric`, :data:`ME_ATOMS`): our CPU-scale
+  choice, not the paper's (its atoms are drawn uniformly); see :mod:`magister.examples.xland_ppo`.
 * **Probe games**: the paper's examples and a selection of its hand-authored games (Tables 7-8) in
   :data:`PROBE_GAMES`.
 
@@ -68,6 +71,7 @@ logger = logging.getLogger(__name__)
 
 __all__ = [
     "ATOMS",
+    "ME_ATOMS",
     "alike_game",
     "COLOURS",
     "FLOOR_COLOURS",
@@ -91,6 +95,7 @@ __all__ = [
     "game_hash",
     "game_measures",
     "generate_game",
+    "is_player_centric",
     "goal_observation",
     "parse_atom",
     "random_game",
@@ -197,6 +202,10 @@ def _all_atoms() -> list[Atom]:
 ATOMS: tuple[Atom, ...] = tuple(_all_atoms())
 NUM_ATOMS = len(ATOMS)
 _ATOM_INDEX = {a: i for i, a in enumerate(ATOMS)}
+#: Ids of the 45 atoms about the player itself (``me`` is an argument): the atoms a goal of
+#: :func:`random_game` with ``player_centric=True`` requires in every option.
+ME_ATOMS: tuple[int, ...] = tuple(i for i, (_, a, b) in enumerate(ATOMS) if ME in (a, b))
+_ME_ATOM_SET = frozenset(ME_ATOMS)
 
 
 def atom_id(rel: int, a: int, b: int) -> int:
@@ -779,10 +788,17 @@ def _recolour_atom(aid: int, cp: Sequence[int], fm: dict[int, int]) -> int:
     return abs(recolour_goal(Goal(((aid + 1,),)), cp, fm).options[0][0]) - 1
 
 
-def _sample_atoms(rng: np.random.Generator) -> list[int]:
-    """Six atoms: three distinct ones and a recolouring of them that gives three new ones (A.2.3)."""
+def _sample_atoms(rng: np.random.Generator, me_first: bool = False) -> list[int]:
+    """Six atoms: three distinct ones and a recolouring of them that gives three new ones (A.2.3).
+
+    ``me_first``: the first of the three is drawn from :data:`ME_ATOMS` (so is its recolouring, the
+    fourth: recolourings change colours, never ``me``)."""
     for _ in range(1000):
         base = [int(x) for x in rng.choice(NUM_ATOMS, size=3, replace=False)]
+        if me_first:
+            first = int(ME_ATOMS[int(rng.integers(len(ME_ATOMS)))])
+            others = [a for a in base if a != first][:2]
+            base = [first, *others]
         for _ in range(100):
             cp, fm = _random_recolouring(rng)
             new = [_recolour_atom(a, cp, fm) for a in base]
@@ -798,9 +814,18 @@ def _matrix_goal(atoms: Sequence[int], mat: np.ndarray) -> Goal:
     ))
 
 
-def _random_matrix(rng: np.random.Generator, n_options: int, n_conj: int, n_atoms: int) -> np.ndarray:
+def _random_matrix(rng: np.random.Generator, n_options: int, n_conj: int, n_atoms: int,
+                   me_cols: Sequence[int] = ()) -> np.ndarray:
+    """A random option matrix; with ``me_cols``, every row has ``+1`` in one of them (drawn uniformly)
+    and its other ``n_conj - 1`` non-zeros anywhere else."""
     mat = np.zeros((n_options, n_atoms), dtype=np.int64)
     for i in range(n_options):
+        if me_cols:
+            first = int(me_cols[int(rng.integers(len(me_cols)))])
+            rest = rng.choice([j for j in range(n_atoms) if j != first], size=n_conj - 1, replace=False)
+            mat[i, first] = 1
+            mat[i, rest] = rng.choice([-1, 1], size=n_conj - 1)
+            continue
         cols = rng.choice(n_atoms, size=n_conj, replace=False)
         mat[i, cols] = rng.choice([-1, 1], size=n_conj)
     return mat
@@ -814,29 +839,57 @@ def _check_sizes(n_options: int, n_conjunctions: int) -> None:
 
 
 def random_game(
-    rng: np.random.Generator, n_options: int = 1, n_conjunctions: int = 1, n_players: int = 2
+    rng: np.random.Generator, n_options: int = 1, n_conjunctions: int = 1, n_players: int = 2,
+    *, player_centric: bool = False,
 ) -> Game:
     """The paper's naive sampler (A.2.3): six atoms (three, plus a recolouring of them) and a random
     ``{-1, 0, 1}`` matrix per goal with ``n_options`` rows of ``n_conjunctions`` non-zeros.
 
     Goals that are trivial for their player (``kappa(g)`` in ``{0, 1}``) are redrawn.
+
+    ``player_centric=True`` (our CPU-scale restriction, not the paper's: its atoms are drawn uniformly)
+    returns games whose every goal is :func:`is_player_centric` - each option has a positive literal about
+    the player itself. The first of the three base atoms is drawn from :data:`ME_ATOMS` and every option
+    row gets ``+1`` in its column or in its recolouring's (also about ``me``), the rest as above; a
+    3-player game's mixed goal (A.2.5) is redrawn until it is player-centric too.
+
+    >>> g = random_game(np.random.default_rng(0), 2, 2, player_centric=True)
+    >>> all(is_player_centric(goal) for goal in g.goals)
+    True
     """
     _check_sizes(n_options, n_conjunctions)
-    atoms, mats = _random_matrices(rng, n_options, n_conjunctions)
-    game = Game(tuple(_matrix_goal(atoms, m) for m in mats))
-    return three_player_game(game, rng) if n_players == 3 else _check_players(game, n_players)
-
-
-def _check_players(game: Game, n_players: int) -> Game:
-    if n_players != 2:
+    if n_players not in (2, 3):
         raise ValueError(f"n_players must be 2 or 3, got {n_players!r}")
-    return game
-
-
-def _random_matrices(rng: np.random.Generator, n_options: int, n_conj: int) -> tuple[list[int], list]:
+    atoms, mats = _random_matrices(rng, n_options, n_conjunctions, bool(player_centric))
+    game = Game(tuple(_matrix_goal(atoms, m) for m in mats))
+    if n_players == 2:
+        return game
     for _ in range(1000):
-        atoms = _sample_atoms(rng)
-        mats = [_random_matrix(rng, n_options, n_conj, 6) for _ in range(2)]
+        three = three_player_game(game, rng)
+        if not player_centric or all(is_player_centric(g) for g in three.goals):
+            return three
+    raise RuntimeError("could not mix a player-centric third goal")  # pragma: no cover
+
+
+def is_player_centric(goal: Goal) -> bool:
+    """Whether every option of ``goal`` requires at least one atom about the player itself (an atom in
+    :data:`ME_ATOMS`) to hold: the goal cannot be satisfied by the rest of the world alone, and a
+    negated literal (``not(near(me, x))``, mostly true by chance) does not count.
+
+    >>> is_player_centric(Goal.parse("near(me, black cube) | hold(me, black sphere) & see(black cube, me)"))
+    True
+    >>> is_player_centric(Goal.parse("near(me, black cube) | not(hold(me, yellow sphere))"))
+    False
+    """
+    return all(any(x > 0 and x - 1 in _ME_ATOM_SET for x in opt) for opt in goal.options)
+
+
+def _random_matrices(rng: np.random.Generator, n_options: int, n_conj: int,
+                     player_centric: bool = False) -> tuple[list[int], list]:
+    me_cols = (0, 3) if player_centric else ()
+    for _ in range(1000):
+        atoms = _sample_atoms(rng, me_first=player_centric)
+        mats = [_random_matrix(rng, n_options, n_conj, 6, me_cols) for _ in range(2)]
         if all(0.0 < goal_difficulty(_matrix_goal(atoms, m)) < 1.0 for m in mats):
             return atoms, mats
     raise RuntimeError("could not sample a non-trivial game")  # pragma: no cover

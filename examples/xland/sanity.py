@@ -6,9 +6,12 @@ drawn at random), trains :func:`magister.examples.xland_ppo.train` uniformly on 
 the co-player slot is filled by the FSP snapshot curriculum as in the trainer) and prints the mean
 training return (/ episode length) in ten bins over training, next to the uniform-random policy and the
 scripted goal-seeker on the same tasks. ``--tasks 1 --goal "near(me, purple cube)"`` trains on one fixed
-task. ``--no-egocentric`` runs the first version's allocentric CNN (issue 7: that agent did not learn).
+task. ``--no-egocentric`` runs the first version's allocentric CNN (issue 7: that agent did not learn);
+``--no-goal-cnn`` the CNN without the goal-entity planes and FiLM (it memorised its worlds instead).
 ``--heldout N`` then plays the trained agent on ``N`` other easy tasks (new worlds, noop co-player) and
 prints its mean return next to the random policy's and the goal-seeker's: does what it learned transfer?
+With ``--tasks 200 --heldout 40 --total-steps 100000`` it does (held-out 0.56 against random 0.26; the
+numbers are in :mod:`magister.examples.xland_ppo`'s docstring).
 """
 
 from __future__ import annotations
@@ -96,6 +99,8 @@ def main(argv: list[str] | None = None) -> list[tuple[int, float]]:
     p.add_argument("--seed", type=int, default=0, help="trainer seed")
     p.add_argument("--task-seed", type=int, default=5, help="seed of the tasks")
     p.add_argument("--egocentric", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--goal-cnn", action=argparse.BooleanOptionalAction, default=True,
+                   help="goal-conditioned CNN; --no-goal-cnn: the goal joins after the CNN")
     p.add_argument("--heldout", type=int, default=0, help="easy tasks in new worlds to test the agent on")
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
@@ -105,7 +110,8 @@ def main(argv: list[str] | None = None) -> list[tuple[int, float]]:
         flags = ["--total-steps", str(a.total_steps), "--seed", str(a.seed), "--episode-length", "40",
                  "--n-test", "4", "--n-validation", "4", "--eval-every", "0", "--no-tensorboard",
                  "--no-progress", "--no-plot", "--run-dir", tmp, "--run-name", "sanity",
-                 "--egocentric" if a.egocentric else "--no-egocentric"]
+                 "--egocentric" if a.egocentric else "--no-egocentric",
+                 "--goal-cnn" if a.goal_cnn else "--no-goal-cnn"]
         args = parse_args(flags)
         result = train(args, train_tasks=tasks)
         agent = make_agent(args)

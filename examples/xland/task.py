@@ -6,7 +6,9 @@ sets (Section 4.2), :class:`XLandTaskSpace` draws tasks at run time:
 * a world from :func:`~.world.generate_world`, conditioned on the game (:func:`~.world.condition_world`);
 * a game from :func:`~.game.random_game` with 1-``max_options`` options (default 3) of 1-``max_literals``
   literals (default 3), 2 players (3 with probability ``three_player_prob``); smaller games make a space
-  a CPU-scale agent can learn in (the trainer's ``--max-options`` / ``--max-literals``);
+  a CPU-scale agent can learn in (the trainer's ``--max-options`` / ``--max-literals``); with
+  ``player_centric=True`` every option of every goal requires an atom about its own player to hold
+  (:func:`~.game.is_player_centric`; the trainer's ``--player-centric``, which explains why);
 * co-players: slot 0 is always the learner; every other slot draws from ``coplayer_ids``.
 
 The **encoded** task is ``XLandTask.encode()``: a nested tuple of small ints (world tiles, entities, the
@@ -36,7 +38,16 @@ import numpy as np
 from ...task_spaces.base import EncodedTask, TaskSpace, _check_k, stable_hash, task_key
 from .coplayers import BUILTIN_COPLAYERS, LEARNER, NOOP, RANDOM, SEEKER
 from .env import XLandEnv, XLandTask
-from .game import FLOOR_COLOURS, PROBE_GAMES, Game, Goal, game_hash, game_measures, random_game
+from .game import (
+    FLOOR_COLOURS,
+    PROBE_GAMES,
+    Game,
+    Goal,
+    game_hash,
+    game_measures,
+    is_player_centric,
+    random_game,
+)
 from .world import World, condition_world, generate_world, mutate_world, path_entropy
 
 logger = logging.getLogger(__name__)
@@ -73,6 +84,8 @@ class XLandTaskSpace(TaskSpace[XLandTask]):
         seed: Seed of the space's generator.
         max_options: Options per goal are drawn uniformly from ``1..max_options`` (at most 3).
         max_literals: Literals per option are drawn uniformly from ``1..max_literals`` (at most 3).
+        player_centric: Sample only games whose every goal is :func:`~.game.is_player_centric` (training
+            and held-out tasks alike: :meth:`make_evaluation_sets` draws from the same sampler).
     """
 
     def __init__(
@@ -86,8 +99,10 @@ class XLandTaskSpace(TaskSpace[XLandTask]):
         seed: int | None = None,
         max_options: int = 3,
         max_literals: int = 3,
+        player_centric: bool = False,
     ) -> None:
         super().__init__(seed)
+        self.player_centric = bool(player_centric)
         for name, v in (("max_options", max_options), ("max_literals", max_literals)):
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not 1 <= v <= 3:
                 raise ValueError(f"{name} must be an int in [1, 3], got {v!r}")
@@ -166,7 +181,8 @@ class XLandTaskSpace(TaskSpace[XLandTask]):
     def _draw(self, rng: np.random.Generator, coplayers: Sequence[int] | None = None) -> XLandTask:
         n_players = 3 if rng.random() < self.three_player_prob else 2
         game = random_game(rng, int(rng.integers(1, self.max_options + 1)),
-                           int(rng.integers(1, self.max_literals + 1)), n_players)
+                           int(rng.integers(1, self.max_literals + 1)), n_players,
+                           player_centric=self.player_centric)
         size = int(rng.integers(self.world_sizes[0], self.world_sizes[1] + 1))
         world = condition_world(generate_world(rng, size, n_players=n_players), game, rng)
         ids = self.coplayer_ids if coplayers is None else coplayers
@@ -218,7 +234,8 @@ class XLandTaskSpace(TaskSpace[XLandTask]):
     def mutate(self, encoded: EncodedTask, rng: np.random.Generator) -> EncodedTask:
         """A small edit: the world (:func:`~.world.mutate_world`, probability 1/2), one literal of one goal
         flipped or replaced by another literal of the game (1/4), or one co-player slot resampled (1/4);
-        the world is re-conditioned on the game, and the result is never a held-out task."""
+        the world is re-conditioned on the game, and the result is never a held-out task (nor, in a
+        ``player_centric`` space, a game that is not player-centric)."""
         task = self.decode(encoded)
         for _ in range(100):
             u = rng.random()
@@ -227,6 +244,8 @@ class XLandTaskSpace(TaskSpace[XLandTask]):
                 world = condition_world(mutate_world(world, rng), game, rng)  # keep its floors present
             elif u < 0.75:
                 game = _mutate_game(game, rng)
+                if self.player_centric and not all(is_player_centric(g) for g in game.goals):
+                    continue  # the edit removed the last positive `me` literal of an option
                 world = condition_world(world, game, rng)
             elif len(cps) > 1:
                 k = int(rng.integers(1, len(cps)))
