@@ -362,12 +362,9 @@ class GymnasiumSyncWrapper(gym.Wrapper):
         return self._episode.assignment
 
     def _annotate(self, info: dict[str, Any], progress: float) -> dict[str, Any]:
-        a = self._episode.assignment
-        assert a is not None
+        assert self._episode.assignment is not None
         info = dict(info)
-        info["task"] = self._episode.info_task
-        info["task_train"] = a.train
-        info["task_control"] = self._episode.control
+        info.update(self._episode.info_fields)
         info["task_progress"] = progress
         return info
 
@@ -566,14 +563,12 @@ class PettingZooSyncWrapper(BaseParallelWrapper):
         return self._episode.assignment
 
     def _annotate(self, infos: dict[Any, dict], agents: Iterable[Any], progress: float) -> dict[Any, dict]:
-        a = self._episode.assignment
-        assert a is not None
+        assert self._episode.assignment is not None
+        fields = self._episode.info_fields
         out = {k: dict(v) for k, v in infos.items()}
         for agent in agents:
             d = out.setdefault(agent, {})
-            d["task"] = self._episode.info_task
-            d["task_train"] = a.train
-            d["task_control"] = self._episode.control
+            d.update(fields)
             d["task_progress"] = progress
         return out
 

@@ -213,6 +213,36 @@ class TaskFeed:
             return self.prefetch
         return max(1, min(self.prefetch, int(self.max_update_delay / self._episode_s)))
 
+    # -- held updates (the feeds that hold them: sockets, Ray) ------------------------------------------
+    _held: list[Any]
+    _send_by: float
+    _lock: Any
+    _pid: int | None
+
+    def _clock(self) -> float:  # pragma: no cover - interface
+        """Now, by the clock of the feed's module (``_now``, which tests replace)."""
+        raise NotImplementedError
+
+    def _send_held(self) -> None:  # pragma: no cover - interface
+        """Send every held update now."""
+        raise NotImplementedError
+
+    def _may_send_in_background(self) -> bool:
+        """Whether the background flusher may send now (False under back-pressure)."""
+        return True
+
+    def _send_due(self) -> None:
+        """Send the held updates if they are due (called by the background flusher's thread; a client the
+        env's thread is using is skipped until the next wake-up)."""
+        if not self._held or self._clock() < self._send_by or not self._may_send_in_background():
+            return
+        if self._lock.acquire(blocking=False):
+            try:
+                if self._held and self._clock() >= self._send_by and self._pid == os.getpid():
+                    self._send_held()
+            finally:
+                self._lock.release()
+
     # -- hooks ----------------------------------------------------------------------------------------
     def _send_update(self, msg: P.Message) -> None:  # pragma: no cover - interface
         raise NotImplementedError
@@ -1013,16 +1043,8 @@ class CurriculumClient(TaskFeed):
         else:
             self.stats["updates_dropped"] += n
 
-    def _send_due(self) -> None:
-        """Send the held updates if they are due (called by the background flusher thread)."""
-        if not self._held or _now() < self._send_by:
-            return
-        if self._lock.acquire(blocking=False):  # the env's thread is using this client: next time
-            try:
-                if self._held and _now() >= self._send_by and self._pid == os.getpid():
-                    self._send_held()
-            finally:
-                self._lock.release()
+    def _clock(self) -> float:
+        return _now()
 
     def _refill_request(self) -> int:
         # The reset that follows takes one task from the buffer: ask now for what keeps `prefetch` ready.

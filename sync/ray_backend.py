@@ -985,17 +985,11 @@ class RayClient(TaskFeed):
             return self._request_size()
         return 0
 
-    def _send_due(self) -> None:
-        """Send the held updates if they are due (called by the background flusher)."""
-        now = _now()
-        if not self._held or now < self._send_by or len(self._calls) >= self.max_pending_updates:
-            return  # nothing due, or back-pressure, which the env's own thread handles
-        if self._lock.acquire(blocking=False):  # the env's thread is using this client: next time
-            try:
-                if self._held and now >= self._send_by:
-                    self._send_held()
-            finally:
-                self._lock.release()
+    def _clock(self) -> float:
+        return _now()
+
+    def _may_send_in_background(self) -> bool:
+        return len(self._calls) < self.max_pending_updates  # back-pressure: the env's own thread handles it
 
     def flush(self) -> None:
         """Send buffered step records and every held update now.
