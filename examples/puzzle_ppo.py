@@ -595,6 +595,8 @@ def train(args: Args) -> RunResult:
                 bar.set_postfix(sps=sps, eval_success=f"{mean_eval:.2f}")
                 bar.update(1)
             is_last = update + 1 == num_updates
+            if is_last:  # workers send their held feedback on close: the last checkpoint includes it
+                envs.close()
             if (args.checkpoint_every and (update + 1) % args.checkpoint_every == 0) or is_last:
                 save_checkpoint(run_dir / "checkpoint.pt", agent, optimizer, server or curriculum,
                                 update + 1, global_step, history, args)

@@ -1070,6 +1070,8 @@ def train(args: Args, train_tasks: Sequence[XLandTask] | None = None) -> RunResu
                     post["accepted"] = int(row["task/task_filter/train_tasks"])
                 bar.set_postfix(post)
                 bar.update(1)
+            if is_last:  # workers send their held feedback on close: the last checkpoint includes it
+                envs.close()
             if (args.checkpoint_every and update % args.checkpoint_every == 0) or is_last:
                 with lock:
                     cstate = curriculum.state_dict()

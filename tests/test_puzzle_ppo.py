@@ -75,5 +75,6 @@ def test_worker_processes_through_the_sync_layer(tmp_path):
     result = train(args)
     ckpt = torch.load(tmp_path / "flip_sfl_s0" / "checkpoint.pt", weights_only=False)
     assert result.global_step == 256
-    assert ckpt["curriculum"]["num_episodes"] >= sum(result.episodes_per_difficulty.values()) - 2
+    # the workers closed (and sent their held feedback) before the last checkpoint: no episode is missing
+    assert ckpt["curriculum"]["num_episodes"] == sum(result.episodes_per_difficulty.values())
     assert ckpt["curriculum"]["num_episodes"] > 0
