@@ -14,7 +14,8 @@ Build the environment first (nle, syllabus-rl 0.7 and Ray never go into the deve
 
 Modes (all in the same run; the native modes' rounds first, then the Ray modes', so that Ray's daemons,
 which keep running once started, do not disturb the native rows; within each round the modes are
-interleaved, the order rotated every round):
+interleaved, the order rotated every round, and every run of a mode is paired with a run of its baseline
+made right before or right after it, the order alternating):
 
 ========================  ==============================================================================
 ``none``                  the bare env in a worker process (the native baseline)
@@ -50,9 +51,12 @@ the same steps and returns). Worker processes are started and their envs built b
 (through a forkserver, so that Ray's threads in this process are never forked); the clock runs from the
 start signal until every worker has closed its env *and* the curriculum has received every update
 (counted in the curriculum itself; magister's accounting must also show no task lost and no update
-refused). Reported per mode: the median wall time, the median over rounds of the per-round ratio to the
-baseline of the same worker kind, and the CPU seconds of the workers and of the curriculum's process,
-which a busy shared machine disturbs less than the wall time.
+refused). Reported per mode: the median wall time, the median over rounds of the ratio to its paired
+baseline run (of the same worker kind), and the CPU seconds of the workers and of the curriculum's
+process, which a busy shared machine disturbs less than the wall time. Pairing each run with a baseline
+run seconds away matters on a shared VM whose speed drifts by tens of percent within a minute: one
+baseline per round would sit up to a minute (the reference library's slowest mode) from the runs it
+divides.
 
 A last section (``--paired N``, default 200 episodes per stack) measures the overhead without the drift
 of a shared machine: the bare env, the episodic stack and the per-step stack play *alternating* episodes
@@ -323,6 +327,7 @@ class Run:
     episodes: int
     ret: float
     received: dict[str, int] = field(default_factory=dict)
+    base: Run | None = None  # the baseline run paired with this one (made right before or after it)
 
 
 def _ray_get_all(refs: list[Any]) -> list[Any]:
@@ -736,8 +741,9 @@ def _ratio(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.3f}x"
 
 
-def _median_ratio(runs: list[Run], base: list[Run], attr: str) -> float:
-    return statistics.median(getattr(r, attr) / getattr(b, attr) for r, b in zip(runs, base))
+def _median_ratio(runs: list[Run], attr: str) -> float:
+    """The median over a mode's runs of its ``attr`` over that of the baseline run paired with it."""
+    return statistics.median(getattr(r, attr) / getattr(r.base, attr) for r in runs if r.base is not None)
 
 
 def report(modes: list[str], runs: dict[str, list[Run]], failed: dict[str, str], rounds: int) -> list[str]:
@@ -745,10 +751,12 @@ def report(modes: list[str], runs: dict[str, list[Run]], failed: dict[str, str],
     ratios: dict[str, float | None] = {}
     cpu_ratios: dict[str, float | None] = {}
     for name in modes:
-        base = BASELINE[MODE[name].kind]
-        ok = name not in failed and base not in failed and runs.get(name) and runs.get(base)
-        ratios[name] = _median_ratio(runs[name], runs[base], "wall") if ok else None
-        cpu_ratios[name] = _median_ratio(runs[name], runs[base], "cpu") if ok else None
+        if name == BASELINE[MODE[name].kind]:
+            ratios[name] = cpu_ratios[name] = 1.0 if runs.get(name) else None
+            continue
+        ok = name not in failed and any(r.base is not None for r in runs.get(name, []))
+        ratios[name] = _median_ratio(runs[name], "wall") if ok else None
+        cpu_ratios[name] = _median_ratio(runs[name], "cpu") if ok else None
     head = (
         f"{'mode':22s} {'wall s':>7s} {'ratio':>7s} {'overhead':>8s} {'CPU s':>7s} {'CPU ratio':>9s} "
         f"{'target':>6s}  checks (on the wall-time ratio unless CPU is named)"
@@ -785,8 +793,9 @@ def report(modes: list[str], runs: dict[str, list[Run]], failed: dict[str, str],
             f"{_ratio(cpu_ratios[name]):>9s} {tgt:>6s}  {'; '.join(checks)}"
         )
     lines += [
-        f"ratio: median over {rounds} round(s) of a mode's wall time / the same round's baseline wall time "
-        "(native modes vs 'none', Ray modes vs 'ray-none').",
+        f"ratio: median over {rounds} round(s) of a mode's wall time / that of the baseline run paired with "
+        "it (made right before or after it; native modes vs 'none', Ray modes vs 'ray-none'); the baseline's "
+        "row: the median of all its runs.",
         "CPU s: user+system seconds of the worker processes and of the curriculum's process (this process, "
         "or the curriculum's Ray actor) over the timed part; not counted: Ray's own daemons. On a shared "
         "machine the CPU ratio is the steadier measure of the work the middleware adds.",
@@ -872,29 +881,47 @@ def main(argv: list[str] | None = None) -> int:
     # The native modes' rounds first, then the Ray modes': Ray's daemons, once started, keep running and
     # would disturb the native rows (each row is compared with its own kind's baseline, round by round).
     groups = [[m for m in modes if MODE[m].kind == kind] for kind in ("native", "ray")]
+    # Each mode's run is paired with a run of its baseline, right before or after it (alternating).
     schedule = [
         (r, name)
         for group in groups if group
         for r in range(args.rounds)
         for name in group[r % len(group) :] + group[: r % len(group)]  # rotate: no mode always goes first
+        if name != BASELINE[MODE[name].kind] or len(group) == 1
     ]
+
+    def one(r: int, name: str) -> Run | None:
+        try:
+            run = bench.run_mode(MODE[name])
+        except Exception as exc:
+            last = (str(exc).strip().splitlines() or [""])[-1]
+            failed[name] = f"{type(exc).__name__}: {last[:160]}"
+            print(f"round {r + 1}: {name} failed: {failed[name]}", flush=True)
+            return None
+        runs[name].append(run)
+        print(
+            f"round {r + 1}: {name:24s} {run.wall:7.2f} s  {run.steps} steps, {run.episodes} ep, "
+            f"CPU {run.cpu:.2f} s, return sum {run.ret:.0f}, curriculum received {run.received}",
+            flush=True,
+        )
+        return run
+
     try:
-        for r, name in schedule:
-            if name in failed:
+        for i, (r, name) in enumerate(schedule):
+            base = BASELINE[MODE[name].kind]
+            if name in failed or base in failed:
                 continue
-            try:
-                run = bench.run_mode(MODE[name])
-            except Exception as exc:
-                last = (str(exc).strip().splitlines() or [""])[-1]
-                failed[name] = f"{type(exc).__name__}: {last[:160]}"
-                print(f"round {r + 1}: {name} failed: {failed[name]}", flush=True)
+            if name == base:
+                one(r, name)
                 continue
-            runs[name].append(run)
-            print(
-                f"round {r + 1}: {name:24s} {run.wall:7.2f} s  {run.steps} steps, {run.episodes} ep, "
-                f"CPU {run.cpu:.2f} s, return sum {run.ret:.0f}, curriculum received {run.received}",
-                flush=True,
-            )
+            if i % 2 == 0:
+                base_run = one(r, base)
+                run = one(r, name) if base_run is not None else None
+            else:
+                run = one(r, name)
+                base_run = one(r, base) if run is not None else None
+            if run is not None:
+                run.base = base_run
         work = {(run.steps, round(run.ret, 3)) for rs in runs.values() for run in rs}
         if len(work) > 1:
             print(

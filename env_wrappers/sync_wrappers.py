@@ -33,7 +33,9 @@ switching step's info still names the completed task and adds ``info["next_task"
 ``info["next_task_train"]``); the episode update that follows covers the steps played on the last task.
 
 Rewards and progress must be finite (``ValueError`` otherwise, naming the value and the task): a NaN would
-otherwise poison the curriculum's statistics.
+otherwise poison the curriculum's statistics. A progress is checked on the step that reports it; rewards
+through the episode's running return, when the episode is reported (and every step record by the server),
+so a non-finite reward raises at the end of its episode, before anything reaches the curriculum.
 
 >>> import gymnasium as gym
 >>> from magister.task_spaces.discrete import Discrete
@@ -72,7 +74,7 @@ from ..curricula.task_filter import split_control
 from ..sync.client import DEFAULT_TIMEOUT, Assignment, TaskFeed, connect
 from ..sync.server import CurriculumServer
 from ..task_spaces.base import TaskSpace
-from .task_wrapper import TaskWrapper
+from .task_wrapper import NO_PROGRESS, TaskWrapper
 
 logger = logging.getLogger(__name__)
 
@@ -114,6 +116,10 @@ class _Episode:
                 "source must be a server address (str), a Curriculum, a CurriculumServer or a TaskFeed, got "
                 f"{type(source).__name__}"
             )
+        if isinstance(source, str) and source.startswith("ray://"):
+            # the Ray backend imported now rather than on the first reset: a missing ray fails here, and the
+            # first episode does not pay for the import
+            from ..sync import ray_backend  # noqa: F401
         self.source = source
         self.options = options
         self.change_task_on_completion = bool(change_task_on_completion)
@@ -125,7 +131,7 @@ class _Episode:
         self.ret = 0.0
         self.agent_returns: dict[Any, float] = {}
         self.length = 0
-        self.progress = 0.0
+        self.progress = NO_PROGRESS  # the last step's progress (this very object while the env reports none)
         self.ended = False
         self.record: Callable[..., Any] | None = None  # records one step (None: no step updates wanted)
         # multi-agent additions (used by PettingZooSyncWrapper): per-agent lengths and progress, whether each
@@ -163,7 +169,7 @@ class _Episode:
         else:
             a = self.feed.next_task()
         self._assign(a)
-        self.ret, self.length, self.progress, self.ended = 0.0, 0, 0.0, False
+        self.ret, self.length, self.progress, self.ended = 0.0, 0, NO_PROGRESS, False
         # read once per episode, not per step
         self.record = self.feed.step_recorder()
         self._clear_agents()
@@ -190,6 +196,12 @@ class _Episode:
         first carries the task id and acknowledges the task; the others name the same task with task id
         ``-1``, so the server applies them as episodes without counting the task twice.
         """
+        ret = self.ret
+        if ret - ret:  # NaN for a non-finite return (0 for every finite one)
+            raise ValueError(
+                f"rewards must be finite: the episode on task {self.info_task!r} has return {ret!r} after "
+                f"{self.length} steps; the curriculum would be corrupted by it"
+            )
         extras = self._extras()
         if not (self.per_agent and ended and self.agent_returns):
             self.feed.record_episode(
@@ -237,16 +249,21 @@ class _Episode:
         self.feed.record_progress(a, self.progress, done=True)
         new = self.feed.next_task()
         self._assign(new)
-        self.ret, self.length, self.progress = 0.0, 0, 0.0
+        self.ret, self.length, self.progress = 0.0, 0, NO_PROGRESS
         self._clear_agents()
         return new
 
     def _assign(self, a: Assignment) -> None:
         """Make ``a`` the current task; ``info_task`` / ``control`` are what every info reports for it
-        (``info_fields``: those and the train flag, as the keys every step's info gets)."""
+        (``info_fields``: those, the train flag and the default progress: what every step's info gets)."""
         self.assignment = a
         self.info_task, self.control = split_control(a.task)
-        self.info_fields = {"task": self.info_task, "task_train": a.train, "task_control": self.control}
+        self.info_fields = {
+            "task": self.info_task,
+            "task_train": a.train,
+            "task_control": self.control,
+            "task_progress": NO_PROGRESS,
+        }
 
     def close(self) -> None:
         if self._feed is None:
@@ -401,10 +418,13 @@ class GymnasiumSyncWrapper(gym.Wrapper):
 
     def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
         """Step, record feedback, and switch tasks on completion when enabled."""
-        # This runs on every step of every env, so the usual stack takes a short path: the task wrapper's
-        # step done here (see _fusable), the info dict annotated in place, and the common case (a finite
-        # reward, a progress float in [0, 1]) checked with a few operations; anything else takes the slow
-        # path, which converts, clips or raises with a message naming the value and the task.
+        # This runs on every step of every env, next to the env's own step, which leaves the CPU's caches
+        # cold for it: every distinct operation here costs more than its count suggests. So the usual
+        # stack takes a short path: the task wrapper's step done here (see _fusable), the info dict
+        # annotated in place with one update, the reward added to the running return (checked when the
+        # episode is reported: a sum is finite only if every reward was), and the progress compared by
+        # identity with NO_PROGRESS, the default an env that reports none gives; any other progress takes
+        # _stepped_progress, which converts, clips or raises with a message naming the value and the task.
         fused = self._fused_step
         episode = self._episode
         if fused is not None:
@@ -413,33 +433,41 @@ class GymnasiumSyncWrapper(gym.Wrapper):
                 info = dict(info)
             else:
                 self._inner_info = info
-            progress = info.get("success", 0.0)
-            if progress.__class__ is not float or not 0.0 <= progress <= 1.0:
-                progress = self.env._checked_progress(progress)
+            progress = info.get("success", NO_PROGRESS)
         else:  # through the wrappers below, whatever they are
             obs, rew, term, trunc, info = self.env.step(action)
             if episode.assignment is None:
                 raise RuntimeError("GymnasiumSyncWrapper.step() called before reset()")
-            progress = info.get("task_progress", 0.0)
-            if progress.__class__ is not float or not 0.0 <= progress <= 1.0:
-                progress = _progress(progress, episode.info_task)
-        try:
-            bad = rew - rew  # 0 for every finite real number, NaN for inf and NaN
-        except TypeError:
-            bad = True
-        if bad:
-            rew = _finite("reward", rew, episode.info_task)
-        # _Episode.step, inlined for the single-agent case
-        episode.ret += rew
-        episode.length += 1
-        episode.progress = progress
+            progress = info.get("task_progress", NO_PROGRESS)
         info.update(episode.info_fields)
-        info["task_progress"] = progress
+        try:
+            episode.ret += rew
+        except TypeError:
+            raise TypeError(
+                f"reward must be a real number, got {rew!r} (task {episode.info_task!r})"
+            ) from None
+        episode.length += 1
+        end = term or trunc
+        if progress is not NO_PROGRESS or episode.progress is not NO_PROGRESS:
+            progress = self._stepped_progress(progress, info, episode, fused is not None)
+            end = end or (episode.change_task_on_completion and progress >= 1.0)
         if episode.record is not None:
             episode.record(episode.assignment, obs, rew, term, trunc, info, progress)
-        if term or trunc or (episode.change_task_on_completion and progress >= 1.0):
+        if end:
             return self._finish_step(obs, rew, term, trunc, info, progress, episode)
         return obs, rew, term, trunc, info
+
+    def _stepped_progress(self, progress: Any, info: dict, episode: _Episode, fused: bool) -> float:
+        """A step's progress other than the default: checked (clipped with one warning by the task
+        wrapper's own check when this wrapper does its step), put in the info, remembered."""
+        if progress.__class__ is not float or not 0.0 <= progress <= 1.0:
+            if fused:
+                progress = self.env._checked_progress(progress)
+            else:
+                progress = _progress(progress, episode.info_task)
+        info["task_progress"] = progress
+        episode.progress = progress if progress else NO_PROGRESS  # back at 0: the short path again
+        return progress
 
     def _finish_step(
         self, obs: Any, rew: Any, term: bool, trunc: bool, info: dict, progress: float, episode: _Episode

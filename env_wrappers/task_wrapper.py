@@ -73,6 +73,10 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["TaskSwitching", "TaskWrapper", "check_progress"]
 
+#: The progress of a step whose env says nothing about it. The step paths (here and in the sync wrappers)
+#: compare a progress with this object by identity, so the common step costs no float checks.
+NO_PROGRESS = 0.0
+
 
 def check_progress(value: Any, *, source: str = "task_progress") -> float:
     """Validate a progress value: a real number, NaN rejected, clipped to ``[0, 1]``.
@@ -292,10 +296,10 @@ class TaskWrapper(TaskSwitching, gym.Wrapper, gym.utils.RecordConstructorArgs):
         else:  # annotated in place, as Gymnasium's own wrappers do
             self._inner_info = info
         if self._default_progress:  # (saves a method call on every step)
-            progress = info.get("success", 0.0)
+            progress = info.get("success", NO_PROGRESS)
         else:
             progress = self.task_progress(obs, rew, term, trunc, info)
-        if progress.__class__ is not float or not 0.0 <= progress <= 1.0:  # the common case, cheaply
+        if progress is not NO_PROGRESS and (progress.__class__ is not float or not 0.0 <= progress <= 1.0):
             progress = self._checked_progress(progress)
         info["task"] = self._current_task
         info["task_progress"] = progress

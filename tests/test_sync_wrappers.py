@@ -269,10 +269,13 @@ class BadProgress(gym.Wrapper):
 
 
 def test_non_finite_reward_and_bad_progress_raise():
-    env = GymnasiumSyncWrapper(NaNReward(LengthTask(Corridor())), Recorder())
+    cur = Recorder()
+    env = GymnasiumSyncWrapper(NaNReward(LengthTask(Corridor())), cur)
     env.reset()
-    with pytest.raises(ValueError, match="reward must be finite"):
-        env.step(0)
+    with pytest.raises(ValueError, match="rewards must be finite: the episode on task .* has return nan"):
+        for _ in range(100):  # raised when the episode is reported, before the curriculum sees it
+            env.step(0)
+    assert cur.episodes == []
     env = GymnasiumSyncWrapper(BadProgress(LengthTask(Corridor())), Recorder())
     env.reset()
     with pytest.raises(ValueError, match=r"task_progress must be in \[0, 1\]"):
@@ -519,3 +522,84 @@ def test_wrappers_pass_the_update_delay_to_remote_feeds():
             env.close()
         m = server.metrics()
         assert m["sync/total/episodes_applied"] == 2 and m["sync/total/tasks_in_flight"] == 0
+
+
+class Scripted(gym.Env):
+    """Plays one scripted episode: step ``i`` gives ``rewards[i]`` and ``info["success"] = successes[i]``
+    (no key where it is ``None``)."""
+
+    observation_space = spaces.Box(-1.0, 1.0, (1,), np.float32)
+    action_space = spaces.Discrete(2)
+
+    def __init__(self, rewards, successes) -> None:
+        self.rewards, self.successes, self.t = rewards, successes, 0
+
+    def reset(self, *, seed=None, options=None):
+        self.t = 0
+        return np.zeros(1, np.float32), {}
+
+    def step(self, action):
+        s = self.successes[self.t]
+        info = {} if s is None else {"success": s}
+        self.t += 1
+        return np.zeros(1, np.float32), self.rewards[self.t - 1], False, self.t >= len(self.rewards), info
+
+
+class PassThrough(gym.Wrapper):
+    """A wrapper between the sync wrapper and the task wrapper (no fused step)."""
+
+
+@given(
+    steps=st.lists(
+        st.tuples(
+            st.floats(-10, 10, allow_nan=False),
+            st.one_of(st.none(), st.floats(0, 1), st.sampled_from([0.0, 1.0])),
+        ),
+        min_size=1,
+        max_size=12,
+    ),
+    fused=st.booleans(),
+    stop_early=st.booleans(),
+)
+def test_step_progress_and_return_match_the_env(steps, fused, stop_early):
+    """Whatever mix of reported and absent progress (the default takes the short path), every info and the
+    episode update carry the values of the steps as the env gave them."""
+    rewards = [r for r, _ in steps]
+    successes = [s for _, s in steps]
+    cur = Recorder()
+    inner = Goal(Scripted(rewards, successes))
+    env = GymnasiumSyncWrapper(inner if fused else PassThrough(inner), cur)
+    env.reset()
+    assert (env._fused_step is not None) == fused
+    played = len(steps) - 1 if stop_early and len(steps) > 1 else len(steps)
+    for i in range(played):
+        _, _, _, _, info = env.step(0)
+        assert info["task_progress"] == (successes[i] or 0.0)
+        assert info["task"] == 0
+    if played < len(steps):  # what closing now reports for the unfinished episode
+        ep = env._episode
+        assert (ep.length, ep.progress) == (played, successes[played - 1] or 0.0)
+        assert ep.ret == pytest.approx(sum(rewards[:played]))
+        env.close()
+        assert cur.episodes == []  # (an unfinished episode is not an episode for the curriculum)
+        return
+    ((task, ret, length, progress, _),) = cur.episodes
+    assert (task, length) == (0, played)
+    assert ret == pytest.approx(sum(rewards))
+    assert progress == (successes[-1] or 0.0)
+    env.close()
+
+
+class Goal(TaskWrapper):
+    def __init__(self, env):
+        super().__init__(env, Discrete(10**9))
+
+    def change_task(self, task):
+        self.goal = task
+
+
+def test_non_numeric_reward_raises_naming_it():
+    env = GymnasiumSyncWrapper(Goal(Scripted(["lots"], [None])), Recorder())
+    env.reset()
+    with pytest.raises(TypeError, match="reward must be a real number, got 'lots'"):
+        env.step(0)
