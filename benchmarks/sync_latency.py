@@ -10,7 +10,7 @@ absolute values across runs.
    with and without a small observation per step.
 3. **Prefetch and held updates**: for episodes of 1 ms and of 20 ms, and for each client setting (no
    prefetch and no holding; one task ahead, no holding; the defaults: up to 8 tasks ahead and updates held
-   up to 8 / 0.5 s): the time an env spends in ``reset`` getting its next task (median, p99), how often the
+   up to 32 / 0.5 s): the time an env spends in ``reset`` getting its next task (median, p99), how often the
    task was already there, messages sent per episode, how stale the tasks are (tasks sampled before this
    one and still unplayed when it was sampled, i.e. episodes between its sampling and its use) and how
    late the curriculum hears of an episode (seconds from its end to ``update_on_episode``). This is the
@@ -204,7 +204,7 @@ def main() -> None:
     settings = [
         ("prefetch 0, no holding", {"prefetch": 0, "max_update_delay": 0}),
         ("prefetch 1, no holding", {"prefetch": 1, "max_update_delay": 0}),
-        ("defaults (<= 8 ahead, hold <= 8 / 0.5 s)", {}),
+        ("defaults (<= 8 ahead, hold <= 32 / 0.5 s)", {}),
     ]
     print(
         f"{'episode':>7s}  {'client setting':42s} {'wait median':>11s} {'p99 µs':>8s} {'ready':>6s} "

@@ -12,7 +12,7 @@ Two implementations of one small interface (:class:`TaskFeed`), chosen by :func:
   does not want them; observations and infos only when it reads them) and never waits for a reply to an
   update. **Held updates.** A message costs far more than the few bytes of an episode's feedback (a send
   and a wake-up on each side), so updates are held for a moment and sent together, as one
-  :class:`~magister.sync.protocol.Batch`: at most ``update_batch`` (8) of them and about
+  :class:`~magister.sync.protocol.Batch`: at most ``update_batch`` (32) of them and about
   ``max_update_delay`` (0.5 s) seconds; the update after which at most one task would be left ready asks
   for the next tasks and goes out at once with those held before it. An env with fast episodes (NetHack,
   ~12 ms) so sends one message per ~7 episodes; one whose episodes take longer than ``max_update_delay``
@@ -75,8 +75,11 @@ __all__ = [
 #: episode), so a task is sampled at most about ``max_update_delay`` seconds, or one episode, before it is
 #: played (see benchmarks/sync_latency.py for the staleness / latency measurement).
 DEFAULT_PREFETCH = 8
-#: Most updates a client holds for one send.
-DEFAULT_UPDATE_BATCH = 8
+#: Most updates a client holds for one send. A step record batch is one update, so an env sending step
+#: records makes three per 200-step episode: with 32, the request for the next tasks (every few episodes)
+#: sets the pace of sends with or without step records (with 8: one send per ~2.7 NetHack episodes, and
+#: the server's cost per episode ~1.8x: benchmarks/README.md).
+DEFAULT_UPDATE_BATCH = 32
 #: Most seconds a client holds an update (0: none is held); also the span of episodes it keeps tasks for.
 DEFAULT_MAX_UPDATE_DELAY = 0.5
 #: Seconds a client waits for the server before giving up.
