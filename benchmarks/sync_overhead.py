@@ -58,11 +58,13 @@ run seconds away matters on a shared VM whose speed drifts by tens of percent wi
 baseline per round would sit up to a minute (the reference library's slowest mode) from the runs it
 divides.
 
-A last section (``--paired N``, default 200 episodes per stack) measures the overhead without the drift
+A last section (``--paired N``, default 400 episodes per stack) measures the overhead without the drift
 of a shared machine: the bare env, the episodic stack and the per-step stack play *alternating* episodes
 on one NetHack env in this process (each stack's curriculum server in its own process), and it reports
 each stack's CPU per episode, its difference to the bare env (with its standard error), its server's CPU
-per episode and the resulting ratio.
+per episode and the resulting ratio. Unless ``--no-ray``, a second alternation does the same for the
+episodic stack on the Ray backend, the curriculum actor's CPU counted beyond its idle rate (Ray's own
+threads, shared by every env of a curriculum; printed).
 
 The task-request round trip and the update throughput come from ``benchmarks/sync_latency.py`` (the sync
 layer's own benchmark, imported, not duplicated); this script adds the update throughput with NetHack's
@@ -669,24 +671,11 @@ def _paired_server(steps: bool, out: Any, stop: Any) -> None:
         out.put(_cpu_seconds() - cpu0)
 
 
-def paired_report(ctx: Any, episodes: int, max_steps: int) -> list[str]:
-    """Per-episode CPU of each stack on ONE NetHack env in this process, episodes alternating between the
-    stacks (so a machine that speeds up or slows down during the run affects every stack alike), plus
-    the CPU each stack's curriculum server (its own process) spent per episode.
-
-    The wall-time table compares runs made seconds apart; on a machine whose speed drifts by tens of
-    percent between runs (a shared VM), its ratios carry a few percent of noise, as much as the targets.
-    This section measures the same overhead without that drift.
-    """
-    base = _make_env(max_steps)
-    stacks: dict[str, gym.Env] = {"none": base}
-    servers = []
-    for name, steps in (("magister-episodic", False), ("magister-step", True)):
-        out, stop = ctx.Queue(), ctx.Event()
-        p = ctx.Process(target=_paired_server, args=(steps, out, stop), daemon=True)
-        p.start()
-        servers.append((name, p, out, stop))
-        stacks[name] = GymnasiumSyncWrapper(NLETask(base, Discrete(1)), out.get(timeout=WAIT_S), timeout=60.0)
+def _alternate(
+    base: gym.Env, stacks: dict[str, gym.Env], episodes: int, max_steps: int
+) -> dict[str, list[float]]:
+    """Per-episode CPU seconds of each stack (all wrapping ``base``), episodes alternating between them
+    (the order reversed every other episode), after two warm-up episodes per stack."""
     actions = np.random.default_rng(0).integers(base.action_space.n, size=max_steps)
     cpu: dict[str, list[float]] = {name: [] for name in stacks}
     names = list(stacks)
@@ -702,34 +691,96 @@ def paired_report(ctx: Any, episodes: int, max_steps: int) -> list[str]:
                     break
             if e >= 2:  # two warm-up episodes per stack
                 cpu[name].append(_cpu_seconds() - c0)
+    return cpu
+
+
+def _paired_lines(cpu: dict[str, list[float]], server_cpu: dict[str, float]) -> list[str]:
+    ref = np.asarray(cpu["none"])
+    lines = []
+    for name, values in cpu.items():
+        a = np.asarray(values)
+        d = a - ref
+        srv = server_cpu.get(name, 0.0)
+        extra = float(d.mean()) + srv
+        lines.append(
+            f"{name:22s} {1e6 * a.mean():12.0f} {1e6 * d.mean():+10.0f} "
+            f"{1e6 * d.std() / np.sqrt(len(d)):6.0f} {1e6 * srv:8.0f} {1e6 * extra:+9.0f} "
+            f"{1 + extra / ref.mean():7.3f}x"
+        )
+    return lines
+
+
+def paired_report(ctx: Any, episodes: int, max_steps: int, with_ray: bool = False) -> list[str]:
+    """Per-episode CPU of each stack on ONE NetHack env in this process, episodes alternating between the
+    stacks (so a machine that speeds up or slows down during the run affects every stack alike), plus
+    the CPU each stack's curriculum server (its own process) spent per episode.
+
+    The wall-time table compares runs made seconds apart; on a machine whose speed drifts by tens of
+    percent between runs (a shared VM), its ratios carry a few percent of noise, as much as the targets.
+    This section measures the same overhead without that drift. ``with_ray``: a second alternation, the
+    bare env against the episodic stack on the Ray backend (the curriculum in a Ray actor, whose process's
+    CPU is the "server" column; Ray runs only during that alternation).
+    """
+    base = _make_env(max_steps)
+    stacks: dict[str, gym.Env] = {"none": base}
+    servers = []
+    for name, steps in (("magister-episodic", False), ("magister-step", True)):
+        out, stop = ctx.Queue(), ctx.Event()
+        p = ctx.Process(target=_paired_server, args=(steps, out, stop), daemon=True)
+        p.start()
+        servers.append((name, p, out, stop))
+        stacks[name] = GymnasiumSyncWrapper(NLETask(base, Discrete(1)), out.get(timeout=WAIT_S), timeout=60.0)
+    cpu = _alternate(base, stacks, episodes, max_steps)
     server_cpu = {}
     for name, p, out, stop in servers:
         stacks[name].close()
         stop.set()
         server_cpu[name] = out.get(timeout=WAIT_S) / (episodes + 2)
         p.join(10)
-    base.close()
-    ref = np.asarray(cpu["none"])
     lines = [
         "",
         f"== paired per-episode CPU, one env, {episodes} episodes per stack alternating (µs per episode) ==",
-        f"{'stack':20s} {'env process':>12s} {'+ vs none':>10s} {'(se)':>6s} {'server':>8s} {'total +':>9s} "
+        f"{'stack':22s} {'env process':>12s} {'+ vs none':>10s} {'(se)':>6s} {'server':>8s} {'total +':>9s} "
         f"{'ratio':>7s}",
+        *_paired_lines(cpu, server_cpu),
     ]
-    for name in names:
-        a = np.asarray(cpu[name])
-        d = a - ref
-        srv = server_cpu.get(name, 0.0)
-        extra = float(d.mean()) + srv
+    base.close()  # (the wrappers' close closed it already; harmless)
+    if with_ray:
+        import ray
+
+        from magister.sync.ray_backend import serve_ray
+
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR",
+                 configure_logging=False)
+        base = _make_env(max_steps)  # a fresh env: closing the wrappers above closed theirs
+        try:
+            server = serve_ray(CountingConstant(Discrete(1), 0), name=f"paired_curriculum_{os.getpid()}")
+            ray_env = GymnasiumSyncWrapper(NLETask(base, Discrete(1)), server.address, timeout=60.0)
+            ray_env.reset()  # connected before the alternation: the first episode's lookup is not an episode
+            # the actor's idle CPU (Ray's own threads), shared in real use by every env of the curriculum:
+            # measured apart and taken out of the per-episode figure
+            idle0 = float(server.call("cpu_seconds"))
+            time.sleep(2.0)
+            actor0 = float(server.call("cpu_seconds"))
+            idle_rate = (actor0 - idle0) / 2.0
+            t0 = time.perf_counter()
+            cpu = _alternate(base, {"none": base, "magister-ray-episodic": ray_env}, episodes, max_steps)
+            ray_env.close()
+            busy = float(server.call("cpu_seconds")) - actor0 - idle_rate * (time.perf_counter() - t0)
+            actor_cpu = max(0.0, busy) / (episodes + 2)
+            server.close()
+        finally:
+            ray.shutdown()
+            base.close()
+        lines += _paired_lines(cpu, {"magister-ray-episodic": actor_cpu})[1:]
         lines.append(
-            f"{name:20s} {1e6 * a.mean():12.0f} {1e6 * d.mean():+10.0f} "
-            f"{1e6 * d.std() / np.sqrt(len(d)):6.0f} {1e6 * srv:8.0f} {1e6 * extra:+9.0f} "
-            f"{1 + extra / ref.mean():7.3f}x"
+            f"(Ray row: its own alternation with bare episodes; server = the curriculum actor's CPU beyond "
+            f"its idle {1e3 * idle_rate:.1f} ms/s, which every env of the curriculum shares.)"
         )
     lines.append(
         "env process: user+system CPU of this process (every thread: the env, the wrappers, ZeroMQ's I/O "
-        "thread, the flusher); server: the curriculum server process's CPU over the run / episodes; "
-        "ratio: (none + total extra) / none."
+        "thread, the flusher, Ray's threads); server: the curriculum server process's (or Ray actor's) CPU "
+        "over the run / episodes; ratio: (none + total extra) / none."
     )
     return lines
 
@@ -844,7 +895,7 @@ def main(argv: list[str] | None = None) -> int:
         "--paired",
         type=int,
         default=None,
-        help="episodes per stack of the paired per-episode CPU section (200; 20 with --quick; 0: skip)",
+        help="episodes per stack of the paired per-episode CPU section (400; 20 with --quick; 0: skip)",
     )
     args = parser.parse_args(argv)
     args.episodes = args.episodes or (8 if args.quick else 64)
@@ -930,9 +981,9 @@ def main(argv: list[str] | None = None) -> int:
         bench.close()  # Ray is shut down before the latency section forks its clients
         if not args.no_latency:
             lat_lines = latency_report(bench.ctx, args.quick, args.max_steps)
-        paired = (20 if args.quick else 200) if args.paired is None else args.paired
+        paired = (20 if args.quick else 400) if args.paired is None else args.paired
         if paired > 0:
-            lat_lines += paired_report(bench.ctx, paired, args.max_steps)
+            lat_lines += paired_report(bench.ctx, paired, args.max_steps, with_ray=not args.no_ray)
     finally:
         bench.close()
     load = os.getloadavg()
