@@ -176,6 +176,8 @@ class _Episode:
         return a
 
     def _clear_agents(self) -> None:
+        if not (self.agent_returns or self.agent_lengths or self.agent_progress):
+            return  # (single-agent episodes never fill them)
         self.agent_returns = {}
         self.agent_lengths = {}
         self.agent_progress = {}
@@ -378,13 +380,6 @@ class GymnasiumSyncWrapper(gym.Wrapper):
         """The current task's assignment (task id, encoded task, train flag)."""
         return self._episode.assignment
 
-    def _annotate(self, info: dict[str, Any], progress: float) -> dict[str, Any]:
-        assert self._episode.assignment is not None
-        info = dict(info)
-        info.update(self._episode.info_fields)
-        info["task_progress"] = progress
-        return info
-
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[Any, dict[str, Any]]:
@@ -398,7 +393,10 @@ class GymnasiumSyncWrapper(gym.Wrapper):
             opts["task"] = self.task_space.decode(a.task)
         obs, info = self.env.reset(seed=seed, options=opts)
         self._fused_step = self._fusable()
-        return obs, self._annotate(info, 0.0)
+        if self._fused_step is None or type(self.env).reset is not TaskWrapper.reset:
+            info = dict(info)  # (the task wrapper's own reset returns a new dict: annotated in place)
+        info.update(self._episode.info_fields)  # the task, its flags and progress 0
+        return obs, info
 
     def _fusable(self) -> Any:
         """The step of the env below the task wrapper, when this wrapper may do the task wrapper's step

@@ -603,3 +603,26 @@ def test_non_numeric_reward_raises_naming_it():
     env.reset()
     with pytest.raises(TypeError, match="reward must be a real number, got 'lots'"):
         env.step(0)
+
+
+class SharedResetInfo(Scripted):
+    """Returns the same info dict from every reset."""
+
+    shared: dict = {"level": 3}
+
+    def reset(self, *, seed=None, options=None):
+        self.t = 0
+        return np.zeros(1, np.float32), self.shared
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_reset_info_is_annotated_without_touching_the_envs_dict(fused):
+    inner = Goal(SharedResetInfo([1.0, 1.0], [None, None]))
+    env = GymnasiumSyncWrapper(inner if fused else PassThrough(inner), Recorder())
+    for expected_task in (0, 1):
+        _, info = env.reset()
+        assert info == {"level": 3, "task": expected_task, "task_train": expected_task % 2 == 0,
+                        "task_control": False, "task_progress": 0.0}
+        env.step(0)
+        env.step(0)
+    assert SharedResetInfo.shared == {"level": 3}
