@@ -57,6 +57,21 @@ How it runs as a curriculum:
   decision is the one the full ``K + K`` episodes would give; only the evaluation episodes it no longer
   needs are saved (in an environment where the control often scores, e.g. goals already true at the start,
   that is most of the evaluation budget). Agent episodes already issued for it arrive late and are ignored.
+* **Widening** (``widen=True``; our addition, off by default): criterion 2 also passes when some control
+  return is above ``lo``: the random control policy reaches the goal, so the task is learnable by
+  exploration even though the agent does not beat the control yet. With ``m_>cont = 0`` and small ``K``,
+  criterion 2 alone keeps only tasks the agent already scores on, which deepens the skills it has instead
+  of widening them (issue 7); criterion 3 still rejects tasks on which the control does well. Such
+  acceptances are counted in ``counts["accepted_widened"]``.
+* **Balanced replay** (``group_of``; our addition, default ``None`` = uniform over the accepted set): a
+  training episode picks one of the groups present in the accepted set uniformly (``group_of(task)``,
+  e.g. the kind of goal), then a task uniformly within it, so a goal kind that is rare among accepted
+  tasks gets as many training episodes as a common one (O(accepted set) per call).
+* **Fresh proposals as samples** (``fresh_samples=True``; our addition, off by default): a training
+  episode on a fresh proposal (warm-up, or a small set) makes the proposal a candidate and counts its
+  return as one of its ``K`` agent returns (an on-policy return of the current agent, the same
+  estimator); an evaluation slot with nothing to do then adds one new candidate instead of filling the
+  pending set, leaving room for such proposals.
 * **Accounting**: ``counts["eval_agent_issued"]`` and ``counts["eval_control_issued"]`` count the
   evaluation-only episodes the filter has issued (re-issues of lost episodes included): the price of the
   filter in environment episodes, to be charged against it when comparing with unfiltered sampling.
@@ -221,6 +236,9 @@ class TaskFilter(Curriculum):
             (module docstring); 1: only while the set is empty.
         pair_window: re-validate criterion 2 on every window return, paired cyclically with the control
             returns (module docstring); False: the window's last ``K`` returns only.
+        fresh_samples: a training episode on a fresh proposal counts as an agent sample (module docstring).
+        widen: criterion 2 also passes when the control policy scored (module docstring).
+        group_of: ``group_of(task) -> hashable``: replay the accepted set balanced over these groups.
     """
 
     def __init__(
@@ -244,6 +262,9 @@ class TaskFilter(Curriculum):
         control_first: bool = False,
         min_train_tasks: int = 1,
         pair_window: bool = False,
+        fresh_samples: bool = False,
+        widen: bool = False,
+        group_of: Callable[[EncodedTask], Hashable] | None = None,
     ) -> None:
         super().__init__(task_space, seed=seed)
         for name, value in (("num_episodes", num_episodes), ("max_pending", max_pending),
@@ -252,6 +273,8 @@ class TaskFilter(Curriculum):
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
         if not 0.0 < float(eval_fraction) <= 1.0:
             raise ValueError(f"eval_fraction must be in (0, 1], got {eval_fraction!r}")
+        if group_of is not None and not callable(group_of):
+            raise TypeError(f"group_of must be callable(task) -> hashable, got {group_of!r}")
         if propose is not None and not callable(propose):
             raise TypeError(f"propose must be callable(rng, n), got {propose!r}")
         self.K = int(num_episodes)
@@ -271,6 +294,10 @@ class TaskFilter(Curriculum):
         self.max_train_tasks = int(max_train_tasks)
         self.min_train_tasks = int(min_train_tasks)
         self.pair_window = bool(pair_window)
+        self.fresh_samples = bool(fresh_samples)
+        self.widen = bool(widen)
+        self.group_of = group_of
+        self._groups: dict[Hashable, Hashable] = {}
         self.stale_after = 100 * self.K if stale_after is None else int(stale_after)
         self.pending: OrderedDict[Hashable, _Candidate] = OrderedDict()
         self.train_tasks: list[EncodedTask] = []
@@ -285,7 +312,8 @@ class TaskFilter(Curriculum):
     def _zero_counts() -> dict[str, int]:
         return {"proposed": 0, "accepted": 0, "rejected_solved": 0, "rejected_control": 0,
                 "rejected_easy_for_control": 0, "rejected_early": 0, "dropped": 0, "evicted": 0,
-                "eval_agent_issued": 0, "eval_control_issued": 0}
+                "eval_agent_issued": 0, "eval_control_issued": 0, "fresh_agent_samples": 0,
+                "accepted_widened": 0}
 
     # -- proposals ----------------------------------------------------------------------------------
     def _propose(self, n: int) -> list[EncodedTask]:
@@ -301,12 +329,30 @@ class TaskFilter(Curriculum):
             room = self.max_pending - len(self.pending)
             if room <= 0:
                 return
+            if self.fresh_samples:  # one at a time: leave room for fresh training proposals
+                room = 1
             for t in self._propose(room):
                 key = task_key(t)
                 if key in self.pending or key in self._train_pos:
                     continue
                 self.pending[key] = _Candidate(task=t)
                 self.counts["proposed"] += 1
+                if self.fresh_samples:
+                    return
+
+    def _fresh_training(self, n: int) -> list[TaskSample]:
+        """``n`` training episodes on fresh proposals; with ``fresh_samples``, each untracked one becomes a
+        candidate (while ``max_pending`` allows) whose training return is one of its ``K`` agent returns."""
+        tasks = self._propose(n)
+        if self.fresh_samples:
+            for t in tasks:
+                key = task_key(t)
+                if len(self.pending) >= self.max_pending or key in self.pending or key in self._train_pos:
+                    continue
+                self.pending[key] = _Candidate(task=t, agent_out=1, last_issue=self.num_sampled)
+                self.counts["proposed"] += 1
+                self.counts["fresh_agent_samples"] += 1
+        return [TaskSample(t, True) for t in tasks]
 
     def _issue(self, cand: _Candidate, control: bool) -> TaskSample:
         cand.last_issue = self.num_sampled
@@ -359,19 +405,35 @@ class TaskFilter(Curriculum):
         if train_slots and 0 < n < self.min_train_tasks:  # a small set: some fresh proposals
             from_set = self.rng.random(len(train_slots)) < n / self.min_train_tasks
             fresh = [i for i, s in zip(train_slots, from_set.tolist()) if not s]
-            for i, t in zip(fresh, self._propose(len(fresh)) if fresh else []):
-                out[i] = TaskSample(t, True)
+            for i, s in zip(fresh, self._fresh_training(len(fresh)) if fresh else []):
+                out[i] = s
             train_slots = [i for i, s in zip(train_slots, from_set.tolist()) if s]
         if train_slots:
             if self.train_tasks:
-                picks = self.rng.integers(len(self.train_tasks), size=len(train_slots))
-                tasks = [self.train_tasks[j] for j in picks.tolist()]
+                samples = [TaskSample(t, True) for t in self._replay(len(train_slots))]
             else:
-                tasks = self._propose(len(train_slots))
-            for i, t in zip(train_slots, tasks):
-                out[i] = TaskSample(t, True)
+                samples = self._fresh_training(len(train_slots))
+            for i, s in zip(train_slots, samples):
+                out[i] = s
         self.num_sampled += k
         return out  # type: ignore[return-value]
+
+    def _replay(self, n: int) -> list[EncodedTask]:
+        """``n`` training tasks from the accepted set: uniformly, or with ``group_of`` a group uniformly
+        among the groups present, then a task uniformly within it (O(accepted set) per call)."""
+        if self.group_of is None:
+            return [self.train_tasks[j] for j in self.rng.integers(len(self.train_tasks), size=n).tolist()]
+        groups: dict[Hashable, list[EncodedTask]] = {}
+        for t in self.train_tasks:
+            key = task_key(t)
+            if key not in self._groups:
+                self._groups[key] = self.group_of(t)
+            groups.setdefault(self._groups[key], []).append(t)
+        members = list(groups.values())
+        out = []
+        for g in self.rng.integers(len(members), size=n).tolist():
+            out.append(members[g][int(self.rng.integers(len(members[g])))])
+        return out
 
     def sample(self, k: int = 1) -> list[EncodedTask]:
         """Encoded tasks only (control episodes tagged); prefer :meth:`sample_tasks` for the flags."""
@@ -382,6 +444,8 @@ class TaskFilter(Curriculum):
         del self.pending[key]
         agent, control = cand.agent[: self.K], cand.control[: self.K]
         ok_solved, ok_beats, ok_control = dtg_criteria(agent, control, self.thresholds)
+        widened = not ok_beats and self._control_scored(control)
+        ok_beats = ok_beats or widened
         if not ok_solved:
             self.counts["rejected_solved"] += 1
         elif not ok_beats:
@@ -390,6 +454,7 @@ class TaskFilter(Curriculum):
             self.counts["rejected_easy_for_control"] += 1
         else:
             self._accept(key, cand.task, agent, control)
+            self.counts["accepted_widened"] += int(widened)
 
     def _accept(self, key: Hashable, task: EncodedTask, agent: list[float], control: list[float]) -> None:
         if len(self.train_tasks) >= self.max_train_tasks:
@@ -411,6 +476,7 @@ class TaskFilter(Curriculum):
             self.train_tasks[pos] = last
             self._train_pos[task_key(last)] = pos
         del self._windows[key], self._fresh[key], self._control[key]
+        self._groups.pop(key, None)
         self._accept_order.remove(key)
 
     def _control_cannot_pass(self, control: list[float]) -> bool:
@@ -419,12 +485,18 @@ class TaskFilter(Curriculum):
         best_mean = (sum(control[:n]) + (self.K - n) * self.return_range[0]) / self.K
         return best_mean > self.thresholds.m_cont
 
+    def _control_scored(self, control: Sequence[float]) -> bool:
+        """With ``widen``: whether some control return is above ``lo`` (the goal is reachable by the random
+        control policy, so the task is learnable even where the agent does not beat the control yet)."""
+        return self.widen and any(c > self.return_range[0] for c in control)
+
     def _revalidate(self, key: Hashable) -> None:
         self._fresh[key] = 0
         window, control = list(self._windows[key]), self._control[key]
         if self.pair_window:  # every window return against a control return, cycling through them
             control = [control[i % len(control)] for i in range(len(window))]
         ok_solved, ok_beats, _ = dtg_criteria(window, control, self.thresholds)
+        ok_beats = ok_beats or self._control_scored(control)
         if not (ok_solved and ok_beats):
             self._remove(key)
             self.counts["dropped"] += 1

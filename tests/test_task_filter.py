@@ -429,3 +429,89 @@ def test_accepted_set_metrics_and_old_checkpoints():
     other = TaskFilter(Discrete(10), num_episodes=2, seed=1)
     other.load_state_dict(state)
     assert other.counts["eval_agent_issued"] == 0 and other.counts["accepted"] == 2
+
+
+def test_fresh_samples_count_training_episodes_as_agent_returns():
+    """fresh_samples: a warm-up training episode on a fresh proposal makes it a candidate and its return one
+    of its K = 2 agent returns; one agent and two control evaluation episodes then decide it. Agent [1, 0]
+    against control [0, 0]: not solved (Pr[R > 375/900] = 0.5 < 1), beats control (1 > 0 + 7.5/900 in
+    the first pair: Pr = 0.5 > 0), control mean 0 <= m_cont = 0: accepted."""
+    cur = TaskFilter(Discrete(1000), num_episodes=2, eval_fraction=1e-12, fresh_samples=True, seed=0)
+    (s,) = cur.sample_tasks(1)
+    assert s.train and list(cur.pending) == [task_key(s.task)]
+    assert cur.counts["proposed"] == 1 and cur.counts["fresh_agent_samples"] == 1
+    cur.update_on_episode(1.0, 1, wire(s.task), 0.0)
+    assert cur.pending[task_key(s.task)].agent == [1.0]
+    evals = [cur._next_eval() for _ in range(3)]  # control_first off: the missing agent episode first
+    assert [split_control(e.task) for e in evals] == [(s.task, False), (s.task, True), (s.task, True)]
+    assert cur.counts["eval_agent_issued"] == 1 and cur.counts["eval_control_issued"] == 2
+    for r, e in zip((0.0, 0.0, 0.0), evals):
+        cur.update_on_episode(r, 1, wire(e.task), 0.0)
+    assert cur.train_tasks == [s.task] and cur.counts["accepted"] == 1 and cur.pending == {}
+
+    off = TaskFilter(Discrete(1000), num_episodes=2, eval_fraction=1e-12, seed=0)
+    (s,) = off.sample_tasks(1)
+    off.update_on_episode(1.0, 1, wire(s.task), 0.0)  # a warm-up return the filter does not use
+    assert off.pending == {} and off.counts["proposed"] == 0 and off.counts["fresh_agent_samples"] == 0
+
+
+def test_fresh_samples_respect_max_pending_and_leave_room():
+    """At most max_pending candidates; with fresh_samples, an evaluation slot with nothing to do adds one
+    proposal instead of filling every free place (which fresh training proposals then could not use)."""
+    cur = TaskFilter(Discrete(1000), num_episodes=2, eval_fraction=1e-12, max_pending=3, fresh_samples=True,
+                     seed=0)
+    samples = cur.sample_tasks(5)
+    assert all(s.train for s in samples)
+    assert len(cur.pending) == 3 and cur.counts["fresh_agent_samples"] == 3
+    assert {task_key(s.task) for s in samples[:3]} == set(cur.pending)
+    one = TaskFilter(Discrete(1000), num_episodes=2, max_pending=3, fresh_samples=True, seed=0)
+    one._next_eval()
+    assert len(one.pending) == 1
+    full = TaskFilter(Discrete(1000), num_episodes=2, max_pending=3, seed=0)
+    full._next_eval()
+    assert len(full.pending) == 3
+
+
+def test_widen_accepts_tasks_the_control_reaches_but_the_agent_does_not_beat():
+    """widen: criterion 2 also passes when some control return is above lo = 0. Agent [0, 0] vs control
+    [0.3, 0]: the agent never beats the control (0 > 0.3 + 7.5/900 fails, 0 > 0 + 7.5/900 fails), control
+    mean 0.15 <= m_cont = 0.5: rejected on criterion 2 without widen, accepted with it. Agent and control
+    [0, 0]: rejected either way (nobody reaches the goal). Re-validation keeps the widened task while the
+    window is unsolved and drops it once every window return is above m_s = 375/900."""
+    from magister.curricula.task_filter import _Candidate
+
+    def decide(widen, agent, control):
+        cur = TaskFilter(Discrete(10), num_episodes=2, m_cont=0.5, window=2, widen=widen, seed=0)
+        cur.pending[task_key(4)] = _Candidate(task=4, agent=list(agent[:1]), control=list(control))
+        cur.update_on_episode(agent[1], 1, 4, 0.0)  # the last agent return completes K + K: decision
+        return cur
+
+    off, on = decide(False, [0.0, 0.0], [0.3, 0.0]), decide(True, [0.0, 0.0], [0.3, 0.0])
+    assert off.train_tasks == [] and off.counts["rejected_control"] == 1
+    assert on.train_tasks == [4] and on.counts["accepted"] == 1 and on.counts["accepted_widened"] == 1
+    beaten = decide(True, [1.0, 0.0], [0.3, 0.0])  # 1 > 0.3 + 7.5/900: accepted by criterion 2 itself
+    assert beaten.train_tasks == [4] and beaten.counts["accepted_widened"] == 0
+    nobody = decide(True, [0.0, 0.0], [0.0, 0.0])
+    assert nobody.train_tasks == [] and nobody.counts["rejected_control"] == 1
+    for r in (0.0, 0.1):  # window [0, 0.1]: not solved, control scored: kept
+        on.update_on_episode(r, 1, 4, 0.0)
+    assert on.train_tasks == [4] and on.counts["dropped"] == 0
+    for r in (0.5, 0.9):  # window [0.5, 0.9], both above 375/900: solved, dropped
+        on.update_on_episode(r, 1, 4, 0.0)
+    assert on.train_tasks == [] and on.counts["dropped"] == 1
+
+
+def test_group_of_balances_replay_over_groups():
+    """group_of: a training episode picks one of the groups present uniformly, then a task within it.
+    Accepted {1, 3, 5} (odd) and {2} (even): task 2 gets 1/2 of the replays, each odd task 1/6
+    (uniform replay: 1/4 each)."""
+    cur = TaskFilter(Discrete(100), num_episodes=2, eval_fraction=1e-12, group_of=lambda t: t % 2, seed=0)
+    for t in (1, 2, 3, 5):
+        cur._accept(task_key(t), t, [0.5, 0.5], [0.0, 0.0])
+    tasks = np.array([s.task for s in cur.sample_tasks(6000)])
+    share = {t: float((tasks == t).mean()) for t in (1, 2, 3, 5)}
+    assert abs(share[2] - 1 / 2) < 0.025 and all(abs(share[t] - 1 / 6) < 0.02 for t in (1, 3, 5))
+    cur._remove(task_key(2))  # one group left: uniform over it
+    assert {s.task for s in cur.sample_tasks(300)} == {1, 3, 5}
+    with pytest.raises(TypeError, match="group_of"):
+        TaskFilter(Discrete(4), group_of=3)

@@ -474,3 +474,39 @@ def test_filter_demo_accounts_for_every_proposal():
             assert 0.0 <= p["zero_share"] <= 1.0 and 0.0 <= p["mean_return"] <= 1.0
     with pytest.raises(ValueError, match="episodes must be >= 1"):
         filter_demo(Args(**TINY), episodes=0)
+
+
+def test_goal_kind_groups_tasks_by_the_relation_of_the_first_positive_literal_about_me():
+    from magister.examples.xland.game import Game
+    from magister.examples.xland_ppo import goal_kind
+
+    def kind(*goals):
+        return goal_kind((None, Game.parse(list(goals)).encode(), (0, -1)))
+
+    assert kind("near(me, purple cube)", "see(me, opponent)") == "near"
+    assert kind("on(me, blue floor)", "see(me, opponent)") == "on"
+    assert kind("see(me, purple cube) & near(me, yellow sphere)", "see(me, opponent)") == "near"  # lower id
+    assert kind("not(see(me, purple cube)) & hold(me, purple cube)", "see(me, opponent)") == "hold"
+    assert kind("not(near(me, purple cube))", "see(me, opponent)") == "other"  # negative only
+    assert kind("see(purple cube, opponent)", "see(me, opponent)") == "other"  # player 1's goal not read
+    with pytest.raises(ValueError, match="world, game, coplayers"):
+        goal_kind((1, 2))
+
+
+def test_trainer_filter_widening_options(tmp_path):
+    """--filter-widen / --filter-balance / --filter-fresh-samples reach the TaskFilter; --scale-lr sets
+    each update's learning rate to learning_rate x its share of training steps."""
+    from magister.examples.xland_ppo import goal_kind
+
+    args = Args(**{**TINY, "filter_widen": True, "filter_balance": True, "filter_fresh_samples": True})
+    filt = make_task_filter(args, make_task_space(dataclasses.replace(args, n_test=0, n_validation=0))[0])
+    assert filt.widen and filt.fresh_samples and filt.group_of is goal_kind
+    plain = make_task_filter(Args(**TINY), make_task_space(Args(**{**TINY, "n_test": 0,
+                                                                    "n_validation": 0}))[0])
+    assert not plain.widen and not plain.fresh_samples and plain.group_of is None
+    res = train(Args(**{**TINY, "scale_lr": True, "run_dir": str(tmp_path), "run_name": "lr", "plot": False,
+                        "tensorboard": False, "eval_every": 0, "n_test": 2, "budget": "env"}))
+    ckpt = torch.load(tmp_path / "lr" / "checkpoint.pt", weights_only=False)
+    share = res.history[-1]["train_fraction"]
+    assert 0 < share < 1  # the filter's evaluation episodes share the last batch
+    assert ckpt["optimizer"]["param_groups"][0]["lr"] == pytest.approx(Args().learning_rate * share)
