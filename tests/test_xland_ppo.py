@@ -510,3 +510,15 @@ def test_trainer_filter_widening_options(tmp_path):
     share = res.history[-1]["train_fraction"]
     assert 0 < share < 1  # the filter's evaluation episodes share the last batch
     assert ckpt["optimizer"]["param_groups"][0]["lr"] == pytest.approx(Args().learning_rate * share)
+
+
+def test_a_run_is_reproducible_from_its_seed(tmp_path):
+    """Snapshot co-players (TINY stores one every update) seed their action sampling from their weights,
+    not from the OS: two runs with one seed train the same weights."""
+    weights = []
+    for name in ("a", "b"):
+        train(Args(**{**TINY, "run_dir": str(tmp_path), "run_name": name}))
+        ckpt = torch.load(tmp_path / name / "checkpoint.pt", weights_only=False)
+        weights.append(ckpt["agent"])
+    assert weights[0].keys() == weights[1].keys()
+    assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
