@@ -275,8 +275,11 @@ class _Episode:
             if a is not None and not self.ended:
                 if self.length == 0:
                     self._feed.give_back(a)
-                else:
+                else:  # (refused, e.g. a non-finite return: logged below, the feed still closes)
                     self._report(a, self.progress, ended=False, refill=False)
+        except Exception:
+            logger.exception("sync wrapper: could not report the unfinished episode while closing")
+        try:
             self._feed.close()
         except Exception:
             logger.exception("sync wrapper: error while closing the curriculum feed")

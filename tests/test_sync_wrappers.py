@@ -626,3 +626,15 @@ def test_reset_info_is_annotated_without_touching_the_envs_dict(fused):
         env.step(0)
         env.step(0)
     assert SharedResetInfo.shared == {"level": 3}
+
+
+def test_closing_after_a_nan_reward_still_closes_the_feed(caplog):
+    """An unfinished episode whose return is NaN is not reported (logged), and the feed closes anyway."""
+    cur = Recorder()
+    env = GymnasiumSyncWrapper(NaNReward(LengthTask(Corridor())), cur)
+    env.reset(options={"task": 3})  # a 4-step episode: the first step leaves it unfinished
+    env.step(0)
+    with caplog.at_level("ERROR"):
+        env.close()
+    assert "could not report the unfinished episode" in caplog.text
+    assert env.feed._closed and cur.episodes == []
