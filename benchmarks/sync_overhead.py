@@ -744,7 +744,6 @@ def paired_report(ctx: Any, episodes: int, max_steps: int, with_ray: bool = Fals
         f"{'ratio':>7s}",
         *_paired_lines(cpu, server_cpu),
     ]
-    base.close()  # (the wrappers' close closed it already; harmless)
     if with_ray:
         import ray
 

@@ -71,7 +71,7 @@ from pettingzoo.utils.wrappers import BaseParallelWrapper
 
 from ..curricula.base import Curriculum
 from ..curricula.task_filter import split_control
-from ..sync.client import DEFAULT_TIMEOUT, Assignment, TaskFeed, connect
+from ..sync.client import DEFAULT_TIMEOUT, Assignment, TaskFeed, connect, feed_class
 from ..sync.server import CurriculumServer
 from ..task_spaces.base import TaskSpace
 from .task_wrapper import NO_PROGRESS, TaskWrapper
@@ -116,10 +116,10 @@ class _Episode:
                 "source must be a server address (str), a Curriculum, a CurriculumServer or a TaskFeed, got "
                 f"{type(source).__name__}"
             )
-        if isinstance(source, str) and source.startswith("ray://"):
-            # the Ray backend imported now rather than on the first reset: a missing ray fails here, and the
-            # first episode does not pay for the import
-            from ..sync import ray_backend  # noqa: F401
+        if isinstance(source, str):
+            # the client's backend imported now rather than on the first reset: a missing ray fails here,
+            # and the first episode does not pay for the import
+            feed_class(source)
         self.source = source
         self.options = options
         self.change_task_on_completion = bool(change_task_on_completion)
@@ -396,7 +396,7 @@ class GymnasiumSyncWrapper(gym.Wrapper):
             opts["task"] = self.task_space.decode(a.task)
         obs, info = self.env.reset(seed=seed, options=opts)
         self._fused_step = self._fusable()
-        if self._fused_step is None or type(self.env).reset is not TaskWrapper.reset:
+        if type(self.env).reset is not TaskWrapper.reset:
             info = dict(info)  # (the task wrapper's own reset returns a new dict: annotated in place)
         info.update(self._episode.info_fields)  # the task, its flags and progress 0
         return obs, info

@@ -65,6 +65,7 @@ __all__ = [
     "ServerUnavailableError",
     "SyncError",
     "connect",
+    "feed_class",
     "DEFAULT_PREFETCH",
     "DEFAULT_UPDATE_BATCH",
     "DEFAULT_MAX_UPDATE_DELAY",
@@ -1211,6 +1212,17 @@ class LocalClient(TaskFeed):
         return f"LocalClient({type(self.core.curriculum).__name__}, env_id={self.env_id})"
 
 
+def feed_class(address: str) -> type[TaskFeed]:
+    """The client class for a server address: :class:`~magister.sync.ray_backend.RayClient` for a
+    ``"ray://..."`` one (the Ray backend, an optional dependency, is imported only then; ``ImportError``
+    without ``ray``), :class:`CurriculumClient` for any other."""
+    if address.startswith("ray://"):
+        from .ray_backend import RayClient
+
+        return RayClient
+    return CurriculumClient
+
+
 def connect(source: str | Curriculum | CurriculumServer, **options: Any) -> TaskFeed:
     """The feed for ``source``: an address str (sockets), a Curriculum or a CurriculumServer (in-process).
 
@@ -1227,13 +1239,10 @@ def connect(source: str | Curriculum | CurriculumServer, **options: Any) -> Task
     if isinstance(source, TaskFeed):
         return source
     if isinstance(source, str):
-        if source.startswith("ray://"):  # the Ray backend; ray is an optional dependency
-            if options.pop("curve_server_key", None) is not None:
-                raise ValueError("curve_server_key applies to ZeroMQ tcp:// addresses, not to ray:// ones")
-            from .ray_backend import RayClient  # only imported for Ray addresses
-
-            return RayClient(source, **local_opts, **options)
-        return CurriculumClient(source, **local_opts, **options)
+        cls = feed_class(source)
+        if cls is not CurriculumClient and options.pop("curve_server_key", None) is not None:
+            raise ValueError("curve_server_key applies to ZeroMQ tcp:// addresses, not to ray:// ones")
+        return cls(source, **local_opts, **options)
     if isinstance(source, CurriculumServer):
         if os.getpid() != source._pid:
             return CurriculumClient(source.address, **local_opts, **options)
