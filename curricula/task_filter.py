@@ -424,11 +424,12 @@ class TaskFilter(Curriculum):
         if self.group_of is None:
             return [self.train_tasks[j] for j in self.rng.integers(len(self.train_tasks), size=n).tolist()]
         groups: dict[Hashable, list[EncodedTask]] = {}
+        known, self._groups = self._groups, {}  # (kept for the accepted set only: dropped tasks forgotten)
         for t in self.train_tasks:
             key = task_key(t)
-            if key not in self._groups:
-                self._groups[key] = self.group_of(t)
-            groups.setdefault(self._groups[key], []).append(t)
+            group = known[key] if key in known else self.group_of(t)
+            self._groups[key] = group
+            groups.setdefault(group, []).append(t)
         members = list(groups.values())
         out = []
         for g in self.rng.integers(len(members), size=n).tolist():
