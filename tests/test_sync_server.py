@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import math
 import multiprocessing as mp
 import os
@@ -16,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from magister.curricula.base import Curriculum, TaskSample
+from magister.sync import client as client_module
 from magister.sync import protocol as P
 from magister.sync.client import CurriculumClient, LocalClient, ServerUnavailableError, connect
 from magister.sync.security import generate_keypair
@@ -114,6 +116,10 @@ def test_no_leaked_file_descriptors_or_threads():
         c = CurriculumClient(server.address)
         c.next_task()
         c.close()
+    gc.collect()  # clients earlier tests left open: collected, the background flusher they kept ends
+    flusher = client_module._flusher_instance
+    if flusher is not None and not list(flusher.clients):
+        flusher.thread.join(timeout=5)
     before, threads = fds(), threading.active_count()
     for _ in range(3):
         with serve(Recorder()) as server:
@@ -628,8 +634,6 @@ def test_step_buffer_columns_hold_at_most_their_capacity():
 @pytest.fixture
 def clock(fake_clock, monkeypatch):
     """A fake clock for the socket clients created in the test (and no background flusher)."""
-    from magister.sync import client as client_module
-
     return fake_clock(client_module, monkeypatch)
 
 
@@ -826,3 +830,81 @@ def test_step_buffer_columns_match_the_steps_recorded(steps):
         assert msg.terminated.tolist() == [s[2] for s in steps]
         assert msg.truncated.tolist() == [s[3] for s in steps]
         assert msg.progress.tolist() == [s[4] for s in steps]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 1), st.floats(-5, 5), st.booleans(), st.booleans(), st.floats(0, 1)),
+        min_size=1,
+        max_size=30,
+    ),
+    st.integers(1, 7),
+    st.booleans(),
+)
+def test_step_buffers_send_full_batches_of_exactly_the_steps_recorded(steps, capacity, with_infos):
+    """The lean recorder (no observations or infos: a few appends per step) and the full one hand every
+    ``capacity`` steps to ``on_full`` as one batch, the flags on the right steps, nothing lost or repeated."""
+    from magister.sync.client import Assignment, _StepBuffer
+
+    sent: list = []
+    buf = _StepBuffer(
+        False, with_infos, frozenset(), capacity=capacity, on_full=lambda: sent.append(buf.message(0))
+    )
+    assert buf.add.__name__ == ("_add_full" if with_infos else "_add_lean")
+    assignments = [Assignment(7, "a"), Assignment(8, "b")]
+    for k, rew, term, trunc, prog in steps:
+        buf.add(assignments[k], None, rew, term, trunc, {"k": k}, prog)
+    if len(buf):
+        sent.append(buf.message(0))
+    n = len(steps)
+    assert [len(m) for m in sent] == [capacity] * (n // capacity) + ([n % capacity] if n % capacity else [])
+    assert [t for m in sent for t in m.tasks] == [assignments[k].task for k, *_ in steps]
+    assert [r for m in sent for r in m.rewards.tolist()] == [s[1] for s in steps]
+    assert [t for m in sent for t in m.terminated.tolist()] == [s[2] for s in steps]
+    assert [t for m in sent for t in m.truncated.tolist()] == [s[3] for s in steps]
+    assert [p for m in sent for p in m.progress.tolist()] == [s[4] for s in steps]
+    assert all((m.infos is not None) == with_infos for m in sent)
+    if with_infos:
+        assert [i["k"] for m in sent for i in m.infos] == [s[0] for s in steps]
+
+
+def test_background_flusher_sleeps_until_the_oldest_held_update_is_due():
+    """It wakes when the oldest held update of its clients is due, at least a quarter and at most all of
+    the shortest max_update_delay later (a busy env sends its own updates: the thread seldom wakes)."""
+
+    class Held:
+        def __init__(self, delay: float, due_in: float | None) -> None:
+            self.max_update_delay = delay
+            self._held = [b"update"] if due_in is not None else []
+            self._send_by = 100.0 + due_in if due_in is not None else math.inf
+
+        def _clock(self) -> float:
+            return 100.0
+
+    f = client_module._Flusher()
+    assert f._sleep([]) is None  # no client ever registered: sleeps until woken
+    f.period = 0.5  # (what add() sets for a client with max_update_delay 0.5)
+    assert f._sleep([Held(0.5, None)]) == 0.5  # nothing held
+    assert f._sleep([Held(0.5, 0.3), Held(0.5, 0.4)]) == pytest.approx(0.3)  # the oldest first
+    assert f._sleep([Held(0.5, 0.01)]) == 0.125  # due very soon (or overdue: a busy client skipped)
+    assert f._sleep([Held(0.5, -2.0)]) == 0.125
+
+
+def test_background_flusher_ends_when_its_last_client_is_collected():
+    with serve(Recorder()) as server:
+        c = CurriculumClient(server.address, max_update_delay=30.0)
+        c.next_task()  # connected: registered with the flusher, which now sleeps up to 30 s
+        flusher = client_module._flusher_instance
+        assert flusher is not None and c in flusher.clients and flusher.period == 30.0
+        c.close()  # closing unregisters; collecting an unclosed client must wake the thread too
+        c2 = CurriculumClient(server.address, max_update_delay=30.0)
+        c2.next_task()
+        flusher = client_module._flusher_instance
+        assert c2 in flusher.clients
+        c2._sock.close(linger=0)  # (an abandoned client: its socket gone, the object dropped)
+        c2._sock = None
+        del c2
+        gc.collect()
+        flusher.thread.join(timeout=5)  # woken by the collection, not by its 30 s timeout
+        assert not flusher.thread.is_alive() and flusher.stopped
