@@ -791,9 +791,14 @@ def _ratio(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.3f}x"
 
 
+def _pair_ratios(runs: list[Run], attr: str) -> list[float]:
+    """A mode's ``attr`` over that of the baseline run paired with it, one per round."""
+    return [getattr(r, attr) / getattr(r.base, attr) for r in runs if r.base is not None]
+
+
 def _median_ratio(runs: list[Run], attr: str) -> float:
     """The median over a mode's runs of its ``attr`` over that of the baseline run paired with it."""
-    return statistics.median(getattr(r, attr) / getattr(r.base, attr) for r in runs if r.base is not None)
+    return statistics.median(_pair_ratios(runs, attr))
 
 
 def report(modes: list[str], runs: dict[str, list[Run]], failed: dict[str, str], rounds: int) -> list[str]:
@@ -808,8 +813,8 @@ def report(modes: list[str], runs: dict[str, list[Run]], failed: dict[str, str],
         ratios[name] = _median_ratio(runs[name], "wall") if ok else None
         cpu_ratios[name] = _median_ratio(runs[name], "cpu") if ok else None
     head = (
-        f"{'mode':22s} {'wall s':>7s} {'ratio':>7s} {'overhead':>8s} {'CPU s':>7s} {'CPU ratio':>9s} "
-        f"{'target':>6s}  checks (on the wall-time ratio unless CPU is named)"
+        f"{'mode':22s} {'wall s':>7s} {'ratio':>7s} {'rounds':>13s} {'overhead':>8s} {'CPU s':>7s} "
+        f"{'CPU ratio':>9s} {'target':>6s}  checks (on the wall-time ratio unless CPU is named)"
     )
     lines = [head, "-" * len(head)]
     for name in modes:
@@ -821,6 +826,8 @@ def report(modes: list[str], runs: dict[str, list[Run]], failed: dict[str, str],
         wall = statistics.median(r.wall for r in runs[name])
         cpu = statistics.median(r.cpu for r in runs[name])
         over = "" if ratio is None or is_base else f"{100 * (ratio - 1):+.1f}%"
+        pairs = [] if is_base or ratio is None else _pair_ratios(runs[name], "wall")
+        spread = f"{min(pairs):.3f}-{max(pairs):.3f}" if len(pairs) > 1 else ""
         target = TARGETS.get(name)
         checks = ["baseline"] if is_base else []
         if target is not None and ratio is not None:
@@ -839,13 +846,14 @@ def report(modes: list[str], runs: dict[str, list[Run]], failed: dict[str, str],
                 checks.append(f"{'ok' if q <= 0.25 else 'MISSED'}: {q:.2f} of {ref}'s overhead (<= 0.25)")
         tgt = "" if target is None else f"{target:.2f}x"
         lines.append(
-            f"{name:22s} {wall:7.2f} {_ratio(ratio):>7s} {over:>8s} {cpu:7.2f} "
+            f"{name:22s} {wall:7.2f} {_ratio(ratio):>7s} {spread:>13s} {over:>8s} {cpu:7.2f} "
             f"{_ratio(cpu_ratios[name]):>9s} {tgt:>6s}  {'; '.join(checks)}"
         )
     lines += [
         f"ratio: median over {rounds} round(s) of a mode's wall time / that of the baseline run paired with "
         "it (made right before or after it; native modes vs 'none', Ray modes vs 'ray-none'); the baseline's "
-        "row: the median of all its runs.",
+        "row: the median of all its runs; rounds: the lowest and highest of those per-round ratios (on a "
+        "shared VM they span several percent: a target inside that span is not resolved by the wall time).",
         "CPU s: user+system seconds of the worker processes and of the curriculum's process (this process, "
         "or the curriculum's Ray actor) over the timed part; not counted: Ray's own daemons. On a shared "
         "machine the CPU ratio is the steadier measure of the work the middleware adds.",
