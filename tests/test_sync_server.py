@@ -801,14 +801,16 @@ def test_held_updates_arrive_exactly_once_and_in_order(
         assert m["sync/env0/tasks_sampled"] == m["sync/env0/tasks_consumed"] + m["sync/env0/tasks_returned"]
 
 
-@settings(max_examples=60, deadline=None)
-@given(
-    st.lists(
-        st.tuples(st.integers(0, 2), st.floats(-5, 5), st.booleans(), st.booleans(), st.floats(0, 1)),
-        min_size=1,
-        max_size=40,
+def _step_records(tasks: int, max_size: int) -> st.SearchStrategy:
+    """Steps as (task index, reward, terminated, truncated, progress)."""
+    step = st.tuples(
+        st.integers(0, tasks - 1), st.floats(-5, 5), st.booleans(), st.booleans(), st.floats(0, 1)
     )
-)
+    return st.lists(step, min_size=1, max_size=max_size)
+
+
+@settings(max_examples=60, deadline=None)
+@given(_step_records(3, 40))
 def test_step_buffer_columns_match_the_steps_recorded(steps):
     """Tasks stored as runs and flags stored sparsely expand back to exactly the steps recorded."""
     from magister.sync.client import Assignment, _StepBuffer
@@ -833,15 +835,7 @@ def test_step_buffer_columns_match_the_steps_recorded(steps):
 
 
 @settings(max_examples=60, deadline=None)
-@given(
-    st.lists(
-        st.tuples(st.integers(0, 1), st.floats(-5, 5), st.booleans(), st.booleans(), st.floats(0, 1)),
-        min_size=1,
-        max_size=30,
-    ),
-    st.integers(1, 7),
-    st.booleans(),
-)
+@given(_step_records(2, 30), st.integers(1, 7), st.booleans())
 def test_step_buffers_send_full_batches_of_exactly_the_steps_recorded(steps, capacity, with_infos):
     """The lean recorder (no observations or infos: a few appends per step) and the full one hand every
     ``capacity`` steps to ``on_full`` as one batch, the flags on the right steps, nothing lost or repeated."""
