@@ -18,7 +18,14 @@ from .self_play import SelfPlay
 from .sequential import Sequential
 from .sfl import SFL
 from .stopping import Condition, ConditionSyntaxError, parse_condition
-from .task_filter import ControlTaskSpace, DTGThresholds, TaskFilter, split_control
+from .task_filter import (
+    ControlTaskSpace,
+    DTGThresholds,
+    TaskFilter,
+    split_control,
+    split_variant,
+    variant_task,
+)
 
 __all__ = [
     "ACCEL",
@@ -57,4 +64,6 @@ __all__ = [
     "TaskSample",
     "parse_condition",
     "split_control",
+    "split_variant",
+    "variant_task",
 ]

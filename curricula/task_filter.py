@@ -72,6 +72,17 @@ How it runs as a curriculum:
   return as one of its ``K`` agent returns (an on-policy return of the current agent, the same
   estimator); an evaluation slot with nothing to do then adds one new candidate instead of filling the
   pending set, leaving room for such proposals.
+* **Replay variants** (``replay_variant``; our addition, default ``None``: an accepted task is replayed as
+  it is): ``replay_variant(task, rng) -> encoded task`` makes each *training* replay of an accepted task a
+  variant of it (in XLand: the same game and co-players on another world), drawn with the curriculum's
+  generator (a run is reproducible from its seed). The episode's task is ``(VARIANT_TAG, task, variant)``
+  = ``("magister:variant", task, variant)`` (:func:`variant_task`; :func:`split_variant` undoes it): the
+  environment plays ``variant`` (:class:`ControlTaskSpace` decodes the tag to it) and the episode's return
+  is credited to the accepted ``task`` (its re-validation window), so the criteria stay keyed on the task
+  that passed them. Evaluation episodes (agent and control) and fresh proposals are never variants.
+  Counted in ``counts["replay_variants"]``. The variant must be a task of the space (a space with
+  held-out tasks must not produce them: e.g.
+  :meth:`~magister.examples.xland.task.XLandTaskSpace.world_variant`).
 * **Accounting**: ``counts["eval_agent_issued"]`` and ``counts["eval_control_issued"]`` count the
   evaluation-only episodes the filter has issued (re-issues of lost episodes included): the price of the
   filter in environment episodes, to be charged against it when comparing with unfiltered sampling.
@@ -99,13 +110,18 @@ __all__ = [
     "ControlTaskSpace",
     "DTGThresholds",
     "TaskFilter",
+    "VARIANT_TAG",
     "control_task",
     "dtg_criteria",
     "split_control",
+    "split_variant",
+    "variant_task",
 ]
 
 #: First element of a control-policy episode's encoded task: ``(CONTROL_TAG, task)``.
 CONTROL_TAG = "magister:control"
+#: First element of a training replay on a variant of an accepted task: ``(VARIANT_TAG, task, variant)``.
+VARIANT_TAG = "magister:variant"
 
 
 def control_task(task: EncodedTask) -> tuple[str, EncodedTask]:
@@ -130,8 +146,32 @@ def split_control(encoded: EncodedTask) -> tuple[EncodedTask, bool]:
     return encoded, False
 
 
+def variant_task(task: EncodedTask, variant: EncodedTask) -> tuple[str, EncodedTask, EncodedTask]:
+    """The encoded task of a training episode that plays ``variant`` for the accepted ``task``.
+
+    >>> variant_task(3, 103)
+    ('magister:variant', 3, 103)
+    """
+    return (VARIANT_TAG, task, variant)
+
+
+def split_variant(encoded: EncodedTask) -> tuple[EncodedTask, EncodedTask]:
+    """``(task credited, task played)`` of a plain or variant-tagged encoded task (tuple or msgpack list):
+    the same task twice for a plain one.
+
+    >>> split_variant(["magister:variant", 3, 103])
+    (3, 103)
+    >>> split_variant(5)
+    (5, 5)
+    """
+    if isinstance(encoded, (tuple, list)) and len(encoded) == 3 and encoded[0] == VARIANT_TAG:
+        return encoded[1], encoded[2]
+    return encoded, encoded
+
+
 class ControlTaskSpace(TaskSpace):
-    """Wraps a task space so that control-tagged encoded tasks decode to the underlying task.
+    """Wraps a task space so that control-tagged encoded tasks decode to the underlying task, and
+    variant-tagged ones (:func:`variant_task`) to the variant the episode plays.
 
     Give this to the environment side when it decodes tasks sent by a :class:`TaskFilter`.
     """
@@ -150,7 +190,7 @@ class ControlTaskSpace(TaskSpace):
         return self.base.encode(task)
 
     def decode(self, encoded: EncodedTask) -> Any:
-        return self.base.decode(split_control(encoded)[0])
+        return self.base.decode(split_variant(split_control(encoded)[0])[1])
 
     @property
     def num_tasks(self) -> int | None:
@@ -239,6 +279,8 @@ class TaskFilter(Curriculum):
         fresh_samples: a training episode on a fresh proposal counts as an agent sample (module docstring).
         widen: criterion 2 also passes when the control policy scored (module docstring).
         group_of: ``group_of(task) -> hashable``: replay the accepted set balanced over these groups.
+        replay_variant: ``replay_variant(task, rng) -> encoded task``: train on a variant of the accepted
+            task drawn at each replay, credited to the task (module docstring); ``None``: the task itself.
     """
 
     def __init__(
@@ -265,6 +307,7 @@ class TaskFilter(Curriculum):
         fresh_samples: bool = False,
         widen: bool = False,
         group_of: Callable[[EncodedTask], Hashable] | None = None,
+        replay_variant: Callable[[EncodedTask, np.random.Generator], EncodedTask] | None = None,
     ) -> None:
         super().__init__(task_space, seed=seed)
         for name, value in (("num_episodes", num_episodes), ("max_pending", max_pending),
@@ -275,6 +318,9 @@ class TaskFilter(Curriculum):
             raise ValueError(f"eval_fraction must be in (0, 1], got {eval_fraction!r}")
         if group_of is not None and not callable(group_of):
             raise TypeError(f"group_of must be callable(task) -> hashable, got {group_of!r}")
+        if replay_variant is not None and not callable(replay_variant):
+            raise TypeError(f"replay_variant must be callable(task, rng) -> encoded task, "
+                            f"got {replay_variant!r}")
         if propose is not None and not callable(propose):
             raise TypeError(f"propose must be callable(rng, n), got {propose!r}")
         self.K = int(num_episodes)
@@ -297,6 +343,7 @@ class TaskFilter(Curriculum):
         self.fresh_samples = bool(fresh_samples)
         self.widen = bool(widen)
         self.group_of = group_of
+        self.replay_variant = replay_variant
         self._groups: dict[Hashable, Hashable] = {}
         self.stale_after = 100 * self.K if stale_after is None else int(stale_after)
         self.pending: OrderedDict[Hashable, _Candidate] = OrderedDict()
@@ -313,7 +360,7 @@ class TaskFilter(Curriculum):
         return {"proposed": 0, "accepted": 0, "rejected_solved": 0, "rejected_control": 0,
                 "rejected_easy_for_control": 0, "rejected_early": 0, "dropped": 0, "evicted": 0,
                 "eval_agent_issued": 0, "eval_control_issued": 0, "fresh_agent_samples": 0,
-                "accepted_widened": 0}
+                "accepted_widened": 0, "replay_variants": 0}
 
     # -- proposals ----------------------------------------------------------------------------------
     def _propose(self, n: int) -> list[EncodedTask]:
@@ -410,7 +457,7 @@ class TaskFilter(Curriculum):
             train_slots = [i for i, s in zip(train_slots, from_set.tolist()) if s]
         if train_slots:
             if self.train_tasks:
-                samples = [TaskSample(t, True) for t in self._replay(len(train_slots))]
+                samples = [TaskSample(self._variant(t), True) for t in self._replay(len(train_slots))]
             else:
                 samples = self._fresh_training(len(train_slots))
             for i, s in zip(train_slots, samples):
@@ -435,6 +482,17 @@ class TaskFilter(Curriculum):
         for g in self.rng.integers(len(members), size=n).tolist():
             out.append(members[g][int(self.rng.integers(len(members[g])))])
         return out
+
+    def _variant(self, task: EncodedTask) -> EncodedTask:
+        """A replay of an accepted task: the task, or with ``replay_variant`` a tagged variant of it."""
+        if self.replay_variant is None:
+            return task
+        variant = self.replay_variant(task, self.rng)
+        if not self.task_space.contains_encoded(variant):
+            raise ValueError(f"replay_variant({task!r:.100}, rng) returned {variant!r:.100}, which is not an "
+                             f"encoded task of {self.task_space!r}")
+        self.counts["replay_variants"] += 1
+        return variant_task(task, variant)
 
     def sample(self, k: int = 1) -> list[EncodedTask]:
         """Encoded tasks only (control episodes tagged); prefer :meth:`sample_tasks` for the flags."""
@@ -512,9 +570,11 @@ class TaskFilter(Curriculum):
         progress: float,
         env_id: int | None = None,
     ) -> None:
-        """Route a return: candidate evaluation (agent or control), or an accepted task's window."""
+        """Route a return: candidate evaluation (agent or control), or an accepted task's window (a
+        variant-tagged replay is credited to its accepted task)."""
         r = check_finite("episode_return", episode_return)
         inner, is_control = split_control(task)
+        inner = split_variant(inner)[0]
         key = task_key(inner)
         cand = self.pending.get(key)
         if cand is None and key not in self._train_pos:

@@ -54,6 +54,12 @@ After *Open-Ended Learning Leads to Generally Capable Agents* (XLand), scaled do
   ``--filter-min-tasks M`` (8): while the accepted set holds ``n < M`` tasks, a training episode replays it
   with probability ``n / M`` and is a fresh proposal otherwise (``M = 1``: fresh proposals only while the
   set is empty, the behaviour before). The ablation below measures what these settings keep.
+  ``--filter-replay-worlds`` (``same``, the default: a training episode replays the accepted task itself):
+  ``mutate`` plays it on its world after ``--filter-mutations`` (4) local edits, ``fresh`` on a newly
+  generated world conditioned on its game (:meth:`XLandTaskSpace.world_variant`, never a held-out world;
+  game and co-players kept, the world drawn by the filter's generator); the filter's evaluation episodes
+  play the task itself and every return is credited to it (``("magister:variant", task, variant)``,
+  :func:`~magister.curricula.task_filter.variant_task`). See "World diversity on replay" below.
 * **Budget** (``--budget train``, the default): ``--total-steps`` counts learner steps of *training*
   episodes, so both ablation arms train on the same number of steps; the filter's evaluation-only
   episodes (agent evaluation and control policy, ``train=False``) are played on top of that and reported,
@@ -197,6 +203,54 @@ environment steps), which limited this pass to one or three seeds per setting. E
 steps (``--scale-lr``, one seed) did not help either. Not tried yet: more seeds, a larger budget,
 thresholds chosen on validation the way the paper's PBT does.
 
+**World diversity on replay, measured** (issue 7, third pass; same tasks, agent, budget and uniform rows).
+Hypothesis: the filter agent memorises the few worlds it replays (67-156 accepted tasks, each replayed ~30
+times, against ~2500 different worlds for the uniform arm; the sanity check above needs ~200 training
+worlds to generalise navigation). ``--filter-replay-worlds mutate`` / ``fresh`` (off by default) play every
+training replay of an accepted task on another world with the same game and co-players: its world after
+``--filter-mutations`` (4) local edits, or a new world conditioned on the game; evaluation episodes keep the
+task's own world and every return is credited to the accepted task. **Memorisation is real**: on its own
+accepted tasks (final agent; each task on its own world, on that world after 4 edits and on a new world
+conditioned on its game; co-players noop and random, 2 episodes; mean return / episode length) the
+default filter agent earns 0.451 / 0.433 (seeds 1 / 2) on the replayed worlds, 0.412 / 0.362 after 4 edits
+and 0.235 / 0.219 on new worlds of the same games, where the random policy earns 0.144 / 0.150: its edge
+over random falls from about +0.3 to +0.08. Held-out participation (80 test tasks; bigval as above)::
+
+    run (100k training steps)                   seed  test part.  bigval  kept  train ret  zero ret
+    uniform                                        0       0.325   0.231     -      0.134     0.706
+    uniform                                        1       0.287   0.275     -      0.204     0.623
+    uniform                                        2       0.312   0.256     -      0.156     0.669
+    filter (defaults: same worlds)                 0       0.312   0.237    67      0.416     0.247
+    filter (defaults: same worlds)                 1       0.338   0.306    85      0.446     0.239
+    filter (defaults: same worlds)                 2       0.250   0.188    69      0.371     0.329
+    filter --filter-replay-worlds mutate           0       0.312   0.219    53      0.447     0.307
+    filter --filter-replay-worlds mutate           1       0.312   0.319    83      0.415     0.274
+    filter --filter-replay-worlds mutate           2       0.325   0.231    93      0.404     0.282
+    filter --filter-replay-worlds fresh            0       0.325   0.194   120      0.167     0.589
+    filter --filter-replay-worlds fresh            1       0.275   0.237    87      0.184     0.610
+    filter --filter-replay-worlds fresh            2       0.350   0.237    78      0.188     0.501
+
+(command of a row: ``python -m magister.examples.xland_ppo --curriculum filter --total-steps 100000 --seed S
+--filter-replay-worlds mutate`` or ``fresh``; 10-21 minutes each on the two shared cores.) On seed 2's
+bigval the two tied (0.237 and 0.231, within bigval's binomial sd of ~0.034); both were run on three seeds.
+**Neither improves held-out participation**: ``fresh`` test 0.317+-0.038 against uniform's 0.308+-0.019
+(paired 0.000, -0.012, +0.038), bigval 0.223+-0.025 against 0.254+-0.022 (paired -0.037, -0.038, -0.019:
+below uniform on validation in every seed); ``mutate`` test 0.317+-0.007 (paired -0.013, +0.025, +0.013),
+bigval 0.256+-0.055 (paired -0.012, +0.044, -0.025). Defaults unchanged. Fresh worlds end the memorising
+(training return falls to the uniform arm's level, 0.17-0.19) but also most of what the filter selected: an
+accepted task is hard for the random control largely because of its *world* (the random policy earns
+0.11-0.14 on the original worlds of the accepted tasks, 0.17-0.19 on new worlds of the same games), and the
+criteria are estimated on that world while training plays others, so acceptance becomes a noisy label on
+the game alone (seed 0's fresh agent earns 0.110 on the original worlds of its own accepted tasks, the
+random policy 0.114).
+``mutate`` (4 edits of a 7x7 world) keeps the world's character, and with it the memorising: on its own
+accepted tasks the agent earns 0.526 / 0.447 (seeds 0 / 2) on the original worlds, 0.480 / 0.413 after 4
+edits and 0.134 / 0.283 on new worlds (random 0.092 / 0.164 there); it did not beat uniform on validation
+either. What the measurements point to: at this scale a filter over (world, game) pairs largely selects
+worlds; a filter that should transfer would need to estimate its criteria over the worlds it trains on
+(candidate episodes on variants too) or, as in the paper, a stream of accepted proposals much larger than
+the replays per task (not tried).
+
 Before issue 7's changes (uniform atoms, allocentric or egocentric agent without the goal planes, 50k steps,
 seeds 0 and 1) the two arms measured 0.356+-0.027 and 0.350+-0.035, both equal to the random policy: 52 of
 seed 0's 80 test goals did not mention ``me``, and the agent learned nothing that transferred.
@@ -238,7 +292,7 @@ from magister.curricula.dual import DualCurriculum
 from magister.curricula.fsp import FSP
 from magister.curricula.opponent_store import OpponentCurriculum, OpponentStore, OutcomeRule
 from magister.curricula.pfsp import PFSP
-from magister.curricula.task_filter import TaskFilter, control_task, split_control
+from magister.curricula.task_filter import TaskFilter, control_task, split_control, split_variant
 from magister.env_wrappers.coplayer import SingleLearnerEnv
 from magister.env_wrappers.sync_wrappers import PettingZooSyncWrapper
 from magister.examples._cli import parse_dataclass
@@ -345,6 +399,11 @@ class Args:
     """criterion 2 also passes where the control policy scored in some episode (reachable, not yet learned)"""
     filter_balance: bool = False
     """replay the accepted set balanced over goal kinds (see / near / on / hold, :func:`goal_kind`)"""
+    filter_replay_worlds: str = "same"
+    """world of a training replay of an accepted task: same, mutate (its world after --filter-mutations
+    local edits) or fresh (a new world conditioned on its game); evaluation episodes keep the task's own"""
+    filter_mutations: int = 4
+    """local world edits of a --filter-replay-worlds mutate replay"""
     snapshot_every: int = 5
     """store a snapshot of the learner as a co-player every N updates"""
     max_snapshots: int = 0
@@ -417,11 +476,14 @@ def check_args(args: Args) -> None:
         raise ValueError(f"--budget must be 'train' or 'env', got {args.budget!r}")
     if not 0.0 <= args.filter_control_max <= 1.0:
         raise ValueError(f"--filter-control-max must be in [0, 1], got {args.filter_control_max!r}")
+    if args.filter_replay_worlds not in ("same", "mutate", "fresh"):
+        raise ValueError(f"--filter-replay-worlds must be 'same', 'mutate' or 'fresh', "
+                         f"got {args.filter_replay_worlds!r}")
     if args.vector not in ("sync", "async"):
         raise ValueError(f"--vector must be 'sync' or 'async', got {args.vector!r}")
     for name in ("total_steps", "num_envs", "num_steps", "episode_length", "filter_episodes",
                  "snapshot_every", "hidden", "n_test", "n_validation", "eval_episodes", "num_minibatches",
-                 "update_epochs", "filter_min_tasks"):
+                 "update_epochs", "filter_min_tasks", "filter_mutations"):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)!r}")
     if args.num_envs % args.num_minibatches:
@@ -442,8 +504,9 @@ class ControlXLandTask(XLandTask):
 class PairTaskSpace(TaskSpace[XLandTask]):
     """Env-side space of the :class:`~magister.curricula.dual.DualCurriculum` pairs ``(task, opponent_id)``.
 
-    ``task`` is an encoded :class:`~magister.examples.xland.env.XLandTask` (possibly control-tagged by the
-    task filter); decoding puts ``opponent_id`` into every non-learner slot. Encoding a decoded task gives
+    ``task`` is an encoded :class:`~magister.examples.xland.env.XLandTask`, possibly control-tagged by the
+    task filter, or variant-tagged (:func:`~magister.curricula.task_filter.variant_task`: the variant is
+    played); decoding puts ``opponent_id`` into every non-learner slot. Encoding a decoded task gives
     the pair back (co-player slots as the placeholder ``NOOP`` in the task half).
 
     >>> from magister.examples.xland.task import XLandTaskSpace
@@ -471,6 +534,7 @@ class PairTaskSpace(TaskSpace[XLandTask]):
         if not isinstance(encoded, (tuple, list)) or len(encoded) != 2:
             raise ValueError(f"{encoded!r:.200} is not a (task, opponent_id) pair of {self!r}")
         inner, is_control = split_control(encoded[0])
+        inner = split_variant(inner)[1]
         opp = encoded[1]
         if isinstance(opp, bool) or not isinstance(opp, (int, np.integer)):
             raise ValueError(f"opponent id {opp!r} of {self!r} must be an int")
@@ -567,15 +631,25 @@ def goal_kind(encoded: EncodedTask) -> str:
 
 def make_task_filter(args: Args, space: TaskSpace) -> TaskFilter:
     """The trainer's :class:`TaskFilter`: the paper's thresholds rescaled to ``[0, episode_length]``,
-    except ``m_cont = filter_control_max * episode_length``."""
+    except ``m_cont = filter_control_max * episode_length``; with ``--filter-replay-worlds mutate`` or
+    ``fresh`` (``space`` must then be an :class:`XLandTaskSpace`), training replays play
+    :meth:`XLandTaskSpace.world_variant` s of the accepted tasks."""
     L = float(args.episode_length)
+    variant = None
+    if args.filter_replay_worlds != "same":
+        if not isinstance(space, XLandTaskSpace):
+            raise ValueError(f"--filter-replay-worlds {args.filter_replay_worlds} needs an XLandTaskSpace, "
+                             f"got {space!r}")
+        variant = functools.partial(space.world_variant, mode=args.filter_replay_worlds,
+                                    mutations=args.filter_mutations)
     return TaskFilter(space, num_episodes=args.filter_episodes, return_range=(0.0, L),
                       m_cont=args.filter_control_max * L, eval_fraction=args.filter_eval_fraction,
                       max_pending=args.filter_pending, max_train_tasks=args.filter_max_tasks,
                       window=max(args.filter_window, args.filter_episodes), seed=args.seed,
                       control_first=args.filter_control_first, min_train_tasks=args.filter_min_tasks,
                       pair_window=args.filter_pair_window, fresh_samples=args.filter_fresh_samples,
-                      widen=args.filter_widen, group_of=goal_kind if args.filter_balance else None)
+                      widen=args.filter_widen, group_of=goal_kind if args.filter_balance else None,
+                      replay_variant=variant)
 
 
 def make_curriculum(args: Args, space: TaskSpace, store: OpponentStore,
@@ -1428,7 +1502,7 @@ def filter_demo(args: Args, episodes: int) -> dict[str, Any]:
     for _ in range(episodes):
         sample = filt.sample_tasks(1)[0]
         inner, is_control = split_control(sample.task)
-        r = play(XLandTask.decode(inner), not is_control)
+        r = play(XLandTask.decode(split_variant(inner)[1]), not is_control)
         if sample.train:
             train_returns.append(r)
         filt.update_on_episode(r, args.episode_length, sample.task, 0.0)

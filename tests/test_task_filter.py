@@ -17,6 +17,8 @@ from magister.curricula.task_filter import (
     control_task,
     dtg_criteria,
     split_control,
+    split_variant,
+    variant_task,
 )
 from magister.task_spaces.base import task_key
 from magister.task_spaces.discrete import Discrete
@@ -515,3 +517,72 @@ def test_group_of_balances_replay_over_groups():
     assert {s.task for s in cur.sample_tasks(300)} == {1, 3, 5}
     with pytest.raises(TypeError, match="group_of"):
         TaskFilter(Discrete(4), group_of=3)
+
+
+# -- replay variants ------------------------------------------------------------------------------------
+def test_variant_tag_round_trips_msgpack_and_control_space_decodes_the_variant():
+    t = variant_task((3, "a"), (4, "b"))
+    assert t == ("magister:variant", (3, "a"), (4, "b"))
+    assert split_variant(wire(t)) == ([3, "a"], [4, "b"])
+    assert split_variant(7) == (7, 7) and split_variant(["other", 1, 2]) == (["other", 1, 2], ["other", 1, 2])
+    space = ControlTaskSpace(Discrete(tasks=["lava", "maze", "ice"]))
+    assert space.decode(wire(variant_task(0, 2))) == "ice"  # the environment plays the variant
+
+
+def test_replay_variants_are_tagged_and_credited_to_the_accepted_task():
+    """Accepted {3, 7}, replay_variant(t) = t + 500: every training episode is ("magister:variant", t, t +
+    500); the returns of variant episodes fill t's window (K = 2, window 4): [0.2, 0.2] + 0.9, 0.8, 1.0
+    -> window [0.2, 0.9, 0.8, 1.0]; after 0.6 the window [0.9, 0.8, 1.0, 0.6] is all above m_s = 375/900:
+    solved, dropped. A return on the variant's plain task 503 is untracked and changes nothing."""
+    cur = TaskFilter(Discrete(1000), num_episodes=2, window=4, pair_window=True, eval_fraction=1e-12,
+                     replay_variant=lambda t, rng: t + 500, seed=0)
+    for t in (3, 7):
+        cur._accept(task_key(t), t, [0.2, 0.2], [0.0, 0.0])
+    samples = cur.sample_tasks(300)
+    assert all(s.train for s in samples) and cur.counts["replay_variants"] == 300
+    assert {s.task for s in samples} == {("magister:variant", 3, 503), ("magister:variant", 7, 507)}
+    cur.update_on_episode(1.0, 1, 503, 0.0)  # the variant's own task: not an accepted task
+    assert list(cur._windows[task_key(3)]) == [0.2, 0.2]
+    for r in (0.9, 0.8, 1.0):
+        cur.update_on_episode(r, 1, wire(variant_task(3, 503)), 0.0)
+    assert list(cur._windows[task_key(3)]) == [0.2, 0.9, 0.8, 1.0] and cur._fresh[task_key(3)] == 3
+    cur.update_on_episode(0.6, 1, wire(variant_task(3, 503)), 0.0)
+    assert cur.train_tasks == [7] and cur.counts["dropped"] == 1
+    assert list(cur._windows[task_key(7)]) == [0.2, 0.2]  # the other task is untouched
+
+
+def test_replay_variants_come_from_the_curriculum_generator_and_spare_evaluations_and_proposals():
+    def variant(t, rng):
+        return int(rng.integers(500, 1000))
+
+    def replays(seed):
+        cur = TaskFilter(Discrete(1000), num_episodes=2, eval_fraction=1e-12, replay_variant=variant,
+                         seed=seed)
+        cur._accept(task_key(3), 3, [0.2, 0.2], [0.0, 0.0])
+        return [split_variant(s.task)[1] for s in cur.sample_tasks(50)]
+
+    assert replays(0) == replays(0) and replays(0) != replays(1)  # reproducible from the seed
+    assert all(500 <= v < 1000 for v in replays(2))
+    warm = TaskFilter(Discrete(1000), num_episodes=2, eval_fraction=0.5, replay_variant=variant, seed=0)
+    samples = warm.sample_tasks(200)  # nothing accepted: evaluations and fresh proposals, no variant
+    assert warm.counts["replay_variants"] == 0
+    assert not any(split_variant(split_control(s.task)[0])[0] != split_variant(split_control(s.task)[0])[1]
+                   for s in samples)
+    cur = TaskFilter(Discrete(1000), num_episodes=2, eval_fraction=0.5, replay_variant=variant, seed=0)
+    cur._accept(task_key(3), 3, [0.2, 0.2], [0.0, 0.0])
+    mixed = cur.sample_tasks(40)  # 4 candidates x (2 agent + 2 control) evaluations, then replays of 3
+    evals = [split_control(s.task)[0] for s in mixed if not s.train]
+    assert len(evals) == 16 and all(split_variant(t)[0] == split_variant(t)[1] for t in evals)
+    assert all(split_variant(s.task)[0] == 3 for s in mixed if s.train)
+    assert cur.counts["replay_variants"] == 24
+
+
+def test_replay_variant_outside_the_space_or_not_callable_raises():
+    cur = TaskFilter(Discrete(10), num_episodes=2, eval_fraction=1e-12, replay_variant=lambda t, rng: 50,
+                     seed=0)
+    cur._accept(task_key(3), 3, [0.2, 0.2], [0.0, 0.0])
+    with pytest.raises(ValueError, match="replay_variant"):
+        cur.sample_tasks(1)
+    assert cur.counts["replay_variants"] == 0
+    with pytest.raises(TypeError, match="replay_variant"):
+        TaskFilter(Discrete(10), replay_variant=3)

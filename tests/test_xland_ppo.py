@@ -522,3 +522,53 @@ def test_a_run_is_reproducible_from_its_seed(tmp_path):
         weights.append(ckpt["agent"])
     assert weights[0].keys() == weights[1].keys()
     assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
+
+
+def test_replay_worlds_option_plays_variants_and_credits_the_accepted_task(tmp_path):
+    """--filter-replay-worlds mutate: a training replay of an accepted task is the pair ((VARIANT_TAG, task,
+    variant), opponent); the env plays the variant (same game, another world, the opponent in the co-player
+    slot) and the episode's return lands in the accepted task's window; evaluation episodes are plain."""
+    import msgpack
+
+    from magister.curricula.task_filter import split_control, split_variant
+    from magister.task_spaces.base import task_key
+
+    args = Args(**{**TINY, "filter_replay_worlds": "mutate", "filter_mutations": 2, "filter_window": 16,
+                   "filter_min_tasks": 1})
+    space = make_task_space(dataclasses.replace(args, n_test=0, n_validation=0))[0]
+    cur = make_curriculum(args, space, OpponentStore(tmp_path, max_count=None))
+    cur.update_agent(make_agent(args))
+    filt = cur.task_curriculum
+    assert filt.replay_variant.keywords == {"mode": "mutate", "mutations": 2}
+    enc = space.sample_encoded(1)[0]
+    filt._accept(task_key(enc), enc, [1.0, 1.0], [0.0, 0.0])
+    samples = cur.sample_tasks(40)
+    train_pairs = [msgpack.unpackb(msgpack.packb(s.task)) for s in samples if s.train]
+    evals = [split_control(s.task[0])[0] for s in samples if not s.train]
+    assert train_pairs and evals and filt.counts["replay_variants"] == len(train_pairs)
+    assert all(split_variant(t)[0] == split_variant(t)[1] for t in evals)  # evaluations: the task itself
+    task = XLandTask.decode(enc)
+    worlds = set()
+    for pair in train_pairs:
+        credited, played = split_variant(pair[0])
+        assert XLandTask.decode(credited) == task
+        decoded = PairTaskSpace().decode(pair)
+        assert decoded.world == XLandTask.decode(played).world and decoded.game == task.game
+        assert decoded.coplayers == (LEARNER, pair[1])
+        assert not space.is_heldout(decoded)
+        worlds.add(decoded.world)
+    assert task.world not in worlds and len(worlds) > len(train_pairs) // 2
+    wrapper = XLandTrainWrapper(XLandEnv(episode_length=4))
+    played = PairTaskSpace().decode([train_pairs[0][0], NOOP])
+    extras = _play_to_end(wrapper, played)  # the env plays the variant's world
+    assert wrapper.unwrapped.task.world == played.world != task.world and "learner_return" in extras
+    cur.update_on_episode(3.0, 8, train_pairs[0], 0.0)
+    assert list(filt._windows[task_key(enc)]) == [1.0, 1.0, 3.0]  # credited to the accepted task
+    same = make_task_filter(Args(**TINY), space)
+    assert same.replay_variant is None  # the default: replays play the accepted task itself
+    assert make_task_filter(Args(**{**TINY, "filter_replay_worlds": "fresh"}),
+                            space).replay_variant.keywords["mode"] == "fresh"
+    for bad, match in ((["--filter-replay-worlds", "new"], "filter-replay-worlds"),
+                       (["--filter-mutations", "0"], "filter-mutations")):
+        with pytest.raises(ValueError, match=match):
+            train(parse_args(bad + ["--run-dir", str(tmp_path)]))

@@ -220,3 +220,57 @@ def test_smaller_games_for_cpu_scale():
     for bad in ({"max_options": 0}, {"max_literals": 4}, {"max_options": 1.5}):
         with pytest.raises(ValueError, match="must be an int in"):
             XLandTaskSpace(**bad)
+
+
+def _tiles_changed(a, b):
+    """Tiles whose height or ramp differ (conditioning on a game never changes those)."""
+    return sum(x != y for x, y in zip(a.heights, b.heights)) + sum(x != y for x, y in zip(a.ramps, b.ramps))
+
+
+def test_world_variants_keep_game_and_coplayers_and_are_drawn_from_the_rng():
+    from magister.examples.xland.world import mutate_world
+
+    space = XLandTaskSpace(seed=0, world_sizes=(7, 7), max_options=1, max_literals=2, player_centric=True)
+    enc = space.sample_encoded(1)[0]
+    task = space.decode(enc)
+    for mode in ("mutate", "fresh"):
+        variants = [space.decode(space.world_variant(enc, np.random.default_rng(s), mode)) for s in range(8)]
+        assert all(v.game == task.game and v.coplayers == task.coplayers for v in variants)
+        assert all(v.world.size == 7 and v.world.entities_reachable() for v in variants)
+        assert all(set(task.game.objects) <= {k for k, _, _ in v.world.objects} for v in variants)
+        assert len({v.world for v in variants} | {task.world}) == 9  # eight new worlds
+        again = space.decode(space.world_variant(_wire(enc), np.random.default_rng(3), mode))
+        assert again == variants[3]  # a variant is a function of the task and the generator's state
+    # mutate = k edits of the task's world, then conditioned on the game (by hand, same generator)
+    rng = np.random.default_rng(5)
+    world = task.world
+    for _ in range(2):
+        world = mutate_world(world, rng)
+    by_hand = XLandTask(condition_world(world, task.game, rng), task.game, task.coplayers)
+    assert space.world_variant(enc, np.random.default_rng(5), "mutate", mutations=2) == by_hand.encode()
+    # a height or ramp edit touches one tile: k edits change at most k tiles' heights and ramps
+    for k in (1, 4):
+        for s in range(10):
+            v = space.decode(space.world_variant(enc, np.random.default_rng(s), "mutate", mutations=k))
+            assert _tiles_changed(task.world, v.world) <= k
+    fresh = [space.decode(space.world_variant(enc, np.random.default_rng(s), "fresh")) for s in range(10)]
+    assert np.mean([_tiles_changed(task.world, v.world) for v in fresh]) > 10  # a new world, not an edit
+
+
+def test_world_variants_are_never_held_out():
+    space = XLandTaskSpace(seed=1, world_sizes=(7, 7), max_options=1, max_literals=2, player_centric=True)
+    enc = space.sample_encoded(1)[0]
+    for mode in ("mutate", "fresh"):
+        first = space.world_variant(enc, np.random.default_rng(0), mode)
+        space.hold_out(worlds=[space.decode(first).world])  # the variant seed 0 would draw is now held out
+        rejected = space.rejected
+        second = space.world_variant(enc, np.random.default_rng(0), mode)
+        assert second != first and not space.is_heldout(space.decode(second))
+        assert space.rejected == rejected + 1  # exactly one draw refused
+    with pytest.raises(ValueError, match="mode"):
+        space.world_variant(enc, np.random.default_rng(0), "same")
+    with pytest.raises(ValueError, match="mutations"):
+        space.world_variant(enc, np.random.default_rng(0), "mutate", mutations=0)
+    space.hold_out(games=[space.decode(enc).game])
+    with pytest.raises(ValueError, match="held-out game"):
+        space.world_variant(enc, np.random.default_rng(0))

@@ -257,6 +257,38 @@ class XLandTaskSpace(TaskSpace[XLandTask]):
         logger.debug("mutate: every edit led to a held-out task; returning the task unchanged")
         return task.encode()
 
+    # -- world variants (the task filter's replay_variant) ---------------------------------------------
+    def world_variant(
+        self, encoded: EncodedTask, rng: np.random.Generator, mode: str = "mutate", mutations: int = 4
+    ) -> EncodedTask:
+        """The same game and co-players on another world, drawn with ``rng``; never a held-out task.
+
+        ``mode="mutate"``: the task's world after ``mutations`` local edits (:func:`~.world.mutate_world`),
+        re-conditioned on the game (:func:`~.world.condition_world`: every entity and floor it mentions is
+        present and reachable); ``mode="fresh"``: a newly generated world of the same size and player count
+        conditioned on the game. A variant whose world is held out is redrawn (the game is the task's own:
+        a training task's game is not held out). The trainer's ``--filter-replay-worlds``.
+        """
+        if mode not in ("mutate", "fresh"):
+            raise ValueError(f"mode must be 'mutate' or 'fresh', got {mode!r}")
+        if isinstance(mutations, bool) or not isinstance(mutations, (int, np.integer)) or mutations < 1:
+            raise ValueError(f"mutations must be a positive int, got {mutations!r}")
+        task = self.decode(encoded)
+        if game_hash(task.game) in self.heldout_game_hashes:
+            raise ValueError(f"world_variant of a task with a held-out game: {self.describe(task)}")
+        for _ in range(_MAX_REJECTS):
+            if mode == "fresh":
+                world = generate_world(rng, task.world.size, n_players=task.game.n_players)
+            else:
+                world = task.world
+                for _ in range(int(mutations)):
+                    world = mutate_world(world, rng)
+            new = XLandTask(condition_world(world, task.game, rng), task.game, task.coplayers)
+            if world_hash(new.world) not in self.heldout_world_hashes:
+                return new.encode()
+            self.rejected += 1
+        raise RuntimeError(f"{_MAX_REJECTS} world variants in a row were held out")
+
     def describe(self, task: XLandTask) -> str:
         return f"{task.world.size}x{task.world.size} world; game: {task.game}; co-players {task.coplayers}"
 
