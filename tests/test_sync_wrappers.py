@@ -638,3 +638,36 @@ def test_closing_after_a_nan_reward_still_closes_the_feed(caplog):
         env.close()
     assert "could not report the unfinished episode" in caplog.text
     assert env.feed._closed and cur.episodes == []
+
+
+class Tagged(Recorder):
+    """Samples task 1 as a task filter replays it on a variant (task 3), then a control episode of task 2."""
+
+    def sample_tasks(self, k=1):
+        from magister.curricula.task_filter import control_task, variant_task
+
+        tasks = [variant_task(1, 3), control_task(2)]
+        out = [TaskSample(tasks[(self.next + i) % 2], (self.next + i) % 2 == 0) for i in range(k)]
+        self.next += k
+        return out
+
+
+def test_info_reports_the_task_played_and_updates_the_task_sent():
+    """A replay variant is played and reported in ``info["task"]``; the update carries the tagged task, so
+    the curriculum credits the accepted task. A control episode reports its plain task and the flag."""
+    from magister.curricula.task_filter import ControlTaskSpace
+
+    cur = Tagged()
+    inner = LengthTask(Corridor(), ControlTaskSpace(Discrete(10)))
+    env = GymnasiumSyncWrapper(inner, cur)
+    _, info = env.reset()
+    assert (info["task"], info["task_control"], info["task_train"]) == (3, False, True)
+    assert inner.switches == [3]  # the env plays the variant: 1 + 3 % 4 = 4 steps
+    infos = [env.step(0)[4] for _ in range(4)]
+    assert [i["task"] for i in infos] == [3] * 4
+    _, info = env.reset()
+    assert (info["task"], info["task_control"], info["task_train"]) == (2, True, False)
+    for _ in range(3):
+        env.step(0)
+    assert [e[0] for e in cur.episodes] == [("magister:variant", 1, 3), ("magister:control", 2)]
+    assert [e[2] for e in cur.episodes] == [4, 3]
