@@ -229,6 +229,9 @@ over random falls from about +0.3 to +0.08. Held-out participation (80 test task
     filter --filter-replay-worlds fresh            0       0.325   0.194   120      0.167     0.589
     filter --filter-replay-worlds fresh            1       0.275   0.237    87      0.184     0.610
     filter --filter-replay-worlds fresh            2       0.350   0.237    78      0.188     0.501
+    uniform (rerun with this code)                 0       0.287   0.212     -      0.148     0.713
+    uniform (rerun with this code)                 1       0.250   0.231     -      0.138     0.766
+    uniform (rerun with this code)                 2       0.325   0.263     -      0.167     0.677
 
 (command of a row: ``python -m magister.examples.xland_ppo --curriculum filter --total-steps 100000 --seed S
 --filter-replay-worlds mutate`` or ``fresh``; 10-21 minutes each on the two shared cores.) On seed 2's
@@ -236,13 +239,16 @@ bigval the two tied (0.237 and 0.231, within bigval's binomial sd of ~0.034); bo
 **Neither improves held-out participation**: ``fresh`` test 0.317+-0.038 against uniform's 0.308+-0.019
 (paired 0.000, -0.012, +0.038), bigval 0.223+-0.025 against 0.254+-0.022 (paired -0.037, -0.038, -0.019:
 below uniform on validation in every seed); ``mutate`` test 0.317+-0.007 (paired -0.013, +0.025, +0.013),
-bigval 0.256+-0.055 (paired -0.012, +0.044, -0.025). Defaults unchanged. Fresh worlds end the memorising
-(training return falls to the uniform arm's level, 0.17-0.19) but also most of what the filter selected: an
-accepted task is hard for the random control largely because of its *world* (the random policy earns
-0.11-0.14 on the original worlds of the accepted tasks, 0.17-0.19 on new worlds of the same games), and the
-criteria are estimated on that world while training plays others, so acceptance becomes a noisy label on
-the game alone (seed 0's fresh agent earns 0.110 on the original worlds of its own accepted tasks, the
-random policy 0.114).
+bigval 0.256+-0.055 (paired -0.012, +0.044, -0.025). Defaults unchanged. The uniform arm rerun with this
+session's code (now reproducible from its seed; the first uniform rows predate the snapshot-seed fix) scores
+0.287+-0.038 on test and 0.235+-0.026 on bigval: the same seed moved by up to 0.04 between the two versions,
+as much as any difference above, so neither variant is shown to beat or to trail uniform.
+Fresh worlds end the memorising (training return falls to the uniform arm's level, 0.17-0.19) but also most of
+what the filter selected: an accepted task is hard for the random control largely because of its *world* (the
+random policy earns 0.11-0.14 on the original worlds of the accepted tasks, 0.17-0.19 on new worlds of the
+same games), and the criteria are estimated on that world while training plays others, so acceptance becomes a
+noisy label on the game alone (seed 0's fresh agent earns 0.110 on the original worlds of its own accepted
+tasks, the random policy 0.114).
 ``mutate`` (4 edits of a 7x7 world) keeps the world's character, and with it the memorising: on its own
 accepted tasks the agent earns 0.526 / 0.447 (seeds 0 / 2) on the original worlds, 0.480 / 0.413 after 4
 edits and 0.134 / 0.283 on new worlds (random 0.092 / 0.164 there); it did not beat uniform on validation
