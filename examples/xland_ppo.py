@@ -242,7 +242,10 @@ below uniform on validation in every seed); ``mutate`` test 0.317+-0.007 (paired
 bigval 0.256+-0.055 (paired -0.012, +0.044, -0.025). Defaults unchanged. The uniform arm rerun with this
 session's code (now reproducible from its seed; the first uniform rows predate the snapshot-seed fix) scores
 0.287+-0.038 on test and 0.235+-0.026 on bigval: the same seed moved by up to 0.04 between the two versions,
-as much as any difference above, so neither variant is shown to beat or to trail uniform.
+as much as any difference above, so neither variant is shown to beat or to trail uniform. With three times
+the budget (300k training steps, seed 2, one run each) both agents learn far more, and uniform stays ahead:
+uniform test 0.463, bigval 0.356 (0.325 / 0.263 at 100k); ``--filter-replay-worlds fresh`` 0.375 / 0.331
+(264 of 2061 proposals accepted, the set at its cap of 200); random 0.263 on test.
 Fresh worlds end the memorising (training return falls to the uniform arm's level, 0.17-0.19) but also most of
 what the filter selected: an accepted task is hard for the random control largely because of its *world* (the
 random policy earns 0.11-0.14 on the original worlds of the accepted tasks, 0.17-0.19 on new worlds of the
