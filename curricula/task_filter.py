@@ -114,6 +114,7 @@ __all__ = [
     "control_task",
     "dtg_criteria",
     "split_control",
+    "split_played",
     "split_variant",
     "variant_task",
 ]
@@ -169,6 +170,18 @@ def split_variant(encoded: EncodedTask) -> tuple[EncodedTask, EncodedTask]:
     return encoded, encoded
 
 
+def split_played(encoded: EncodedTask) -> tuple[EncodedTask, bool]:
+    """``(task the environment plays, is_control)``: control and variant tags undone.
+
+    >>> split_played(["magister:variant", 3, 103])
+    (103, False)
+    >>> split_played(["magister:control", 3])
+    (3, True)
+    """
+    task, is_control = split_control(encoded)
+    return split_variant(task)[1], is_control
+
+
 class ControlTaskSpace(TaskSpace):
     """Wraps a task space so that control-tagged encoded tasks decode to the underlying task, and
     variant-tagged ones (:func:`variant_task`) to the variant the episode plays.
@@ -190,7 +203,7 @@ class ControlTaskSpace(TaskSpace):
         return self.base.encode(task)
 
     def decode(self, encoded: EncodedTask) -> Any:
-        return self.base.decode(split_variant(split_control(encoded)[0])[1])
+        return self.base.decode(split_played(encoded)[0])
 
     @property
     def num_tasks(self) -> int | None:

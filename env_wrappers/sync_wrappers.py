@@ -70,7 +70,7 @@ import gymnasium as gym
 from pettingzoo.utils.wrappers import BaseParallelWrapper
 
 from ..curricula.base import Curriculum
-from ..curricula.task_filter import split_control, split_variant
+from ..curricula.task_filter import split_played
 from ..sync.client import DEFAULT_TIMEOUT, Assignment, TaskFeed, connect, feed_class
 from ..sync.server import CurriculumServer
 from ..task_spaces.base import TaskSpace
@@ -259,8 +259,7 @@ class _Episode:
         """Make ``a`` the current task; ``info_task`` / ``control`` are what every info reports for it
         (``info_fields``: those, the train flag and the default progress: what every step's info gets)."""
         self.assignment = a
-        plain, self.control = split_control(a.task)
-        self.info_task = split_variant(plain)[1]  # (the task played, for a task filter's replay variant)
+        self.info_task, self.control = split_played(a.task)  # (a task filter's tags undone)
         self.info_fields = {
             "task": self.info_task,
             "task_train": a.train,

@@ -301,7 +301,7 @@ from magister.curricula.dual import DualCurriculum
 from magister.curricula.fsp import FSP
 from magister.curricula.opponent_store import OpponentCurriculum, OpponentStore, OutcomeRule
 from magister.curricula.pfsp import PFSP
-from magister.curricula.task_filter import TaskFilter, control_task, split_control, split_variant
+from magister.curricula.task_filter import TaskFilter, control_task, split_control, split_played
 from magister.env_wrappers.coplayer import SingleLearnerEnv
 from magister.env_wrappers.sync_wrappers import PettingZooSyncWrapper
 from magister.examples._cli import parse_dataclass
@@ -542,8 +542,7 @@ class PairTaskSpace(TaskSpace[XLandTask]):
     def decode(self, encoded: EncodedTask) -> XLandTask:
         if not isinstance(encoded, (tuple, list)) or len(encoded) != 2:
             raise ValueError(f"{encoded!r:.200} is not a (task, opponent_id) pair of {self!r}")
-        inner, is_control = split_control(encoded[0])
-        inner = split_variant(inner)[1]
+        inner, is_control = split_played(encoded[0])
         opp = encoded[1]
         if isinstance(opp, bool) or not isinstance(opp, (int, np.integer)):
             raise ValueError(f"opponent id {opp!r} of {self!r} must be an int")
@@ -1510,8 +1509,8 @@ def filter_demo(args: Args, episodes: int) -> dict[str, Any]:
     train_returns: list[float] = []
     for _ in range(episodes):
         sample = filt.sample_tasks(1)[0]
-        inner, is_control = split_control(sample.task)
-        r = play(XLandTask.decode(split_variant(inner)[1]), not is_control)
+        inner, is_control = split_played(sample.task)
+        r = play(XLandTask.decode(inner), not is_control)
         if sample.train:
             train_returns.append(r)
         filt.update_on_episode(r, args.episode_length, sample.task, 0.0)
