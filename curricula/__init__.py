@@ -23,6 +23,7 @@ from .task_filter import (
     DTGThresholds,
     TaskFilter,
     split_control,
+    split_played,
     split_variant,
     variant_task,
 )
@@ -64,6 +65,7 @@ __all__ = [
     "TaskSample",
     "parse_condition",
     "split_control",
+    "split_played",
     "split_variant",
     "variant_task",
 ]
