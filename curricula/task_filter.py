@@ -79,10 +79,16 @@ How it runs as a curriculum:
   = ``("magister:variant", task, variant)`` (:func:`variant_task`; :func:`split_variant` undoes it): the
   environment plays ``variant`` (:class:`ControlTaskSpace` decodes the tag to it) and the episode's return
   is credited to the accepted ``task`` (its re-validation window), so the criteria stay keyed on the task
-  that passed them. Evaluation episodes (agent and control) and fresh proposals are never variants.
+  that passed them. Fresh proposals are never variants, and evaluation episodes are not unless
+  ``variant_evaluations`` (below).
   Counted in ``counts["replay_variants"]``. The variant must be a task of the space (a space with
   held-out tasks must not produce them: e.g.
   :meth:`~magister.examples.xland.task.XLandTaskSpace.world_variant`).
+* **Evaluation on variants** (``variant_evaluations=True``, with ``replay_variant``; our addition, off by
+  default): a candidate's evaluation episodes (agent and control) are variants too, each drawn afresh
+  (``control_task(variant_task(task, variant))`` for the control's), so the criteria measure the task's
+  family - in XLand its game and co-players over many worlds - on the kind of episode training then
+  plays, instead of one member of it. Counted in ``counts["eval_variants"]``.
 * **Accounting**: ``counts["eval_agent_issued"]`` and ``counts["eval_control_issued"]`` count the
   evaluation-only episodes the filter has issued (re-issues of lost episodes included): the price of the
   filter in environment episodes, to be charged against it when comparing with unfiltered sampling.
@@ -294,6 +300,7 @@ class TaskFilter(Curriculum):
         group_of: ``group_of(task) -> hashable``: replay the accepted set balanced over these groups.
         replay_variant: ``replay_variant(task, rng) -> encoded task``: train on a variant of the accepted
             task drawn at each replay, credited to the task (module docstring); ``None``: the task itself.
+        variant_evaluations: evaluation episodes play variants too (needs ``replay_variant``).
     """
 
     def __init__(
@@ -321,6 +328,7 @@ class TaskFilter(Curriculum):
         widen: bool = False,
         group_of: Callable[[EncodedTask], Hashable] | None = None,
         replay_variant: Callable[[EncodedTask, np.random.Generator], EncodedTask] | None = None,
+        variant_evaluations: bool = False,
     ) -> None:
         super().__init__(task_space, seed=seed)
         for name, value in (("num_episodes", num_episodes), ("max_pending", max_pending),
@@ -334,6 +342,8 @@ class TaskFilter(Curriculum):
         if replay_variant is not None and not callable(replay_variant):
             raise TypeError(f"replay_variant must be callable(task, rng) -> encoded task, "
                             f"got {replay_variant!r}")
+        if variant_evaluations and replay_variant is None:
+            raise ValueError("variant_evaluations=True needs replay_variant (the variants to evaluate on)")
         if propose is not None and not callable(propose):
             raise TypeError(f"propose must be callable(rng, n), got {propose!r}")
         self.K = int(num_episodes)
@@ -357,6 +367,7 @@ class TaskFilter(Curriculum):
         self.widen = bool(widen)
         self.group_of = group_of
         self.replay_variant = replay_variant
+        self.variant_evaluations = bool(variant_evaluations)
         self._groups: dict[Hashable, Hashable] = {}
         self.stale_after = 100 * self.K if stale_after is None else int(stale_after)
         self.pending: OrderedDict[Hashable, _Candidate] = OrderedDict()
@@ -373,7 +384,7 @@ class TaskFilter(Curriculum):
         return {"proposed": 0, "accepted": 0, "rejected_solved": 0, "rejected_control": 0,
                 "rejected_easy_for_control": 0, "rejected_early": 0, "dropped": 0, "evicted": 0,
                 "eval_agent_issued": 0, "eval_control_issued": 0, "fresh_agent_samples": 0,
-                "accepted_widened": 0, "replay_variants": 0}
+                "accepted_widened": 0, "replay_variants": 0, "eval_variants": 0}
 
     # -- proposals ----------------------------------------------------------------------------------
     def _propose(self, n: int) -> list[EncodedTask]:
@@ -416,13 +427,14 @@ class TaskFilter(Curriculum):
 
     def _issue(self, cand: _Candidate, control: bool) -> TaskSample:
         cand.last_issue = self.num_sampled
+        task = self._variant(cand.task, "eval_variants") if self.variant_evaluations else cand.task
         if control:
             cand.control_out += 1
             self.counts["eval_control_issued"] += 1
-            return TaskSample(control_task(cand.task), False)
+            return TaskSample(control_task(task), False)
         cand.agent_out += 1
         self.counts["eval_agent_issued"] += 1
-        return TaskSample(cand.task, False)
+        return TaskSample(task, False)
 
     def _next_eval(self) -> TaskSample | None:
         """One evaluation episode for a candidate that needs it, or None.
@@ -496,15 +508,16 @@ class TaskFilter(Curriculum):
             out.append(members[g][int(self.rng.integers(len(members[g])))])
         return out
 
-    def _variant(self, task: EncodedTask) -> EncodedTask:
-        """A replay of an accepted task: the task, or with ``replay_variant`` a tagged variant of it."""
+    def _variant(self, task: EncodedTask, count: str = "replay_variants") -> EncodedTask:
+        """A replay of an accepted task (or with ``variant_evaluations`` an evaluation episode of a
+        candidate): the task, or with ``replay_variant`` a tagged variant of it, counted under ``count``."""
         if self.replay_variant is None:
             return task
         variant = self.replay_variant(task, self.rng)
         if not self.task_space.contains_encoded(variant):
             raise ValueError(f"replay_variant({task!r:.100}, rng) returned {variant!r:.100}, which is not an "
                              f"encoded task of {self.task_space!r}")
-        self.counts["replay_variants"] += 1
+        self.counts[count] += 1
         return variant_task(task, variant)
 
     def sample(self, k: int = 1) -> list[EncodedTask]:

@@ -586,3 +586,43 @@ def test_replay_variant_outside_the_space_or_not_callable_raises():
     assert cur.counts["replay_variants"] == 0
     with pytest.raises(TypeError, match="replay_variant"):
         TaskFilter(Discrete(10), replay_variant=3)
+
+
+def test_variant_evaluations_play_variants_and_decide_on_their_returns():
+    """variant_evaluations: every evaluation episode of a candidate plays its own variant (agent episodes
+    ("magister:variant", t, v), control episodes ("magister:control", ("magister:variant", t, v))), the
+    returns of both are credited to the candidate t, and the decision is the usual one on them: agent
+    [0.3, 0.0] against control [0.0, 0.0] -> accepted (criterion 2: 0.3 > 0.0 + m_>); candidate with
+    agent [0.0, 0.0] -> rejected (agent never beats control)."""
+    def variant(t, rng):
+        return int(rng.integers(500, 1000))
+
+    cur = TaskFilter(Discrete(1000), num_episodes=2, eval_fraction=1.0, max_pending=2, seed=3,
+                     replay_variant=variant, variant_evaluations=True, propose=lambda rng, n: [4, 9][:n])
+    samples = cur.sample_tasks(8)  # 2 candidates x (2 agent + 2 control)
+    assert not any(s.train for s in samples)
+    played = {4: [], 9: []}
+    for s in samples:
+        inner, control = split_control(wire(s.task))
+        accepted, v = split_variant(inner)
+        assert accepted in (4, 9) and 500 <= v < 1000  # a variant, never the candidate itself
+        played[accepted].append((control, v))
+    assert sorted(c for c, _ in played[4]) == [False, False, True, True]
+    assert len({v for _, v in played[4] + played[9]}) > 4  # drawn afresh for each episode
+    assert cur.counts["eval_variants"] == 8 and cur.counts["replay_variants"] == 0
+    agent_returns = {4: [0.3, 0.0], 9: [0.0, 0.0]}
+    for s in samples:
+        inner, control = split_control(wire(s.task))
+        t = split_variant(inner)[0]
+        cur.update_on_episode(0.0 if control else agent_returns[t].pop(), 1, wire(s.task), 0.0)
+    assert cur.train_tasks == [4] and cur.counts["accepted"] == 1 and cur.counts["rejected_control"] == 1
+    assert cur._control[task_key(4)] == [0.0, 0.0]
+    cur.eval_fraction = 1e-12  # now only training replays: variants of the accepted task, as before
+    replays = cur.sample_tasks(20)
+    assert all(s.train and split_variant(s.task)[0] == 4 for s in replays)
+    assert cur.counts["replay_variants"] == 20 and cur.counts["eval_variants"] == 8
+
+
+def test_variant_evaluations_need_replay_variant():
+    with pytest.raises(ValueError, match="variant_evaluations=True needs replay_variant"):
+        TaskFilter(Discrete(10), variant_evaluations=True)

@@ -572,3 +572,61 @@ def test_replay_worlds_option_plays_variants_and_credits_the_accepted_task(tmp_p
                        (["--filter-mutations", "0"], "filter-mutations")):
         with pytest.raises(ValueError, match=match):
             train(parse_args(bad + ["--run-dir", str(tmp_path)]))
+
+
+def test_eval_variants_option_evaluates_candidates_on_other_worlds(tmp_path):
+    """--filter-eval-variants (with --filter-replay-worlds fresh): a candidate's evaluation episodes, the
+    agent's and the control policy's, play new worlds of its game; the env decodes the played world, the
+    control pair still reads as control, and without replay variants the option is refused."""
+    import msgpack
+
+    from magister.curricula.task_filter import split_control, split_variant
+
+    args = Args(**{**TINY, "filter_replay_worlds": "fresh", "filter_eval_variants": True})
+    space = make_task_space(dataclasses.replace(args, n_test=0, n_validation=0))[0]
+    cur = make_curriculum(args, space, OpponentStore(tmp_path, max_count=None))
+    cur.update_agent(make_agent(args))
+    filt = cur.task_curriculum
+    assert filt.variant_evaluations
+    evals = [msgpack.unpackb(msgpack.packb(s.task)) for s in cur.sample_tasks(40) if not s.train]
+    for pair in evals:  # control first: the control scores nothing, so the agent's episodes follow
+        cur.update_on_episode(0.0, 8, pair, 0.0)
+    evals += [msgpack.unpackb(msgpack.packb(s.task)) for s in cur.sample_tasks(40) if not s.train]
+    assert evals and filt.counts["eval_variants"] == len(evals)
+    kinds = set()
+    for pair in evals:
+        inner, control = split_control(pair[0])
+        kinds.add(control)
+        candidate, played = split_variant(inner)
+        task, decoded = XLandTask.decode(candidate), PairTaskSpace().decode(pair)
+        assert decoded.game == task.game and decoded.world == XLandTask.decode(played).world != task.world
+        assert not space.is_heldout(decoded)
+    assert kinds == {True, False}
+    with pytest.raises(ValueError, match="filter-eval-variants needs"):
+        train(parse_args(["--filter-eval-variants", "--run-dir", str(tmp_path)]))
+
+
+def test_oracle_filter_labels_keeps_and_trains(tmp_path, capsys):
+    """The oracle-filter experiment: the keep rules are the labels' conjunctions, the kept pool is what
+    the run trains on, and it prints the shares, test and bigval participation; bad sizes are refused."""
+    from magister.examples.xland.oracle_filter import KEEP_RULES, label_pool
+    from magister.examples.xland.oracle_filter import main as oracle_main
+
+    rules = {name: [rule(s, n) for s, n in ((0.0, 0.0), (2.0, 0.0), (0.0, 3.0), (2.0, 3.0))]
+             for name, rule in KEEP_RULES.items()}
+    assert rules == {"all": [True] * 4, "achievable": [False, True, False, True],
+                     "nontrivial": [True, True, False, False], "oracle": [False, True, False, False]}
+    args = parse_args(["--seed", "0"])
+    space = make_task_space(dataclasses.replace(args, n_test=0, n_validation=0))[0]
+    pool = [space.sample() for _ in range(12)]
+    seeker, noop = label_pool(pool, episode_length=40)
+    assert seeker.shape == noop.shape == (12,) and (seeker >= 0).all() and (noop >= 0).all()
+    assert (seeker > 0).mean() > (noop > 0).mean()  # the goal-seeker reaches goals noop does not
+    out = oracle_main(["--keep", "oracle", "--pool", "40", "--bigval", "3", "--total-steps", "100",
+                       "--run-dir", str(tmp_path), "--no-progress"])
+    printed = capsys.readouterr().out
+    assert "pool of 40 training tasks" in printed and "--keep oracle trains on" in printed
+    assert set(out) == {"test/agent", "test/noop", "test/random", "test/seeker", "bigval/agent"}
+    assert all(0.0 <= v <= 1.0 for v in out.values())
+    with pytest.raises(ValueError, match="--pool must be a positive int"):
+        oracle_main(["--pool", "0", "--run-dir", str(tmp_path)])

@@ -163,7 +163,7 @@ def test_bad_space_arguments():
         XLandTaskSpace(world_sizes=(7, 12))
 
 
-@pytest.mark.parametrize("module", ["game", "world", "env", "task", "coplayers"])
+@pytest.mark.parametrize("module", ["game", "world", "env", "task", "coplayers", "oracle_filter"])
 def test_module_doctests(module):
     mod = importlib.import_module(f"magister.examples.xland.{module}")
     result = doctest.testmod(mod, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)

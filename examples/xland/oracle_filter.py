@@ -1,0 +1,130 @@
+"""How much can a task filter buy at CPU scale? Train on a pool filtered with privileged labels.
+
+``python -m magister.examples.xland.oracle_filter --keep oracle --seed 0`` draws ``--pool`` training
+tasks from the trainer's task space (held-out tasks excluded, as always), labels each with one episode of
+the scripted goal-seeker and one of the noop policy in the learner's slot (noop co-player), keeps
+
+* ``all``: every task (unfiltered sampling, the baseline),
+* ``achievable``: tasks the goal-seeker scores on,
+* ``nontrivial``: tasks the noop policy scores nothing on (the goal does not simply hold),
+* ``oracle``: both,
+
+and trains :func:`magister.examples.xland_ppo.train` uniformly over the kept tasks (co-players from the
+FSP curriculum as in the trainer), with the trainer's other defaults. It prints the labels' shares, the
+held-out test participation next to the reference policies', and the participation on ``--bigval``
+further validation tasks (drawn after the test set by the same generator; one episode per evaluation
+co-player, worst case over them).
+
+This is an upper-bound experiment for issue 7's ablation, not a curriculum: the goal-seeker is a scripted
+policy with privileged access to the state, which a dynamic task filter (agent and control policy only)
+does not have. If training on the oracle's pool does not beat the unfiltered pool by more than the seed
+spread, no filter of the same proposals can be shown to at this budget. The measured numbers are in
+:mod:`magister.examples.xland_ppo`'s docstring ("An oracle filter, measured").
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+
+import numpy as np
+
+from magister.examples.xland.coplayers import NOOP
+from magister.examples.xland.env import XLandTask
+from magister.examples.xland.evaluation import (
+    EVAL_COPLAYERS,
+    NoopPolicy,
+    SeekerPolicy,
+    participation,
+    play,
+    with_coplayer,
+)
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["KEEP_RULES", "label_pool", "main"]
+
+#: Which labelled tasks each ``--keep`` mode trains on: ``rule(seeker_return, noop_return) -> bool``.
+KEEP_RULES = {
+    "all": lambda seeker, noop: True,
+    "achievable": lambda seeker, noop: seeker > 0,
+    "nontrivial": lambda seeker, noop: noop == 0,
+    "oracle": lambda seeker, noop: seeker > 0 and noop == 0,
+}
+
+
+def label_pool(pool: list[XLandTask], episode_length: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Returns of one goal-seeker and one noop episode per task (learner's slot, noop co-player).
+
+    >>> from magister.examples.xland.task import XLandTaskSpace
+    >>> space = XLandTaskSpace(coplayer_ids=(NOOP,), world_sizes=(7, 7), seed=0, max_options=1)
+    >>> seeker, noop = label_pool([space.sample() for _ in range(3)], episode_length=8)
+    >>> seeker.shape, noop.shape
+    ((3,), (3,))
+    """
+    grid = [with_coplayer(t, NOOP) for t in pool]
+    seeker = play(grid, SeekerPolicy(), episodes=1, episode_length=episode_length, seed=seed)
+    noop = play(grid, NoopPolicy(), episodes=1, episode_length=episode_length, seed=seed)
+    return seeker, noop
+
+
+def main(argv: list[str] | None = None) -> dict[str, float]:
+    from magister.examples.xland_ppo import TorchPolicy, make_agent, make_task_space, parse_args, train
+
+    p = argparse.ArgumentParser(prog="python -m magister.examples.xland.oracle_filter", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--keep", choices=sorted(KEEP_RULES), default="oracle", help="which tasks to train on")
+    p.add_argument("--pool", type=int, default=3000, help="training tasks drawn and labelled")
+    p.add_argument("--bigval", type=int, default=160, help="further validation tasks to measure on")
+    p.add_argument("--seed", type=int, default=0, help="trainer seed (also seeds the pool and the sets)")
+    p.add_argument("--total-steps", type=int, default=100_000)
+    p.add_argument("--run-dir", default="runs")
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True)
+    a = p.parse_args(argv)
+    for name in ("pool", "total_steps"):
+        if getattr(a, name) < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be a positive int, got {getattr(a, name)!r}")
+    if a.bigval < 0:
+        raise ValueError(f"--bigval must be >= 0, got {a.bigval!r}")
+    logging.basicConfig(level=logging.WARNING)
+    flags = ["--curriculum", "uniform", "--total-steps", str(a.total_steps), "--seed", str(a.seed),
+             "--run-dir", a.run_dir, "--run-name", f"xland_oracle_{a.keep}_s{a.seed}", "--no-tensorboard",
+             "--progress" if a.progress else "--no-progress"]
+    args = parse_args(flags)
+    space, test, _ = make_task_space(args)
+    drawn = space.sample_encoded(a.pool, rng=np.random.default_rng(777 + a.seed))
+    pool = [XLandTask.decode(e) for e in drawn]
+    t0 = time.perf_counter()
+    seeker, noop = label_pool(pool, args.episode_length, seed=a.seed)
+    rule = KEEP_RULES[a.keep]
+    kept = [t for t, s, n in zip(pool, seeker.tolist(), noop.tolist()) if rule(s, n)]
+    if not kept:
+        raise RuntimeError(f"--keep {a.keep} kept none of the {len(pool)} tasks of the pool")
+    sys.stdout.write(f"pool of {len(pool)} training tasks: goal-seeker scores on {np.mean(seeker > 0):.3f}, "
+                     f"noop on {np.mean(noop > 0):.3f}; --keep {a.keep} trains on {len(kept)} "
+                     f"(labelled in {time.perf_counter() - t0:.0f} s)\n")
+    result = train(args, train_tasks=kept)
+    out = {f"test/{name}": r.participation for name, r in result.test.items()}
+    sys.stdout.write("test participation (" + str(len(test)) + " tasks): "
+                     + ", ".join(f"{k.split('/')[1]} {v:.3f}" for k, v in out.items()) + "\n")
+    if a.bigval > 0:
+        import torch
+
+        _, validation = space.make_evaluation_sets(args.n_test, args.n_validation + a.bigval,
+                                                   seed=10_000 + a.seed)
+        tasks = validation[args.n_validation:]
+        agent = make_agent(args)
+        agent.load_state_dict(torch.load(f"{result.run_dir}/checkpoint.pt", weights_only=False)["agent"])
+        grid = [with_coplayer(t, c) for t in tasks for c in EVAL_COPLAYERS]
+        rets = play(grid, TorchPolicy(agent, seed=a.seed), episodes=1, episode_length=args.episode_length,
+                    seed=a.seed).reshape(len(tasks), len(EVAL_COPLAYERS))
+        out["bigval/agent"] = participation(rets)
+        sys.stdout.write(f"bigval participation ({len(tasks)} further validation tasks): agent "
+                         f"{out['bigval/agent']:.3f}\n")
+    return out
+
+
+if __name__ == "__main__":
+    main()
