@@ -356,12 +356,16 @@ from magister.examples.xland.env import (
     XLandTaskWrapper,
 )
 from magister.examples.xland.evaluation import (
+    EVAL_COPLAYERS,
     PERCENTILES,
     EvalResult,
     evaluate,
     format_table,
     normalisers,
+    participation,
+    play,
     reference_returns,
+    with_coplayer,
     worst_case,
 )
 from magister.examples.xland.game import (
@@ -484,6 +488,9 @@ class Args:
     """held-out test tasks (world + game), each played against noop, random and goal-seeker"""
     n_validation: int = 16
     """held-out validation tasks (evaluated during training)"""
+    n_bigval: int = 0
+    """further validation tasks, drawn after the validation set, on which the final agent's participation
+    is measured (``RunResult.bigval``): for comparing settings without touching the test set"""
     eval_episodes: int = 1
     """episodes per (held-out task, co-player)"""
     eval_every: int = 10
@@ -540,6 +547,8 @@ def check_args(args: Args) -> None:
                  "update_epochs", "filter_min_tasks", "filter_mutations"):
         if getattr(args, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)!r}")
+    if args.n_bigval < 0:
+        raise ValueError(f"--n-bigval must be >= 0, got {args.n_bigval!r}")
     if args.num_envs % args.num_minibatches:
         raise ValueError(f"--num-envs ({args.num_envs}) must be a multiple of --num-minibatches "
                          f"({args.num_minibatches}): minibatches are groups of whole env sequences")
@@ -1062,6 +1071,8 @@ class RunResult:
     eval_steps: int = 0
     """learner steps of the filter's evaluation-only episodes (agent evaluation and control policy)"""
     episode_length: int = 0
+    bigval: float | None = None
+    """participation on ``--n-bigval`` further validation tasks (None: not measured)"""
 
 
 def _stack_refs(refs: dict[str, np.ndarray]) -> np.ndarray:
@@ -1334,7 +1345,10 @@ def train(args: Args, train_tasks: Sequence[XLandTask] | None = None) -> RunResu
         cmetrics = _metrics(curriculum)
     train_returns = _train_summary(history)
     result = RunResult(test, history, global_step, seconds, str(run_dir), cmetrics, train_returns,
-                       train_steps, eval_steps, args.episode_length)
+                       train_steps, eval_steps, args.episode_length,
+                       bigval_participation(args, agent) if args.n_bigval else None)
+    if result.bigval is not None:
+        logger.info("participation on %d further validation tasks: %.3f", args.n_bigval, result.bigval)
     (run_dir / "result.json").write_text(json.dumps(_result_json(result, args), indent=1, default=float))
     if writer is not None:
         for k, v in test["agent"].summary().items():
@@ -1383,7 +1397,20 @@ def _result_json(result: RunResult, args: Args) -> dict[str, Any]:
                  for k, v in result.test.items()},
         "train": result.train_returns,
         "curriculum": result.curriculum_metrics,
+        "bigval": result.bigval,
     }
+
+
+def bigval_participation(args: Args, agent: Agent) -> float:
+    """Participation of ``agent`` (worst case over the evaluation co-players, ``args.eval_episodes``
+    episodes each) on the ``args.n_bigval`` validation tasks drawn after the first ``args.n_validation``
+    by the same generator: held out from training like them, disjoint from the test set."""
+    more = dataclasses.replace(args, n_validation=args.n_validation + args.n_bigval)
+    tasks = make_task_space(more)[2][args.n_validation:]
+    grid = [with_coplayer(t, c) for t in tasks for c in EVAL_COPLAYERS]
+    rets = play(grid, TorchPolicy(agent, seed=args.seed), episodes=args.eval_episodes,
+                episode_length=args.episode_length, seed=args.seed)
+    return participation(rets.reshape(len(tasks), len(EVAL_COPLAYERS)))
 
 
 def _progress(args: Args, total: int, initial: int):
@@ -1483,13 +1510,13 @@ def ablation(args: Args) -> dict[str, RunResult]:
 def ablation_table(results: dict[str, RunResult]) -> str:
     """One row per run: environment steps (all episodes), training steps, the filter's evaluation-only
     steps, held-out test participation, mean worst-case return (/ episode length) and normalised
-    percentiles, validation participation at the end,
+    percentiles, validation participation at the end and on the ``--n-bigval`` further validation tasks,
     the training-episode profile (last half of the run), the accepted set's size and the agent's and the
     control policy's mean return (/ episode length) on it. With several runs per curriculum, a ``mean``
     row per curriculum follows (test participation and return: mean +- standard deviation over its runs)."""
     head = (f"{'curriculum':12s} {'steps':>7s} {'train':>7s} {'eval':>6s} {'test part.':>13s} "
-            f"{'test ret':>13s} {'p10':>5s} "
-            f"{'p20':>5s} {'p50':>5s} {'val part.':>9s} {'train ret':>9s} {'zero ret':>8s} {'solved':>6s} "
+            f"{'test ret':>13s} {'p10':>5s} {'p20':>5s} {'p50':>5s} {'val part.':>9s} {'bigval':>6s} "
+            f"{'train ret':>9s} {'zero ret':>8s} {'solved':>6s} "
             f"{'accepted':>8s} {'acc. agent':>10s} {'acc. ctrl':>9s}")
     lines = [head]
     groups: dict[str, list[tuple[float, float]]] = defaultdict(list)
@@ -1506,7 +1533,7 @@ def ablation_table(results: dict[str, RunResult]) -> str:
         lines.append(f"{name:12s} {r.global_step:7d} {r.train_steps:7d} {r.eval_steps:6d} "
                      f"{a.participation:13.3f} {ret:13.3f} {a.percentiles[10]:5.2f} {a.percentiles[20]:5.2f} "
                      f"{a.percentiles[50]:5.2f} {vals[-1] if vals else np.nan:9.3f} "
-                     f"{tr.get('return/train', np.nan):9.3f} "
+                     f"{np.nan if r.bigval is None else r.bigval:6.3f} {tr.get('return/train', np.nan):9.3f} "
                      f"{tr.get('train/zero_return_share', np.nan):8.3f} "
                      f"{tr.get('train/solved_share', np.nan):6.3f} {acc:8.0f} {acc_a / L:10.3f} "
                      f"{acc_c / L:9.3f}")
@@ -1544,7 +1571,7 @@ def filter_demo(args: Args, episodes: int) -> dict[str, Any]:
     filt = make_task_filter(args, space)
     seeker, rng = GoalSeeker(), np.random.default_rng(args.seed)
 
-    def play(task: XLandTask, scripted: bool) -> float:
+    def play_one(task: XLandTask, scripted: bool) -> float:
         env = XLandEnv(task, episode_length=args.episode_length)
         env.reset(seed=int(rng.integers(1 << 30)))
         while env.agents:
@@ -1555,12 +1582,12 @@ def filter_demo(args: Args, episodes: int) -> dict[str, Any]:
     for _ in range(episodes):
         sample = filt.sample_tasks(1)[0]
         inner, is_control = split_played(sample.task)
-        r = play(XLandTask.decode(inner), not is_control)
+        r = play_one(XLandTask.decode(inner), not is_control)
         if sample.train:
             train_returns.append(r)
         filt.update_on_episode(r, args.episode_length, sample.task, 0.0)
     kept = train_returns[len(train_returns) // 2:]
-    uniform = [play(t, True) for t in (space.sample() for _ in range(max(len(kept), 1)))]
+    uniform = [play_one(t, True) for t in (space.sample() for _ in range(max(len(kept), 1)))]
     return {"counts": dict(filt.counts), "train_tasks": len(filt.train_tasks),
             "kept": _profile(kept, args.episode_length), "uniform": _profile(uniform, args.episode_length)}
 
@@ -1584,8 +1611,10 @@ def main(argv: list[str] | None = None) -> RunResult | dict[str, Any]:
         sys.stdout.write("\n" + ablation_table(results) + "\n")
         return results
     result = train(args)
+    bigval = "" if result.bigval is None else (f"participation on {args.n_bigval} further validation tasks: "
+                                               f"{result.bigval:.3f}\n")
     sys.stdout.write(f"\nheld-out test tasks after {result.global_step} steps ({result.seconds:.0f}s):\n"
-                     f"{format_table(result.test)}\nrun directory: {result.run_dir}\n")
+                     f"{format_table(result.test)}\n{bigval}run directory: {result.run_dir}\n")
     return result
 
 

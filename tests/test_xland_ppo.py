@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import subprocess
 import sys
 
@@ -44,6 +45,7 @@ from magister.examples.xland_ppo import (
     ablation,
     ablation_table,
     atom_channels,
+    check_args,
     egocentric,
     filter_demo,
     goal_planes,
@@ -630,3 +632,21 @@ def test_oracle_filter_labels_keeps_and_trains(tmp_path, capsys):
     assert all(0.0 <= v <= 1.0 for v in out.values())
     with pytest.raises(ValueError, match="--pool must be a positive int"):
         oracle_main(["--pool", "0", "--run-dir", str(tmp_path)])
+    result_json = json.loads((tmp_path / "xland_oracle_oracle_s0" / "result.json").read_text())
+    assert result_json["bigval"] == out["bigval/agent"]
+
+
+def test_bigval_tasks_extend_the_validation_set_and_are_held_out():
+    """--n-bigval measures on the validation tasks drawn after the first n_validation: the test set and the
+    first validation tasks are the same as without it, the further ones are new and held out."""
+    args = parse_args(["--seed", "3", "--n-test", "6", "--n-validation", "4"])
+    space, test, validation = make_task_space(args)
+    more_space, more_test, more_validation = make_task_space(dataclasses.replace(args, n_validation=4 + 5))
+    assert [t.encode() for t in more_test] == [t.encode() for t in test]
+    assert [t.encode() for t in more_validation[:4]] == [t.encode() for t in validation]
+    extra = more_validation[4:]
+    keys = {repr(t.encode()) for t in test + validation}
+    assert len(extra) == 5 and not any(repr(t.encode()) in keys for t in extra)
+    assert all(more_space.is_heldout(t) for t in extra)
+    with pytest.raises(ValueError, match="--n-bigval must be >= 0"):
+        check_args(dataclasses.replace(args, n_bigval=-1))

@@ -13,7 +13,7 @@ and trains :func:`magister.examples.xland_ppo.train` uniformly over the kept tas
 FSP curriculum as in the trainer), with the trainer's other defaults. It prints the labels' shares, the
 held-out test participation next to the reference policies', and the participation on ``--bigval``
 further validation tasks (drawn after the test set by the same generator; one episode per evaluation
-co-player, worst case over them).
+co-player, worst case over them: the trainer's ``--n-bigval``).
 
 This is an upper-bound experiment for issue 7's ablation, not a curriculum: the goal-seeker is a scripted
 policy with privileged access to the state, which a dynamic task filter (agent and control policy only)
@@ -33,14 +33,7 @@ import numpy as np
 
 from magister.examples.xland.coplayers import NOOP
 from magister.examples.xland.env import XLandTask
-from magister.examples.xland.evaluation import (
-    EVAL_COPLAYERS,
-    NoopPolicy,
-    SeekerPolicy,
-    participation,
-    play,
-    with_coplayer,
-)
+from magister.examples.xland.evaluation import NoopPolicy, SeekerPolicy, play, with_coplayer
 
 logger = logging.getLogger(__name__)
 
@@ -71,7 +64,7 @@ def label_pool(pool: list[XLandTask], episode_length: int, seed: int = 0) -> tup
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
-    from magister.examples.xland_ppo import TorchPolicy, make_agent, make_task_space, parse_args, train
+    from magister.examples.xland_ppo import make_task_space, parse_args, train
 
     p = argparse.ArgumentParser(prog="python -m magister.examples.xland.oracle_filter", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -91,7 +84,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     logging.basicConfig(level=logging.WARNING)
     flags = ["--curriculum", "uniform", "--total-steps", str(a.total_steps), "--seed", str(a.seed),
              "--run-dir", a.run_dir, "--run-name", f"xland_oracle_{a.keep}_s{a.seed}", "--no-tensorboard",
-             "--progress" if a.progress else "--no-progress"]
+             "--n-bigval", str(a.bigval), "--progress" if a.progress else "--no-progress"]
     args = parse_args(flags)
     space, test, _ = make_task_space(args)
     drawn = space.sample_encoded(a.pool, rng=np.random.default_rng(777 + a.seed))
@@ -109,20 +102,10 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     out = {f"test/{name}": r.participation for name, r in result.test.items()}
     sys.stdout.write("test participation (" + str(len(test)) + " tasks): "
                      + ", ".join(f"{k.split('/')[1]} {v:.3f}" for k, v in out.items()) + "\n")
-    if a.bigval > 0:
-        import torch
-
-        _, validation = space.make_evaluation_sets(args.n_test, args.n_validation + a.bigval,
-                                                   seed=10_000 + a.seed)
-        tasks = validation[args.n_validation:]
-        agent = make_agent(args)
-        agent.load_state_dict(torch.load(f"{result.run_dir}/checkpoint.pt", weights_only=False)["agent"])
-        grid = [with_coplayer(t, c) for t in tasks for c in EVAL_COPLAYERS]
-        rets = play(grid, TorchPolicy(agent, seed=a.seed), episodes=1, episode_length=args.episode_length,
-                    seed=a.seed).reshape(len(tasks), len(EVAL_COPLAYERS))
-        out["bigval/agent"] = participation(rets)
-        sys.stdout.write(f"bigval participation ({len(tasks)} further validation tasks): agent "
-                         f"{out['bigval/agent']:.3f}\n")
+    if result.bigval is not None:
+        out["bigval/agent"] = result.bigval
+        sys.stdout.write(f"bigval participation ({a.bigval} further validation tasks): agent "
+                         f"{result.bigval:.3f}\n")
     return out
 
 
