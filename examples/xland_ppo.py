@@ -168,8 +168,8 @@ filter arm otherwise takes twice the optimiser steps per training step: 394 upda
 ``--filter-fresh-samples`` is tested but was not measured in a training run. Test
 participation (80 tasks, as above) and a larger validation check (``bigval``, ``--n-bigval 160``: 160 further
 validation tasks drawn after the run's 16 by the same generator, one episode per co-player; used to compare
-settings, since the 16 validation tasks of a run are too few; these later draws are mostly two-literal goals, hence lower
-values; random policy 0.194 / 0.156 / 0.138 for seeds 0 / 1 / 2)::
+settings, since the 16 validation tasks of a run are too few; these later draws are mostly two-literal
+goals, hence lower values; random policy 0.194 / 0.156 / 0.138 for seeds 0 / 1 / 2)::
 
     run (100k training steps)                   seed  test part.  bigval  kept (widened)  train ret  zero ret
     uniform                                        0       0.325   0.231        -           0.134     0.706
