@@ -20,6 +20,19 @@ settings.register_profile(
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _sb3_log_dir(tmp_path_factory: pytest.TempPathFactory):
+    """Stable-Baselines3 makes a new ``SB3-<date>`` folder in the system's temporary directory for every
+    model it builds without a log folder; the tests' go under pytest's own temporary directory instead."""
+    old = os.environ.get("SB3_LOGDIR")
+    os.environ["SB3_LOGDIR"] = str(tmp_path_factory.mktemp("sb3_logs"))
+    yield
+    if old is None:
+        os.environ.pop("SB3_LOGDIR", None)
+    else:
+        os.environ["SB3_LOGDIR"] = old
+
+
 @pytest.fixture(scope="module")
 def ray_session(request: pytest.FixtureRequest):
     """One local Ray session per pytest run, shared by the Ray test modules; the requesting module's own
