@@ -12,14 +12,15 @@ the scripted goal-seeker and one of the noop policy in the learner's slot (noop 
 and trains :func:`magister.examples.xland_ppo.train` uniformly over the kept tasks (co-players from the
 FSP curriculum as in the trainer), with the trainer's other defaults. It prints the labels' shares, the
 held-out test participation next to the reference policies', and the participation on ``--bigval``
-further validation tasks (drawn after the test set by the same generator; one episode per evaluation
-co-player, worst case over them: the trainer's ``--n-bigval``).
+further validation tasks (drawn after the run's own validation tasks by the same generator; one episode per
+evaluation co-player, worst case over them: the trainer's ``--n-bigval``).
 
 This is an upper-bound experiment for issue 7's ablation, not a curriculum: the goal-seeker is a scripted
 policy with privileged access to the state, which a dynamic task filter (agent and control policy only)
 does not have. If training on the oracle's pool does not beat the unfiltered pool by more than the seed
-spread, no filter of the same proposals can be shown to at this budget. The measured numbers are in
-:mod:`magister.examples.xland_ppo`'s docstring ("An oracle filter, measured").
+spread, no filter of the same proposals can be shown to at that budget. Measured (in
+:mod:`magister.examples.xland_ppo`'s docstring, "An oracle filter, measured"): not at 100k training steps,
+where the agents are still near the random policy; at 200k, +0.05 test participation on both seeds run.
 """
 
 from __future__ import annotations
