@@ -334,12 +334,13 @@ they are near the random policy). The dynamic filter with ``--filter-replay-worl
 100k on the 800 tasks; ``--curriculum filter --filter-replay-worlds mutate --total-steps 200000 --n-bigval
 800``; 1391 / 1365 proposals, 138 / 202 accepted, training return 0.42 / 0.44 in the last half) is not: -0.037
 / +0.013 on test and -0.024 / +0.013 on the 800 tasks against the unfiltered pool. A filter that approximated
-the oracle's labels - keep what some policy can achieve and the goal does not give for free, without
-replaying the same worlds - is therefore what could show issue 7's gain at this scale. The dynamic filter's criteria approximate "achievable" only through the agent and a
-random control: in 2 episodes the random policy scores on 33% of the achievable, non-trivial tasks and on 9%
-of those the goal-seeker does not score on (1500 tasks, seed 0), so an acceptance test on the control alone
-("the control scored, but not much") would keep about one proposal in five, a fifth of them ones the
-goal-seeker cannot achieve, for about ten control episodes per accepted task.
+the oracle's labels - keep what some policy can achieve and the goal does not give for free, without replaying
+the same worlds - is therefore what could show issue 7's gain at this scale. The dynamic filter's criteria
+approximate "achievable" only through the agent and a random control: in 2 episodes the random policy scores
+on 33% of the achievable, non-trivial tasks and on 9% of those the goal-seeker does not score on (1500 tasks,
+seed 0), so an acceptance test on the control alone ("the control scored, but not much") would keep about one
+proposal in five, a fifth of them ones the goal-seeker cannot achieve, for about ten control episodes per
+accepted task.
 
 Before issue 7's changes (uniform atoms, allocentric or egocentric agent without the goal planes, 50k steps,
 seeds 0 and 1) the two arms measured 0.356+-0.027 and 0.350+-0.035, both equal to the random policy: 52 of
