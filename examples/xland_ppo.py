@@ -399,16 +399,14 @@ from magister.examples.xland.env import (
     XLandTaskWrapper,
 )
 from magister.examples.xland.evaluation import (
-    EVAL_COPLAYERS,
     PERCENTILES,
     EvalResult,
     evaluate,
     format_table,
     normalisers,
     participation,
-    play,
+    play_grid,
     reference_returns,
-    with_coplayer,
     worst_case,
 )
 from magister.examples.xland.game import (
@@ -1450,10 +1448,8 @@ def bigval_participation(args: Args, agent: Agent) -> float:
     by the same generator: held out from training like them, disjoint from the test set."""
     more = dataclasses.replace(args, n_validation=args.n_validation + args.n_bigval)
     tasks = make_task_space(more)[2][args.n_validation:]
-    grid = [with_coplayer(t, c) for t in tasks for c in EVAL_COPLAYERS]
-    rets = play(grid, TorchPolicy(agent, seed=args.seed), episodes=args.eval_episodes,
-                episode_length=args.episode_length, seed=args.seed)
-    return participation(rets.reshape(len(tasks), len(EVAL_COPLAYERS)))
+    return participation(play_grid(tasks, TorchPolicy(agent, seed=args.seed), episodes=args.eval_episodes,
+                                   episode_length=args.episode_length, seed=args.seed))
 
 
 def _progress(args: Args, total: int, initial: int):

@@ -60,6 +60,7 @@ __all__ = [
     "normalised_scores",
     "participation",
     "play",
+    "play_grid",
     "reference_returns",
     "with_coplayer",
     "worst_case",
@@ -298,8 +299,13 @@ def play(tasks: Sequence[XLandTask], policy: BatchPolicy, *, episodes: int = 1, 
     return rets.mean(axis=1)
 
 
-def _grid(tasks: Sequence[XLandTask], coplayers: Sequence[int]) -> list[XLandTask]:
-    return [with_coplayer(t, c) for t in tasks for c in coplayers]
+def play_grid(tasks: Sequence[XLandTask], policy: BatchPolicy, *, coplayers: Sequence[int] = EVAL_COPLAYERS,
+              episodes: int = 1, episode_length: int = 40, seed: int = 0) -> np.ndarray:
+    """Mean returns ``[tasks, co-players]`` of ``policy`` in the learner's slot of every (task, co-player)
+    pair (:func:`with_coplayer`), all played in one batch by :func:`play`."""
+    grid = [with_coplayer(t, c) for t in tasks for c in coplayers]
+    rets = play(grid, policy, episodes=episodes, episode_length=episode_length, seed=seed)
+    return rets.reshape(len(tasks), len(coplayers))
 
 
 def evaluate(
@@ -307,8 +313,9 @@ def evaluate(
     episode_length: int = 40, coplayers: Sequence[int] = EVAL_COPLAYERS, seed: int = 0,
 ) -> EvalResult:
     """Play ``policy`` on every (task, co-player) pair and compute the metrics with ``norms``."""
-    rets = play(_grid(tasks, coplayers), policy, episodes=episodes, episode_length=episode_length, seed=seed)
-    return EvalResult(rets.reshape(len(tasks), len(coplayers)), norms, tuple(coplayers))
+    rets = play_grid(tasks, policy, coplayers=coplayers, episodes=episodes, episode_length=episode_length,
+                     seed=seed)
+    return EvalResult(rets, norms, tuple(coplayers))
 
 
 def reference_returns(tasks: Sequence[XLandTask], *, episodes: int = 1, episode_length: int = 40,
@@ -316,6 +323,5 @@ def reference_returns(tasks: Sequence[XLandTask], *, episodes: int = 1, episode_
     """Mean returns ``[tasks, co-players]`` of each reference policy (noop, random, seeker)."""
     refs: dict[str, BatchPolicy] = {"noop": NoopPolicy(), "random": RandomPolicy(seed),
                                     "seeker": SeekerPolicy()}
-    grid = _grid(tasks, coplayers)
-    return {name: play(grid, p, episodes=episodes, episode_length=episode_length, seed=seed)
-            .reshape(len(tasks), len(coplayers)) for name, p in refs.items()}
+    return {name: play_grid(tasks, p, coplayers=coplayers, episodes=episodes, episode_length=episode_length,
+                            seed=seed) for name, p in refs.items()}

@@ -34,7 +34,7 @@ import numpy as np
 
 from magister.examples.xland.coplayers import NOOP
 from magister.examples.xland.env import XLandTask
-from magister.examples.xland.evaluation import NoopPolicy, SeekerPolicy, play, with_coplayer
+from magister.examples.xland.evaluation import NoopPolicy, SeekerPolicy, play_grid
 
 logger = logging.getLogger(__name__)
 
@@ -58,9 +58,8 @@ def label_pool(pool: list[XLandTask], episode_length: int, seed: int = 0) -> tup
     >>> seeker.shape, noop.shape
     ((3,), (3,))
     """
-    grid = [with_coplayer(t, NOOP) for t in pool]
-    seeker = play(grid, SeekerPolicy(), episodes=1, episode_length=episode_length, seed=seed)
-    noop = play(grid, NoopPolicy(), episodes=1, episode_length=episode_length, seed=seed)
+    seeker, noop = (play_grid(pool, policy, coplayers=(NOOP,), episode_length=episode_length, seed=seed)[:, 0]
+                    for policy in (SeekerPolicy(), NoopPolicy()))
     return seeker, noop
 
 
