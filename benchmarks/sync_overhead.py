@@ -59,8 +59,10 @@ baseline per round would sit up to a minute (the reference library's slowest mod
 divides.
 
 A last section (``--paired N``, default 400 episodes per stack) measures the overhead without the drift
-of a shared machine: the bare env, the episodic stack and the per-step stack play *alternating* episodes
-on one NetHack env in this process (each stack's curriculum server in its own process), and it reports
+of a shared machine: the bare env, the episodic stack, the per-step stack and ``info-keys-only`` (a bare
+wrapper that only adds the sync wrapper's four keys to every step's info: what the per-step annotation
+alone costs, the floor of any stack that makes it) play *alternating* episodes on one NetHack env in this
+process (each stack's curriculum server in its own process), and it reports
 each stack's CPU per episode, its difference to the bare env (with its standard error), its server's CPU
 per episode and the resulting ratio. Unless ``--no-ray``, a second alternation does the same for the
 episodic stack on the Ray backend, the curriculum actor's CPU counted beyond its idle rate (Ray's own
@@ -660,6 +662,18 @@ def latency_report(ctx: Any, quick: bool, max_steps: int) -> list[str]:
 # -- paired per-episode CPU (drift-free) -------------------------------------------------------------------
 
 
+class InfoKeysOnly(gym.Wrapper):
+    """Adds the four keys the sync wrapper puts in every step's info, and does nothing else: the cost of
+    the per-step annotation alone (the floor of the episodic stack's overhead)."""
+
+    KEYS = {"task": 0, "task_train": True, "task_control": False, "task_progress": 0.0}
+
+    def step(self, action: Any) -> tuple[Any, Any, bool, bool, dict[str, Any]]:
+        out = self.env.step(action)
+        out[4].update(self.KEYS)
+        return out
+
+
 def _paired_server(steps: bool, out: Any, stop: Any) -> None:
     """A curriculum server in its own process; reports its address, then its CPU seconds when stopped."""
     cur = CountingConstant(Discrete(1), 0, step_updates=steps)
@@ -722,7 +736,7 @@ def paired_report(ctx: Any, episodes: int, max_steps: int, with_ray: bool = Fals
     CPU is the "server" column; Ray runs only during that alternation).
     """
     base = _make_env(max_steps)
-    stacks: dict[str, gym.Env] = {"none": base}
+    stacks: dict[str, gym.Env] = {"none": base, "info-keys-only": InfoKeysOnly(base)}
     servers = []
     for name, steps in (("magister-episodic", False), ("magister-step", True)):
         out, stop = ctx.Queue(), ctx.Event()
@@ -779,7 +793,9 @@ def paired_report(ctx: Any, episodes: int, max_steps: int, with_ray: bool = Fals
     lines.append(
         "env process: user+system CPU of this process (every thread: the env, the wrappers, ZeroMQ's I/O "
         "thread, the flusher, Ray's threads); server: the curriculum server process's (or Ray actor's) CPU "
-        "over the run / episodes; ratio: (none + total extra) / none."
+        "over the run / episodes; ratio: (none + total extra) / none. info-keys-only: a bare wrapper that "
+        "only adds the sync wrapper's four info keys to every step's info (the floor of any stack that "
+        "annotates each step with its task, train flag and progress, as the sync wrappers must)."
     )
     return lines
 

@@ -154,30 +154,29 @@ class _Episode:
 
     def start(self, explicit: Any | None, task_space: TaskSpace, has_explicit: bool) -> Assignment:
         """The assignment for a new episode (see the module docstring for the rules)."""
+        feed = self.feed
         cur = self.assignment
         unused = cur is not None and self.length == 0 and not self.ended
         if cur is not None and not unused and not self.ended:  # reset in the middle of an episode
             self._report(cur, self.progress, ended=False)
         if has_explicit:
             if unused and cur is not None:
-                self.feed.give_back(cur)
+                feed.give_back(cur)
             if not task_space.contains(explicit):
                 raise ValueError(f"options['task'] = {explicit!r} is not a task of {task_space!r}")
             a = Assignment(-1, task_space.encode(explicit), True)
         elif unused and cur is not None:
             a = cur
         else:
-            a = self.feed.next_task()
+            a = feed.next_task()
         self._assign(a)
         self.ret, self.length, self.progress, self.ended = 0.0, 0, NO_PROGRESS, False
-        # read once per episode, not per step
-        self.record = self.feed.step_recorder()
-        self._clear_agents()
+        self.record = feed.step_recorder()  # read once per episode, not per step
+        if self.agent_returns or self.agent_lengths or self.agent_progress:  # (single-agent: never)
+            self._clear_agents()
         return a
 
     def _clear_agents(self) -> None:
-        if not (self.agent_returns or self.agent_lengths or self.agent_progress):
-            return  # (single-agent episodes never fill them)
         self.agent_returns = {}
         self.agent_lengths = {}
         self.agent_progress = {}
@@ -204,7 +203,7 @@ class _Episode:
                 f"rewards must be finite: the episode on task {self.info_task!r} has return {ret!r} after "
                 f"{self.length} steps; the curriculum would be corrupted by it"
             )
-        extras = self._extras()
+        extras = self._extras() if self.agent_returns or self.extras_fn is not None else None
         if not (self.per_agent and ended and self.agent_returns):
             self.feed.record_episode(
                 a, self.ret, self.length, progress, ended=ended, extras=extras, refill=refill
@@ -218,7 +217,7 @@ class _Episode:
                 self.agent_lengths.get(agent, self.length),
                 self.agent_progress.get(agent, progress),
                 ended=True,
-                extras={**extras, "agent": str(agent)},
+                extras={**(extras or {}), "agent": str(agent)},
                 refill=refill,
             )
 
@@ -358,6 +357,8 @@ class GymnasiumSyncWrapper(gym.Wrapper):
         if isinstance(strip_keys, str):
             raise TypeError("strip_keys must be an iterable of keys, not a single str")
         self._fused_step: Any = None
+        self._fused: bool | None = None  # whether to do the task wrapper's step (decided at the first reset)
+        self._fused_reset = False  # ... and its reset
         self._inner_info: Any = None  # the info dict the env returned last (to see whether it reuses it)
         self._episode = _Episode(
             source,
@@ -391,31 +392,40 @@ class GymnasiumSyncWrapper(gym.Wrapper):
             raise TypeError(f"options must be a dict or None, got {type(options).__name__}")
         opts = dict(options) if options else {}
         has_explicit = "task" in opts
-        a = self._episode.start(opts.get("task"), self.task_space, has_explicit)
-        if not has_explicit:
-            opts["task"] = self.task_space.decode(a.task)
-        obs, info = self.env.reset(seed=seed, options=opts)
-        self._fused_step = self._fusable()
-        if type(self.env).reset is not TaskWrapper.reset:
-            info = dict(info)  # (the task wrapper's own reset returns a new dict: annotated in place)
-        info.update(self._episode.info_fields)  # the task, its flags and progress 0
+        episode = self._episode
+        a = episode.start(opts.get("task"), self.task_space, has_explicit)
+        if self._fused is None:
+            self._fused = self._fusable()
+            self._fused_reset = self._fused and _plain_reset(self.env)
+        self._fused_step = self.env.env.step if self._fused else None
+        if has_explicit or not self._fused_reset:
+            if not has_explicit:
+                opts["task"] = self.task_space.decode(a.task)
+            obs, info = self.env.reset(seed=seed, options=opts)
+            if type(self.env).reset is not TaskWrapper.reset:
+                info = dict(info)  # (the task wrapper's own reset returns a new dict: annotated in place)
+        else:  # the task wrapper's reset done here, as its step is (see _fusable): the same result
+            decoded = self.task_space.decode(a.task)  # (refuses a task outside the space, as encode does)
+            self.env._apply_task(decoded, self.task_space.encode(decoded))
+            obs, info = self.env.env.reset(seed=seed, options=opts or None)
+            info = dict(info)
+        info.update(episode.info_fields)  # the task, its flags and progress 0
         return obs, info
 
-    def _fusable(self) -> Any:
-        """The step of the env below the task wrapper, when this wrapper may do the task wrapper's step
-        itself: the env right below is a :class:`TaskWrapper` with the base class's ``step``, progress and
+    def _fusable(self) -> bool:
+        """Whether this wrapper may do the task wrapper's step itself, calling the step of the env below
+        it: the env right below is a :class:`TaskWrapper` with the base class's ``step``, progress and
         observation (the usual stack, ``GymnasiumSyncWrapper(MyTaskWrapper(env))``). One Python frame less
         on every step; the result is the same (the task wrapper's step only copies the info dict and adds
-        the task and its progress, which this wrapper adds too)."""
+        the task and its progress, which this wrapper adds too). Its reset too, when that is the base
+        class's (:func:`_plain_reset`)."""
         tw = self.env
-        if (
+        return (
             isinstance(tw, TaskWrapper)
             and type(tw).step is TaskWrapper.step
             and tw._default_progress
             and not tw.task_observation
-        ):
-            return tw.env.step
-        return None
+        )
 
     def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
         """Step, record feedback, and switch tasks on completion when enabled."""
@@ -493,6 +503,18 @@ class GymnasiumSyncWrapper(gym.Wrapper):
         """Report an unfinished task, return unused ones, close the connection, then the env."""
         self._episode.close()
         super().close()
+
+
+def _plain_reset(tw: TaskWrapper) -> bool:
+    """Whether ``tw`` resets as the base :class:`TaskWrapper` does: applies the task with ``set_task``,
+    resets the env below with the other options and adds only the task and its progress to the info."""
+    cls = type(tw)
+    return (
+        cls.reset is TaskWrapper.reset
+        and cls._take_task_option is TaskWrapper._take_task_option
+        and cls._reset_inner is TaskWrapper._reset_inner
+        and cls.set_task is TaskWrapper.set_task
+    )
 
 
 def _find_task_space(env: Any) -> TaskSpace:

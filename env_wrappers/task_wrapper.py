@@ -174,11 +174,15 @@ class TaskSwitching:
         if not self.task_space.contains(task):
             raise ValueError(f"task {task!r} is not a task of {self.task_space!r}")
         encoded = self.task_space.encode(task)
+        self._apply_task(task, encoded)
+        return encoded
+
+    def _apply_task(self, task: Any, encoded: EncodedTask) -> None:
+        """Apply a task of the space (``encoded``: its encoding) with :meth:`change_task` and remember it."""
         self.change_task(task)
         self._current_task = encoded
         self._current_decoded = task
         self._has_task = True
-        return encoded
 
     def _take_task_option(self, seed: int | None, options: dict[str, Any] | None) -> dict[str, Any] | None:
         """Apply ``options["task"]`` (or a first task) and return the options left for the inner env."""

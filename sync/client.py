@@ -92,6 +92,19 @@ _now = time.monotonic
 #: turn it off).
 _background_flush = True
 
+#: This process's id, kept current across ``os.fork`` (and so multiprocessing's fork and forkserver) by an
+#: at-fork hook: the per-episode checks "is this still the process that owns the socket?" read it instead
+#: of calling ``os.getpid()``, a system call (several µs of CPU once an env's step has left the caches cold).
+_pid = os.getpid()
+
+
+def _update_pid() -> None:
+    global _pid
+    _pid = os.getpid()
+
+
+os.register_at_fork(after_in_child=_update_pid)
+
 
 class ServerUnavailableError(TimeoutError):
     """The curriculum server did not answer within the client's timeout."""
@@ -192,6 +205,7 @@ class TaskFeed:
             )
         self.update_batch = update_batch
         self.max_update_delay = float(max_update_delay)
+        self._holds = update_batch > 1 and self.max_update_delay > 0  # (read on every update)
 
     # -- pace ---------------------------------------------------------------------------------------
     _last_reset: float | None = None
@@ -243,7 +257,7 @@ class TaskFeed:
             return
         if self._lock.acquire(blocking=False):
             try:
-                if self._held and self._clock() >= self._send_by and self._pid == os.getpid():
+                if self._held and self._clock() >= self._send_by and self._pid == _pid:
                     self._send_held()
             finally:
                 self._lock.release()
@@ -346,7 +360,7 @@ class TaskFeed:
         """
         if not self._active():
             return
-        if self._steps is not None and len(self._steps):
+        if self.requires_step_updates and self._steps is not None and len(self._steps):
             self._flush_steps()
             if not self._active():  # the flush may have found the server gone
                 return
@@ -832,7 +846,7 @@ class CurriculumClient(TaskFeed):
         self._closed = False
         self._goodbye_acked = False
         self._refusal: str | None = None
-        self._held: list[bytes] = []  # encoded updates waiting for the next send
+        self._held: list[bytes | tuple] = []  # updates waiting for the next send (see _hold)
         self._held_updates = 0
         self._held_request = 0  # tasks asked for by held updates
         self._send_by = math.inf  # when the oldest held update must go out
@@ -846,7 +860,7 @@ class CurriculumClient(TaskFeed):
     @property
     def holds_updates(self) -> bool:
         """Whether updates are held for a batched send (``update_batch > 1`` and ``max_update_delay > 0``)."""
-        return self.update_batch > 1 and self.max_update_delay > 0
+        return self._holds
 
     @property
     def held_updates(self) -> int:
@@ -866,7 +880,7 @@ class CurriculumClient(TaskFeed):
     # -- connection ---------------------------------------------------------------------------------
     def _ensure(self) -> bool:
         """Connect in this process if needed; False when running on the local fallback."""
-        if self._pid is not None and self._pid != os.getpid():  # forked: the parent's socket is not ours
+        if self._pid is not None and self._pid != _pid:  # forked: the parent's socket is not ours
             if self._sock is not None:
                 _orphans.append(self._sock)
             logger.debug("client: process forked (pid %s -> %s); reconnecting", self._pid, os.getpid())
@@ -1007,14 +1021,14 @@ class CurriculumClient(TaskFeed):
         if self._ensure():
             with self._lock:
                 self._note_reset(_now())
-                if self._outstanding or not self.holds_updates:  # replies to read (a client holding
+                if self._outstanding or not self._holds:  # replies to read (a client holding
                     self._drain()  # updates reads error replies with the next tasks, or when it waits)
                 if not self._buffer:  # send what is held (with a request, unless tasks are on their way)
                     self._send_held(0 if self._outstanding + self._held_request else 1)
                     self._wait_for(lambda: bool(self._buffer), "tasks")
                 if self._buffer:
                     a = self._buffer.popleft()
-                    if not self.holds_updates:
+                    if not self._holds:
                         self._top_up(self._depth())
                     elif self.prefetch and not (self._buffer or self._outstanding or self._held_request):
                         self._send_held(self._depth())  # a reset without an update before it
@@ -1029,7 +1043,7 @@ class CurriculumClient(TaskFeed):
 
     # -- feedback -----------------------------------------------------------------------------------
     def _active(self) -> bool:
-        return self._sock is not None and self._pid == os.getpid() and not self._fallback
+        return self._sock is not None and self._pid == _pid and not self._fallback
 
     def _send_update(self, msg: P.Message) -> None:
         self._deliver(P.encode(msg), getattr(msg, "request", 0), type(msg).__name__)
@@ -1038,8 +1052,15 @@ class CurriculumClient(TaskFeed):
         self._deliver(steps.frames(self.env_id), 0, "StepUpdate")  # type: ignore[arg-type]
 
     def _send_fields(self, cls: type[P.Message], fields: tuple) -> None:
-        # encoded without building the message (the server validates it): the fields are ours
-        self._deliver(P.encode_fields(cls, fields), fields[-1], cls.__name__)
+        # Encoded without building the message (the server validates it): the fields are ours. An update
+        # that will be held, of a task from the server (which travelled once already) and without extras
+        # (whose values might not travel), is held as its fields and encoded when the held updates are
+        # sent, together: at an episode's end, with the env's step having left the caches cold, encoding
+        # costs tens of µs; every other update is encoded now, so that what cannot travel raises here.
+        if self._holds and fields[1] >= 0 and not (cls is P.EpisodeUpdate and fields[7]):
+            self._hold((cls, fields), fields[-1])
+        else:
+            self._deliver(P.encode_fields(cls, fields), fields[-1], cls.__name__)
 
     def _deliver(self, frames: list[Any], request: int, what: str) -> None:
         """Send an encoded update, or hold it for a batched send.
@@ -1050,20 +1071,25 @@ class CurriculumClient(TaskFeed):
         (step records carrying observations), and on :meth:`flush`, :meth:`close`, :meth:`next_task` with
         no task ready, and the background flusher.
         """
+        if self._holds and len(frames) == 1:  # (arrays out of band: not held)
+            self._hold(frames[0], request)
+            return
         with self._lock:
-            if not self.holds_updates or len(frames) > 1:  # (arrays out of band: not held)
-                self._send_held()  # the held updates first, in order
-                if self._active() and self._send_frames(frames, what):
-                    self.stats["updates_sent"] += 1
-                    self.stats["sends"] += 1
-                    self._outstanding += request
-                else:
-                    self.stats["updates_dropped"] += 1
-                return
+            self._send_held()  # the held updates first, in order
+            if self._active() and self._send_frames(frames, what):
+                self.stats["updates_sent"] += 1
+                self.stats["sends"] += 1
+                self._outstanding += request
+            else:
+                self.stats["updates_dropped"] += 1
+
+    def _hold(self, update: bytes | tuple, request: int) -> None:
+        """Hold one update (its encoding, or ``(message class, fields)`` to encode when sent)."""
+        with self._lock:
             now = _now()
             if not self._held:
                 self._send_by = now + self.max_update_delay
-            self._held.append(frames[0])
+            self._held.append(update)
             self._held_updates += 1
             self._held_request += request
             if request or self._held_updates >= self.update_batch or now >= self._send_by:
@@ -1081,6 +1107,7 @@ class CurriculumClient(TaskFeed):
             asked += request
         if not held:
             return
+        held = [h if h.__class__ is bytes else P.encode_fields(*h)[0] for h in held]
         frames = held if len(held) == 1 else P.encode_batch(self.env_id, held)
         if self._send_frames(frames, f"batch of {len(held)} messages"):
             self.stats["updates_sent"] += n
@@ -1117,7 +1144,7 @@ class CurriculumClient(TaskFeed):
 
     def close(self) -> None:
         """Flush, wait for outstanding tasks, return unused ones, wait for the goodbye ack (bounded)."""
-        if self._closed or self._pid != os.getpid():
+        if self._closed or self._pid != _pid:
             self._closed = True
             return
         _unregister_for_flushing(self)

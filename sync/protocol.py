@@ -239,22 +239,29 @@ def unpack_value(
 # -- field checkers -----------------------------------------------------------------------------------
 
 
+# (each checks the exact built-in type first: what msgpack decodes to, on every field of every message)
 def _int(name: str, v: Any, lo: int | None = None) -> int:
-    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
-        raise ProtocolError(f"field {name} must be an int, got {type(v).__name__}")
+    if v.__class__ is not int:
+        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+            raise ProtocolError(f"field {name} must be an int, got {type(v).__name__}")
+        v = int(v)
     if lo is not None and v < lo:
         raise ProtocolError(f"field {name} must be >= {lo}, got {v}")
-    return int(v)
+    return v
 
 
 def _float(name: str, v: Any) -> float:
+    if v.__class__ is float:
+        return v
     if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
         raise ProtocolError(f"field {name} must be a number, got {type(v).__name__}")
     return float(v)
 
 
 def _bool(name: str, v: Any) -> bool:
-    if not isinstance(v, (bool, np.bool_)):
+    if v.__class__ is bool:
+        return v
+    if not isinstance(v, np.bool_):
         raise ProtocolError(f"field {name} must be a bool, got {type(v).__name__}")
     return bool(v)
 

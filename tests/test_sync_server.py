@@ -376,6 +376,50 @@ def test_client_after_fork_gets_its_own_socket_and_env_id():
         assert m["sync/env0/tasks_consumed"] == 1 and m["sync/env1/tasks_consumed"] == 1
 
 
+def _child_reports_its_pid(queue):
+    queue.put((client_module._pid, os.getpid()))
+
+
+def test_the_cached_pid_follows_forks():
+    """The per-episode ownership checks read a pid kept by an at-fork hook: right in a forked child (and
+    so in AsyncVectorEnv/SubprocVecEnv workers), with no os.getpid() call per episode."""
+    assert client_module._pid == os.getpid()
+    q = mp.get_context("fork").Queue()
+    p = mp.get_context("fork").Process(target=_child_reports_its_pid, args=(q,))
+    p.start()
+    cached, real = q.get(timeout=20)
+    p.join(20)
+    assert cached == real == p.pid != os.getpid()
+
+
+class ExtrasRecorder(Recorder):
+    def update_on_episode(self, episode_return, length, task, progress, env_id=None, extras=None):
+        self.episodes.append((task, episode_return, length, progress, extras))
+
+
+def test_held_updates_keep_their_order_whether_encoded_now_or_when_sent(clock):
+    """A held episode update of a server task without extras is encoded when the held updates are sent;
+    one with extras is encoded at once (so that extras that cannot travel raise in the env's step). Mixed,
+    they reach the curriculum in the order played, with their values; a refused one loses nothing else."""
+    with serve(ExtrasRecorder()) as server:
+        c = CurriculumClient(server.address, prefetch=4, update_batch=8, max_update_delay=math.inf)
+        sent = []
+        for e in range(20):
+            a = c.next_task()
+            extras = {"e": e, "v": [e, 0.5]} if e % 3 == 1 else None
+            if e == 10:
+                with pytest.raises(TypeError, match="cannot send an object of type object"):
+                    c.record_episode(a, float(e), e + 1, 0.5, extras={"bad": object()})
+            c.record_episode(a, float(e), e + 1, 0.25, extras=extras)
+            sent.append((a.task, float(e), e + 1, 0.25, {"e": e, "v": (e, 0.5)} if extras else None))
+            assert c.held_updates <= 8
+        c.close()
+        got = [(t, r, n, p, x or None) for t, r, n, p, x in server.curriculum.episodes]
+        assert got == sent
+        m = server.metrics()
+        assert m["sync/env0/updates_rejected"] == 0 and m["sync/env0/tasks_consumed"] == 20
+
+
 # -- in-process path ----------------------------------------------------------------------------------
 
 

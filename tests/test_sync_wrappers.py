@@ -671,3 +671,58 @@ def test_info_reports_the_task_played_and_updates_the_task_sent():
         env.step(0)
     assert [e[0] for e in cur.episodes] == [("magister:variant", 1, 3), ("magister:control", 2)]
     assert [e[2] for e in cur.episodes] == [4, 3]
+
+
+class OptionsSeen(Corridor):
+    """A corridor that records the seed and options of every reset and returns a fixed reset info."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[tuple] = []
+        self.reset_info = {"level": "A"}
+
+    def reset(self, *, seed=None, options=None):
+        self.seen.append((seed, None if options is None else dict(options)))
+        obs, _ = super().reset(seed=seed)
+        return obs, self.reset_info
+
+
+@given(
+    resets=st.lists(
+        st.tuples(
+            st.sampled_from(["none", "task", "other", "task+other"]),
+            st.one_of(st.none(), st.integers(0, 99)),
+            st.integers(0, 3),
+        ),
+        min_size=1,
+        max_size=8,
+    )
+)
+def test_the_fused_reset_gives_what_the_task_wrapper_s_reset_gives(resets):
+    """The usual stack resets the env below the task wrapper itself (one frame and one options copy less):
+    the task applied, the options and seed the env receives, the info and the task wrapper's state are
+    the same as through the task wrapper's own reset (a wrapper in between turns the short path off)."""
+    fused_inner, plain_inner = OptionsSeen(), OptionsSeen()
+    fused_tw, plain_tw = LengthTask(fused_inner), LengthTask(plain_inner)
+    fused = GymnasiumSyncWrapper(fused_tw, Recorder())
+    plain = GymnasiumSyncWrapper(PassThrough(plain_tw), Recorder())
+    for kind, seed, steps in resets:
+        options = {"none": None, "task": {"task": 7}, "other": {"x": 1}, "task+other": {"task": 7, "x": 1}}
+        options = options[kind]
+        out = [env.reset(seed=seed, options=options) for env in (fused, plain)]
+        (fobs, finfo), (pobs, pinfo) = out
+        assert finfo == pinfo and np.array_equal(fobs, pobs)
+        assert finfo["level"] == "A" and "task" not in fused_inner.reset_info  # (the env's dict untouched)
+        for _ in range(steps):
+            fstep, pstep = fused.step(0), plain.step(0)
+            assert fstep[4] == pstep[4] and fstep[1:4] == pstep[1:4]
+            if fstep[2] or fstep[3]:
+                break
+    assert fused._fused_reset and not plain._fused_reset
+    assert fused_inner.seen == plain_inner.seen
+    assert fused_tw.switches == plain_tw.switches
+    assert fused_tw.current_task == plain_tw.current_task
+    assert fused_tw.current_decoded_task == plain_tw.current_decoded_task
+    fused.close()
+    plain.close()
+    assert fused._episode.feed.core.curriculum.episodes == plain._episode.feed.core.curriculum.episodes
