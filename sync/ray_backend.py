@@ -102,6 +102,7 @@ except ImportError as _exc:  # pragma: no cover - exercised only without ray
 
 from ..curricula.base import Curriculum, TaskSample
 from ..task_spaces.base import EncodedTask, TaskSpace
+from . import client as _client  # (its _pid: this process's id, kept current across forks)
 from . import protocol as P
 from .client import (
     DEFAULT_MAX_UPDATE_DELAY,
@@ -745,7 +746,7 @@ class RayClient(TaskFeed):
     # -- connection ---------------------------------------------------------------------------------
     def _ensure(self) -> bool:
         """Connect in this process if needed; False when running on the local fallback."""
-        if self._pid is not None and self._pid != os.getpid():  # forked: the parent's handles are not ours
+        if self._pid is not None and self._pid != _client._pid:  # forked: the parent's handles are not ours
             logger.debug("ray client: process forked (pid %s -> %s); reconnecting", self._pid, os.getpid())
             self._reset_process_state()
         if self._closed:
@@ -942,7 +943,7 @@ class RayClient(TaskFeed):
     # -- feedback -----------------------------------------------------------------------------------
     def _active(self) -> bool:
         return (
-            self._actor is not None and self._pid == os.getpid() and not self._fallback and not self._closed
+            self._actor is not None and self._pid == _client._pid and not self._fallback and not self._closed
         )
 
     def _send_update(self, msg: P.Message) -> None:
@@ -1008,7 +1009,7 @@ class RayClient(TaskFeed):
         The goodbye is applied after every update this client sent, so once it is acknowledged the
         actor's counters include all of them.
         """
-        if self._closed or self._pid != os.getpid():
+        if self._closed or self._pid != _client._pid:
             self._closed = True
             return
         _unregister_for_flushing(self)
