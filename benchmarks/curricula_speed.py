@@ -159,7 +159,7 @@ _NV = np.array([0.0])
 
 def _mag_plr_feed(plr: PLR, task: int, fb: Feedback) -> None:
     score, _ = fb.next()
-    feed_scores(plr, _R * score, _V, _D, _NV, np.array([[task]]))
+    feed_scores(plr, _R * score, _V, _D, _NV, np.array([[task]]), done_convention="ended_at")
 
 
 def _mag_plr_write(plr: PLR, task: int, fb: Feedback) -> None:

@@ -14,7 +14,8 @@ wider ranges start the pole further from upright. The magister lines, in order:
 2. wrap each env: ``GymnasiumSyncWrapper(CartPoleTask(env, task_space), source)``;
 3. keep, per step, the task and train flag the env reports in ``info`` (``info["task"]``,
    ``info["task_train"]``);
-4. after GAE, ``feed_scores(...)`` gives the PLR family its value-based scores from the same rollout;
+4. after GAE, ``feed_scores(..., done_convention="before_step", next_done=next_done)`` gives the PLR
+   family its value-based scores from the same rollout, CleanRL's ``dones`` buffer passed as it is;
 5. mask evaluation-only transitions (``task_train == False``, sent by PLR⊥/ACCEL) out of the losses;
 6. log ``curriculum.metrics()`` with :class:`~magister.integrations.loggers.MetricsLogger`.
 
@@ -277,12 +278,11 @@ def train(args: Args) -> dict[str, Any]:
                     advantages[t] = lastgaelam
                 returns = advantages + values
 
-            # magister: PLR scores from this rollout. dones[t] flags the *start* of step t's episode here,
-            # feed_scores wants "the episode ended at step t": shift by one and append next_done.
-            if use_scores:
-                ends = torch.cat([dones[1:], next_done[None]], dim=0)
-                feed_scores(feedback, rewards, values, ends, next_value.flatten(), step_tasks)
-                num_feeds += 1
+            # magister: PLR scores from this rollout; CleanRL's dones[t] is the done flag seen *before* step t
+            if use_scores:  # magister:
+                feed_scores(feedback, rewards, values, dones, next_value, step_tasks,  # magister:
+                            done_convention="before_step", next_done=next_done)  # magister:
+                num_feeds += 1  # magister:
 
             b_obs = obs.reshape(-1, obs_dim)
             b_logprobs, b_actions = logprobs.reshape(-1), actions.reshape(-1)

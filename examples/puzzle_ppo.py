@@ -526,9 +526,10 @@ def train(args: Args) -> RunResult:
             if curriculum is not None and wants_value_scores(curriculum):
                 from magister.integrations.scores import feed_scores
 
-                ends = torch.cat([dones[1:], next_done[None]], dim=0)
                 tgt = server if server is not None else curriculum
-                feed_scores(tgt, rewards, values, ends, next_value, step_tasks)
+                # dones[t] is the done flag seen before step t (CleanRL style), next_done the last step's
+                feed_scores(tgt, rewards, values, dones, next_value, step_tasks,
+                            done_convention="before_step", next_done=next_done)
 
             # PPO update (evaluation-only transitions are masked out of the losses)
             b_obs = {k: v.reshape((batch_size,) + v.shape[2:]) for k, v in obs_buf.items()}

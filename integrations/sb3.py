@@ -236,7 +236,8 @@ class CurriculumCallback(BaseCallback):
         tasks = self._task_grid()
         self.last_rollout = {"rewards": rewards.copy(), "values": values.copy(), "dones": dones,
                              "bootstrap": bootstrap, "tasks": tasks}
-        return feed_scores(self.source, rewards, values, dones, bootstrap, tasks, partial=self.partial)
+        return feed_scores(self.source, rewards, values, dones, bootstrap, tasks, done_convention="ended_at",
+                           partial=self.partial)
 
     def _bootstrap_value(self, n_envs: int) -> np.ndarray:
         """``V(s_T)`` for the observation after the rollout's last step, as SB3 computes it."""

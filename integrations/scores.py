@@ -1,21 +1,57 @@
 """Learner-side score helpers for the PLR family: from a rollout to per-task scores in one call.
 
 A PPO-style learner holds a rollout of ``T`` steps from ``N`` environments: rewards, value predictions and
-done flags as ``T x N`` arrays (numpy or torch), plus the task each env was running at every step. This
-module splits every env's column into **episode segments**, scores each segment, aggregates the segments
-of each task and feeds the curriculum with one :meth:`~magister.curricula.plr.PLR.update_scores` call::
+done flags as time-major ``T x N`` arrays (numpy or torch), plus the task each env was running at every
+step. This module splits every env's column into **episode segments**, scores each segment, aggregates the
+segments of each task and feeds the curriculum with one :meth:`~magister.curricula.plr.PLR.update_scores`
+call::
 
     from magister.integrations.scores import feed_scores
 
-    # after collecting the rollout, before (or after) the PPO update
-    feed_scores(curriculum, rewards, values, dones, next_value, tasks)
+    # after collecting the rollout, before (or after) the PPO update; CleanRL-style buffers:
+    feed_scores(curriculum, rewards, values, dones, next_value, tasks,
+                done_convention="before_step", next_done=next_done)
 
-**Conventions.** ``dones[t, n]`` is true when the episode of env ``n`` ended *at* step ``t`` (after its
-action, terminated or truncated); ``values[t, n] = V(s_t)``; ``bootstrap_value[n] = V(s_T)``, the value of
-the observation after the last step. ``truncated`` (optional, ``T x N``) marks the done steps that were
-time-limit truncations; their next-state value is ``final_values[t, n]`` when given, else they are treated as
-terminal (the common CleanRL convention). ``tasks`` is ``T x N`` (a numpy array, or ``T`` rows of ``N``
-encoded tasks) giving the task of env ``n`` at step ``t``; the task may change only right after a done.
+**Done conventions.** RL codebases store done flags in two ways that look alike (same shape, same dtype)
+but are shifted by one step, and the shift silently changes every score. :func:`feed_scores` therefore
+requires ``done_convention=`` (there is no default):
+
+* ``"ended_at"``: ``dones[t, n]`` is true when the episode of env ``n`` ended *at* step ``t`` (the
+  ``terminated | truncated`` that step ``t``'s ``env.step`` returned, stored at index ``t``: a plain
+  Gymnasium loop, RLlib's per-step ``terminateds``/``truncateds``, or
+  :func:`magister.integrations.sb3.rollout_dones`). Episode ends at steps 1 and 3 of ``T = 4``::
+
+      dones = [[0], [1], [0], [1]]            # feed_scores(..., done_convention="ended_at")
+
+* ``"before_step"``: ``dones[t, n]`` is the done flag observed *before* step ``t``, i.e. returned by the
+  previous ``env.step`` (so ``s_t`` starts a new episode): CleanRL's ``dones`` buffer (filled with
+  ``next_done`` before each step) and Stable-Baselines3's ``RolloutBuffer.episode_starts``. The flag of the
+  last step is not in the array, so the caller also passes ``next_done`` (``(N,)``, the done flags returned
+  by the rollout's last ``env.step``: CleanRL's ``next_done``). The same rollout as above::
+
+      dones = [[x], [0], [1], [0]]; next_done = [1]   # done_convention="before_step"
+
+  ``dones[0]`` concerns the previous rollout and is not used. Internally ``ended[t] = dones[t + 1]`` and
+  ``ended[T - 1] = next_done``, so both conventions give *identical* scores for the same rollout.
+
+The other inputs do not depend on the convention: ``values[t, n] = V(s_t)``; ``bootstrap_value[n] = V(s_T)``,
+the value of the observation after the last step (``(N,)``; ``(1, N)`` and ``(N, 1)`` are flattened).
+``truncated`` (optional, ``T x N``) marks the steps whose episode ended by a time-limit truncation, indexed
+by the step that truncated (as ``env.step`` returns it, in both conventions); their next-state value is
+``final_values[t, n]`` when given, else they are treated as terminal (the common CleanRL convention).
+``tasks`` is ``T x N`` (a numpy array, or ``T`` rows of ``N`` encoded tasks) giving the task of env ``n`` at
+step ``t``; the task may change only right after a done. :func:`rollout_scores` and
+:func:`compute_advantages` take ``"ended_at"`` dones.
+
+**Shapes.** Every array is time-major, ``(T, N) = (steps, envs)``. The number of envs ``N`` is read from
+``bootstrap_value`` (and checked against ``tasks`` and ``next_done``); an array laid out ``N x T`` is
+rejected with a ``ValueError`` that names the shapes received (a transposed rollout is only undetectable
+when ``T == N``).
+
+**Curricula.** Only curricula that take value scores, the PLR family (``PLR``, ``RobustPLR`` and ``ACCEL``:
+those with ``update_scores``), can be fed; any other curriculum, or a server serving one, raises
+``TypeError``. A PLR-family curriculum whose score comes from episodes (``learnability``) raises
+``ValueError``.
 
 **GAE.** ``delta_t = r_t + gamma * V(s_{t+1}) * (1 - done_t) - V(s_t)`` and
 ``A_t = delta_t + gamma * lambda * (1 - done_t) * A_{t+1}``, computed for the whole rollout in one reverse
@@ -46,7 +82,7 @@ import contextlib
 import logging
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -55,9 +91,24 @@ from ..task_spaces.base import EncodedTask, task_key
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["SegmentScores", "compute_advantages", "feed_scores", "rollout_scores"]
+__all__ = ["DONE_CONVENTIONS", "DoneConvention", "SegmentScores", "compute_advantages", "feed_scores",
+           "rollout_scores"]
 
 _PARTIAL = ("bootstrap", "skip")
+
+DoneConvention = Literal["ended_at", "before_step"]
+#: The accepted values of ``feed_scores(..., done_convention=...)`` (see the module docstring).
+DONE_CONVENTIONS: tuple[str, ...] = ("ended_at", "before_step")
+
+_CONVENTION_HELP = (
+    "done_convention='ended_at' if dones[t] is true when the episode ended AT step t (the terminated | "
+    "truncated returned by step t's env.step, stored at index t: a plain Gymnasium loop, RLlib's per-step "
+    "terminateds/truncateds, magister.integrations.sb3.rollout_dones(...)); done_convention='before_step' "
+    "if dones[t] is the done flag observed BEFORE step t, returned by the previous env.step (CleanRL's "
+    "`dones` buffer filled with `next_done` before each step; SB3's RolloutBuffer.episode_starts), and then "
+    "also pass next_done= (the done flags returned by the rollout's last env.step: CleanRL's `next_done`, "
+    "SB3's last `dones`)"
+)
 
 
 def _is_torch(x: Any) -> bool:
@@ -100,16 +151,44 @@ class SegmentScores:
         return first, num / np.where(den > 0, den, 1.0)
 
 
-def _check_shapes(rewards: Any, values: Any, dones: Any, bootstrap_value: Any) -> tuple[int, int]:
-    shape = tuple(rewards.shape)
+def _shape(x: Any) -> tuple[int, ...]:
+    return tuple(x.shape) if hasattr(x, "shape") else tuple(np.shape(x))
+
+
+def _check_shapes(
+    rewards: Any, values: Any, dones: Any, bootstrap_value: Any, next_done: Any = None
+) -> tuple[int, int]:
+    """Check the time-major ``(T, N)`` layout against ``N = len(bootstrap_value)``; return ``(T, N)``."""
+    shapes = {"rewards": _shape(rewards), "values": _shape(values), "dones": _shape(dones)}
+    got = ", ".join(f"{k} {v}" for k, v in shapes.items())
+    got += f", bootstrap_value {_shape(bootstrap_value)}"
+    if next_done is not None:
+        got += f", next_done {_shape(next_done)}"
+    shape = shapes["rewards"]
     if len(shape) != 2 or 0 in shape:
-        raise ValueError(f"rewards must be a non-empty T x N array, got shape {shape}")
-    for name, arr in (("values", values), ("dones", dones)):
-        if tuple(arr.shape) != shape:
-            raise ValueError(f"{name} has shape {tuple(arr.shape)}, expected {shape} like rewards")
-    if tuple(bootstrap_value.shape) != (shape[1],):
-        raise ValueError(f"bootstrap_value has shape {tuple(bootstrap_value.shape)}, expected ({shape[1]},)")
-    return shape[0], shape[1]
+        raise ValueError(f"rewards must be a non-empty time-major (T, N) = (steps, envs) array, got {got}"
+                         + ("; for one env use rewards[:, None]" if len(shape) == 1 else ""))
+    for name in ("values", "dones"):
+        if shapes[name] != shape:
+            raise ValueError(f"{name} has shape {shapes[name]}, expected {shape} like rewards: every array "
+                             f"must be time-major (T, N); got {got}")
+    boot = _shape(bootstrap_value)
+    n_envs = boot[0] if len(boot) == 1 else (int(np.prod(boot)) if len(boot) == 2 and 1 in boot else None)
+    if n_envs is None:
+        raise ValueError(f"bootstrap_value has shape {boot}, expected (N,) with one value per env; got {got}")
+    T, N = shape
+    if n_envs != N:
+        hint = ""
+        if n_envs == T:
+            hint = (f"; the arrays look transposed, laid out N x T with N = {n_envs} envs: pass time-major "
+                    "arrays, e.g. rewards.T, values.T, dones.T and tasks.T")
+        raise ValueError(f"bootstrap_value has shape {boot} (N = {n_envs} envs) but rewards, values and "
+                         f"dones must be time-major (T, N) = (steps, {n_envs}); got {got}{hint}")
+    if next_done is not None:
+        nd = _shape(next_done)
+        if not (nd == (N,) or (len(nd) == 2 and 1 in nd and int(np.prod(nd)) == N)):
+            raise ValueError(f"next_done has shape {nd}, expected ({N},): one flag per env; got {got}")
+    return T, N
 
 
 def compute_advantages(
@@ -181,13 +260,18 @@ def _task_grid(tasks: Any, T: int, N: int) -> tuple[Any, bool]:
     if isinstance(tasks, np.ndarray) and tasks.dtype.kind in "iu" and tasks.shape == (T, N):
         return tasks, True
     if isinstance(tasks, np.ndarray) and tasks.dtype.kind in "iu":
-        raise ValueError(f"tasks has shape {tasks.shape}, expected ({T}, {N}) like rewards")
+        hint = " (it looks transposed: pass tasks.T)" if tasks.shape == (N, T) else ""
+        raise ValueError(f"tasks has shape {tasks.shape}, expected time-major (T, N) = ({T}, {N}) like "
+                         f"rewards{hint}")
     if isinstance(tasks, (str, bytes)) or not isinstance(tasks, (Sequence, np.ndarray)) or len(tasks) != T:
-        raise ValueError(f"tasks must be T x N = {T} x {N} (rows of per-env tasks), got {tasks!r:.80}")
+        n_rows = len(tasks) if isinstance(tasks, (Sequence, np.ndarray)) else None
+        raise ValueError(f"tasks must be time-major (T, N) = ({T}, {N}): {T} rows of per-env tasks, got "
+                         f"{n_rows} rows: {tasks!r:.80}")
     rows = []
     for t, row in enumerate(tasks):
         if isinstance(row, (str, bytes)) or not isinstance(row, (Sequence, np.ndarray)) or len(row) != N:
-            raise ValueError(f"tasks row {t} must hold {N} tasks (one per env), got {row!r}")
+            raise ValueError(f"tasks row {t} must hold {N} tasks (one per env; tasks must be time-major "
+                             f"(T, N) = ({T}, {N})), got {row!r:.80}")
         rows.append(list(row))
     return rows, False
 
@@ -209,7 +293,8 @@ def rollout_scores(
     """Split a ``T x N`` rollout into episode segments and score each one.
 
     Args:
-        rewards, values, dones: ``T x N`` arrays or tensors (see the module docstring for conventions).
+        rewards, values, dones: time-major ``T x N`` arrays or tensors; ``dones`` in the ``"ended_at"``
+            convention (``dones[t]``: the episode ended at step ``t``; see the module docstring).
         bootstrap_value: ``(N,)``, ``V(s_T)``.
         tasks: ``T x N`` encoded tasks.
         score: ``"value_l1"``, ``"positive_value_loss"``, ``"max_mc"``, ``"return"`` or ``f(Segment)``.
@@ -231,6 +316,10 @@ def rollout_scores(
                          f"{VALUE_SCORES + ('return',)} or a callable (learnability comes from episodes)")
     if not isinstance(score, str) and not callable(score):
         raise TypeError(f"score must be a name or a callable f(Segment) -> float, got {score!r}")
+    T, N = _check_shapes(rewards, values, dones, bootstrap_value)
+    if len(_shape(bootstrap_value)) == 2:
+        bootstrap_value = bootstrap_value.reshape(-1) if _is_torch(bootstrap_value) else np.reshape(
+            bootstrap_value, -1)
     if _is_torch(rewards):
         import torch
 
@@ -250,7 +339,6 @@ def rollout_scores(
     for name, arr in (("truncated", truncated), ("final_values", final_values)):
         if arr is not None and tuple(arr.shape) != shape:
             raise ValueError(f"{name} has shape {tuple(arr.shape)}, expected {shape} like rewards")
-    T, N = _check_shapes(rewards, values, dones, bootstrap_value)
     grid, numeric = _task_grid(tasks, T, N)
     for name, arr in (("rewards", rewards), ("values", values), ("bootstrap_value", bootstrap_value),
                       ("final_values", final_values)):
@@ -376,6 +464,44 @@ def _segment_rmax(
     return rmax
 
 
+def _value_scored_classes() -> list[str]:
+    """Names of magister's curricula that take learner-side scores (those with ``update_scores``)."""
+    from .. import curricula
+
+    found: dict[type, None] = {}
+    for name in curricula.__all__:
+        obj = getattr(curricula, name, None)
+        if isinstance(obj, type) and issubclass(obj, curricula.Curriculum) and hasattr(obj, "update_scores"):
+            found[obj] = None
+    return [c.__name__ for c in sorted(found, key=lambda c: (len(c.__mro__), c.__name__))]
+
+
+def _check_value_scored(curriculum: Any, target: Any) -> None:
+    """Raise ``TypeError`` unless ``curriculum`` takes value scores (the PLR family)."""
+    if hasattr(curriculum, "update_scores"):
+        return
+    served = f" (served by {type(target).__name__})" if target is not curriculum else ""
+    raise TypeError(
+        f"feed_scores needs a curriculum that takes learner-side value scores; "
+        f"{type(curriculum).__name__}{served} has no update_scores. Value scores are taken by the PLR "
+        f"family: {', '.join(_value_scored_classes())} (a score in {VALUE_SCORES} or a callable); other "
+        "curricula learn from the episodes the envs report, so do not call feed_scores for them"
+    )
+
+
+def _ended_at(dones: Any, next_done: Any) -> Any:
+    """``"before_step"`` dones plus ``next_done`` -> ``"ended_at"`` dones (same array type as ``dones``)."""
+    if _is_torch(dones):
+        import torch
+
+        nd = next_done if _is_torch(next_done) else torch.as_tensor(_to_numpy(next_done))
+        nd = nd.to(device=dones.device, dtype=dones.dtype).reshape(1, -1)
+        return torch.cat([dones[1:], nd], dim=0)
+    d = np.asarray(_to_numpy(dones))
+    nd = np.asarray(_to_numpy(next_done)).astype(d.dtype).reshape(1, -1)
+    return np.concatenate([d[1:], nd], axis=0)
+
+
 def feed_scores(
     curriculum: Any,
     rewards: Any,
@@ -384,25 +510,76 @@ def feed_scores(
     bootstrap_value: Any,
     tasks: Any,
     *,
+    done_convention: DoneConvention | None = None,
+    next_done: Any = None,
     truncated: Any = None,
     final_values: Any = None,
     partial: str = "bootstrap",
 ) -> dict[str, float]:
     """Score a rollout with the curriculum's own score and GAE settings and update it in one call.
 
-    ``curriculum`` is a :class:`~magister.curricula.plr.PLR` (or anything with ``score``, ``gamma``,
-    ``gae_lambda``, ``update_scores`` and, for MaxMC, ``max_returns``), or a curriculum server (an object
-    with ``.curriculum`` and ``.lock``): then the update runs under the server's lock, so it never races the
-    env updates. Returns a small summary (segments scored, tasks updated, mean score) for logging.
+    Args:
+        curriculum: A PLR-family curriculum (:class:`~magister.curricula.plr.PLR`, ``RobustPLR``,
+            ``ACCEL``), or a curriculum server wrapping one (an object with ``.curriculum`` and ``.lock``,
+            e.g. ``magister.serve(PLR(...))``): then the update runs under the server's lock, so it never
+            races the env updates.
+        rewards, values, dones: Time-major ``(T, N)`` arrays or tensors.
+        bootstrap_value: ``(N,)``, ``V(s_T)`` of the observation after the last step.
+        tasks: ``(T, N)`` encoded tasks.
+        done_convention: Required. ``"ended_at"``: ``dones[t]`` is true when the episode ended *at* step
+            ``t``. ``"before_step"``: ``dones[t]`` is the done flag observed *before* step ``t`` (CleanRL's
+            ``dones``, SB3's ``episode_starts``); then pass ``next_done`` too. See the module docstring.
+        next_done: ``(N,)`` done flags returned by the rollout's last ``env.step``; only (and always) with
+            ``done_convention="before_step"``.
+        truncated, final_values: Optional ``(T, N)`` truncation flags and next-state values, indexed by the
+            step that truncated, in both conventions.
+        partial: ``"bootstrap"`` (PLR) or ``"skip"``: how each env's unfinished last segment is scored.
 
-    Raises ``ValueError`` for bad shapes, NaN inputs, a task switch without a done, or a curriculum whose
-    score comes from episodes (learnability); the curriculum is unchanged then.
+    The same rollout (episodes ending at steps 1 and 3 of ``T = 4``, one env) in both conventions:
+
+    >>> from magister.curricula.plr import PLR
+    >>> from magister.task_spaces.discrete import Discrete
+    >>> r, v, b = np.array([[0.0], [1.0], [0.0], [1.0]]), np.full((4, 1), 0.5), np.zeros(1)
+    >>> tasks = np.array([[0], [0], [1], [1]])
+    >>> a, c = (PLR(Discrete(2), replay_prob=0.0, seed=0) for _ in range(2))
+    >>> _ = a.sample(8), c.sample(8)
+    >>> ended = np.array([[0], [1], [0], [1]])
+    >>> before, next_done = np.array([[0], [0], [1], [0]]), np.array([1])
+    >>> _ = feed_scores(a, r, v, ended, b, tasks, done_convention="ended_at")
+    >>> _ = feed_scores(c, r, v, before, b, tasks, done_convention="before_step", next_done=next_done)
+    >>> a.buffer_scores().tolist() == c.buffer_scores().tolist()
+    True
+
+    Returns a small summary (segments scored, tasks updated, mean score) for logging.
+
+    Raises ``TypeError`` for a missing or unknown ``done_convention``, a misplaced or missing ``next_done``,
+    or a curriculum that does not take value scores; ``ValueError`` for bad shapes (arrays not time-major
+    ``(T, N)``), NaN inputs, a task switch without a done, or a PLR-family curriculum whose score comes from
+    episodes (learnability). The curriculum is unchanged then.
     """
+    if done_convention is None:
+        raise TypeError(f"feed_scores() needs done_convention=: {_CONVENTION_HELP}")
+    if done_convention not in DONE_CONVENTIONS:
+        raise TypeError(f"done_convention must be one of {DONE_CONVENTIONS}, got {done_convention!r}: "
+                        f"{_CONVENTION_HELP}")
+    if done_convention == "before_step" and next_done is None:
+        raise TypeError("done_convention='before_step' needs next_done=, the done flags returned by the "
+                        "rollout's last env.step (CleanRL's `next_done`; SB3's last `dones`): dones[t] only "
+                        "says whether an episode ended before step t, so the last step's end is not in it")
+    if done_convention == "ended_at" and next_done is not None:
+        raise TypeError("next_done is only used with done_convention='before_step'; with 'ended_at' the last "
+                        "row of dones already holds the last step's done flags")
     if partial not in _PARTIAL:
         raise ValueError(f"partial must be one of {_PARTIAL}, got {partial!r}")
+    target = curriculum
     lock = getattr(curriculum, "lock", None) if hasattr(curriculum, "curriculum") else None
     if lock is not None:
         curriculum = curriculum.curriculum
+    _check_value_scored(curriculum, target)
+    _check_shapes(rewards, values, dones, bootstrap_value, next_done)
+    if done_convention == "before_step":
+        dones = _ended_at(dones, next_done)
+    logger.debug("feed_scores: done_convention=%r, rollout of shape %s", done_convention, _shape(rewards))
     with lock if lock is not None else contextlib.nullcontext():
         return _feed(curriculum, rewards, values, dones, bootstrap_value, tasks, truncated, final_values,
                      partial)

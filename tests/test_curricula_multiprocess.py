@@ -255,7 +255,8 @@ class ValueCritic:
         rewards = np.array([[e.ret for e in episodes]])
         values = self.value[tasks]
         dones = np.ones_like(rewards, dtype=bool)  # one-step episodes: every step ends one
-        feed_scores(server, rewards, values, dones, np.zeros(len(episodes)), tasks)
+        feed_scores(server, rewards, values, dones, np.zeros(len(episodes)), tasks,
+                    done_convention="ended_at")
         for e in episodes:  # the critic learns (after scoring, as after a PPO update)
             self.value[int(e.task)] += self.rate * (e.ret - self.value[int(e.task)])
 

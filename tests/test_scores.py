@@ -11,7 +11,10 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from simulated_student import SimulatedStudent, StudentSpace, uniform_curriculum
 
-from magister.curricula.plr import PLR
+from magister import serve
+from magister.curricula.accel import ACCEL
+from magister.curricula.domain_randomization import DomainRandomization
+from magister.curricula.plr import PLR, RobustPLR
 from magister.curricula.scoring import (
     Segment,
     gae,
@@ -27,7 +30,12 @@ from magister.curricula.scoring import (
     staleness_weights,
     value_l1,
 )
-from magister.integrations.scores import compute_advantages, feed_scores, rollout_scores
+from magister.integrations.scores import (
+    _value_scored_classes,
+    compute_advantages,
+    feed_scores,
+    rollout_scores,
+)
 
 # -- pure formulas, worked by hand -------------------------------------------------------------------
 
@@ -237,7 +245,7 @@ def test_feed_scores_value_l1_aggregates_per_task():
     r, v, d, b, tasks = _rollout()
     tasks = tasks.copy()
     tasks[3, 0] = 6  # task 6 now has two segments: [1, 2] (score 0.5, length 2) and [3] (score 0.5)
-    summary = feed_scores(plr, r, v, d, b, tasks)
+    summary = feed_scores(plr, r, v, d, b, tasks, done_convention="ended_at")
     got = dict(zip(plr.buffer_tasks(), plr.buffer_scores().tolist()))
     assert got == pytest.approx({5: 0.0, 6: 0.5, 9: float(np.abs(ENV1_ADV).mean())})
     assert summary["scores/tasks"] == 3.0 and summary["scores/segments"] == 4.0
@@ -249,7 +257,7 @@ def test_feed_scores_weighted_mean_and_untouched_tasks():
     r, v, d, b, tasks = _rollout()
     tasks = tasks.copy()
     tasks[:, 1] = 5  # task 5: segment [0] of env 0 (score 0, length 1) and env 1's 4 steps
-    feed_scores(plr, r, v, d, b, tasks)
+    feed_scores(plr, r, v, d, b, tasks, done_convention="ended_at")
     got = dict(zip(plr.buffer_tasks(), plr.buffer_scores().tolist()))
     assert got[5] == pytest.approx((0.0 * 1 + np.abs(ENV1_ADV).sum()) / 5)
     assert 9 not in got and set(got) == {5, 6, 7}
@@ -258,10 +266,10 @@ def test_feed_scores_weighted_mean_and_untouched_tasks():
 def test_feed_scores_partial_skip_and_return_full_only():
     plr = _plr()
     r, v, d, b, tasks = _rollout()
-    feed_scores(plr, r, v, d, b, tasks, partial="skip")
+    feed_scores(plr, r, v, d, b, tasks, done_convention="ended_at", partial="skip")
     assert sorted(plr.buffer_tasks()) == [5, 6]  # 7 and 9 only had unfinished segments
     ret = _plr("return")
-    feed_scores(ret, r, v, d, b, tasks)
+    feed_scores(ret, r, v, d, b, tasks, done_convention="ended_at")
     assert ret.buffer_tasks() == [6] and ret.buffer_scores().tolist() == [2.0]
 
 
@@ -269,7 +277,7 @@ def test_feed_scores_max_mc_uses_curriculum_record():
     plr = _plr("max_mc")
     plr.update_on_episode(4.0, 10, 9, 1.0)  # R_max(9) = 4 from an earlier episode
     r, v, d, b, tasks = _rollout()
-    feed_scores(plr, r, v, d, b, tasks)
+    feed_scores(plr, r, v, d, b, tasks, done_convention="ended_at")
     got = dict(zip(plr.buffer_tasks(), plr.buffer_scores().tolist()))
     assert got == pytest.approx({5: 0.0, 6: 1.0, 7: -1.0, 9: 3.5})
     assert plr.max_returns([5, 6, 7, 9]).tolist() == [-np.inf, 2.0, -np.inf, 4.0]
@@ -278,7 +286,8 @@ def test_feed_scores_max_mc_uses_curriculum_record():
 def test_feed_scores_torch_inputs():
     plr = _plr()
     r, v, d, b, tasks = _rollout()
-    feed_scores(plr, torch.tensor(r), torch.tensor(v), torch.tensor(d), torch.tensor(b), torch.tensor(tasks))
+    feed_scores(plr, torch.tensor(r), torch.tensor(v), torch.tensor(d), torch.tensor(b), torch.tensor(tasks),
+                done_convention="ended_at")
     got = dict(zip(plr.buffer_tasks(), plr.buffer_scores().tolist()))
     assert got == pytest.approx({5: 0.0, 6: 0.5, 7: 0.5, 9: float(np.abs(ENV1_ADV).mean())})
 
@@ -288,26 +297,26 @@ def test_feed_scores_bad_input_leaves_curriculum_unchanged():
     r, v, d, b, tasks = _rollout()
     before = plr.state_dict()
     with pytest.raises(ValueError, match="shape"):
-        feed_scores(plr, r, v[:3], d, b, tasks)
+        feed_scores(plr, r, v[:3], d, b, tasks, done_convention="ended_at")
     with pytest.raises(ValueError, match="bootstrap_value"):
-        feed_scores(plr, r, v, d, b[:1], tasks)
+        feed_scores(plr, r, v, d, b[:1], tasks, done_convention="ended_at")
     with pytest.raises(ValueError, match="tasks"):
-        feed_scores(plr, r, v, d, b, tasks[:2])
+        feed_scores(plr, r, v, d, b, tasks[:2], done_convention="ended_at")
     bad_v = v.copy()
     bad_v[1, 1] = np.nan
     with pytest.raises(ValueError, match="NaN"):
-        feed_scores(plr, r, bad_v, d, b, tasks)
+        feed_scores(plr, r, bad_v, d, b, tasks, done_convention="ended_at")
     switch = tasks.copy()
     switch[2, 1] = 3  # env 1 changes task without a done
     with pytest.raises(ValueError, match="changed task"):
-        feed_scores(plr, r, v, d, b, switch)
+        feed_scores(plr, r, v, d, b, switch, done_convention="ended_at")
     with pytest.raises(ValueError, match="partial"):
-        feed_scores(plr, r, v, d, b, tasks, partial="drop")
+        feed_scores(plr, r, v, d, b, tasks, done_convention="ended_at", partial="drop")
     unknown = PLR(StudentSpace(20), replay_prob=0.0, seed=0)
     with pytest.raises(KeyError, match="never sampled"):
-        feed_scores(unknown, r, v, d, b, tasks)
+        feed_scores(unknown, r, v, d, b, tasks, done_convention="ended_at")
     with pytest.raises(ValueError, match="episodes"):
-        feed_scores(_plr("learnability"), r, v, d, b, tasks)
+        feed_scores(_plr("learnability"), r, v, d, b, tasks, done_convention="ended_at")
     after = plr.state_dict()
     assert all(
         np.array_equal(before[k], after[k]) if isinstance(before[k], np.ndarray) else before[k] == after[k]
@@ -334,7 +343,7 @@ def test_feed_scores_through_a_server_like_object_holds_its_lock():
 
     plr.update_scores = spy
     r, v, d, b, tasks = _rollout()
-    out = feed_scores(server, r, v, d, b, tasks)
+    out = feed_scores(server, r, v, d, b, tasks, done_convention="ended_at")
     assert server.held and out["scores/tasks"] == 4.0 and len(plr) == 4
 
 
@@ -368,7 +377,7 @@ def _rollout_loop(curriculum, space, seed, feed, rollouts=150, T=16, N=8, ep_len
                     task[n] = None
         if feed:
             boot = np.array([student.value[i] if i is not None else 0.0 for i in task])
-            feed_scores(curriculum, r, v, d, boot, tasks)
+            feed_scores(curriculum, r, v, d, boot, tasks, done_convention="ended_at")
     return float(student.p[student.possible].mean()), on_possible / total
 
 
@@ -378,3 +387,179 @@ def test_feed_scores_drives_plr_in_a_rollout_loop():
     dr_success, dr_frac = _rollout_loop(uniform_curriculum(space, 0), space, 0, False)
     assert plr_frac >= 0.8 and dr_frac < 0.2
     assert plr_success > dr_success + 0.05
+
+
+# -- done conventions -----------------------------------------------------------------------------------
+
+
+def _before_step(dones, first=None):
+    """The same rollout in CleanRL's convention: dones[t] = done flag before step t, plus next_done."""
+    before = np.empty_like(dones)
+    before[1:] = dones[:-1]
+    before[0] = dones[0] if first is None else first  # concerns the previous rollout: any value
+    return before, dones[-1].copy()
+
+
+def _state(plr):
+    return plr.buffer_tasks(), plr.buffer_scores().tolist(), plr.max_returns(list(range(20))).tolist()
+
+
+def test_feed_scores_requires_an_explicit_done_convention():
+    plr = _plr()
+    r, v, d, b, tasks = _rollout()
+    with pytest.raises(TypeError,
+                       match=r"done_convention=.*'ended_at'.*'before_step'.*CleanRL.*episode_starts"):
+        feed_scores(plr, r, v, d, b, tasks)
+    with pytest.raises(TypeError, match=r"one of \('ended_at', 'before_step'\), got 'cleanrl'"):
+        feed_scores(plr, r, v, d, b, tasks, done_convention="cleanrl")
+    with pytest.raises(TypeError, match="needs next_done=.*CleanRL's `next_done`"):
+        feed_scores(plr, r, v, d, b, tasks, done_convention="before_step")
+    with pytest.raises(TypeError, match="next_done is only used with done_convention='before_step'"):
+        feed_scores(plr, r, v, d, b, tasks, done_convention="ended_at", next_done=d[-1])
+    assert len(plr) == 0  # nothing was fed
+
+
+def test_before_step_convention_by_hand_and_the_silent_shift_it_prevents():
+    r, v, d, b, tasks = _rollout()
+    before, next_done = _before_step(d)
+    assert before[:, 0].tolist() == [True, True, False, True] and next_done.tolist() == [False, False]
+    expected = {5: 0.0, 6: 0.5, 7: 0.5, 9: float(np.abs(ENV1_ADV).mean())}  # worked by hand above
+    for first in (False, True):  # dones[0] belongs to the previous rollout and is ignored
+        plr = _plr()
+        feed_scores(plr, r, v, _before_step(d, np.array([first, first]))[0], b, tasks,
+                    done_convention="before_step", next_done=next_done)
+        assert dict(zip(plr.buffer_tasks(), plr.buffer_scores().tolist())) == pytest.approx(expected)
+    # The bug the explicit convention prevents: CleanRL's dones read as "ended at t" cut the episodes one
+    # step early, so task 6's episode [1, 2] is split at the wrong place and a task switch appears.
+    with pytest.raises(ValueError, match="changed task"):
+        feed_scores(_plr(), r, v, before, b, tasks, done_convention="ended_at")
+    same_task = np.full_like(tasks, 9)
+    right, wrong = _plr(), _plr()
+    feed_scores(right, r, v, before, b, same_task, done_convention="before_step", next_done=next_done)
+    feed_scores(wrong, r, v, before, b, same_task, done_convention="ended_at")
+    assert right.buffer_scores().tolist() != wrong.buffer_scores().tolist()
+
+
+def test_both_conventions_give_identical_scores_numpy_and_torch():
+    r, v, d, b, tasks = _rollout()
+    before, next_done = _before_step(d)
+    for score in ("value_l1", "positive_value_loss", "max_mc", "return"):
+        a, c = _plr(score), _plr(score)
+        out_a = feed_scores(a, r, v, d, b, tasks, done_convention="ended_at")
+        out_c = feed_scores(c, r, v, before, b, tasks, done_convention="before_step", next_done=next_done)
+        assert _state(a) == _state(c) and out_a == out_c
+    # CleanRL's float tensors, next_value as (1, N) and next_done as a float tensor
+    t = lambda x: torch.tensor(x, dtype=torch.float32)  # noqa: E731
+    a, c = _plr(), _plr()
+    feed_scores(a, t(r), t(v), torch.tensor(d), t(b), tasks, done_convention="ended_at")
+    feed_scores(c, t(r), t(v), t(before), t(b).reshape(1, -1), tasks, done_convention="before_step",
+                next_done=t(next_done))
+    assert _state(a) == _state(c)
+
+
+@st.composite
+def _random_rollouts(draw):
+    T, N = draw(st.integers(1, 12)), draw(st.integers(1, 5))
+    seed = draw(st.integers(0, 2**31 - 1))
+    rng = np.random.default_rng(seed)
+    p_done = draw(st.sampled_from([0.0, 0.2, 0.5, 1.0]))
+    d = rng.random((T, N)) < p_done
+    tasks = np.empty((T, N), dtype=np.int64)
+    tasks[0] = rng.integers(0, 20, N)
+    for t in range(1, T):  # a new task only right after a done
+        tasks[t] = np.where(d[t - 1], rng.integers(0, 20, N), tasks[t - 1])
+    r = rng.normal(size=(T, N)) * (rng.random((T, N)) < 0.5)
+    v = rng.normal(size=(T, N))
+    b = rng.normal(size=N)
+    first = rng.random(N) < 0.5
+    return r, v, d, b, tasks, first
+
+
+@given(_random_rollouts(), st.sampled_from(["value_l1", "positive_value_loss", "max_mc", "return"]),
+       st.sampled_from(["bootstrap", "skip"]), st.booleans())
+def test_conventions_agree_exactly_on_random_rollouts(rollout, score, partial, use_torch):
+    r, v, d, b, tasks, first = rollout
+    before, next_done = _before_step(d, first)
+    if use_torch:
+        r, v, b = torch.tensor(r), torch.tensor(v), torch.tensor(b)
+        d, before, next_done = torch.tensor(d), torch.tensor(before), torch.tensor(next_done)
+    a, c = _plr(score), _plr(score)
+    out_a = feed_scores(a, r, v, d, b, tasks, done_convention="ended_at", partial=partial)
+    out_c = feed_scores(c, r, v, before, b, tasks, done_convention="before_step", next_done=next_done,
+                        partial=partial)
+    assert out_a == out_c
+    assert _state(a) == _state(c)
+
+
+# -- shapes ---------------------------------------------------------------------------------------------
+
+
+def test_transposed_rollout_is_rejected_not_run():
+    r, v, d, b, tasks = _rollout()  # T = 4, N = 2
+    plr = _plr()
+    with pytest.raises(ValueError, match=r"time-major \(T, N\).*rewards \(2, 4\).*bootstrap_value \(2,\).*"
+                                         r"look transposed"):
+        feed_scores(plr, r.T, v.T, d.T, b, tasks.T, done_convention="ended_at")
+    before, next_done = _before_step(d)
+    with pytest.raises(ValueError, match=r"dones \(2, 4\).*look transposed"):
+        feed_scores(plr, r.T, v.T, before.T, b, tasks.T, done_convention="before_step", next_done=next_done)
+    with pytest.raises(ValueError, match=r"dones has shape \(2, 4\), expected \(4, 2\).*time-major"):
+        feed_scores(plr, r, v, d.T, b, tasks, done_convention="ended_at")
+    with pytest.raises(ValueError, match=r"tasks has shape \(2, 4\), expected time-major \(T, N\) = "
+                                         r"\(4, 2\).*tasks\.T"):
+        feed_scores(plr, r, v, d, b, tasks.T, done_convention="ended_at")
+    with pytest.raises(ValueError, match=r"tasks row 0 must hold 2 tasks"):
+        feed_scores(plr, r, v, d, b, [[5, 6, 6, 7], [9, 9, 9, 9]] * 2, done_convention="ended_at")
+    with pytest.raises(ValueError, match=r"next_done has shape \(4,\), expected \(2,\)"):
+        feed_scores(plr, r, v, before, b, tasks, done_convention="before_step", next_done=np.zeros(4))
+    with pytest.raises(ValueError, match=r"rewards\[:, None\]"):
+        feed_scores(plr, r[:, 0], v[:, 0], d[:, 0], b[:1], tasks[:, 0], done_convention="ended_at")
+    with pytest.raises(ValueError, match=r"bootstrap_value has shape \(2, 2\), expected \(N,\)"):
+        feed_scores(plr, r, v, d, np.zeros((2, 2)), tasks, done_convention="ended_at")
+    assert len(plr) == 0
+
+
+def test_bootstrap_value_as_a_row_or_column_is_accepted():
+    r, v, d, b, tasks = _rollout()
+    ref = _plr()
+    feed_scores(ref, r, v, d, b, tasks, done_convention="ended_at")
+    for boot in (b.reshape(1, -1), b.reshape(-1, 1)):
+        plr = _plr()
+        feed_scores(plr, r, v, d, boot, tasks, done_convention="ended_at")
+        assert _state(plr) == _state(ref)
+
+
+# -- curricula that do not take value scores -----------------------------------------------------------
+
+
+def test_value_scored_classes_are_the_plr_family():
+    assert _value_scored_classes() == ["PLR", "RobustPLR", "ACCEL"]
+    assert issubclass(ACCEL, RobustPLR)
+
+
+def test_feed_scores_rejects_a_curriculum_without_value_scores():
+    r, v, d, b, tasks = _rollout()
+    dr = DomainRandomization(StudentSpace(20), seed=0)
+    with pytest.raises(TypeError, match=r"DomainRandomization has no update_scores.*PLR family: PLR, "
+                                        r"RobustPLR, ACCEL"):
+        feed_scores(dr, r, v, d, b, tasks, done_convention="ended_at")
+    server = serve(DomainRandomization(StudentSpace(20), seed=0))
+    try:
+        with pytest.raises(TypeError, match=r"DomainRandomization \(served by CurriculumServer\) has no "
+                                            r"update_scores.*PLR, RobustPLR, ACCEL"):
+            feed_scores(server, r, v, d, b, tasks, done_convention="before_step", next_done=d[-1])
+    finally:
+        server.close()
+
+
+def test_feed_scores_through_a_real_server():
+    r, v, d, b, tasks = _rollout()
+    before, next_done = _before_step(d)
+    plr, ref = _plr(), _plr()
+    feed_scores(ref, r, v, d, b, tasks, done_convention="ended_at")
+    server = serve(plr)
+    try:
+        out = feed_scores(server, r, v, before, b, tasks, done_convention="before_step", next_done=next_done)
+    finally:
+        server.close()
+    assert out["scores/tasks"] == 4.0 and _state(plr) == _state(ref)
