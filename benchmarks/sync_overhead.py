@@ -141,11 +141,12 @@ MODES: list[Mode] = [
 ]
 MODE = {m.name: m for m in MODES}
 BASELINE = {"native": "none", "ray": "ray-none"}
-#: Largest ratio to the baseline the issue asks for, per magister mode.
-TARGETS = {"magister-episodic": 1.02, "magister-step": 1.08, "magister-ray-episodic": 1.05}
+#: Largest ratio to the baseline the issue asks for, per magister mode (issue 19: episodic <= 1.03x,
+#: per-step <= 1.10x; the Ray target is the earlier issue's).
+TARGETS = {"magister-episodic": 1.03, "magister-step": 1.10, "magister-ray-episodic": 1.05}
 #: Largest share of the reference library's overhead (in the same run) the issue allows magister's.
-QUARTER = 0.25
-#: The reference mode(s) each magister mode is compared with (its overhead must be at most a quarter);
+SHARE = 0.5
+#: The reference mode(s) each magister mode is compared with (its overhead must be at most SHARE of it);
 #: the second reference of magister-step is informative (the reference library sending correct records).
 REFERENCE_OF = {
     "magister-episodic": ("syllabus-episodic",),
@@ -724,10 +725,13 @@ def _paired_lines(cpu: dict[str, list[float]], server_cpu: dict[str, float]) -> 
         d = a - ref
         srv = server_cpu.get(name, 0.0)
         extra = float(d.mean()) + srv
+        ratio = 1 + extra / ref.mean()
+        target = TARGETS.get(name)
+        verdict = "" if target is None else f"  {'ok' if ratio <= target else 'MISSED'} (<= {target:.2f}x)"
         lines.append(
             f"{name:22s} {1e6 * a.mean():12.0f} {1e6 * d.mean():+10.0f} "
             f"{1e6 * d.std() / np.sqrt(len(d)):6.0f} {1e6 * srv:8.0f} {1e6 * extra:+9.0f} "
-            f"{1 + extra / ref.mean():7.3f}x"
+            f"{ratio:7.3f}x{verdict}"
         )
     return lines
 
@@ -769,8 +773,8 @@ def _paired_reference(
         theirs = overhead(cpu, {}, ref)
         if theirs > 0:
             share = max(0.0, overhead(ours_cpu, ours_server, ours)) / theirs
-            verdict = "ok" if share <= QUARTER else "MISSED"
-            lines.append(f"{ours}'s overhead is {share:.2f} of {ref}'s ({verdict}: target <= {QUARTER})")
+            verdict = "ok" if share <= SHARE else "MISSED"
+            lines.append(f"{ours}'s overhead is {share:.2f} of {ref}'s ({verdict}: target <= {SHARE})")
     return lines
 
 
@@ -910,11 +914,11 @@ def report(modes: list[str], runs: dict[str, list[Run]], failed: dict[str, str],
             if rr is None or ratio is None:
                 checks.append(f"vs {ref}: n/a")
             elif rr <= 1.0:
-                checks.append(f"vs {ref}: its overhead <= 0, no quarter rule")
+                checks.append(f"vs {ref}: its overhead <= 0, no share rule")
             else:
                 q = max(0.0, ratio - 1) / (rr - 1)
-                verdict = "ok" if q <= QUARTER else "MISSED"
-                checks.append(f"{verdict}: {q:.2f} of {ref}'s overhead (<= {QUARTER})")
+                verdict = "ok" if q <= SHARE else "MISSED"
+                checks.append(f"{verdict}: {q:.2f} of {ref}'s overhead (<= {SHARE})")
         tgt = "" if target is None else f"{target:.2f}x"
         lines.append(
             f"{name:22s} {wall:7.2f} {_ratio(ratio):>7s} {spread:>13s} {over:>8s} {cpu:7.2f} "

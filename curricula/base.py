@@ -23,17 +23,32 @@ A curriculum that never produces evaluation-only tasks need not override ``sampl
 
 Checkpointing: ``state_dict()`` returns plain Python/numpy data including the random generator's state,
 so ``load_state_dict`` into a fresh object continues with identical samples.
+
+**Thread safety.** Every curriculum carries its own re-entrant lock, :attr:`Curriculum.lock`, and every
+public method (a name not starting with ``_``, defined in this class or any subclass: ``sample``,
+``distribution``, ``metrics``, ``state_dict``, the ``update_*`` doors, ``get_opponent`` ...) runs under it,
+so a user reading ``distribution()`` or ``metrics()`` while a :func:`magister.serve` thread applies
+feedback sees a consistent state. Subclasses get this automatically (``__init_subclass__`` wraps their
+public methods); properties, static and class methods are not wrapped, and a read that spans several
+calls takes ``with curriculum.lock:`` itself. Wrapping curricula (Sequential, OMNI, DualCurriculum,
+TaskFilter) take their own lock, then their inner curricula's: locks are only ever taken from outer to
+inner (an inner curriculum never calls its wrapper), so there is no lock-order inversion. The lock is
+not pickled: a pickled or deep-copied curriculum gets a fresh lock of its own.
 """
 
 from __future__ import annotations
 
 import copy
+import functools
 import logging
 import math
+import os
+import threading
+import types
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -90,6 +105,80 @@ class StepBatch:
         return len(self.tasks)
 
 
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+#: Instance attribute holding a curriculum's lock (never pickled).
+_LOCK_ATTR = "_magister_lock"
+#: Marks a method wrapped by :func:`_locked` (so it is never wrapped twice).
+_LOCKED_MARK = "__magister_locked__"
+#: Guards the lazy creation of a lock for an object built without ``Curriculum.__new__``.
+_LOCK_CREATION = threading.Lock()
+
+
+def _lock_of(obj: Any) -> Any:
+    """``obj``'s lock, created on first use when ``__new__`` was bypassed (e.g. a ``__setstate__`` that
+    replaced ``__dict__``)."""
+    try:
+        return obj.__dict__[_LOCK_ATTR]
+    except KeyError:
+        with _LOCK_CREATION:
+            return obj.__dict__.setdefault(_LOCK_ATTR, threading.RLock())
+
+
+def _locked(fn: _F) -> _F:
+    """Wrap the method ``fn`` so that it runs under ``self.lock`` (``__wrapped__`` keeps its signature)."""
+
+    @functools.wraps(fn)
+    def locked(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            lock = self._magister_lock
+        except AttributeError:
+            lock = _lock_of(self)
+        lock.acquire()  # measured ~0.1 us faster per call than ``with lock:`` on CPython 3.11
+        try:
+            return fn(self, *args, **kwargs)
+        finally:
+            lock.release()
+
+    setattr(locked, _LOCKED_MARK, True)
+    return locked  # type: ignore[return-value]
+
+
+def _without_lock(getstate: _F) -> _F:
+    """Wrap a subclass's own ``__getstate__`` so that the lock never reaches a pickle or a copy."""
+
+    @functools.wraps(getstate)
+    def getstate_without_lock(self: Any) -> Any:
+        state = getstate(self)
+        if isinstance(state, dict) and _LOCK_ATTR in state:
+            state = {k: v for k, v in state.items() if k != _LOCK_ATTR}
+        elif (isinstance(state, tuple) and len(state) == 2 and isinstance(state[0], dict)
+              and _LOCK_ATTR in state[0]):  # (dict, slots) form
+            state = ({k: v for k, v in state[0].items() if k != _LOCK_ATTR}, state[1])
+        return state
+
+    setattr(getstate_without_lock, _LOCKED_MARK, True)
+    return getstate_without_lock  # type: ignore[return-value]
+
+
+def _lock_public_methods(cls: type) -> None:
+    """Make the public methods that ``cls`` itself defines run under the instance's lock.
+
+    Wraps every plain function in ``cls.__dict__`` whose name does not start with ``_`` (inherited ones
+    were wrapped in their own class). Properties, static and class methods, nested classes, abstract
+    methods (always overridden) and already wrapped functions are left alone. A ``__getstate__`` that
+    ``cls`` defines is wrapped so that it drops the lock.
+    """
+    for name, value in list(vars(cls).items()):
+        if (name.startswith("_") or not isinstance(value, types.FunctionType)
+                or getattr(value, _LOCKED_MARK, False) or getattr(value, "__isabstractmethod__", False)):
+            continue
+        setattr(cls, name, _locked(value))
+    getstate = vars(cls).get("__getstate__")
+    if isinstance(getstate, types.FunctionType) and not getattr(getstate, _LOCKED_MARK, False):
+        cls.__getstate__ = _without_lock(getstate)  # type: ignore[attr-defined]
+
+
 def check_finite(name: str, value: float) -> float:
     """Raise ``ValueError`` for NaN/inf feedback; curricula never store a non-finite number."""
     v = float(value)
@@ -103,6 +192,7 @@ class Curriculum(ABC):
 
     Subclasses implement :meth:`sample`; they override the ``update_*`` methods they learn from, and
     extend :meth:`state_dict` / :meth:`load_state_dict` with their own state (calling ``super()``).
+    Their public methods run under :attr:`lock` without any code of theirs (see the module docstring).
     """
 
     #: Whether the curriculum wants per-step feedback. When false, the sync layer sends none.
@@ -115,6 +205,47 @@ class Curriculum(ABC):
     requires_step_infos: bool = True
     #: Whether the curriculum wants per-episode feedback.
     requires_episode_updates: bool = True
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        # The lock is made here, not in ``__init__``: it exists before a subclass's ``__init__`` runs any
+        # of its code, and ``copy``/``pickle`` (which call ``__new__`` but not ``__init__``) make a new one.
+        self = super().__new__(cls)
+        object.__setattr__(self, _LOCK_ATTR, threading.RLock())
+        # the process that built it (copies and pickles keep it: their __dict__ overwrites this one)
+        object.__setattr__(self, "_home_pid", os.getpid())
+        return self
+
+    @property
+    def home_pid(self) -> int:
+        """The id of the process that created this curriculum; copies and pickles keep it. A copy in
+        another process (a forked or spawned worker) is not the learner's curriculum: feedback given to it
+        never reaches the learner, which is why the sync wrappers refuse it (serve it and pass the
+        server's address instead)."""
+        return self.__dict__.get("_home_pid", os.getpid())
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        _lock_public_methods(cls)
+
+    @property
+    def lock(self) -> threading.RLock:
+        """This curriculum's re-entrant lock; every public method holds it while it runs.
+
+        Take it yourself (``with curriculum.lock:``) to make several calls atomic; a server built by
+        :func:`magister.serve` shares it.
+        """
+        return _lock_of(self)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # A lock cannot be pickled or deep-copied: the copy gets a fresh one from ``__new__``.
+        state = self.__dict__.copy()
+        state.pop(_LOCK_ATTR, None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        state = {k: v for k, v in state.items() if k != _LOCK_ATTR}
+        self.__dict__.update(state)
+        _lock_of(self)
 
     def __init__(self, task_space: TaskSpace, *, seed: int | None = None) -> None:
         if not isinstance(task_space, TaskSpace):
@@ -138,6 +269,27 @@ class Curriculum(ABC):
     def sample_tasks(self, k: int = 1) -> list[TaskSample]:
         """Return ``k`` :class:`TaskSample` envelopes. Default: every task is a training task."""
         return [TaskSample(t, True) for t in self.sample(k)]
+
+    def sample_tasks_with(self, rng: np.random.Generator, k: int = 1) -> list[TaskSample]:
+        """:meth:`sample_tasks` drawing its randomness from ``rng`` instead of :attr:`rng` (which is left
+        as it was). The sync layer samples each env's tasks from a stream of its own this way, so that a
+        curriculum that does not learn (domain randomisation, a schedule) gives every env the same task
+        sequence run to run, however the envs' requests interleave. A curriculum that draws from other
+        generators too (a task space's, an inner curriculum's) draws those as usual.
+
+        >>> from magister.curricula.domain_randomization import DomainRandomization
+        >>> from magister.task_spaces.discrete import Discrete
+        >>> cur = DomainRandomization(Discrete(100), seed=0)
+        >>> a = [s.task for s in cur.sample_tasks_with(np.random.default_rng(7), 3)]
+        >>> b = [s.task for s in cur.sample_tasks_with(np.random.default_rng(7), 3)]
+        >>> a == b
+        True
+        """
+        saved, self.rng = self.rng, rng
+        try:
+            return self.sample_tasks(k)
+        finally:
+            self.rng = saved
 
     def distribution(self) -> np.ndarray:
         """The current sampling distribution over ``task_space.encoded_tasks``, where one exists."""
@@ -230,6 +382,9 @@ class Curriculum(ABC):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.task_space!r})"
+
+
+_lock_public_methods(Curriculum)  # ``__init_subclass__`` runs for subclasses only
 
 
 class AgentCurriculum(Curriculum):

@@ -736,6 +736,9 @@ class OpponentIdSpace(TaskSpace):
         stored = self.store.ids() if self.store is not None else []
         return sorted(set(stored) | set(self.extra_ids))
 
+    def _encoding_spec(self) -> Any:
+        return ("opponent ids",)  # as the workers' OpponentIds: an id is its own encoding
+
     def _empty(self) -> RuntimeError:
         return RuntimeError("no opponents stored yet: call update_agent(agent) before sampling opponents")
 

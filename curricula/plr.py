@@ -957,14 +957,34 @@ class PLR(Curriculum):
         return self._buf_score[: self._n_buf].copy()
 
     def metrics(self) -> dict[str, float]:
-        """Counters, buffer fill and score statistics (no O(num_tasks) work)."""
+        """Counters, buffer fill and score statistics (no O(num_tasks) work).
+
+        Three replay figures, which differ on purpose:
+
+        * ``plr/replay_prob``: the configured replay probability, ``P_replay`` of step 1 of the module
+          docstring: ``replay_prob`` as given, or for original PLR (``replay_prob=None``) its schedule's
+          current value ``n_seen / num_tasks``. It does not depend on the buffer's fill.
+        * ``plr/replay_prob_effective``: the probability that the *next* sample is a replay, after the
+          buffer rules: 0 while the buffer is empty or below ``min_fill_ratio * capacity``, and 1 once
+          every task of a finite space is buffered (nothing new is left to draw), else ``plr/replay_prob``.
+        * ``plr/replay_rate``: the realised share of replays among the replay-or-new decisions made so far,
+          ``replayed / (replayed + new)`` (0 before the first sample; ACCEL's mutated children are
+          neither and are not counted).
+        """
         m = self._n_buf
+        decided = self.num_replayed + self.num_new
+        if self.replay_prob is None:
+            configured = min(1.0, self._n_seen / int(self.task_space.num_tasks))
+        else:
+            configured = self.replay_prob
         out = {
             "curriculum/sampled": float(self.num_sampled),
             "curriculum/episodes": float(self.num_episodes),
             "plr/buffer_size": float(m),
             "plr/buffer_fill": m / self.capacity,
-            "plr/replay_prob": self._replay_probability(),
+            "plr/replay_prob": float(configured),
+            "plr/replay_prob_effective": float(self._replay_probability()),
+            "plr/replay_rate": self.num_replayed / decided if decided else 0.0,
             "plr/replayed": float(self.num_replayed),
             "plr/new": float(self.num_new),
             "plr/inserted": float(self.num_inserted),

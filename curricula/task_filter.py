@@ -218,6 +218,9 @@ class ControlTaskSpace(TaskSpace):
     def describe(self, task: Any) -> str:
         return self.base.describe(task)
 
+    def _encoding_spec(self) -> Any:
+        return self.base._encoding_spec()  # plain tasks are encoded by the base space
+
 
 @dataclass(frozen=True)
 class DTGThresholds:

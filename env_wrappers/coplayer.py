@@ -154,6 +154,9 @@ class OpponentIds(TaskSpace[int]):
             raise RuntimeError(f"the opponent store at {self.directory} is empty")
         return ids[int(self.rng.integers(len(ids)))]
 
+    def _encoding_spec(self) -> Any:
+        return ("opponent ids",)  # as the learner's OpponentIdSpace: an id is its own encoding
+
     def __repr__(self) -> str:
         return f"OpponentIds(directory={self.directory!r}, allow_current={self.allow_current})"
 
@@ -290,6 +293,7 @@ class CoPlayerWrapper(BaseParallelWrapper):
         self.env_tasks = bool(env_tasks)
         self.opponent_ids = ids
         self.task_space: TaskSpace = Product((inner_space, ids)) if self.env_tasks else ids  # type: ignore[arg-type]
+        self._task: Any = None  # the encoded task of the running episode (reported in every info)
 
         self.possible_agents = possible if self._fixed is None else list(self._fixed)
         self.agents: list[AgentID] = []
@@ -405,6 +409,8 @@ class CoPlayerWrapper(BaseParallelWrapper):
         for a in agents:
             d = dict(infos.get(a) or {})
             d["opponent_id"] = self.opponent_id
+            if self._task is not None:  # this wrapper's own task (the pair, or the opponent id), encoded
+                d["task"] = self._task
             out[a] = d
         return out
 
@@ -428,6 +434,7 @@ class CoPlayerWrapper(BaseParallelWrapper):
             if not (current or self.opponent_ids.contains(opp)):
                 raise ValueError(f"opponent id {opp!r} is not in {self.opponent_ids!r}")
             self._load(int(opp))
+            self._task = self.task_space.encode(task)
         elif self.opponent_id is None:
             raise ValueError("no opponent yet: reset with options={'task': opponent_id} (the "
                              "PettingZooSyncWrapper does this with the curriculum's choice)")

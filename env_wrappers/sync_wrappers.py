@@ -72,15 +72,15 @@ from pettingzoo.utils.wrappers import BaseParallelWrapper
 from ..curricula.base import Curriculum
 from ..curricula.task_filter import split_played
 from ..sync.client import DEFAULT_TIMEOUT, Assignment, TaskFeed, connect, feed_class
-from ..sync.server import CurriculumServer
-from ..task_spaces.base import TaskSpace
-from .task_wrapper import NO_PROGRESS, TaskWrapper
+from ..sync.server import CurriculumServer, ServedCurriculum, ServerHandle
+from ..task_spaces.base import TaskSpace, task_key
+from .task_wrapper import NO_PROGRESS
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["GymnasiumSyncWrapper", "PettingZooSyncWrapper"]
 
-Source = str | Curriculum | CurriculumServer | TaskFeed
+Source = str | Curriculum | CurriculumServer | ServerHandle | TaskFeed
 
 
 def _finite(name: str, value: Any, task: Any) -> float:
@@ -93,6 +93,20 @@ def _finite(name: str, value: Any, task: Any) -> float:
             f"{name} must be finite, got {value!r} on task {task!r}; the curriculum would be corrupted by it"
         )
     return v
+
+
+def _check_reset_task(reported: Any, assigned: Any, env: Any) -> None:
+    """The env below reported ``reported`` as its task after a reset given ``assigned``: they must agree.
+
+    A wrapper between the sync wrapper and the task wrapper that drops or rewrites ``options["task"]`` would
+    otherwise have the episode played on one task and labelled with another.
+    """
+    if reported is not assigned and reported != assigned and task_key(reported) != task_key(assigned):
+        raise RuntimeError(
+            f"the env below the sync wrapper reports task {reported!r} after a reset on task {assigned!r}: "
+            f"a wrapper inside {type(env).__name__} does not pass reset(options={{'task': ...}}) through to "
+            "the task wrapper (wrappers must forward the options they do not use)"
+        )
 
 
 def _progress(value: Any, task: Any) -> float:
@@ -111,10 +125,12 @@ class _Episode:
         options: dict[str, Any],
         change_task_on_completion: bool,
     ) -> None:
-        if not isinstance(source, (str, Curriculum, CurriculumServer, TaskFeed)):
+        if isinstance(source, ServerHandle):  # a server sent to this process: its address
+            source = source.address
+        if not isinstance(source, (str, Curriculum, ServedCurriculum, TaskFeed)):
             raise TypeError(
-                "source must be a server address (str), a Curriculum, a CurriculumServer or a TaskFeed, got "
-                f"{type(source).__name__}"
+                "source must be a server address (str), a Curriculum, a CurriculumServer (or the handle it "
+                f"becomes in another process) or a TaskFeed, got {type(source).__name__}"
             )
         if isinstance(source, str):
             # the client's backend imported now rather than on the first reset: a missing ray fails here,
@@ -147,14 +163,25 @@ class _Episode:
             self._feed = connect(self.source, **self.options)
         return self._feed
 
+    def _connect(self, seed: int | None) -> TaskFeed:
+        """The feed, created at the first reset: its random stream is that reset's seed (see
+        :class:`~magister.sync.client.CurriculumClient`), so a seeded vector env (sub-env ``i`` reset with
+        ``seed + i``) gets the same task sequence in each env run to run from a curriculum that does not
+        learn."""
+        if self._feed is None and seed is not None and not isinstance(self.source, TaskFeed):
+            self._feed = connect(self.source, stream=int(seed), **self.options)
+        return self.feed
+
     @property
     def env_id(self) -> int | None:
         """The id the curriculum server gave this env (``None`` before the first reset)."""
         return None if self._feed is None else self._feed.env_id
 
-    def start(self, explicit: Any | None, task_space: TaskSpace, has_explicit: bool) -> Assignment:
+    def start(
+        self, explicit: Any | None, task_space: TaskSpace, has_explicit: bool, seed: int | None = None
+    ) -> Assignment:
         """The assignment for a new episode (see the module docstring for the rules)."""
-        feed = self.feed
+        feed = self._connect(seed)
         cur = self.assignment
         unused = cur is not None and self.length == 0 and not self.ended
         if cur is not None and not unused and not self.ended:  # reset in the middle of an episode
@@ -293,8 +320,16 @@ def _options(
     fallback_task_space: TaskSpace | None,
     curve_server_key: bytes | str | None,
     max_update_delay: float | None = None,
+    *,
+    task_space: TaskSpace,
 ) -> dict[str, Any]:
-    opts: dict[str, Any] = {"strip_keys": tuple(strip_keys), "send_obs": send_obs, "send_infos": send_infos}
+    # the task space travels to the feed, which sends its fingerprint when it connects
+    opts: dict[str, Any] = {
+        "strip_keys": tuple(strip_keys),
+        "send_obs": send_obs,
+        "send_infos": send_infos,
+        "task_space": task_space,
+    }
     if prefetch is not None:
         opts["prefetch"] = prefetch
     if max_update_delay is not None:
@@ -356,15 +391,11 @@ class GymnasiumSyncWrapper(gym.Wrapper):
         self.task_space: TaskSpace = space
         if isinstance(strip_keys, str):
             raise TypeError("strip_keys must be an iterable of keys, not a single str")
-        self._fused_step: Any = None
-        self._fused: bool | None = None  # whether to do the task wrapper's step (decided at the first reset)
-        self._fused_reset = False  # ... and its reset
-        self._inner_info: Any = None  # the info dict the env returned last (to see whether it reuses it)
         self._episode = _Episode(
             source,
             _options(
                 prefetch, timeout, strip_keys, send_obs, send_infos, fallback_task_space, curve_server_key,
-                max_update_delay,
+                max_update_delay, task_space=self.task_space,
             ),
             change_task_on_completion,
         )
@@ -387,69 +418,41 @@ class GymnasiumSyncWrapper(gym.Wrapper):
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[Any, dict[str, Any]]:
-        """Reset on the next task of the curriculum (or on ``options["task"]`` when given)."""
+        """Reset on the next task of the curriculum (or on ``options["task"]`` when given).
+
+        The task reaches the env below only through the standard hook, ``reset(options={"task": decoded})``,
+        whatever wrappers sit in between. When the env below reports ``info["task"]`` (a task wrapper does),
+        it must be the task just handed to it: anything else means a wrapper in between dropped or replaced
+        the option, and raises ``RuntimeError`` rather than label the episode with a task it does not play.
+        """
         if options is not None and not isinstance(options, dict):
             raise TypeError(f"options must be a dict or None, got {type(options).__name__}")
         opts = dict(options) if options else {}
         has_explicit = "task" in opts
         episode = self._episode
-        a = episode.start(opts.get("task"), self.task_space, has_explicit)
-        if self._fused is None:
-            self._fused = self._fusable()
-            self._fused_reset = self._fused and _plain_reset(self.env)
-        self._fused_step = self.env.env.step if self._fused else None
-        if has_explicit or not self._fused_reset:
-            if not has_explicit:
-                opts["task"] = self.task_space.decode(a.task)
-            obs, info = self.env.reset(seed=seed, options=opts)
-            if type(self.env).reset is not TaskWrapper.reset:
-                info = dict(info)  # (the task wrapper's own reset returns a new dict: annotated in place)
-        else:  # the task wrapper's reset done here, as its step is (see _fusable): the same result
-            decoded = self.task_space.decode(a.task)  # (refuses a task outside the space, as encode does)
-            self.env._apply_task(decoded, self.task_space.encode(decoded))
-            obs, info = self.env.env.reset(seed=seed, options=opts or None)
-            info = dict(info)
+        a = episode.start(opts.get("task"), self.task_space, has_explicit, seed)
+        if not has_explicit:
+            opts["task"] = self.task_space.decode(a.task)
+        obs, info = self.env.reset(seed=seed, options=opts)
+        info = dict(info)
+        _check_reset_task(info.get("task", episode.info_task), episode.info_task, self.env)
         info.update(episode.info_fields)  # the task, its flags and progress 0
         return obs, info
-
-    def _fusable(self) -> bool:
-        """Whether this wrapper may do the task wrapper's step itself, calling the step of the env below
-        it: the env right below is a :class:`TaskWrapper` with the base class's ``step``, progress and
-        observation (the usual stack, ``GymnasiumSyncWrapper(MyTaskWrapper(env))``). One Python frame less
-        on every step; the result is the same (the task wrapper's step only copies the info dict and adds
-        the task and its progress, which this wrapper adds too). Its reset too, when that is the base
-        class's (:func:`_plain_reset`)."""
-        tw = self.env
-        return (
-            isinstance(tw, TaskWrapper)
-            and type(tw).step is TaskWrapper.step
-            and tw._default_progress
-            and not tw.task_observation
-        )
 
     def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
         """Step, record feedback, and switch tasks on completion when enabled."""
         # This runs on every step of every env, next to the env's own step, which leaves the CPU's caches
-        # cold for it: every distinct operation here costs more than its count suggests. So the usual
-        # stack takes a short path: the task wrapper's step done here (see _fusable), the info dict
-        # annotated in place with one update, the reward added to the running return (checked when the
-        # episode is reported: a sum is finite only if every reward was), and the progress compared by
-        # identity with NO_PROGRESS, the default an env that reports none gives; any other progress takes
-        # _stepped_progress, which converts, clips or raises with a message naming the value and the task.
-        fused = self._fused_step
+        # cold for it: every distinct operation here costs more than its count suggests. So the common step
+        # does little: the info dict annotated in place with one update, the reward added to the running
+        # return (checked when the episode is reported: a sum is finite only if every reward was), and the
+        # progress the env below reports (``info["task_progress"]``, as a task wrapper writes it) compared
+        # by identity with NO_PROGRESS, the value of an env that reports none; any other progress takes
+        # _stepped_progress, which converts or raises with a message naming the value and the task.
+        obs, rew, term, trunc, info = self.env.step(action)
         episode = self._episode
-        if fused is not None:
-            obs, rew, term, trunc, info = fused(action)
-            if info is self._inner_info:  # the env reuses its info dict: leave it as it was
-                info = dict(info)
-            else:
-                self._inner_info = info
-            progress = info.get("success", NO_PROGRESS)
-        else:  # through the wrappers below, whatever they are
-            obs, rew, term, trunc, info = self.env.step(action)
-            if episode.assignment is None:
-                raise RuntimeError("GymnasiumSyncWrapper.step() called before reset()")
-            progress = info.get("task_progress", NO_PROGRESS)
+        if episode.assignment is None:
+            raise RuntimeError("GymnasiumSyncWrapper.step() called before reset()")
+        progress = info.get("task_progress", NO_PROGRESS)
         info.update(episode.info_fields)
         try:
             episode.ret += rew
@@ -460,7 +463,7 @@ class GymnasiumSyncWrapper(gym.Wrapper):
         episode.length += 1
         end = term or trunc
         if progress is not NO_PROGRESS or episode.progress is not NO_PROGRESS:
-            progress = self._stepped_progress(progress, info, episode, fused is not None)
+            progress = self._stepped_progress(progress, info, episode)
             end = end or (episode.change_task_on_completion and progress >= 1.0)
         if episode.record is not None:
             episode.record(episode.assignment, obs, rew, term, trunc, info, progress)
@@ -468,14 +471,11 @@ class GymnasiumSyncWrapper(gym.Wrapper):
             return self._finish_step(obs, rew, term, trunc, info, progress, episode)
         return obs, rew, term, trunc, info
 
-    def _stepped_progress(self, progress: Any, info: dict, episode: _Episode, fused: bool) -> float:
-        """A step's progress other than the default: checked (clipped with one warning by the task
-        wrapper's own check when this wrapper does its step), put in the info, remembered."""
+    @staticmethod
+    def _stepped_progress(progress: Any, info: dict, episode: _Episode) -> float:
+        """A step's progress other than the default: checked, put in the info, remembered."""
         if progress.__class__ is not float or not 0.0 <= progress <= 1.0:
-            if fused:
-                progress = self.env._checked_progress(progress)
-            else:
-                progress = _progress(progress, episode.info_task)
+            progress = _progress(progress, episode.info_task)
         info["task_progress"] = progress
         episode.progress = progress if progress else NO_PROGRESS  # back at 0: the short path again
         return progress
@@ -503,18 +503,6 @@ class GymnasiumSyncWrapper(gym.Wrapper):
         """Report an unfinished task, return unused ones, close the connection, then the env."""
         self._episode.close()
         super().close()
-
-
-def _plain_reset(tw: TaskWrapper) -> bool:
-    """Whether ``tw`` resets as the base :class:`TaskWrapper` does: applies the task with ``set_task``,
-    resets the env below with the other options and adds only the task and its progress to the info."""
-    cls = type(tw)
-    return (
-        cls.reset is TaskWrapper.reset
-        and cls._take_task_option is TaskWrapper._take_task_option
-        and cls._reset_inner is TaskWrapper._reset_inner
-        and cls.set_task is TaskWrapper.set_task
-    )
 
 
 def _find_task_space(env: Any) -> TaskSpace:
@@ -580,7 +568,7 @@ class PettingZooSyncWrapper(BaseParallelWrapper):
             source,
             _options(
                 prefetch, timeout, strip_keys, send_obs, send_infos, fallback_task_space, curve_server_key,
-                max_update_delay,
+                max_update_delay, task_space=self.task_space,
             ),
             change_task_on_completion,
         )
@@ -631,10 +619,13 @@ class PettingZooSyncWrapper(BaseParallelWrapper):
             raise TypeError(f"options must be a dict or None, got {type(options).__name__}")
         opts = dict(options) if options else {}
         has_explicit = "task" in opts
-        a = self._episode.start(opts.get("task"), self.task_space, has_explicit)
+        a = self._episode.start(opts.get("task"), self.task_space, has_explicit, seed)
         if not has_explicit:
             opts["task"] = self.task_space.decode(a.task)
         obs, infos = self.env.reset(seed=seed, options=opts)
+        for info in infos.values():
+            if isinstance(info, dict) and "task" in info:
+                _check_reset_task(info["task"], self._episode.info_task, self.env)
         self._done_agents = set()
         return obs, self._annotate(infos, obs.keys(), 0.0)
 

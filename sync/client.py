@@ -54,7 +54,7 @@ from ..curricula.base import Curriculum
 from ..task_spaces.base import EncodedTask, TaskSpace
 from . import protocol as P
 from .security import configure_client_socket
-from .server import CurriculumServer, SyncCore, SyncRejected
+from .server import CurriculumServer, ServedCurriculum, ServerHandle, SyncCore, SyncRejected
 
 logger = logging.getLogger(__name__)
 
@@ -104,6 +104,22 @@ def _update_pid() -> None:
 
 
 os.register_at_fork(after_in_child=_update_pid)
+
+
+def _check_identity(task_space: TaskSpace | None, stream: int | None) -> tuple[TaskSpace | None, int]:
+    """Validate the ``task_space`` and ``stream`` options of a feed; the stream as sent (``-1``: none)."""
+    if task_space is not None and not isinstance(task_space, TaskSpace):
+        raise TypeError(f"task_space must be a TaskSpace or None, got {type(task_space).__name__}")
+    if stream is None:
+        return task_space, -1
+    if isinstance(stream, (bool, np.bool_)) or not isinstance(stream, (int, np.integer)) or stream < 0:
+        raise ValueError(f"stream must be an int >= 0 (a reset seed) or None, got {stream!r}")
+    return task_space, int(stream) % (1 << 63)
+
+
+def _hello(pid: int, name: str, task_space: TaskSpace | None, stream: int) -> P.Hello:
+    """The hello of a feed: who it is, the fingerprint of its task space and its random stream."""
+    return P.Hello(pid, name, task_space.fingerprint() if task_space is not None else "", stream)
 
 
 class ServerUnavailableError(TimeoutError):
@@ -162,8 +178,11 @@ class TaskFeed:
         fallback_task_space: TaskSpace | None,
         close_timeout: float,
         name: str,
+        task_space: TaskSpace | None = None,
+        stream: int | None = None,
     ) -> None:
         """Validate and store the options every remote feed shares (clear errors for bad values)."""
+        self.task_space, self.stream = _check_identity(task_space, stream)
         if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
             raise ValueError(f"prefetch must be an int >= 0, got {prefetch!r}")
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
@@ -800,6 +819,11 @@ class CurriculumClient(TaskFeed):
             ``update_batch``; 0: nothing is held, one send per update). It also sets how many tasks are
             kept ready: the number of episodes the env plays in that time (at most ``prefetch``).
         name: A label for the server's logs.
+        task_space: The env's task space: its fingerprint is checked against the curriculum's when the
+            client connects (a mismatch raises :class:`SyncError` naming both spaces).
+        stream: The env's random stream (the seed of its first seeded reset): the server samples this
+            env's tasks from a generator of its own (see :meth:`SyncCore.assign_tasks
+            <magister.sync.server.SyncCore.assign_tasks>`); ``None``: the curriculum's shared one.
     """
 
     def __init__(
@@ -819,6 +843,8 @@ class CurriculumClient(TaskFeed):
         update_batch: int = DEFAULT_UPDATE_BATCH,
         max_update_delay: float = DEFAULT_MAX_UPDATE_DELAY,
         name: str = "",
+        task_space: TaskSpace | None = None,
+        stream: int | None = None,
     ) -> None:
         if not isinstance(address, str) or "://" not in address:
             raise ValueError(
@@ -827,7 +853,7 @@ class CurriculumClient(TaskFeed):
         self._set_holding(update_batch, max_update_delay)
         self._set_options(
             address, prefetch, timeout, strip_keys, send_obs, send_infos, fallback_task_space,
-            close_timeout, name,
+            close_timeout, name, task_space, stream,
         )
         self._curve = (curve_server_key, curve_public_key, curve_secret_key)
         self._reset_process_state()
@@ -898,7 +924,7 @@ class CurriculumClient(TaskFeed):
         configure_client_socket(sock, *self._curve)
         sock.connect(self.address)
         self._sock = sock
-        self._send(P.Hello(os.getpid(), self.name))
+        self._send(_hello(os.getpid(), self.name, self.task_space, self.stream))
         if not self._wait_for(lambda: self.env_id is not None, "a welcome"):
             return False
         # start prefetching right away: the first reset takes one task and leaves the others ready
@@ -1188,6 +1214,13 @@ _local_lock = threading.Lock()
 
 def _core_for(curriculum: Curriculum) -> SyncCore:
     """One :class:`SyncCore` per curriculum object, so in-process envs share its lock and accounting."""
+    if curriculum.home_pid != os.getpid():
+        raise RuntimeError(
+            f"a {type(curriculum).__name__} created in process {curriculum.home_pid} was given to a sync "
+            f"wrapper in process {os.getpid()} (a forked or spawned worker): its updates would go to this "
+            "process's copy, never to the learner's curriculum. Serve it with magister.serve(curriculum) and "
+            "pass server.address (or the server) to the wrappers"
+        )
     with _local_lock:
         entry = _local_cores.get(id(curriculum))
         if entry is not None and entry[0]() is curriculum:
@@ -1220,7 +1253,7 @@ class LocalClient(TaskFeed):
         core: The :class:`~magister.sync.server.SyncCore` to feed (a server's ``core``, or one made for a
             bare curriculum by :func:`connect`).
         prefetch: Tasks sampled ahead (default 0: in-process sampling is cheap and always fresh).
-        strip_keys, send_obs, send_infos: As for :class:`CurriculumClient`.
+        strip_keys, send_obs, send_infos, task_space, stream: As for :class:`CurriculumClient`.
     """
 
     def __init__(
@@ -1231,6 +1264,8 @@ class LocalClient(TaskFeed):
         strip_keys: Iterable[str] = (),
         send_obs: bool = True,
         send_infos: bool = True,
+        task_space: TaskSpace | None = None,
+        stream: int | None = None,
     ) -> None:
         if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
             raise ValueError(f"prefetch must be an int >= 0, got {prefetch!r}")
@@ -1240,7 +1275,12 @@ class LocalClient(TaskFeed):
         self.prefetch = prefetch
         self.send_obs, self.send_infos = bool(send_obs), bool(send_infos)
         self.strip_keys = frozenset(strip_keys)
-        self._take_welcome(core.register_env())
+        self.task_space, self.stream = _check_identity(task_space, stream)
+        try:
+            welcome = core.register_env(_hello(os.getpid(), "", self.task_space, self.stream))
+        except SyncRejected as exc:
+            raise SyncError(f"the curriculum refused this env ({exc.code}): {exc}") from None
+        self._take_welcome(welcome)
         self._buffer: deque[Assignment] = deque()
         self._closed = False
 
@@ -1304,21 +1344,24 @@ def connect(source: str | Curriculum | CurriculumServer, **options: Any) -> Task
     Raises:
         TypeError: ``source`` is none of the three.
     """
-    local_opts = {k: options.pop(k) for k in ("strip_keys", "send_obs", "send_infos") if k in options}
+    shared = ("strip_keys", "send_obs", "send_infos", "task_space", "stream")
+    local_opts = {k: options.pop(k) for k in shared if k in options}
     if isinstance(source, TaskFeed):
         return source
+    if isinstance(source, ServerHandle):  # a server sent here from the process that serves it
+        source = source.address
     if isinstance(source, str):
         cls = feed_class(source)
         if cls is not CurriculumClient and options.pop("curve_server_key", None) is not None:
             raise ValueError("curve_server_key applies to ZeroMQ tcp:// addresses, not to ray:// ones")
         return cls(source, **local_opts, **options)
-    if isinstance(source, CurriculumServer):
-        if os.getpid() != source._pid:
-            return CurriculumClient(source.address, **local_opts, **options)
+    if isinstance(source, CurriculumServer) and os.getpid() == source._pid:
         return LocalClient(source.core, **local_opts, prefetch=options.get("prefetch") or 0)
+    if isinstance(source, ServedCurriculum):  # another process's server, or one in a Ray actor
+        return connect(source.address, **local_opts, **options)
     if isinstance(source, Curriculum):
         return LocalClient(_core_for(source), **local_opts, prefetch=options.get("prefetch") or 0)
     raise TypeError(
-        "source must be a server address (str), a Curriculum or a CurriculumServer, got "
-        f"{type(source).__name__}"
+        "source must be a server address (str), a Curriculum, a server (serve() or serve_ray()) or its "
+        f"ServerHandle, got {type(source).__name__}"
     )

@@ -76,7 +76,7 @@ __all__ = [
 ]
 
 #: Bumped whenever a message layout changes or a kind is added; both ends must agree.
-PROTOCOL_VERSION = 3
+PROTOCOL_VERSION = 4
 #: Arrays with at least this many bytes travel as separate zero-copy frames.
 DEFAULT_OOB_THRESHOLD = 64 * 1024
 #: Upper bound on one msgpack header (the out-of-band frames are bounded by the socket's MAXMSGSIZE).
@@ -323,10 +323,18 @@ class Hello(Message):
     KIND: ClassVar[int] = 1
     pid: int
     name: str = ""
+    #: The env's task space fingerprint (:meth:`~magister.task_spaces.base.TaskSpace.fingerprint`; ``""``:
+    #: not given): the server refuses the env when it differs from its curriculum's.
+    task_space: str = ""
+    #: The env's random stream (the seed of its first seeded reset; ``-1``: none): tasks sampled for this env
+    #: draw from a generator of its own, derived from the curriculum's seed and this number.
+    stream: int = -1
 
     def __post_init__(self) -> None:
         self._set("pid", _int("pid", self.pid, 0))
         self._set("name", _str("name", self.name))
+        self._set("task_space", _str("task_space", self.task_space))
+        self._set("stream", _int("stream", self.stream, -1))
 
 
 @dataclass(frozen=True)
@@ -345,8 +353,11 @@ class Welcome(Message):
     step_batch_size: int
     step_obs: bool = True
     step_infos: bool = True
+    #: The curriculum's task space fingerprint.
+    task_space: str = ""
 
     def __post_init__(self) -> None:
+        self._set("task_space", _str("task_space", self.task_space))
         self._set("env_id", _int("env_id", self.env_id, 0))
         self._set("requires_step_updates", _bool("requires_step_updates", self.requires_step_updates))
         self._set(

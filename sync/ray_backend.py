@@ -111,11 +111,12 @@ from .client import (
     ServerUnavailableError,
     SyncError,
     TaskFeed,
+    _hello,
     _register_for_flushing,
     _StepBuffer,
     _unregister_for_flushing,
 )
-from .server import DEFAULT_STEP_BATCH_SIZE, SyncCore, SyncRejected
+from .server import DEFAULT_STEP_BATCH_SIZE, ServedCurriculum, ServerHandle, SyncCore, SyncRejected
 
 logger = logging.getLogger(__name__)
 
@@ -285,7 +286,11 @@ class CurriculumActor:
                         self._error("too_many_envs", f"the curriculum accepts at most {self.max_envs} envs")
                     )
                     return
-                welcome = self.core.register_env()
+                try:
+                    welcome = self.core.register_env(msg)
+                except SyncRejected as exc:
+                    out.append(self._error(exc.code, str(exc)))
+                    return
                 logger.debug("env %d joined (pid %d, %r)", welcome.env_id, msg.pid, msg.name)
                 out.append(_pack(welcome))
                 return
@@ -392,7 +397,7 @@ class CurriculumActor:
 # -- learner-side proxy ------------------------------------------------------------------------------
 
 
-class RayCurriculumServer:
+class RayCurriculumServer(ServedCurriculum):
     """Learner-side proxy of a curriculum actor. Create it with :func:`serve_ray` (or :meth:`attach`).
 
     The curriculum lives in the actor: the object given to :func:`serve_ray` was *copied* into it, so
@@ -516,10 +521,9 @@ class RayCurriculumServer:
         self.close()
 
     def __reduce__(self) -> Any:
-        raise TypeError(
-            "a RayCurriculumServer is not sent to workers; pass server.address (a str) to the workers' "
-            "GymnasiumSyncWrapper, or RayCurriculumServer.attach(address) for a learner-side proxy"
-        )
+        # sent to a worker, it arrives as a handle to its address (RayCurriculumServer.attach(address) gives
+        # a learner-side proxy there, when one is really wanted)
+        return (ServerHandle, (self.address,))
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "serving"
@@ -661,6 +665,7 @@ class RayClient(TaskFeed):
         name: A label for the actor's logs.
         ray_address: Cluster address for ``ray.init`` when this process is not connected to Ray.
         curve_server_key: Not supported (ZeroMQ only); given, it raises ``ValueError``.
+        task_space, stream: As for :class:`~magister.sync.client.CurriculumClient`.
     """
 
     def __init__(
@@ -680,6 +685,8 @@ class RayClient(TaskFeed):
         name: str = "",
         ray_address: str | None = None,
         curve_server_key: bytes | str | None = None,
+        task_space: TaskSpace | None = None,
+        stream: int | None = None,
     ) -> None:
         self.actor_name, self.namespace = parse_ray_address(address)
         if curve_server_key is not None:
@@ -693,7 +700,7 @@ class RayClient(TaskFeed):
         self._set_holding(update_batch, max_update_delay)
         self._set_options(
             address, prefetch, timeout, strip_keys, send_obs, send_infos, fallback_task_space,
-            close_timeout, name,
+            close_timeout, name, task_space, stream,
         )
         self.max_pending_updates = max_pending_updates
         self.ray_address = ray_address
@@ -768,7 +775,8 @@ class RayClient(TaskFeed):
         except ServerUnavailableError as exc:
             return self._go_fallback("the actor", str(exc))
         self._method = self._actor.handle_batch
-        reply = self._get(self._actor.handle.remote(_pack(P.Hello(os.getpid(), self.name))), "a welcome")
+        hello = _hello(os.getpid(), self.name, self.task_space, self.stream)
+        reply = self._get(self._actor.handle.remote(_pack(hello)), "a welcome")
         if self._fallback:
             return False
         reply = self._decode(reply)

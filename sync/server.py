@@ -52,6 +52,7 @@ True
 from __future__ import annotations
 
 import atexit
+import hashlib
 import inspect
 import logging
 import math
@@ -68,13 +69,15 @@ import numpy as np
 import zmq
 
 from ..curricula.base import Curriculum, StepBatch, TaskSample
-from ..task_spaces.base import EncodedTask, task_key
+from ..task_spaces.base import EncodedTask, TaskSpace, fingerprint_digest, task_key
 from . import protocol as P
 from .security import check_bind_address, configure_server_socket
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["SyncCore", "SyncRejected", "CurriculumServer", "serve", "EnvCounters"]
+__all__ = [
+    "SyncCore", "SyncRejected", "CurriculumServer", "ServedCurriculum", "ServerHandle", "serve", "EnvCounters"
+]
 
 #: Default number of steps a client batches into one step update.
 DEFAULT_STEP_BATCH_SIZE = 64
@@ -109,6 +112,7 @@ class EnvCounters:
     updates_rejected: int = 0
     steps_applied: int = 0
     episodes_applied: int = 0
+    episodes_abandoned: int = 0
     progress_applied: int = 0
     malformed_frames: int = 0
     connected: int = 1
@@ -129,7 +133,9 @@ class SyncCore:
         curriculum: The curriculum to serve.
         step_batch_size: Steps per step update that clients are told to batch.
         validate_tasks: Check tasks the server did not hand out (task id ``-1``) against the task space.
-        lock: The lock to share; a new ``threading.RLock`` by default.
+        lock: The lock to share; by default the curriculum's own
+            (:attr:`~magister.curricula.base.Curriculum.lock`), so a learner reading the curriculum
+            directly is serialised with the server thread.
     """
 
     def __init__(
@@ -147,13 +153,25 @@ class SyncCore:
         self.curriculum = curriculum
         self.step_batch_size = step_batch_size
         self.validate_tasks = bool(validate_tasks)
-        self.lock = lock if lock is not None else threading.RLock()
+        self.lock = lock if lock is not None else curriculum.lock
         self.pid = os.getpid()
         self._counters: dict[int, EnvCounters] = {}
         self._in_flight: dict[int, dict[int, tuple[Hashable, EncodedTask]]] = {}
         self._next_env = 0
         self._next_task = 0
         self.malformed_frames = 0  # frames from peers that never said hello
+        space = getattr(curriculum, "task_space", None)
+        #: The fingerprint of the curriculum's task space (``""``: it has none), sent in every Welcome and
+        #: compared with the env's at connect.
+        self.task_space_fingerprint = space.fingerprint() if isinstance(space, TaskSpace) else ""
+        # Per-env random streams: an env that names one (the seed of its first seeded reset) has its tasks
+        # sampled with a generator of its own, seeded from the curriculum's generator as it is now (fixed
+        # by the curriculum's seed in a deterministic program) and the stream, so its task sequence does not
+        # depend on how the other envs' requests interleave with its own.
+        rng = getattr(curriculum, "rng", None)
+        root = repr(rng.bit_generator.state) if isinstance(rng, np.random.Generator) else ""
+        self._stream_root = int.from_bytes(hashlib.blake2b(root.encode(), digest_size=8).digest(), "little")
+        self._streams: dict[int, np.random.Generator] = {}
         try:
             params = inspect.signature(curriculum.update_on_episode).parameters
         except (TypeError, ValueError):  # pragma: no cover - builtins without a signature
@@ -164,13 +182,32 @@ class SyncCore:
         )
 
     # -- envs and tasks -----------------------------------------------------------------------------
-    def register_env(self) -> P.Welcome:
-        """A new env joins; returns its :class:`~magister.sync.protocol.Welcome`."""
+    def register_env(self, hello: P.Hello | None = None) -> P.Welcome:
+        """A new env joins; returns its :class:`~magister.sync.protocol.Welcome`.
+
+        ``hello`` (what the env said when it connected) may carry the fingerprint of the env's task space,
+        checked against the curriculum's, and the env's random stream (see :meth:`assign_tasks`).
+
+        Raises:
+            SyncRejected: ``"task_space_mismatch"``, naming both spaces, when the fingerprints differ.
+        """
+        if hello is not None and hello.task_space and self.task_space_fingerprint:
+            theirs, ours = hello.task_space, self.task_space_fingerprint
+            if fingerprint_digest(theirs) != fingerprint_digest(ours):
+                raise SyncRejected(
+                    "task_space_mismatch",
+                    f"the env's task space {theirs} is not the curriculum's task space {ours}: it would "
+                    "decode the curriculum's tasks to other tasks. Build the env's task wrapper with the "
+                    "same space as the curriculum (same kind, size, parameters and order)",
+                )
         with self.lock:
             env_id = self._next_env
             self._next_env += 1
             self._counters[env_id] = EnvCounters()
             self._in_flight[env_id] = {}
+            if hello is not None and hello.stream >= 0:
+                seq = np.random.SeedSequence([self._stream_root, hello.stream])
+                self._streams[env_id] = np.random.default_rng(seq)
         cur = self.curriculum
         return P.Welcome(
             env_id=env_id,
@@ -179,6 +216,7 @@ class SyncCore:
             step_batch_size=self.step_batch_size,
             step_obs=bool(getattr(cur, "requires_step_observations", True)),
             step_infos=bool(getattr(cur, "requires_step_infos", True)),
+            task_space=self.task_space_fingerprint,
         )
 
     def counters(self, env_id: int) -> EnvCounters:
@@ -203,7 +241,11 @@ class SyncCore:
             )
         with self.lock:
             try:
-                samples = self.curriculum.sample_tasks(count)
+                stream = self._streams.get(env_id)
+                if stream is None:
+                    samples = self.curriculum.sample_tasks(count)
+                else:
+                    samples = self.curriculum.sample_tasks_with(stream, count)
             except Exception as exc:
                 logger.exception("curriculum.sample_tasks(%d) failed", count)
                 raise SyncRejected("sample_failed", f"curriculum.sample_tasks failed: {exc!r}") from exc
@@ -403,7 +445,10 @@ class SyncCore:
             if msg.task_id != -1:
                 del self._in_flight[msg.env_id][msg.task_id]
                 c.tasks_consumed += 1
-            c.episodes_applied += 1
+            if msg.ended:
+                c.episodes_applied += 1
+            else:  # cut short by an early reset or a close: the task was used, no episode ended
+                c.episodes_abandoned += 1
             return None
         if isinstance(msg, P.ProgressUpdate):
             self._check_progress("task progress", msg.progress)
@@ -467,7 +512,15 @@ class SyncCore:
         return out
 
 
-class CurriculumServer:
+class ServedCurriculum:
+    """Base of the learner-side server objects (:class:`CurriculumServer`, and the Ray backend's
+    ``RayCurriculumServer``): each has an ``address`` that env-side feeds connect to, and is accepted
+    wherever an address is (sent to another process, it arrives as a :class:`ServerHandle`)."""
+
+    address: str
+
+
+class CurriculumServer(ServedCurriculum):
     """A curriculum served over ZeroMQ. Create it with :func:`serve`.
 
     Attributes:
@@ -604,7 +657,12 @@ class CurriculumServer:
                 if len(self._welcomes) >= self.max_envs:
                     self._error(identity, "too_many_envs", f"the server accepts at most {self.max_envs} envs")
                     return
-                welcome = self._welcomes[identity] = self.core.register_env()
+                try:
+                    welcome = self.core.register_env(msg)
+                except SyncRejected as exc:
+                    self._error(identity, exc.code, str(exc))
+                    return
+                self._welcomes[identity] = welcome
                 self._identities[identity] = welcome.env_id
                 logger.debug("env %d joined (pid %d, %r)", welcome.env_id, msg.pid, msg.name)
             self._send(identity, welcome)
@@ -716,14 +774,60 @@ class CurriculumServer:
         self.close()
 
     def __reduce__(self) -> Any:
-        raise TypeError(
-            "a CurriculumServer cannot be sent to another process; pass server.address (a str) to the "
-            "workers' GymnasiumSyncWrapper instead"
-        )
+        # sent to another process (a vector env's worker, a pickled closure that names the server), it
+        # arrives as a handle to its address: what the env side needs, and all it can use
+        return (ServerHandle, (self.address,))
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "serving"
         return f"CurriculumServer({type(self.curriculum).__name__}, {self.address!r}, {state})"
+
+
+class ServerHandle:
+    """A curriculum server as another process sees it: its :attr:`address`, and nothing else.
+
+    A :class:`CurriculumServer` (or a Ray server) sent to a worker process, e.g. inside the closure of
+    ``SubprocVecEnv([lambda: GymnasiumSyncWrapper(env, server.address)] * 8)`` under the spawn or forkserver
+    start method, arrives as one of these, so ``server.address`` and ``GymnasiumSyncWrapper(env, server)``
+    work in the worker as written. The curriculum itself stays in the process that served it: learner-side
+    calls (``metrics()``, ``state_dict()`` ...) raise ``AttributeError`` here, saying where to make them.
+
+    >>> import copy
+    >>> handle = copy.deepcopy(ServerHandle("ipc:///tmp/x.sock"))  # (pickling gives the same)
+    >>> handle.address, handle
+    ('ipc:///tmp/x.sock', ServerHandle('ipc:///tmp/x.sock'))
+    """
+
+    __slots__ = ("address",)
+
+    def __init__(self, address: str) -> None:
+        if not isinstance(address, str) or "://" not in address:
+            raise TypeError(f"a server handle needs the server's address (a str), got {address!r}")
+        object.__setattr__(self, "address", address)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise AttributeError(
+            f"{name!r}: this is a handle to the curriculum server at {self.address} in another process; it "
+            "has only .address (give it, or the handle, to GymnasiumSyncWrapper). Call the server's "
+            "learner-side methods in the process that called serve()"
+        )
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("a ServerHandle is read-only")
+
+    def __reduce__(self) -> Any:
+        return (ServerHandle, (self.address,))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ServerHandle) and other.address == self.address
+
+    def __hash__(self) -> int:
+        return hash(self.address)
+
+    def __repr__(self) -> str:
+        return f"ServerHandle({self.address!r})"
 
 
 _live_servers: weakref.WeakSet[CurriculumServer] = weakref.WeakSet()

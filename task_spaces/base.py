@@ -21,6 +21,7 @@ Conventions every space follows:
 from __future__ import annotations
 
 import hashlib
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Hashable, Sequence
 from typing import Any, Generic, TypeVar
@@ -171,8 +172,44 @@ class TaskSpace(ABC, Generic[T]):
         """Human-readable description of a decoded task (used by OMNI-style judges)."""
         return str(task)
 
+    # -- identity across processes ----------------------------------------------------------------
+    def fingerprint(self) -> str:
+        """How this space encodes tasks, as ``"<repr> #<digest>"``: two spaces whose digests agree decode
+        every encoded task to the same task, in any process.
+
+        The sync layer compares the env's with the curriculum's when an env connects, so a worker built
+        with another space (other levels, another order, a split that renumbers its tasks) is refused at
+        once instead of playing the wrong tasks. The digest covers :meth:`_encoding_spec`, not the
+        ``repr``, so it does not change with what a space learns at run time (an open-ended registry).
+
+        >>> from magister.task_spaces.discrete import Discrete
+        >>> Discrete(4).fingerprint() == Discrete(4, seed=1).fingerprint() != Discrete(5).fingerprint()
+        True
+        """
+        digest = hashlib.blake2b(repr(self._encoding_spec()).encode(), digest_size=8).hexdigest()
+        return f"{_ADDRESS.sub('', repr(self))} #{digest}"
+
+    def _encoding_spec(self) -> Any:
+        """What fixes the encoding, as plain values with a stable ``repr``. Default: the class's name and
+        ``num_tasks``; built-in spaces add their parameters (a subclass with parameters that change the
+        encoding should too)."""
+        return (type(self).__qualname__, self.num_tasks)
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}(num_tasks={self.num_tasks})"
+
+
+def fingerprint_digest(fingerprint: str) -> str:
+    """The digest part of a :meth:`TaskSpace.fingerprint` (what two fingerprints are compared by)."""
+    return fingerprint.rpartition(" #")[2]
+
+
+def stable_repr(value: Any) -> str:
+    """``repr(value)`` without memory addresses (``<Level object at 0x7f...>`` differs between processes)."""
+    return _ADDRESS.sub("", repr(value))
+
+
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 
 
 def _check_k(k: int) -> None:

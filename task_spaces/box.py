@@ -194,6 +194,9 @@ class Box(TaskSpace[np.ndarray]):
     def describe(self, task: np.ndarray) -> str:
         return np.array2string(np.asarray(task), precision=4, separator=", ")
 
+    def _encoding_spec(self) -> Any:
+        return ("Box", self.low.tolist(), self.high.tolist(), tuple(self.shape), self.dtype.name)
+
     def __repr__(self) -> str:
         def fmt(a: np.ndarray) -> str:
             flat = np.unique(a)

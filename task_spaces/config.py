@@ -22,9 +22,9 @@ exactly these pieces:
   *same* encoding. :meth:`ConfigSpace.split` holds out more tasks.
 * **Mutation** (ACCEL-style edits): :meth:`ConfigSpace.mutate` changes one axis and keeps the task valid;
   ``range`` axes are ordinal (step to a neighbouring value), list axes categorical (any other value).
-* **Descriptions**: :meth:`ConfigSpace.describe` joins per-axis text (a format string such as
-  ``"learning rate {value}"``, a callable ``value -> str``, or the default ``"axis=value"``) into one
-  sentence, for language-model judges.
+* **Descriptions**: :meth:`ConfigSpace.describe` with a task (decoded or encoded) joins per-axis text (a
+  format string such as ``"learning rate {value}"``, a callable ``value -> str``, or the default
+  ``"axis=value"``) into one sentence, for language-model judges; without one it describes the space.
 
 >>> space = ConfigSpace(
 ...     {"size": range(5, 9), "doors": [0, 1, 2]},
@@ -38,6 +38,8 @@ exactly these pieces:
 ((2, 1), {'size': 8, 'doors': 0})
 >>> space.describe({"size": 7, "doors": 1})
 'size=7, doors=1.'
+>>> space.describe()
+'5 tasks (12 combinations, 1 constraint, 1 held out): size in range(5, 9); doors in [0, 1, 2].'
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ from typing import Any
 
 import numpy as np
 
-from .base import EncodedTask, TaskSpace, _check_k
+from .base import EncodedTask, TaskSpace, _check_k, stable_repr
 from .discrete import _is_int
 
 logger = logging.getLogger(__name__)
@@ -188,6 +190,9 @@ class ConfigSpace(TaskSpace[dict]):
 
     # -- construction helpers ----------------------------------------------------------------------
     def _check_describers(self, describe: Mapping[str, Any]) -> dict[str, Any]:
+        if not isinstance(describe, Mapping):
+            raise TypeError("ConfigSpace: describe must be a dict {axis: format string | callable | None}, "
+                            f"got {describe!r}")
         out = {}
         for name, entry in describe.items():
             if name not in self._names:
@@ -532,13 +537,24 @@ class ConfigSpace(TaskSpace[dict]):
                 return tuple(child)
         raise ValueError(f"{self!r}: no valid mutation of {encoded!r} found in {self.max_attempts} attempts")
 
-    def describe(self, task: Mapping[str, Any]) -> str:
-        """One sentence from per-axis text, e.g. ``'learning rate 0.001, batch size 64.'``."""
-        if not isinstance(task, Mapping) or set(task) != set(self._names):
-            raise ValueError(f"task {task!r} is not in {self!r} (expected a dict with keys {self._names})")
+    def describe(self, task: Mapping[str, Any] | EncodedTask | None = None) -> str:
+        """Text for language-model judges and logs: of the space, or of one task.
+
+        ``describe()`` (no task) describes the space: its valid-task count, combinations, constraints,
+        held-out count and each axis's values. ``describe(task)`` gives one sentence from per-axis text,
+        e.g. ``'learning rate 0.001, batch size 64.'``; ``task`` is a decoded task (a dict) or an encoded
+        one (the tuple of value indices). Held-out tasks can be described too. Anything that is not a
+        task of this space (wrong keys, a value off its axis, a violated constraint, an index out of
+        range) raises ``ValueError`` naming the task and the space.
+        """
+        if task is None:
+            return self._describe_space()
+        if isinstance(task, Mapping):
+            row = self._row_of(task, check_holdout=False)
+        else:
+            row = self._row_of_any_encoded(task)
         parts = []
-        for name in self._names:
-            value = task[name]
+        for name, value in self._task_of(row).items():
             if name in self._describers:
                 entry = self._describers[name]
                 if entry is None:
@@ -547,6 +563,45 @@ class ConfigSpace(TaskSpace[dict]):
             else:
                 parts.append(f"{name}={value}")
         return ", ".join(parts) + "."
+
+    def _row_of_any_encoded(self, encoded: Any) -> tuple[int, ...]:
+        """Row of an encoded task, held-out ones included, or ``ValueError`` naming it and the space."""
+        seq = encoded.tolist() if isinstance(encoded, np.ndarray) else encoded
+        if (not isinstance(seq, (tuple, list)) or len(seq) != len(self._sizes)
+                or not all(_is_int(i) and 0 <= i < n for i, n in zip(seq, self._sizes))):
+            raise ValueError(f"task {encoded!r} is not in {self!r} (expected a dict with keys "
+                             f"{self._names} or a tuple of {len(self._sizes)} value indices with sizes "
+                             f"{list(self._sizes)})")
+        row = tuple(int(i) for i in seq)
+        if not self._valid_row(row):
+            raise ValueError(f"task {encoded!r} is not in {self!r} (violates a constraint)")
+        if self._only is not None and row not in self._only:
+            raise ValueError(f"task {encoded!r} is not in {self!r} (not one of the held-out tasks)")
+        return row
+
+    def _describe_space(self) -> str:
+        n = self.num_tasks
+        noun = "held-out task" if self._only is not None else "task"
+        head = f"an unknown number of {noun}s" if n is None else f"{n} {noun}{'s' if n != 1 else ''}"
+        notes = [f"{self._total} combinations"]
+        if self._constraints:
+            k = len(self._constraints)
+            notes.append(f"{k} constraint{'s' if k != 1 else ''}")
+        if self._only is None and self._holdout:
+            notes.append(f"{len(self._holdout)} held out")
+
+        def axis_text(a: _Axis) -> str:
+            if isinstance(a.values, range):
+                return f"{a.name} in {a.values!r}"
+            shown = ", ".join(repr(v) for v in a.values[:8])
+            more = f", ... ({a.size} values)" if a.size > 8 else ""
+            return f"{a.name} in [{shown}{more}]"
+
+        return f"{head} ({', '.join(notes)}): " + "; ".join(axis_text(a) for a in self._axes) + "."
+
+    def _encoding_spec(self) -> Any:
+        # constraints and held-out sets choose which tasks are valid or sampled, not how they are encoded
+        return ("ConfigSpace", [(a.name, [stable_repr(v) for v in a.values]) for a in self._axes])
 
     def __repr__(self) -> str:
         axes = ", ".join(f"{a.name}:{a.size}" for a in self._axes)

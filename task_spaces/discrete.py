@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from .base import EncodedTask, TaskSpace, _check_k, task_key
+from .base import EncodedTask, TaskSpace, _check_k, stable_repr, task_key
 
 logger = logging.getLogger(__name__)
 
@@ -310,6 +310,13 @@ class Discrete(TaskSpace[Any]):
         if self._parent is not None:
             return self._parent.describe(task)
         return str(task)
+
+    def _encoding_spec(self) -> Any:
+        if self._parent is not None:  # local indices into the parent's tasks
+            return ("Discrete", self._parent._encoding_spec(), self._idx.tolist(), self._complement)  # type: ignore
+        if self._list is not None:
+            return ("Discrete", [stable_repr(t) for t in self._list])
+        return ("Discrete", self._n)
 
     def __repr__(self) -> str:
         if self._parent is not None:

@@ -197,5 +197,8 @@ class MultiDiscrete(TaskSpace[tuple]):
         digits[j] = (digits[j] + shift) % self._nvec[j]
         return self.encode(tuple(digits))
 
+    def _encoding_spec(self) -> Any:
+        return ("MultiDiscrete", [int(n) for n in self._nvec])
+
     def __repr__(self) -> str:
         return f"MultiDiscrete(nvec={list(self._nvec)})"

@@ -372,6 +372,11 @@ class OpenEnded(TaskSpace[T]):
         self.__dict__.update(state)
         self._lock = threading.RLock()
 
+    def _encoding_spec(self) -> Any:
+        # what it has registered so far is not part of the encoding: content hashes are the same anywhere
+        name = getattr(self._generator, "__qualname__", type(self._generator).__name__)
+        return ("OpenEnded", name, self._encode_fn is None, self._max_size)
+
     def __repr__(self) -> str:
         name = getattr(self._generator, "__qualname__", type(self._generator).__name__)
         mode = "registry" if self._encode_fn is None else "encode_fn"

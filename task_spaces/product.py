@@ -225,6 +225,10 @@ class Product(TaskSpace[Any]):
             return "; ".join(texts)
         return "; ".join(f"{k}: {t}" for k, t in zip(self._keys, texts))
 
+    def _encoding_spec(self) -> Any:
+        keys = None if self._keys is None else list(self._keys)
+        return ("Product", keys, [s._encoding_spec() for s in self._spaces])
+
     def __repr__(self) -> str:
         if self._keys is None:
             inner = ", ".join(repr(s) for s in self._spaces)

@@ -278,8 +278,45 @@ class TestDescribeAndMutate:
         with pytest.raises(ValueError):
             space.describe({"lr": 0.01})
 
+    def test_describe_without_a_task_describes_the_space(self):
+        # The README lists ConfigSpace's "describe() text": called as written, with no task, it used to
+        # raise TypeError (a missing positional argument).
+        space = ConfigSpace(
+            {"length": [0.25, 0.5, 1.0, 2.0], "masscart": [0.5, 1.0, 2.0]},
+            constraints=[lambda t: not (t["length"] == 2.0 and t["masscart"] == 0.5)],
+            holdout=[{"length": 0.25, "masscart": 2.0}],
+        )
+        text = space.describe()
+        assert text == ("10 tasks (12 combinations, 1 constraint, 1 held out): "
+                        "length in [0.25, 0.5, 1.0, 2.0]; masscart in [0.5, 1.0, 2.0].")
+        assert space.heldout.describe().startswith("1 held-out task (12 combinations, 1 constraint): ")
+        assert ConfigSpace({"seed": range(10**9)}).describe() == \
+            "1000000000 tasks (1000000000 combinations): seed in range(0, 1000000000)."
+        big = ConfigSpace({"a": range(10**4), "b": list(range(20))}, constraints=[lambda t: t["b"] > 0],
+                          enumerate_limit=10)
+        assert big.describe() == ("an unknown number of tasks (200000 combinations, 1 constraint): "
+                                  "a in range(0, 10000); b in [0, 1, 2, 3, 4, 5, 6, 7, ... (20 values)].")
+
+    def test_describe_takes_decoded_or_encoded_tasks_and_rejects_others(self):
+        space = ConfigSpace({"size": range(5, 9), "doors": [0, 1, 2]},
+                            constraints=[lambda t: t["doors"] <= t["size"] - 6],
+                            holdout=[{"size": 8, "doors": 2}])
+        assert space.describe((2, 1)) == space.describe({"size": 7, "doors": 1}) == "size=7, doors=1."
+        assert space.describe(np.array([2, 1])) == "size=7, doors=1."
+        assert space.describe({"size": 8, "doors": 2}) == "size=8, doors=2."  # held out: still describable
+        assert space.describe((3, 2)) == "size=8, doors=2."
+        bad = [{"size": 7}, {"size": 7, "doors": 1, "x": 0}, {"size": 9, "doors": 0},
+               {"size": 6, "doors": 2}, (2,), (4, 0), (0, 1), (2.0, 1), "size=7", 7]
+        for task in bad:
+            with pytest.raises(ValueError, match=r"is not in ConfigSpace\(") as err:
+                space.describe(task)
+            assert repr(task) in str(err.value)
+        with pytest.raises(ValueError, match="not one of the held-out tasks"):
+            space.heldout.describe((2, 1))
+
     @pytest.mark.parametrize("describe,exc", [({"nope": "x"}, ValueError), ({"a": "{val}"}, ValueError),
-                                              ({"a": 3}, TypeError)])
+                                              ({"a": 3}, TypeError), ("a={value}", TypeError),
+                                              (str, TypeError)])
     def test_bad_describe(self, describe, exc):
         with pytest.raises(exc):
             ConfigSpace({"a": range(2)}, describe=describe)

@@ -194,7 +194,33 @@ def test_original_replay_probability_is_fraction_seen():
         ts = plr.sample(4)
         plr.update_scores(ts, np.arange(4, dtype=float))
     assert plr.metrics()["plr/replay_prob"] == pytest.approx(1.0)
+    assert plr.metrics()["plr/replay_prob_effective"] == pytest.approx(1.0)
     assert len(plr) == 20 and plr.distribution()[np.array(plr.buffer_tasks())].sum() == pytest.approx(1.0)
+
+
+def test_replay_metrics_report_the_configured_probability_and_the_realised_rate():
+    # 10 tasks, all buffered after a few samples: from then on every sample is a replay (nothing new is
+    # left to draw), yet the configured replay probability is still 0.5 and the metric must say so.
+    plr = PLR(StudentSpace(10), replay_prob=0.5, seed=0)
+    m = plr.metrics()
+    assert (m["plr/replay_prob"], m["plr/replay_prob_effective"], m["plr/replay_rate"]) == (0.5, 0.0, 0.0)
+    for _ in range(50):
+        ts = plr.sample(4)
+        plr.update_scores(ts, np.arange(4, dtype=float))
+    m = plr.metrics()
+    assert len(plr) == 10
+    assert m["plr/replay_prob"] == 0.5  # the setting, whatever the buffer holds
+    assert m["plr/replay_prob_effective"] == 1.0  # the next sample is certainly a replay
+    assert m["plr/replay_rate"] == pytest.approx(plr.num_replayed / 200)
+    assert m["plr/replay_rate"] > 0.9  # all but the first few draws were replays
+    # an unbounded-in-practice space (buffer never full): the realised rate approaches the setting
+    big = PLR(StudentSpace(100_000), replay_prob=0.5, seed=0)
+    for _ in range(500):
+        ts = big.sample(4)
+        big.update_scores(ts, np.ones(4))
+    m = big.metrics()
+    assert m["plr/replay_prob"] == m["plr/replay_prob_effective"] == 0.5
+    assert m["plr/replay_rate"] == pytest.approx(0.5, abs=0.05)
 
 
 def test_min_fill_ratio_blocks_replay():
@@ -202,7 +228,8 @@ def test_min_fill_ratio_blocks_replay():
     plr = PLR(space, buffer_size=10, replay_prob=1.0, min_fill_ratio=0.5, seed=0)
     tasks = plr.sample(4)
     plr.update_scores(tasks, [1.0] * 4)
-    assert plr.metrics()["plr/replay_prob"] == 0.0
+    assert plr.metrics()["plr/replay_prob_effective"] == 0.0
+    assert plr.metrics()["plr/replay_prob"] == 1.0  # the setting
     assert not set(plr.sample(10)) & set(tasks)  # 4 < 5 buffered: only new tasks
     more = plr.sample(1)
     plr.update_scores(more, [1.0])

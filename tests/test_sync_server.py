@@ -329,12 +329,47 @@ def test_learner_side_proxies_share_one_lock():
         c.close()
 
 
-def test_server_cannot_be_sent_to_other_processes():
+def test_a_server_sent_to_another_process_arrives_as_a_handle_to_its_address():
     import pickle
 
+    from magister.sync.server import ServerHandle
+
     with serve(Recorder()) as server:
-        with pytest.raises(TypeError, match="server.address"):
-            pickle.dumps(server)
+        handle = pickle.loads(pickle.dumps(server))
+        assert isinstance(handle, ServerHandle) and handle.address == server.address
+        assert pickle.loads(pickle.dumps(handle)) == handle
+        with pytest.raises(AttributeError, match="in another process"):
+            handle.metrics()
+        feed = connect(handle, prefetch=0)  # a handle is as good as the address
+        assert isinstance(feed, CurriculumClient) and feed.address == server.address
+        assert feed.next_task().task_id >= 0
+        feed.close()
+
+
+def test_a_closure_that_names_the_server_works_in_sb3_subprocess_workers():
+    """The README's pattern ``lambda: GymnasiumSyncWrapper(env, server.address)`` pickles ``server`` itself
+    when SB3 sends the lambda to workers started with its default start method (forkserver, or spawn)."""
+    import gymnasium as gym
+    from stable_baselines3.common.vec_env import SubprocVecEnv
+
+    from magister.curricula.domain_randomization import DomainRandomization
+    from magister.env_wrappers.sync_wrappers import GymnasiumSyncWrapper
+    from magister.examples.cartpole import CartPoleTask
+    from magister.task_spaces.box import Box
+
+    space = Box(0.01, 0.2, shape=(1,))
+    with serve(DomainRandomization(space, seed=0)) as server:
+        env = SubprocVecEnv(
+            [lambda: GymnasiumSyncWrapper(CartPoleTask(gym.make("CartPole-v1"), space), server.address)] * 2
+        )
+        env.reset()
+        dones = 0
+        for _ in range(100):
+            _, _, done, infos = env.step(np.zeros(2, dtype=np.int64))
+            dones += int(done.sum())
+            assert all(space.contains_encoded(i["task"]) for i in infos)
+        env.close()
+        assert dones > 0 and server.metrics()["sync/total/episodes_applied"] == dones
 
 
 def test_client_survives_serialisation_and_reconnects():
