@@ -1,11 +1,11 @@
 """Reproducibility under asynchrony: each env's task sequence from a curriculum that does not learn.
 
 With a fixed curriculum seed and seeded resets (``envs.reset(seed=s)`` gives sub-env ``i`` the seed
-``s + i``), every env draws its tasks from a random stream of its own (the sync layer's per-env streams), so the sequence
-each env plays is the same run to run, whatever the order in which the workers' requests reach the server
-and however many tasks each keeps ready. A learning curriculum's choices also depend on the order in which
-feedback arrives, which asynchrony does not fix (see README, "Reproducibility"); its ``state_dict`` resumes
-exactly (tests/test_plr.py, tests/test_sfl.py ...).
+``s + i``), every env draws its tasks from a random stream of its own (the sync layer's per-env streams),
+so the sequence each env plays is the same run to run, whatever the order in which the workers' requests
+reach the server and however many tasks each keeps ready. A learning curriculum's choices also depend on
+the order in which feedback arrives, which asynchrony does not fix (README, "Reproducibility"); its
+``state_dict`` resumes exactly (tests/test_plr.py, tests/test_sfl.py ...).
 """
 
 from __future__ import annotations
