@@ -255,11 +255,41 @@ class Curriculum(ABC):
         self.num_sampled = 0
         self.num_episodes = 0
         self.num_steps = 0
+        self._set_stream_root(seed)
 
     # -- seeding ------------------------------------------------------------------------------------
     def seed(self, seed: int | None) -> None:
         """Reseed the curriculum; with the same seed and feedback, samples repeat exactly."""
         self.rng = np.random.default_rng(seed)
+        self._set_stream_root(seed)
+
+    def _set_stream_root(self, seed: int | None) -> None:
+        # the root of the per-env streams: the seed's entropy (a fresh random one without a seed)
+        self._stream_root = int(np.random.SeedSequence(seed).entropy)  # type: ignore[arg-type]
+        self._streams: dict[int, np.random.Generator] = {}
+
+    def stream_rng(self, stream: int) -> np.random.Generator:
+        """The generator of random stream ``stream`` (an int >= 0), made on first use from the curriculum's
+        seed and ``stream`` and kept (its state is part of :meth:`state_dict`). The sync layer samples the
+        tasks of an env whose first reset was seeded with ``s`` from stream ``s`` (:meth:`sample_tasks_with`).
+
+        >>> from magister.curricula.domain_randomization import DomainRandomization
+        >>> from magister.task_spaces.discrete import Discrete
+        >>> a, b = DomainRandomization(Discrete(100), seed=0), DomainRandomization(Discrete(100), seed=0)
+        >>> a.sample(5) == b.sample(5)  # the curriculum's own generator moves on ...
+        True
+        >>> c = DomainRandomization(Discrete(100), seed=0)
+        >>> a.stream_rng(3).integers(100) == c.stream_rng(3).integers(100)  # ... streams start where they do
+        True
+        """
+        streams = self.__dict__.setdefault("_streams", {})
+        gen = streams.get(stream)
+        if gen is None:
+            root = self.__dict__.get("_stream_root")
+            if root is None:  # (a subclass that did not call Curriculum.__init__)
+                root = self._stream_root = int(np.random.SeedSequence().entropy)  # type: ignore[arg-type]
+            gen = streams[stream] = np.random.default_rng(np.random.SeedSequence([root, int(stream)]))
+        return gen
 
     # -- sampling -----------------------------------------------------------------------------------
     @abstractmethod
@@ -359,6 +389,10 @@ class Curriculum(ABC):
         return {
             "class": type(self).__name__,
             "rng": copy.deepcopy(self.rng.bit_generator.state),
+            "stream_root": self.__dict__.get("_stream_root"),
+            "streams": {
+                k: copy.deepcopy(g.bit_generator.state) for k, g in self.__dict__.get("_streams", {}).items()
+            },
             "num_sampled": self.num_sampled,
             "num_episodes": self.num_episodes,
             "num_steps": self.num_steps,
@@ -372,6 +406,12 @@ class Curriculum(ABC):
             )
         self.rng = np.random.default_rng()
         self.rng.bit_generator.state = copy.deepcopy(state["rng"])
+        if state.get("stream_root") is not None:
+            self._stream_root = int(state["stream_root"])
+        self._streams = {}
+        for k, st in state.get("streams", {}).items():
+            gen = self._streams[int(k)] = np.random.default_rng()
+            gen.bit_generator.state = copy.deepcopy(st)
         self.num_sampled = int(state["num_sampled"])
         self.num_episodes = int(state["num_episodes"])
         self.num_steps = int(state["num_steps"])

@@ -1,5 +1,6 @@
 """Gymnasium and PettingZoo wrappers: task switching on reset, feedback, sync wrappers."""
 
+from .aec import PettingZooAECSyncWrapper, PettingZooAECTaskWrapper
 from .coplayer import CoPlayerWrapper, OpponentIds, SingleLearnerEnv, TurnBasedParallelEnv
 from .pettingzoo_wrapper import PettingZooReinitTaskWrapper, PettingZooTaskWrapper
 from .reinit import ReinitTaskWrapper
@@ -12,6 +13,8 @@ __all__ = [
     "SingleLearnerEnv",
     "TurnBasedParallelEnv",
     "GymnasiumSyncWrapper",
+    "PettingZooAECSyncWrapper",
+    "PettingZooAECTaskWrapper",
     "PettingZooSyncWrapper",
     "PettingZooReinitTaskWrapper",
     "PettingZooTaskWrapper",

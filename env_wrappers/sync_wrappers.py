@@ -24,7 +24,16 @@ sent as ``("magister:control", task)`` by :class:`~magister.curricula.task_filte
 ``info["task"]`` then holds the plain task, so its type is the same in every env and vector envs can
 batch it),
 ``info["task_train"]`` (``False`` for evaluation-only tasks whose data must not train the agent) and
-``info["task_progress"]``.
+``info["task_progress"]``. ``info["task"]`` names the episode the returned observation belongs to: under a
+vector env's ``SAME_STEP`` autoreset the step that ends an episode returns the reset's info, so its
+``info["task"]`` is already the next task and the finished one is ``info["final_info"]["task"]`` (where
+``info["_final_info"]``); under ``NEXT_STEP`` the ending step names the finished task and the following
+autoreset step the new one.
+
+**One task path.** The task reaches the env below only through ``reset(options={"task": decoded})``, and
+progress is read only from the ``info["task_progress"]`` the env below reports (a task wrapper writes it),
+whatever wrappers sit in between; at each reset the task the env below reports in its info, if it reports
+one, must be the task handed down (``RuntimeError`` otherwise: a wrapper in between swallowed the option).
 
 With ``change_task_on_completion=True``, a task whose progress reaches 1 mid-episode is reported with a
 progress update and replaced by the next task without resetting the env: the task wrapper's ``set_task``

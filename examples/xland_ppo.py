@@ -450,7 +450,7 @@ from magister.examples.xland.game import (
     RELATIONS,
     Game,
 )
-from magister.examples.xland.task import XLandTaskSpace
+from magister.examples.xland.task import XLAND_ENCODING, XLandTaskSpace
 from magister.examples.xland.world import MAX_SIZE
 from magister.task_spaces.base import EncodedTask, TaskSpace
 
@@ -680,6 +680,10 @@ class PairTaskSpace(TaskSpace[XLandTask]):
     @property
     def num_tasks(self) -> None:
         return None
+
+    def _encoding_spec(self) -> Any:
+        # the encoding of the curriculum's Product((XLandTaskSpace, OpponentIdSpace)) pairs
+        return ("Product", None, [XLAND_ENCODING, ("opponent ids",)])
 
 
 class XLandTrainWrapper(XLandTaskWrapper):

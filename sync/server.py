@@ -52,7 +52,6 @@ True
 from __future__ import annotations
 
 import atexit
-import hashlib
 import inspect
 import logging
 import math
@@ -165,13 +164,10 @@ class SyncCore:
         #: compared with the env's at connect.
         self.task_space_fingerprint = space.fingerprint() if isinstance(space, TaskSpace) else ""
         # Per-env random streams: an env that names one (the seed of its first seeded reset) has its tasks
-        # sampled with a generator of its own, seeded from the curriculum's generator as it is now (fixed
-        # by the curriculum's seed in a deterministic program) and the stream, so its task sequence does not
-        # depend on how the other envs' requests interleave with its own.
-        rng = getattr(curriculum, "rng", None)
-        root = repr(rng.bit_generator.state) if isinstance(rng, np.random.Generator) else ""
-        self._stream_root = int.from_bytes(hashlib.blake2b(root.encode(), digest_size=8).digest(), "little")
-        self._streams: dict[int, np.random.Generator] = {}
+        # sampled from the curriculum's generator of that stream (Curriculum.stream_rng: made from the
+        # curriculum's seed and the stream, checkpointed with it), so its task sequence does not depend on
+        # how the other envs' requests interleave with its own.
+        self._streams: dict[int, int] = {}
         try:
             params = inspect.signature(curriculum.update_on_episode).parameters
         except (TypeError, ValueError):  # pragma: no cover - builtins without a signature
@@ -206,8 +202,7 @@ class SyncCore:
             self._counters[env_id] = EnvCounters()
             self._in_flight[env_id] = {}
             if hello is not None and hello.stream >= 0:
-                seq = np.random.SeedSequence([self._stream_root, hello.stream])
-                self._streams[env_id] = np.random.default_rng(seq)
+                self._streams[env_id] = hello.stream
         cur = self.curriculum
         return P.Welcome(
             env_id=env_id,
@@ -245,7 +240,8 @@ class SyncCore:
                 if stream is None:
                     samples = self.curriculum.sample_tasks(count)
                 else:
-                    samples = self.curriculum.sample_tasks_with(stream, count)
+                    cur = self.curriculum
+                    samples = cur.sample_tasks_with(cur.stream_rng(stream), count)
             except Exception as exc:
                 logger.exception("curriculum.sample_tasks(%d) failed", count)
                 raise SyncRejected("sample_failed", f"curriculum.sample_tasks failed: {exc!r}") from exc

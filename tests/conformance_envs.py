@@ -30,6 +30,8 @@ from magister.curricula.base import TaskSample
 from magister.curricula.domain_randomization import DomainRandomization
 from magister.env_wrappers import (
     GymnasiumSyncWrapper,
+    PettingZooAECSyncWrapper,
+    PettingZooAECTaskWrapper,
     PettingZooReinitTaskWrapper,
     PettingZooSyncWrapper,
     PettingZooTaskWrapper,
@@ -45,7 +47,7 @@ LEVELS = (10, 20, 30, 40, 50)
 EVAL_TASK = 4
 #: The wrapper stacks of the Gymnasium route and of the PettingZoo route.
 GYM_STACKS = ("task", "reinit", "user-above", "user-below")
-PZ_STACKS = ("pz-task", "pz-reinit", "aec-turnbased")
+PZ_STACKS = ("pz-task", "pz-reinit", "aec-turnbased", "aec-native")
 
 MIN_LEN, MAX_LEN = 2, 6
 
@@ -327,6 +329,46 @@ class ShowTurnBasedTask(PettingZooTaskWrapper):
         self.env.unwrapped.aec_env.level = int(task)
 
 
+class ShowAECTask(PettingZooAECTaskWrapper):
+    """The AEC game wrapped directly (the AEC API end to end): the task goes to the game's level."""
+
+    def change_task(self, task: Any) -> None:
+        self.env.unwrapped.level = int(task)
+
+
+def run_aec(source: Any, steps: int, seed: int = 0) -> dict[str, Any]:
+    """Play ``steps`` AEC steps of ``PettingZooAECSyncWrapper(ShowAECTask(ShowAEC()), source)`` the way an
+    AEC loop does (``last()`` for the agent to move, then ``step``), checking the info ``last()`` gives
+    against the agent's observation; returns what :func:`run_pz` returns (lengths: ``step`` calls of the
+    finished episodes, the dead steps of terminated agents included, as the wrapper counts them)."""
+    space = make_space(seed=None)
+    env = PettingZooAECSyncWrapper(ShowAECTask(ShowAEC(), space), source)
+    rng = np.random.default_rng(seed)
+    bad: list[str] = []
+    finished: dict[int, int] = {}
+    lengths = t = 0
+    try:
+        env.reset(seed=seed)
+        for i in range(steps):
+            if not env.agents:
+                env.reset()
+                t = 0
+            agent = env.agent_selection
+            obs, _, term, trunc, info = env.last()
+            _pz_check(f"step {i}", {agent: obs}, {agent: info}, [agent], space, bad)
+            level = int(obs[0])
+            env.step(None if term or trunc else int(rng.integers(2)))
+            t += 1
+            if not env.agents:  # the game ended: every agent done and its dead step played
+                k = space.encode(level)
+                finished[k] = finished.get(k, 0) + 1
+                lengths += t
+                t = 0
+    finally:
+        env.close()
+    return {"steps": steps, "bad": bad, "finished": finished, "lengths": lengths, "partial": int(t > 0)}
+
+
 def make_pz_stack(stack: str) -> Any:
     space = make_space(seed=None)
     if stack == "pz-task":
@@ -360,6 +402,8 @@ def run_pz(stack: str, source: Any, steps: int, seed: int = 0) -> dict[str, Any]
     actions, check every agent's info against its observation, close the env; returns what the env side
     saw: ``steps``, ``bad`` (messages), ``finished`` (episodes per encoded task), ``lengths`` (sum of
     finished episodes' lengths) and ``partial`` (1 when an episode with steps was still running)."""
+    if stack == "aec-native":
+        return run_aec(source, steps, seed)
     env = PettingZooSyncWrapper(make_pz_stack(stack), source)
     space = make_space(seed=None)
     rng = np.random.default_rng(seed)

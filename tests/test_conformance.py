@@ -23,8 +23,9 @@ Axes:
 * wrapper stack: ``task`` (a TaskWrapper subclass), ``reinit`` (ReinitTaskWrapper over a factory),
   ``user-above`` / ``user-below`` (a user's gymnasium.Wrapper between the task wrapper and the sync
   wrapper, or below the task wrapper); PettingZoo ``pz-task`` / ``pz-reinit`` (parallel API) and
-  ``aec-turnbased`` (an AEC game through the repo's AEC route, ``TurnBasedParallelEnv``); native AEC has no
-  route (a skipped cell says so);
+  ``aec-turnbased`` (an AEC game converted to the parallel API by ``TurnBasedParallelEnv``) and
+  ``aec-native`` (the AEC API end to end: ``PettingZooAECSyncWrapper(PettingZooAECTaskWrapper(...))``,
+  played with ``last()``/``step``);
 * transport: ``curriculum`` / ``server`` (the Curriculum or the CurriculumServer object itself), ``ipc``
   (``serve(curriculum).address``), ``tcp`` (``serve(curriculum, "tcp://127.0.0.1:*")``), ``ray``
   (``serve_ray(curriculum, name=...)``);
@@ -131,6 +132,8 @@ PZ_CELLS = [(s, t, "loop") for s in PZ_STACKS for t in ALL_TRANSPORTS] + [
     ("pz-task", "ipc", "spawn-process"),
     ("pz-reinit", "ipc", "spawn-process"),
     ("aec-turnbased", "ipc", "spawn-process"),
+    ("aec-native", "ipc", "spawn-process"),
+    ("aec-native", "server", "spawn-process"),
     ("pz-task", "server", "spawn-process"),
 ]
 
@@ -521,19 +524,6 @@ def test_pettingzoo(stack: str, transport: str, vec: str) -> None:
         route.assert_counts(tally)
     finally:
         route.close()
-
-
-def test_pettingzoo_aec_native() -> None:
-    """A PettingZoo AEC env wrapped directly: magister has no AEC task wrapper or AEC sync wrapper (only
-    ``TurnBasedParallelEnv``, which converts a turn-based AEC game to the parallel API: the
-    ``aec-turnbased`` cells). This cell documents the missing route."""
-    import magister.env_wrappers as ew
-
-    aec_routes = [n for n in dir(ew) if "aec" in n.lower()]
-    assert aec_routes == [], f"an AEC route exists now ({aec_routes}): replace this cell with real ones"
-    assert hasattr(ew, "TurnBasedParallelEnv")
-    pytest.skip("no native AEC route: magister.env_wrappers has no AEC task wrapper / AEC sync wrapper; "
-                "AEC games go through TurnBasedParallelEnv (covered by the aec-turnbased cells)")
 
 
 # -- Ray (one local Ray session for every Ray cell; these run last) ----------------------------------------

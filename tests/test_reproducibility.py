@@ -136,3 +136,20 @@ def test_the_stream_follows_the_seed_and_an_unseeded_env_shares_the_curriculum_s
     env = make_env(cur)
     tasks = [episode(env) for _ in range(5)]
     assert tasks == [int(t) for t in DomainRandomization(SPACE, seed=3).sample(5)]
+
+
+def test_a_checkpoint_carries_the_streams_so_a_resumed_run_continues_each_env_s_sequence():
+    """``state_dict`` holds every stream's generator: an env of a resumed run continues its sequence."""
+    cur = DomainRandomization(SPACE, seed=3)
+    env = make_env(cur)
+    env.reset(seed=5)
+    for _ in range(4):  # a few episodes on stream 5
+        while not env.step(0)[2]:
+            pass
+        env.reset()
+    state = cur.state_dict()
+    ahead = [s.task for s in cur.sample_tasks_with(cur.stream_rng(5), 6)]
+    resumed = DomainRandomization(SPACE, seed=99)  # another seed: the checkpoint decides
+    resumed.load_state_dict(state)
+    assert [s.task for s in resumed.sample_tasks_with(resumed.stream_rng(5), 6)] == ahead
+    assert set(state["streams"]) == {5}

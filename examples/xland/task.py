@@ -72,6 +72,11 @@ def _check_coplayers(ids: Iterable[int]) -> tuple[int, ...]:
     return out
 
 
+#: How :class:`XLandTaskSpace` encodes a task (by content, :meth:`XLandTask.encode`): its fingerprint's spec,
+#: shared by spaces that decode the same encoding (the XLand trainer's env-side pair space).
+XLAND_ENCODING = ("XLandTask.encode",)
+
+
 class XLandTaskSpace(TaskSpace[XLandTask]):
     """Generator-backed XLand tasks (see the module docstring).
 
@@ -215,6 +220,9 @@ class XLandTaskSpace(TaskSpace[XLandTask]):
         if not isinstance(task, XLandTask):
             raise ValueError(f"task {task!r} is not an XLandTask of {self!r}")
         return task.encode()
+
+    def _encoding_spec(self) -> Any:
+        return XLAND_ENCODING
 
     def decode(self, encoded: EncodedTask) -> XLandTask:
         try:
