@@ -18,15 +18,7 @@ from .self_play import SelfPlay
 from .sequential import Sequential
 from .sfl import SFL
 from .stopping import Condition, ConditionSyntaxError, parse_condition
-from .task_filter import (
-    ControlTaskSpace,
-    DTGThresholds,
-    TaskFilter,
-    split_control,
-    split_played,
-    split_variant,
-    variant_task,
-)
+from .task_filter import DTGThresholds, TaskFilter
 
 __all__ = [
     "ACCEL",
@@ -35,7 +27,6 @@ __all__ = [
     "Condition",
     "ConditionSyntaxError",
     "Constant",
-    "ControlTaskSpace",
     "CorruptSnapshotError",
     "Curriculum",
     "DTGThresholds",
@@ -64,8 +55,4 @@ __all__ = [
     "TaskFilter",
     "TaskSample",
     "parse_condition",
-    "split_control",
-    "split_played",
-    "split_variant",
-    "variant_task",
 ]

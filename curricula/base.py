@@ -13,9 +13,12 @@ from feedback. Feedback arrives through four doors, each optional for an algorit
 
 **The train flag.** Some algorithms (Robust PLR / PLR⊥, ACCEL, XLand's task filter) send *evaluation-only*
 tasks whose data must not be used for gradients. :meth:`Curriculum.sample` returns bare encoded tasks;
-:meth:`Curriculum.sample_tasks` returns :class:`TaskSample` envelopes, ``TaskSample(task, train)``.
+:meth:`Curriculum.sample_tasks` returns :class:`TaskSample` envelopes, ``TaskSample(task, train)``, which
+may also carry a ``control`` flag (play the episode with the trainer's control policy) and a ``variant``
+(the task the env plays instead of ``task``, feedback credited to ``task``), all as typed fields.
 The sync layer and wrappers always call ``sample_tasks`` and copy ``train`` into the env's
-``info["task_train"]``, so a trainer masks evaluation-only transitions with one line.
+``info["task_train"]`` (and ``control`` into ``info["task_control"]``), so a trainer masks
+evaluation-only transitions with one line.
 A curriculum that never produces evaluation-only tasks need not override ``sample_tasks``.
 
 **Agent API.** Co-player curricula (self-play, FSP, PFSP) also implement :class:`AgentCurriculum`:
@@ -59,14 +62,46 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class TaskSample:
-    """An encoded task plus its train flag.
+    """An encoded task plus its metadata, as typed fields (never tags wrapped around the task).
 
-    ``train=False`` marks an evaluation-only task (PLR⊥ / ACCEL / task filtering): the trainer must not
-    use its transitions for gradient updates, though the curriculum still wants its feedback.
+    * ``task``: the encoded task the curriculum credits the episode's feedback to.
+    * ``train=False`` marks an evaluation-only task (PLR⊥ / ACCEL / task filtering): the trainer must not
+      use its transitions for gradient updates, though the curriculum still wants its feedback.
+    * ``control=True``: the episode is to be played by the trainer's *control policy* (XLand's task
+      filter); the sync wrappers put it in ``info["task_control"]``.
+    * ``variant``: an encoded task the environment plays *instead of* ``task`` (``None``: ``task`` itself);
+      the feedback is still credited to ``task``.
+
+    The sync layer carries the three flags next to the task, and hands ``control`` and ``variant`` back to
+    a curriculum whose ``update_on_episode`` accepts those keywords.
+
+    >>> TaskSample(3, False, control=True)
+    TaskSample(task=3, train=False, control=True, variant=None)
+    >>> TaskSample(3, "yes")
+    Traceback (most recent call last):
+    ...
+    TypeError: TaskSample.train must be a bool, got str 'yes'
     """
 
     task: EncodedTask
     train: bool = True
+    control: bool = False
+    variant: EncodedTask | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("train", "control"):
+            v = getattr(self, name)
+            if v.__class__ is bool:
+                continue
+            if not isinstance(v, np.bool_):
+                raise TypeError(f"TaskSample.{name} must be a bool, got {type(v).__name__} {v!r:.100}")
+            object.__setattr__(self, name, bool(v))
+        if self.task is None:
+            raise TypeError("TaskSample.task must be an encoded task, got None")
+        if self.variant is not None and isinstance(self.variant, TaskSample):
+            raise TypeError("TaskSample.variant must be an encoded task, got a TaskSample")
+        if isinstance(self.task, TaskSample):
+            raise TypeError("TaskSample.task must be an encoded task, got a TaskSample")
 
 
 @dataclass
@@ -279,7 +314,7 @@ class Curriculum(ABC):
         >>> a.sample(5) == b.sample(5)  # the curriculum's own generator moves on ...
         True
         >>> c = DomainRandomization(Discrete(100), seed=0)
-        >>> a.stream_rng(3).integers(100) == c.stream_rng(3).integers(100)  # ... streams start where they do
+        >>> int(a.stream_rng(3).integers(100)) == int(c.stream_rng(3).integers(100))  # ... streams do not
         True
         """
         streams = self.__dict__.setdefault("_streams", {})

@@ -14,14 +14,19 @@ the sync layer unchanged.
 Routing
 -------
 * ``sample(k)`` draws ``k`` tasks and ``k`` opponents, one vectorised call each; ``sample_tasks`` marks a
-  pair as a training task only if both halves are (``train = train_task and train_opponent``).
+  pair as a training task only if both halves are (``train = train_task and train_opponent``). A pair
+  carries its task half's metadata: ``control`` is the task half's, and a task half that plays a
+  ``variant`` makes the pair play ``(variant, opponent_id)``.
 * ``update_on_episode``: the return goes to the task curriculum with the task half. The outcome goes to the
   opponent curriculum, judged by its :class:`~magister.curricula.opponent_store.OutcomeRule` from the most
   specific information present: the opponent's own return (``opponent_return=...`` or
   ``extras["opponent_return"]``), a named agent's entry of ``extras["agent_returns"]`` (sent by the
   PettingZoo sync wrapper), else the learner's episode return. With ``derive_outcomes=False`` only an
   explicit opponent return records a result: use it when results are reported separately through
-  :meth:`DualCurriculum.update_winrate`, so that no episode is counted twice.
+  :meth:`DualCurriculum.update_winrate`, so that no episode is counted twice. An episode with
+  ``control=True`` (played by the trainer's control policy, not the learner) goes to the task curriculum
+  only: it is never a result against the opponent. ``control`` and the variant's task half are passed on
+  to the task curriculum when its ``update_on_episode`` accepts those keywords.
 * Step updates, task progress and on-demand metrics go to each curriculum (with its half of the task);
   step data is only requested when one of them wants it.
 * The Agent API (``get_opponent``, ``update_agent``, ``update_winrate``) is the opponent curriculum's.
@@ -53,13 +58,17 @@ logger = logging.getLogger(__name__)
 __all__ = ["DualCurriculum"]
 
 
-def _takes_extras(method: Any) -> bool:
-    """Whether a bound ``update_on_episode`` accepts ``extras=`` (as the sync server checks too)."""
+def _takes(method: Any, name: str) -> bool:
+    """Whether a bound ``update_on_episode`` accepts the keyword ``name`` (as the sync server checks too)."""
     try:
         params = inspect.signature(method).parameters
     except (TypeError, ValueError):  # pragma: no cover - builtins without a signature
         return False
-    return "extras" in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    return name in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+
+
+def _takes_extras(method: Any) -> bool:
+    return _takes(method, "extras")
 
 
 class DualCurriculum(AgentCurriculum):
@@ -145,12 +154,21 @@ class DualCurriculum(AgentCurriculum):
         return list(zip(tasks, opponents))
 
     def sample_tasks(self, k: int = 1) -> list[TaskSample]:
-        """``k`` pair envelopes; a pair is a training task only if both of its halves are."""
+        """``k`` pair envelopes; a pair is a training task only if both of its halves are, and carries its
+        task half's ``control`` flag and variant (``(variant, opponent_id)``)."""
         self._check_k(k)
         tasks = self.task_curriculum.sample_tasks(int(k))
         opponents = self.opponent_curriculum.sample_tasks(int(k))
         self.num_sampled += int(k)
-        return [TaskSample((t.task, o.task), bool(t.train and o.train)) for t, o in zip(tasks, opponents)]
+        return [
+            TaskSample(
+                (t.task, o.task),
+                t.train and o.train,
+                control=t.control,
+                variant=None if t.variant is None else (t.variant, o.task),
+            )
+            for t, o in zip(tasks, opponents)
+        ]
 
     # -- feedback ---------------------------------------------------------------------------------------
     def update_on_episode(
@@ -163,26 +181,40 @@ class DualCurriculum(AgentCurriculum):
         *,
         opponent_return: float | None = None,
         extras: dict[str, Any] | None = None,
+        control: bool = False,
+        variant: EncodedTask | None = None,
     ) -> None:
         """The learner's episode on ``task = (task, opponent_id)``; see the module docstring for routing.
 
         ``extras`` are the sync layer's episode extras: they reach the task curriculum if its
         ``update_on_episode`` takes ``extras``, and the opponent curriculum's outcome rule (which reads
         ``"opponent_return"`` or ``"agent_returns"``). ``opponent_return=x`` is the same as
-        ``extras={"opponent_return": x}``.
+        ``extras={"opponent_return": x}``. ``control`` and ``variant`` are the fields of the pair's
+        :class:`~magister.curricula.base.TaskSample` (the sync server passes them): the task curriculum
+        gets ``control`` and the variant's task half when it accepts them, and a control episode records
+        no result for the opponent.
         """
         t, o = self._split(task)
+        if control.__class__ is not bool:
+            if not isinstance(control, np.bool_):
+                raise TypeError(f"control must be a bool, got {type(control).__name__} {control!r:.100}")
+            control = bool(control)
         if opponent_return is not None:
             extras = {**(extras or {}), "opponent_return": opponent_return}
         explicit = extras is not None and extras.get("opponent_return") is not None
         self.num_episodes += 1
         self.num_steps += int(length)
-        if extras and _takes_extras(self.task_curriculum.update_on_episode):
-            self.task_curriculum.update_on_episode(episode_return, length, t, progress, env_id, extras=extras)
-        else:
-            self.task_curriculum.update_on_episode(episode_return, length, t, progress, env_id)
-        if not (explicit or self.derive_outcomes):
-            return
+        method = self.task_curriculum.update_on_episode
+        kwargs: dict[str, Any] = {}
+        if extras and _takes_extras(method):
+            kwargs["extras"] = extras
+        if control and _takes(method, "control"):
+            kwargs["control"] = True
+        if variant is not None and _takes(method, "variant"):
+            kwargs["variant"] = self._split(variant)[0]
+        method(episode_return, length, t, progress, env_id, **kwargs)
+        if control or not (explicit or self.derive_outcomes):
+            return  # a control episode is not the learner's: no result against the opponent
         opp = self.opponent_curriculum
         if _takes_extras(opp.update_on_episode):
             opp.update_on_episode(episode_return, length, o, progress, env_id, extras=extras)

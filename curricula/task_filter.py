@@ -34,14 +34,20 @@ How it runs as a curriculum:
   fresh proposal otherwise, so that one or two accepted tasks do not get every training episode (an agent
   that replays a handful of tasks memorises them, and the filter drops them as solved). The paper draws
   its training tasks from a stream of accepted proposals and has no such case.
-* **Control episodes** are the encoded task wrapped as ``(CONTROL_TAG, task)`` = ``("magister:control",
-  task)``, always with ``train=False``. This round-trips msgpack (as a list) and :func:`split_control`
-  undoes it. The sync wrappers report the plain task in ``info["task"]`` and ``info["task_control"] =
-  True`` (so a vector env batches ``info["task"]`` with one type): the trainer plays its control policy
-  when ``info["task_control"]`` is true. :class:`ControlTaskSpace` lets the environment side decode
-  tagged tasks to the plain task. (Inside a :class:`~magister.curricula.dual.DualCurriculum` pair the tag
-  stays on the pair's task half: ``split_control(info["task"][0])``.)
-  Agent evaluation episodes carry the plain task.
+* **Task metadata is typed fields, never tags.** A control episode is ``TaskSample(task, False,
+  control=True)``; a training replay on a variant is ``TaskSample(task, True, variant=v)`` (below). The
+  encoded task is always the plain task the filter credits. The sync layer carries ``control`` and
+  ``variant`` next to the task (:class:`~magister.sync.protocol.Tasks`,
+  :class:`~magister.sync.client.Assignment`) and hands them back with the episode's feedback:
+  :meth:`TaskFilter.update_on_episode` takes ``control=`` and ``variant=`` keywords (the sync server
+  passes them to curricula that accept them), so the route of a return never depends on the shape of
+  the encoded task. A caller that drives the filter by hand passes ``control=sample.control,
+  variant=sample.variant`` from the :class:`~magister.curricula.base.TaskSample` it played;
+  :meth:`TaskFilter.sample` (tasks only) loses the flags, so use :meth:`TaskFilter.sample_tasks`.
+* **Control episodes** (``control=True``) are always evaluation-only (``train=False``). The sync
+  wrappers give the environment the plain task and report ``info["task"]`` = the task and
+  ``info["task_control"] = True``: the trainer plays its control policy when ``info["task_control"]``
+  is true. (A :class:`~magister.curricula.dual.DualCurriculum` pair carries its task half's flags.)
 * Accepted tasks are **re-validated**: each keeps a rolling window of its last ``window`` training
   returns (default ``K``); whenever the window has been refilled, criteria 1 and 2 are re-checked on it
   (criterion 2 pairs the window's last ``K`` returns with the stored control returns - or, with
@@ -75,18 +81,17 @@ How it runs as a curriculum:
 * **Replay variants** (``replay_variant``; our addition, default ``None``: an accepted task is replayed as
   it is): ``replay_variant(task, rng) -> encoded task`` makes each *training* replay of an accepted task a
   variant of it (in XLand: the same game and co-players on another world), drawn with the curriculum's
-  generator (a run is reproducible from its seed). The episode's task is ``(VARIANT_TAG, task, variant)``
-  = ``("magister:variant", task, variant)`` (:func:`variant_task`; :func:`split_variant` undoes it): the
-  environment plays ``variant`` (:class:`ControlTaskSpace` decodes the tag to it) and the episode's return
-  is credited to the accepted ``task`` (its re-validation window), so the criteria stay keyed on the task
-  that passed them. Fresh proposals are never variants, and evaluation episodes are not unless
-  ``variant_evaluations`` (below).
+  generator (a run is reproducible from its seed). The episode is ``TaskSample(task, True,
+  variant=variant)``: the environment plays ``variant`` (the sync wrappers decode and reset with it, and
+  report it in ``info["task"]``) and the episode's return is credited to the accepted ``task`` (its
+  re-validation window), so the criteria stay keyed on the task that passed them. Fresh proposals are
+  never variants, and evaluation episodes are not unless ``variant_evaluations`` (below).
   Counted in ``counts["replay_variants"]``. The variant must be a task of the space (a space with
   held-out tasks must not produce them: e.g.
   :meth:`~magister.examples.xland.task.XLandTaskSpace.world_variant`).
 * **Evaluation on variants** (``variant_evaluations=True``, with ``replay_variant``; our addition, off by
   default): a candidate's evaluation episodes (agent and control) are variants too, each drawn afresh
-  (``control_task(variant_task(task, variant))`` for the control's), so the criteria measure the task's
+  (``TaskSample(task, False, control=is_control, variant=variant)``), so the criteria measure the task's
   family - in XLand its game and co-players over many worlds - on the kind of episode training then
   plays, instead of one member of it. Counted in ``counts["eval_variants"]``.
 * **Accounting**: ``counts["eval_agent_issued"]`` and ``counts["eval_control_issued"]`` count the
@@ -112,114 +117,10 @@ from .base import Curriculum, TaskSample, check_finite
 logger = logging.getLogger(__name__)
 
 __all__ = [
-    "CONTROL_TAG",
-    "ControlTaskSpace",
     "DTGThresholds",
     "TaskFilter",
-    "VARIANT_TAG",
-    "control_task",
     "dtg_criteria",
-    "split_control",
-    "split_played",
-    "split_variant",
-    "variant_task",
 ]
-
-#: First element of a control-policy episode's encoded task: ``(CONTROL_TAG, task)``.
-CONTROL_TAG = "magister:control"
-#: First element of a training replay on a variant of an accepted task: ``(VARIANT_TAG, task, variant)``.
-VARIANT_TAG = "magister:variant"
-
-
-def control_task(task: EncodedTask) -> tuple[str, EncodedTask]:
-    """The encoded task of a control-policy episode on ``task``.
-
-    >>> control_task(3)
-    ('magister:control', 3)
-    """
-    return (CONTROL_TAG, task)
-
-
-def split_control(encoded: EncodedTask) -> tuple[EncodedTask, bool]:
-    """``(task, is_control)`` for a plain or control-tagged encoded task (tuple or msgpack list).
-
-    >>> split_control(["magister:control", [1, 2]])
-    ([1, 2], True)
-    >>> split_control(5)
-    (5, False)
-    """
-    if isinstance(encoded, (tuple, list)) and len(encoded) == 2 and encoded[0] == CONTROL_TAG:
-        return encoded[1], True
-    return encoded, False
-
-
-def variant_task(task: EncodedTask, variant: EncodedTask) -> tuple[str, EncodedTask, EncodedTask]:
-    """The encoded task of a training episode that plays ``variant`` for the accepted ``task``.
-
-    >>> variant_task(3, 103)
-    ('magister:variant', 3, 103)
-    """
-    return (VARIANT_TAG, task, variant)
-
-
-def split_variant(encoded: EncodedTask) -> tuple[EncodedTask, EncodedTask]:
-    """``(task credited, task played)`` of a plain or variant-tagged encoded task (tuple or msgpack list):
-    the same task twice for a plain one.
-
-    >>> split_variant(["magister:variant", 3, 103])
-    (3, 103)
-    >>> split_variant(5)
-    (5, 5)
-    """
-    if isinstance(encoded, (tuple, list)) and len(encoded) == 3 and encoded[0] == VARIANT_TAG:
-        return encoded[1], encoded[2]
-    return encoded, encoded
-
-
-def split_played(encoded: EncodedTask) -> tuple[EncodedTask, bool]:
-    """``(task the environment plays, is_control)``: control and variant tags undone.
-
-    >>> split_played(["magister:variant", 3, 103])
-    (103, False)
-    >>> split_played(["magister:control", 3])
-    (3, True)
-    """
-    task, is_control = split_control(encoded)
-    return split_variant(task)[1], is_control
-
-
-class ControlTaskSpace(TaskSpace):
-    """Wraps a task space so that control-tagged encoded tasks decode to the underlying task, and
-    variant-tagged ones (:func:`variant_task`) to the variant the episode plays.
-
-    Give this to the environment side when it decodes tasks sent by a :class:`TaskFilter`.
-    """
-
-    def __init__(self, base: TaskSpace) -> None:
-        super().__init__()
-        self.base = base
-
-    def sample(self) -> Any:
-        return self.base.sample()
-
-    def contains(self, task: Any) -> bool:
-        return self.base.contains(task)
-
-    def encode(self, task: Any) -> EncodedTask:
-        return self.base.encode(task)
-
-    def decode(self, encoded: EncodedTask) -> Any:
-        return self.base.decode(split_played(encoded)[0])
-
-    @property
-    def num_tasks(self) -> int | None:
-        return self.base.num_tasks
-
-    def describe(self, task: Any) -> str:
-        return self.base.describe(task)
-
-    def _encoding_spec(self) -> Any:
-        return self.base._encoding_spec()  # plain tasks are encoded by the base space
 
 
 @dataclass(frozen=True)
@@ -430,14 +331,14 @@ class TaskFilter(Curriculum):
 
     def _issue(self, cand: _Candidate, control: bool) -> TaskSample:
         cand.last_issue = self.num_sampled
-        task = self._variant(cand.task, "eval_variants") if self.variant_evaluations else cand.task
+        variant = self._variant(cand.task, "eval_variants") if self.variant_evaluations else None
         if control:
             cand.control_out += 1
             self.counts["eval_control_issued"] += 1
-            return TaskSample(control_task(task), False)
-        cand.agent_out += 1
-        self.counts["eval_agent_issued"] += 1
-        return TaskSample(task, False)
+        else:
+            cand.agent_out += 1
+            self.counts["eval_agent_issued"] += 1
+        return TaskSample(cand.task, False, control=control, variant=variant)
 
     def _next_eval(self) -> TaskSample | None:
         """One evaluation episode for a candidate that needs it, or None.
@@ -485,7 +386,8 @@ class TaskFilter(Curriculum):
             train_slots = [i for i, s in zip(train_slots, from_set.tolist()) if s]
         if train_slots:
             if self.train_tasks:
-                samples = [TaskSample(self._variant(t), True) for t in self._replay(len(train_slots))]
+                replays = self._replay(len(train_slots))
+                samples = [TaskSample(t, True, variant=self._variant(t)) for t in replays]
             else:
                 samples = self._fresh_training(len(train_slots))
             for i, s in zip(train_slots, samples):
@@ -511,20 +413,22 @@ class TaskFilter(Curriculum):
             out.append(members[g][int(self.rng.integers(len(members[g])))])
         return out
 
-    def _variant(self, task: EncodedTask, count: str = "replay_variants") -> EncodedTask:
-        """A replay of an accepted task (or with ``variant_evaluations`` an evaluation episode of a
-        candidate): the task, or with ``replay_variant`` a tagged variant of it, counted under ``count``."""
+    def _variant(self, task: EncodedTask, count: str = "replay_variants") -> EncodedTask | None:
+        """The variant a replay of an accepted task (or with ``variant_evaluations`` an evaluation episode
+        of a candidate) plays: ``None`` (the task itself), or with ``replay_variant`` a variant of it,
+        counted under ``count``."""
         if self.replay_variant is None:
-            return task
+            return None
         variant = self.replay_variant(task, self.rng)
         if not self.task_space.contains_encoded(variant):
             raise ValueError(f"replay_variant({task!r:.100}, rng) returned {variant!r:.100}, which is not an "
                              f"encoded task of {self.task_space!r}")
         self.counts[count] += 1
-        return variant_task(task, variant)
+        return variant
 
     def sample(self, k: int = 1) -> list[EncodedTask]:
-        """Encoded tasks only (control episodes tagged); prefer :meth:`sample_tasks` for the flags."""
+        """The credited encoded tasks only: the train, control and variant fields are lost, so an episode
+        played from this cannot be routed correctly; use :meth:`sample_tasks` for them."""
         return [s.task for s in self.sample_tasks(k)]
 
     # -- decisions ----------------------------------------------------------------------------------
@@ -598,16 +502,25 @@ class TaskFilter(Curriculum):
         task: EncodedTask,
         progress: float,
         env_id: int | None = None,
+        *,
+        control: bool = False,
+        variant: EncodedTask | None = None,
     ) -> None:
-        """Route a return: candidate evaluation (agent or control), or an accepted task's window (a
-        variant-tagged replay is credited to its accepted task)."""
+        """Route a return: candidate evaluation (agent, or control with ``control=True``), or an accepted
+        task's window. ``task`` is the credited task of the :class:`~magister.curricula.base.TaskSample`
+        played; ``control`` and ``variant`` are its fields (the sync server passes them). A replay on a
+        ``variant`` is credited to ``task`` (the variant itself is not recorded)."""
         r = check_finite("episode_return", episode_return)
-        inner, is_control = split_control(task)
-        inner = split_variant(inner)[0]
-        key = task_key(inner)
+        if control.__class__ is not bool:
+            if not isinstance(control, np.bool_):
+                raise TypeError(f"control must be a bool, got {type(control).__name__} {control!r:.100}")
+            control = bool(control)
+        is_control = control
+        key = task_key(task)
         cand = self.pending.get(key)
         if cand is None and key not in self._train_pos:
-            self.task_space.check_encoded(inner)  # untracked is fine, outside the space is an error
+            self.task_space.check_encoded(task)  # untracked is fine, outside the space is an error
+        del variant  # the return is credited to ``task`` whatever the env played
         self.num_episodes += 1
         if cand is not None:
             if is_control:

@@ -13,22 +13,23 @@ it to a curriculum. ``source`` is one of
   reached through its address automatically);
 * a ready-made :class:`~magister.sync.client.TaskFeed` (e.g. a configured client), used as it is.
 
-On ``reset`` the wrapper takes the next task, decodes it with the env's task space and resets through the
-standard hook ``options={"task": decoded}``. A ``reset`` that passes its own ``options["task"]`` plays that
-task instead (its feedback still reaches the curriculum, with task id ``-1``). A ``reset`` before any step
+On ``reset`` the wrapper takes the next task (an :class:`~magister.sync.client.Assignment`), decodes the
+task the env is to *play* with the env's task space - the assignment's ``variant`` when it has one, else
+its ``task`` - and resets through the standard hook ``options={"task": decoded}``. A ``reset`` that passes
+its own ``options["task"]`` plays that task instead (its feedback still reaches the curriculum, with task
+id ``-1``). A ``reset`` before any step
 of the current task keeps that task (it was not used). On ``step`` it records feedback: step records only
 when the curriculum wants them, and one episode update when the episode terminates or is truncated (its
-undiscounted return, length, task and final progress). Every ``info`` carries ``info["task"]`` (encoded),
-``info["task_control"]`` (``True`` for an episode the curriculum wants played by a control policy: a task
-sent as ``("magister:control", task)`` by :class:`~magister.curricula.task_filter.TaskFilter`;
-``info["task"]`` then holds the plain task, so its type is the same in every env and vector envs can
-batch it),
-``info["task_train"]`` (``False`` for evaluation-only tasks whose data must not train the agent) and
-``info["task_progress"]``. ``info["task"]`` names the episode the returned observation belongs to: under a
-vector env's ``SAME_STEP`` autoreset the step that ends an episode returns the reset's info, so its
-``info["task"]`` is already the next task and the finished one is ``info["final_info"]["task"]`` (where
-``info["_final_info"]``); under ``NEXT_STEP`` the ending step names the finished task and the following
-autoreset step the new one.
+undiscounted return, length, the credited task and final progress; the curriculum gets the assignment's
+``control`` and ``variant`` back from the server's own record, not from the env). Every ``info`` carries
+``info["task"]`` (the encoded task the env plays), ``info["task_control"]`` (the assignment's ``control``:
+``True`` for an episode the curriculum wants played by the trainer's control policy, e.g. by
+:class:`~magister.curricula.task_filter.TaskFilter`), ``info["task_train"]`` (``False`` for
+evaluation-only tasks whose data must not train the agent) and ``info["task_progress"]``. ``info["task"]``
+names the episode the returned observation belongs to: under a vector env's ``SAME_STEP`` autoreset the
+step that ends an episode returns the reset's info, so its ``info["task"]`` is already the next task and the
+finished one is ``info["final_info"]["task"]`` (where ``info["_final_info"]``); under ``NEXT_STEP`` the
+ending step names the finished task and the following autoreset step the new one.
 
 **One task path.** The task reaches the env below only through ``reset(options={"task": decoded})``, and
 progress is read only from the ``info["task_progress"]`` the env below reports (a task wrapper writes it),
@@ -79,7 +80,6 @@ import gymnasium as gym
 from pettingzoo.utils.wrappers import BaseParallelWrapper
 
 from ..curricula.base import Curriculum
-from ..curricula.task_filter import split_played
 from ..sync.client import DEFAULT_TIMEOUT, Assignment, TaskFeed, connect, feed_class
 from ..sync.server import CurriculumServer, ServedCurriculum, ServerHandle
 from ..task_spaces.base import TaskSpace, task_key
@@ -150,8 +150,7 @@ class _Episode:
         self.change_task_on_completion = bool(change_task_on_completion)
         self._feed: TaskFeed | None = None
         self.assignment: Assignment | None = None
-        self.info_task: Any = None
-        self.control = False
+        self.info_task: Any = None  # the encoded task the env plays
         self.info_fields: dict[str, Any] = {}
         self.ret = 0.0
         self.agent_returns: dict[Any, float] = {}
@@ -246,6 +245,7 @@ class _Episode:
             )
             return
         for n, (agent, ret) in enumerate(self.agent_returns.items()):
+            # (credited to a.task; with task id -1 the server passes control=False and no variant)
             who = a if n == 0 else Assignment(-1, a.task, a.train)
             self.feed.record_episode(
                 who,
@@ -291,14 +291,15 @@ class _Episode:
         return new
 
     def _assign(self, a: Assignment) -> None:
-        """Make ``a`` the current task; ``info_task`` / ``control`` are what every info reports for it
-        (``info_fields``: those, the train flag and the default progress: what every step's info gets)."""
+        """Make ``a`` the current task; ``info_task`` is the encoded task the env plays (the variant, when
+        the assignment has one); ``info_fields``: it, the train and control flags and the default progress
+        (what every step's info gets)."""
         self.assignment = a
-        self.info_task, self.control = split_played(a.task)  # (a task filter's tags undone)
+        self.info_task = a.task if a.variant is None else a.variant
         self.info_fields = {
             "task": self.info_task,
             "task_train": a.train,
-            "task_control": self.control,
+            "task_control": a.control,
             "task_progress": NO_PROGRESS,
         }
 
@@ -421,7 +422,7 @@ class GymnasiumSyncWrapper(gym.Wrapper):
 
     @property
     def assignment(self) -> Assignment | None:
-        """The current task's assignment (task id, encoded task, train flag)."""
+        """The current task's assignment (task id, encoded task, train and control flags, variant)."""
         return self._episode.assignment
 
     def reset(
@@ -439,9 +440,9 @@ class GymnasiumSyncWrapper(gym.Wrapper):
         opts = dict(options) if options else {}
         has_explicit = "task" in opts
         episode = self._episode
-        a = episode.start(opts.get("task"), self.task_space, has_explicit, seed)
+        episode.start(opts.get("task"), self.task_space, has_explicit, seed)
         if not has_explicit:
-            opts["task"] = self.task_space.decode(a.task)
+            opts["task"] = self.task_space.decode(episode.info_task)  # the task played: variant or task
         obs, info = self.env.reset(seed=seed, options=opts)
         info = dict(info)
         _check_reset_task(info.get("task", episode.info_task), episode.info_task, self.env)
@@ -497,7 +498,7 @@ class GymnasiumSyncWrapper(gym.Wrapper):
             episode.finish(episode.assignment, progress)
         elif episode.change_task_on_completion and progress >= 1.0:
             new = episode.switch()
-            decoded = self.task_space.decode(new.task)
+            decoded = self.task_space.decode(episode.info_task)
             try:
                 set_task = self.env.get_wrapper_attr("set_task")
             except AttributeError:
@@ -505,7 +506,7 @@ class GymnasiumSyncWrapper(gym.Wrapper):
             set_task(decoded)
             info["next_task"] = episode.info_task
             info["next_task_train"] = new.train
-            info["next_task_control"] = episode.control
+            info["next_task_control"] = new.control
         return obs, rew, term, trunc, info
 
     def close(self) -> None:
@@ -533,8 +534,8 @@ class PettingZooSyncWrapper(BaseParallelWrapper):
     (e.g. a ``PettingZooTaskWrapper``). Per step, the reward recorded is the sum over agents and the
     progress the maximum of the agents' ``info["task_progress"]`` (0 when absent). The episode ends when
     every agent has terminated or truncated; its return is the sum over agents, and the per-agent returns
-    travel in the episode update's ``extras["agent_returns"]``. Every agent's info carries ``task``,
-    ``task_train`` and ``task_progress``.
+    travel in the episode update's ``extras["agent_returns"]``. Every agent's info carries ``task`` (the
+    task played), ``task_train``, ``task_control`` and ``task_progress``.
 
     **Episode extras from the env.** If the wrapped env (or any wrapper inside it) has a method
     ``episode_extras() -> dict``, its result is merged into every episode update's extras (its keys win).
@@ -628,9 +629,9 @@ class PettingZooSyncWrapper(BaseParallelWrapper):
             raise TypeError(f"options must be a dict or None, got {type(options).__name__}")
         opts = dict(options) if options else {}
         has_explicit = "task" in opts
-        a = self._episode.start(opts.get("task"), self.task_space, has_explicit, seed)
+        self._episode.start(opts.get("task"), self.task_space, has_explicit, seed)
         if not has_explicit:
-            opts["task"] = self.task_space.decode(a.task)
+            opts["task"] = self.task_space.decode(self._episode.info_task)  # the task played
         obs, infos = self.env.reset(seed=seed, options=opts)
         for info in infos.values():
             if isinstance(info, dict) and "task" in info:
@@ -669,8 +670,8 @@ class PettingZooSyncWrapper(BaseParallelWrapper):
         switch = ep.step(obs, total, term_all, trunc_all, {str(k): v for k, v in infos.items()}, progress)
         infos = self._annotate(infos, set(rewards) | set(infos), progress)
         if switch:
-            new = ep.switch()
-            decoded = self.task_space.decode(new.task)
+            ep.switch()
+            decoded = self.task_space.decode(ep.info_task)
             setter = getattr(self.env, "set_task", None) or self.env.change_task
             setter(decoded)
         return obs, rewards, terms, truncs, infos

@@ -59,16 +59,18 @@ After *Open-Ended Learning Leads to Generally Capable Agents* (XLand), scaled do
   generated world conditioned on its game (:meth:`XLandTaskSpace.world_variant`, never a held-out world;
   game and co-players kept, the world drawn by the filter's generator); the filter's evaluation episodes
   play the task itself (with ``--filter-eval-variants``: variants too) and every return is credited to it
-  (``("magister:variant", task, variant)``, :func:`~magister.curricula.task_filter.variant_task`). See
+  (``TaskSample(task, train, variant=variant)``: the env plays the variant, the filter credits the task). See
   "World diversity on replay" and "Criteria estimated on other worlds" below.
 * **Budget** (``--budget train``, the default): ``--total-steps`` counts learner steps of *training*
   episodes, so both ablation arms train on the same number of steps; the filter's evaluation-only
   episodes (agent evaluation and control policy, ``train=False``) are played on top of that and reported,
   in steps, as ``eval`` (``RunResult.eval_steps``; ``steps`` = ``train`` + ``eval``). ``--budget env``
   counts every episode instead.
-* **Control-policy episodes** of the filter (encoded ``("magister:control", task)``) are played by uniform
-  random actions in the learner's slot; they and the filter's agent-evaluation episodes arrive with
-  ``info["task_train"] == False`` and are masked out of the PPO losses.
+* **Control-policy episodes** of the filter (``TaskSample(task, False, control=True)``, reported as
+  ``info["task_control"] == True``) are played by uniform random actions in the learner's slot; they and
+  the filter's agent-evaluation episodes arrive with ``info["task_train"] == False`` and are masked out of
+  the PPO losses. They never count as a result against the co-player (``DualCurriculum`` skips the
+  opponent's update for a control episode).
 * **Agent**: a CNN over an **egocentric view** of the grid planes (:func:`egocentric`: re-centred on the
   learner and turned so that its facing direction points up, ``2 * world_size - 1`` tiles wide, computed
   inside the network from the observation; ``--no-egocentric``: the env's allocentric planes), a goal
@@ -414,7 +416,7 @@ from magister.curricula.dual import DualCurriculum
 from magister.curricula.fsp import FSP
 from magister.curricula.opponent_store import OpponentCurriculum, OpponentStore, OutcomeRule
 from magister.curricula.pfsp import PFSP
-from magister.curricula.task_filter import TaskFilter, control_task, split_control, split_played
+from magister.curricula.task_filter import TaskFilter
 from magister.env_wrappers.coplayer import SingleLearnerEnv
 from magister.env_wrappers.sync_wrappers import PettingZooSyncWrapper
 from magister.examples._cli import parse_dataclass
@@ -457,7 +459,7 @@ from magister.task_spaces.base import EncodedTask, TaskSpace
 logger = logging.getLogger(__name__)
 
 __all__ = [
-    "Agent", "Args", "CompareReturns", "ControlXLandTask", "GoalEncoder", "PairTaskSpace", "RunResult",
+    "Agent", "Args", "CompareReturns", "GoalEncoder", "PairTaskSpace", "RunResult",
     "TorchPolicy", "XLandTrainWrapper", "ablation", "egocentric", "filter_demo", "main", "make_agent",
     "make_curriculum", "make_task_filter", "parse_args", "train",
 ]
@@ -631,18 +633,13 @@ def check_args(args: Args) -> None:
 # ----------------------------------------------------------------------------------------------------
 # Tasks: (xland task, opponent id) pairs
 # ----------------------------------------------------------------------------------------------------
-class ControlXLandTask(XLandTask):
-    """A decoded task of a control-policy episode (the filter's ``("magister:control", task)``): the same
-    world, game and co-players; the type tells the env wrapper not to report a result for the co-player."""
-
-
 class PairTaskSpace(TaskSpace[XLandTask]):
     """Env-side space of the :class:`~magister.curricula.dual.DualCurriculum` pairs ``(task, opponent_id)``.
 
-    ``task`` is an encoded :class:`~magister.examples.xland.env.XLandTask`, possibly control-tagged by the
-    task filter, or variant-tagged (:func:`~magister.curricula.task_filter.variant_task`: the variant is
-    played); decoding puts ``opponent_id`` into every non-learner slot. Encoding a decoded task gives
-    the pair back (co-player slots as the placeholder ``NOOP`` in the task half).
+    ``task`` is an encoded :class:`~magister.examples.xland.env.XLandTask` (the one the env plays: a task
+    filter's variant arrives here already chosen by the sync wrapper); decoding puts ``opponent_id`` into
+    every non-learner slot. Encoding a decoded task gives the pair back (co-player slots as the
+    placeholder ``NOOP`` in the task half).
 
     >>> from magister.examples.xland.task import XLandTaskSpace
     >>> enc = XLandTaskSpace(coplayer_ids=(NOOP,), seed=0).sample_encoded(1)[0]
@@ -661,21 +658,17 @@ class PairTaskSpace(TaskSpace[XLandTask]):
             raise ValueError(f"{task!r:.200} is not an XLandTask of {self!r}")
         others = [c for c in task.coplayers if c != LEARNER]
         slots = tuple(LEARNER if c == LEARNER else NOOP for c in task.coplayers)
-        base = XLandTask(task.world, task.game, slots)
-        inner = control_task(base.encode()) if isinstance(task, ControlXLandTask) else base.encode()
-        return (inner, others[0] if others else NOOP)
+        return (XLandTask(task.world, task.game, slots).encode(), others[0] if others else NOOP)
 
     def decode(self, encoded: EncodedTask) -> XLandTask:
         if not isinstance(encoded, (tuple, list)) or len(encoded) != 2:
             raise ValueError(f"{encoded!r:.200} is not a (task, opponent_id) pair of {self!r}")
-        inner, is_control = split_played(encoded[0])
         opp = encoded[1]
         if isinstance(opp, bool) or not isinstance(opp, (int, np.integer)):
             raise ValueError(f"opponent id {opp!r} of {self!r} must be an int")
-        task = XLandTask.decode(inner)
+        task = XLandTask.decode(encoded[0])
         cps = tuple(LEARNER if c == LEARNER else int(opp) for c in task.coplayers)
-        cls = ControlXLandTask if is_control else XLandTask
-        return cls(task.world, task.game, cps)
+        return XLandTask(task.world, task.game, cps)
 
     @property
     def num_tasks(self) -> None:
@@ -690,24 +683,21 @@ class XLandTrainWrapper(XLandTaskWrapper):
     """The training env's task wrapper: reports, at the end of each episode, the learner's and the
     co-players' returns as episode extras, for the co-player curriculum's outcome rule.
 
-    Control-policy episodes (played by random actions, not the learner) report no ``opponent_return``, so
-    with ``DualCurriculum(derive_outcomes=False)`` they never count as a result against the snapshot.
+    The env does not know which episodes the trainer's control policy plays: the episode update of a
+    control-policy episode reaches the :class:`~magister.curricula.dual.DualCurriculum` with
+    ``control=True`` (the sync server keeps the flag with the task), which then records no result
+    against the snapshot.
     """
 
     def __init__(self, env: XLandEnv) -> None:
         super().__init__(env, PairTaskSpace())
-        self._control = False
-
-    def change_task(self, task: Any) -> None:
-        self._control = isinstance(task, ControlXLandTask)
-        super().change_task(task)
 
     def episode_extras(self) -> dict[str, Any]:
         env = self.env.unwrapped
         rets = np.asarray(env.returns, dtype=np.float64)
         slots = [i for i, c in enumerate(env.coplayers) if c != LEARNER]
-        if self._control or not slots:
-            return {"control": bool(self._control)}
+        if not slots:
+            return {}
         co = float(rets[slots].mean())
         return {"learner_return": float(rets[0]), "coplayer_return": co, "opponent_return": co}
 
@@ -1118,13 +1108,11 @@ def make_vector_env(args: Args, source: Any, store_dir: str) -> gym.vector.Vecto
 
 
 def _task_info(info: dict[str, Any], n: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per env: train flag and whether the episode is a control-policy episode (the tag on the pair's task
-    half, where :class:`DualCurriculum` keeps it, or ``info["task_control"]`` for a tag on the whole task)."""
+    """Per env: train flag (``info["task_train"]``) and whether the episode is a control-policy episode
+    (``info["task_control"]``, the assignment's control flag)."""
     train = np.asarray(info["task_train"], dtype=bool) if "task_train" in info else np.ones(n, dtype=bool)
-    tasks = list(info["task"]) if "task" in info else [None] * n
-    control = np.array([t is not None and split_control(t[0])[1] for t in tasks], dtype=bool)
-    if "task_control" in info:
-        control |= np.asarray(info["task_control"], dtype=bool)
+    control = (np.asarray(info["task_control"], dtype=bool) if "task_control" in info
+               else np.zeros(n, dtype=bool))
     return train, control
 
 
@@ -1655,11 +1643,12 @@ def filter_demo(args: Args, episodes: int) -> dict[str, Any]:
     train_returns: list[float] = []
     for _ in range(episodes):
         sample = filt.sample_tasks(1)[0]
-        inner, is_control = split_played(sample.task)
-        r = play_one(XLandTask.decode(inner), not is_control)
+        played = sample.task if sample.variant is None else sample.variant
+        r = play_one(XLandTask.decode(played), not sample.control)
         if sample.train:
             train_returns.append(r)
-        filt.update_on_episode(r, args.episode_length, sample.task, 0.0)
+        filt.update_on_episode(r, args.episode_length, sample.task, 0.0, control=sample.control,
+                               variant=sample.variant)
     kept = train_returns[len(train_returns) // 2:]
     uniform = [play_one(t, True) for t in (space.sample() for _ in range(max(len(kept), 1)))]
     return {"counts": dict(filt.counts), "train_tasks": len(filt.train_tasks),

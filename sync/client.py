@@ -28,8 +28,8 @@ Two implementations of one small interface (:class:`TaskFeed`), chosen by :func:
 * :class:`LocalClient` calls the curriculum directly in the same process (a ``SyncVectorEnv`` or a
   single env): same messages, same validation and accounting, no sockets.
 
-A task handed to an env is an :class:`Assignment`: the encoded task, its train flag and the id the
-server uses to account for it.
+A task handed to an env is an :class:`Assignment`: the encoded task, its train and control flags, the
+variant it plays (if any) and the id the server uses to account for it.
 """
 
 from __future__ import annotations
@@ -131,11 +131,18 @@ class SyncError(RuntimeError):
 
 
 class Assignment(NamedTuple):
-    """A task handed to one env: ``task_id`` is the server's id for it (``-1``: not from a server)."""
+    """A task handed to one env: ``task_id`` is the server's id for it (``-1``: not from a server).
+
+    ``task`` is the task the curriculum credits; ``control`` asks for the trainer's control policy;
+    ``variant`` (``None``: none) is the task the env plays instead of ``task`` (the fields of
+    :class:`~magister.curricula.base.TaskSample`).
+    """
 
     task_id: int
     task: EncodedTask
     train: bool = True
+    control: bool = False
+    variant: Any = None
 
 
 class TaskFeed:
@@ -996,8 +1003,8 @@ class CurriculumClient(TaskFeed):
             if self.env_id is None:
                 self._take_welcome(msg)
         elif isinstance(msg, P.Tasks):
-            for tid, task, train in zip(msg.task_ids, msg.tasks, msg.train):
-                self._buffer.append(Assignment(tid, task, train))
+            for x in zip(msg.task_ids, msg.tasks, msg.train, msg.control, msg.variants):
+                self._buffer.append(Assignment(*x))
             self._outstanding = max(0, self._outstanding - len(msg.task_ids))
             self.stats["tasks_received"] += len(msg.task_ids)
         elif isinstance(msg, P.Goodbye):
@@ -1298,7 +1305,8 @@ class LocalClient(TaskFeed):
         if not self._buffer:
             reply = self._apply(P.TaskRequest(self.env_id, max(1, self.prefetch)))
             assert isinstance(reply, P.Tasks)
-            self._buffer.extend(Assignment(*x) for x in zip(reply.task_ids, reply.tasks, reply.train))
+            fields = (reply.task_ids, reply.tasks, reply.train, reply.control, reply.variants)
+            self._buffer.extend(Assignment(*x) for x in zip(*fields))
         return self._buffer.popleft()
 
     def give_back(self, assignment: Assignment) -> None:

@@ -76,7 +76,7 @@ __all__ = [
 ]
 
 #: Bumped whenever a message layout changes or a kind is added; both ends must agree.
-PROTOCOL_VERSION = 4
+PROTOCOL_VERSION = 5
 #: Arrays with at least this many bytes travel as separate zero-copy frames.
 DEFAULT_OOB_THRESHOLD = 64 * 1024
 #: Upper bound on one msgpack header (the out-of-band frames are bounded by the socket's MAXMSGSIZE).
@@ -383,26 +383,48 @@ class TaskRequest(Message):
 
 @dataclass(frozen=True)
 class Tasks(Message):
-    """Server -> client: tasks addressed to ``env_id``, each with a server-unique id and its train flag."""
+    """Server -> client: tasks addressed to ``env_id``, each with a server-unique id and its metadata.
+
+    Per task: ``train`` (``False``: evaluation-only), ``control`` (``True``: to be played by the trainer's
+    control policy) and ``variants`` (the encoded task the env plays instead, ``None``: the task itself),
+    the fields of :class:`~magister.curricula.base.TaskSample`. ``tasks`` are always the tasks the
+    curriculum credits. ``control`` and ``variants`` default to all ``False`` / all ``None``.
+
+    >>> Tasks(0, (4, 5), (1, 2), (True, False), (False, True), (9, None)).variants
+    (9, None)
+    >>> Tasks(0, (4,), (1,), (True,)).control
+    (False,)
+    """
 
     KIND: ClassVar[int] = 4
     env_id: int
     task_ids: tuple[int, ...]
     tasks: tuple[Any, ...]
     train: tuple[bool, ...]
+    control: tuple[bool, ...] | None = None
+    variants: tuple[Any, ...] | None = None
 
     def __post_init__(self) -> None:
         self._set("env_id", _int("env_id", self.env_id, 0))
         ids = tuple(_int("task_ids", t, 0) for t in _tuple("task_ids", self.task_ids))
         tasks = _tuple("tasks", self.tasks)
+        n = len(tasks)
         train = tuple(_bool("train", t) for t in _tuple("train", self.train))
-        if not (len(ids) == len(tasks) == len(train)):
+        control = (
+            (False,) * n if self.control is None
+            else tuple(_bool("control", t) for t in _tuple("control", self.control))
+        )
+        variants = (None,) * n if self.variants is None else _tuple("variants", self.variants)
+        if not (len(ids) == n == len(train) == len(control) == len(variants)):
             raise ProtocolError(
-                f"Tasks fields differ in length: {len(ids)} ids, {len(tasks)} tasks, {len(train)} flags"
+                f"Tasks fields differ in length: {len(ids)} ids, {n} tasks, {len(train)} train flags, "
+                f"{len(control)} control flags, {len(variants)} variants"
             )
         self._set("task_ids", ids)
         self._set("tasks", tasks)
         self._set("train", train)
+        self._set("control", control)
+        self._set("variants", variants)
 
 
 @dataclass(frozen=True, eq=False)

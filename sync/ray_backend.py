@@ -875,8 +875,8 @@ class RayClient(TaskFeed):
         for reply in replies:
             msg = self._decode(reply)
             if isinstance(msg, P.Tasks):
-                for tid, task, train in zip(msg.task_ids, msg.tasks, msg.train):
-                    self._buffer.append(Assignment(tid, task, train))
+                for x in zip(msg.task_ids, msg.tasks, msg.train, msg.control, msg.variants):
+                    self._buffer.append(Assignment(*x))
                 self.stats["tasks_received"] += len(msg.task_ids)
                 got_tasks = True
             elif isinstance(msg, P.Error):

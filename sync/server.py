@@ -26,6 +26,13 @@ A worker that dies leaves its tasks "in flight": that is what was lost, and noth
 :class:`~magister.env_wrappers.sync_wrappers.PettingZooSyncWrapper`); they are passed as ``extras=...`` to
 curricula whose ``update_on_episode`` accepts that keyword, and not passed otherwise.
 
+**Task metadata.** A :class:`~magister.curricula.base.TaskSample`'s ``control`` flag and ``variant`` travel
+to the env as fields of :class:`~magister.sync.protocol.Tasks` and stay with the task's id in the server's
+in-flight record. When an episode (or progress) update acknowledges that id, they are passed as
+``control=...`` and ``variant=...`` to curricula whose ``update_on_episode`` (``update_task_progress``)
+accepts those keywords; the env never sends them back, so it cannot mislabel them. Updates for tasks the
+env chose itself (task id ``-1``) carry ``control=False, variant=None``.
+
 **Faults.** Malformed or truncated frames, a wrong protocol version, updates naming tasks the env was never
 given or tasks outside the task space, and non-finite rewards or progress are answered with an
 :class:`~magister.sync.protocol.Error` and dropped; the curriculum is not touched and the thread keeps
@@ -82,6 +89,19 @@ __all__ = [
 DEFAULT_STEP_BATCH_SIZE = 64
 #: Largest number of tasks one request may ask for.
 MAX_TASKS_PER_REQUEST = 4096
+
+
+def _accepts(method: Any, name: str) -> bool:
+    """Whether ``method`` takes the keyword ``name`` (or any keyword). The curriculum's public methods are
+    wrapped with :func:`functools.wraps`, which :func:`inspect.signature` sees through."""
+    try:
+        params = inspect.signature(method).parameters
+    except (TypeError, ValueError):  # pragma: no cover - builtins without a signature
+        return False
+    p = params.get(name)
+    if p is not None:
+        return p.kind in (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
 
 
 class SyncRejected(ValueError):
@@ -155,7 +175,8 @@ class SyncCore:
         self.lock = lock if lock is not None else curriculum.lock
         self.pid = os.getpid()
         self._counters: dict[int, EnvCounters] = {}
-        self._in_flight: dict[int, dict[int, tuple[Hashable, EncodedTask]]] = {}
+        # per env, by task id: (task key, task, control flag, variant)
+        self._in_flight: dict[int, dict[int, tuple[Hashable, EncodedTask, bool, EncodedTask | None]]] = {}
         self._next_env = 0
         self._next_task = 0
         self.malformed_frames = 0  # frames from peers that never said hello
@@ -168,13 +189,15 @@ class SyncCore:
         # curriculum's seed and the stream, checkpointed with it), so its task sequence does not depend on
         # how the other envs' requests interleave with its own.
         self._streams: dict[int, int] = {}
-        try:
-            params = inspect.signature(curriculum.update_on_episode).parameters
-        except (TypeError, ValueError):  # pragma: no cover - builtins without a signature
-            params = {}
         #: Episode ``extras`` (e.g. per-agent returns) are passed as ``extras=`` to curricula that accept it.
-        self.episode_takes_extras = "extras" in params or any(
-            p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()
+        self.episode_takes_extras = _accepts(curriculum.update_on_episode, "extras")
+        #: Which of a task's ``control`` and ``variant`` are passed (as keywords) to the curriculum's
+        #: ``update_on_episode`` / ``update_task_progress``: those each accepts.
+        self.episode_metadata = tuple(
+            k for k in ("control", "variant") if _accepts(curriculum.update_on_episode, k)
+        )
+        self.progress_metadata = tuple(
+            k for k in ("control", "variant") if _accepts(curriculum.update_task_progress, k)
         )
 
     # -- envs and tasks -----------------------------------------------------------------------------
@@ -254,10 +277,17 @@ class SyncCore:
             self._next_task += count
             flight = self._in_flight[env_id]
             for i, s in zip(ids, samples):
-                flight[i] = (task_key(s.task), s.task)
+                flight[i] = (task_key(s.task), s.task, s.control, s.variant)
             c.tasks_sampled += count
             c.tasks_sent += count
-        return P.Tasks(env_id, ids, tuple(s.task for s in samples), tuple(bool(s.train) for s in samples))
+        return P.Tasks(
+            env_id,
+            ids,
+            tuple(s.task for s in samples),
+            tuple(s.train for s in samples),
+            tuple(s.control for s in samples),
+            tuple(s.variant for s in samples),
+        )
 
     def mark_unsent(self, msg: P.Tasks) -> None:
         """The tasks of ``msg`` could not be delivered (the env is gone): count them as unsent."""
@@ -278,6 +308,18 @@ class SyncCore:
                 self.malformed_frames += 1
 
     # -- updates ------------------------------------------------------------------------------------
+    def _metadata(self, env_id: int, task_id: int, names: tuple[str, ...]) -> dict[str, Any]:
+        """The keywords ``names`` (of ``control``, ``variant``) for the in-flight task ``task_id``, which
+        ``_resolve`` checked first; a task the env chose (``-1``) has ``control=False, variant=None``."""
+        if not names:
+            return {}
+        if task_id == -1:
+            meta = {"control": False, "variant": None}
+        else:
+            entry = self._in_flight[env_id][task_id]
+            meta = {"control": entry[2], "variant": entry[3]}
+        return {k: meta[k] for k in names}
+
     def _resolve(self, env_id: int, task_id: int, task: EncodedTask) -> EncodedTask:
         """The task the curriculum handed out for ``task_id`` (checked against what the env reports)."""
         if task_id == -1:
@@ -380,6 +422,8 @@ class SyncCore:
                     tuple(i for t in tasks for i in t.task_ids),
                     tuple(x for t in tasks for x in t.tasks),
                     tuple(b for t in tasks for b in t.train),
+                    tuple(b for t in tasks for b in t.control),
+                    tuple(v for t in tasks for v in t.variants),
                 )
             )
         return replies
@@ -434,10 +478,10 @@ class SyncCore:
             task = self._resolve(msg.env_id, msg.task_id, msg.task)
             if msg.ended and getattr(cur, "requires_episode_updates", True):
                 args = (msg.episode_return, msg.length, task, msg.progress, msg.env_id)
+                kwargs = self._metadata(msg.env_id, msg.task_id, self.episode_metadata)
                 if self.episode_takes_extras and msg.extras:
-                    self._call("update_on_episode", *args, extras=msg.extras)
-                else:
-                    self._call("update_on_episode", *args)
+                    kwargs["extras"] = msg.extras
+                self._call("update_on_episode", *args, **kwargs)
             if msg.task_id != -1:
                 del self._in_flight[msg.env_id][msg.task_id]
                 c.tasks_consumed += 1
@@ -449,7 +493,8 @@ class SyncCore:
         if isinstance(msg, P.ProgressUpdate):
             self._check_progress("task progress", msg.progress)
             task = self._resolve(msg.env_id, msg.task_id, msg.task)
-            self._call("update_task_progress", task, msg.progress, msg.env_id)
+            kwargs = self._metadata(msg.env_id, msg.task_id, self.progress_metadata)
+            self._call("update_task_progress", task, msg.progress, msg.env_id, **kwargs)
             if msg.done and msg.task_id != -1:
                 del self._in_flight[msg.env_id][msg.task_id]
                 c.tasks_consumed += 1
@@ -482,7 +527,7 @@ class SyncCore:
     def in_flight(self, env_id: int) -> dict[int, EncodedTask]:
         """Tasks sent to ``env_id`` and not yet consumed or returned, by task id."""
         with self.lock:
-            return {i: t for i, (_, t) in self._in_flight[env_id].items()}
+            return {i: entry[1] for i, entry in self._in_flight[env_id].items()}
 
     @property
     def env_ids(self) -> list[int]:

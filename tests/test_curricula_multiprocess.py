@@ -34,7 +34,7 @@ from magister.curricula.learning_progress import LearningProgress
 from magister.curricula.omni import OMNI
 from magister.curricula.plr import PLR, RobustPLR
 from magister.curricula.sfl import SFL
-from magister.curricula.task_filter import ControlTaskSpace, TaskFilter
+from magister.curricula.task_filter import TaskFilter
 from magister.env_wrappers.sync_wrappers import GymnasiumSyncWrapper
 from magister.env_wrappers.task_wrapper import TaskWrapper
 from magister.integrations.scores import feed_scores
@@ -150,9 +150,10 @@ def make_env(address: str, space: str) -> gym.Env:
         inner, task_space = Bandit(bits_kind), Bits()
     else:
         inner = Bandit()
-        # control: integer-encoded tasks, some sent control-tagged by the task filter; the sync wrapper
-        # reports the plain task and info["task_control"], so vector envs batch info["task"] as ints
-        task_space = ControlTaskSpace(Discrete(NUM_TASKS)) if space == "control" else described_space()
+        # control: integer-encoded tasks, some of them control episodes of the task filter (a field of the
+        # assignment): info["task"] is the plain task and info["task_control"] the flag, so vector envs
+        # batch info["task"] as ints
+        task_space = Discrete(NUM_TASKS) if space == "control" else described_space()
     return GymnasiumSyncWrapper(BanditTask(inner, task_space), address, timeout=20.0)
 
 

@@ -238,3 +238,49 @@ def test_through_the_sync_core_unchanged(pfsp):
     assert pfsp.num_results == 3 and dual.num_episodes == 3
     assert core.counters(env).tasks_in_flight == 0
     assert all(pfsp.winrate(o) == 1.0 for _, o in tasks.tasks)
+
+
+class Flagging(Recorder):
+    """Task 0 is a control episode, task 1 a replay on the variant ``t + 10``; records the keywords."""
+
+    def __init__(self, n=2, **kw):
+        super().__init__(n, **kw)
+        self.task_space = Discrete(20)
+
+    def sample_tasks(self, k=1):
+        return [TaskSample(t, False, control=True) if t == 0 else TaskSample(t, True, variant=t + 10)
+                for t in self.rng.integers(2, size=k).tolist()]
+
+    def update_on_episode(self, episode_return, length, task, progress, env_id=None, *, control=False,
+                          variant=None):
+        self.calls.append(("episode", episode_return, task, control, variant))
+
+
+def test_pairs_carry_the_task_halfs_control_flag_and_variant(pfsp):
+    dual = DualCurriculum(Flagging(seed=0), pfsp)
+    samples = dual.sample_tasks(40)
+    assert {s.task[0] for s in samples} == {0, 1}
+    for s in samples:
+        if s.task[0] == 0:
+            assert s.control and not s.train and s.variant is None
+        else:
+            assert not s.control and s.train and s.variant == (11, s.task[1])  # same opponent
+    plain = DualCurriculum(Recorder(seed=0), pfsp).sample_tasks(10)  # no flags: none on the pairs
+    assert not any(s.control or s.variant is not None for s in plain)
+
+
+def test_control_and_variant_reach_the_task_curriculum_and_control_never_scores_the_opponent(pfsp):
+    rec = Flagging()
+    dual = DualCurriculum(rec, pfsp)
+    dual.update_on_episode(1.0, 5, (0, 1), 0.0, control=True, opponent_return=0.0)
+    dual.update_on_episode(0.0, 5, [0, 2], 0.0, control=True)  # (derived outcome: would be a loss)
+    assert pfsp.num_results == 0  # played by the control policy: no result against either opponent
+    dual.update_on_episode(1.0, 5, (1, 0), 0.0, variant=[11, 0])  # the variant's task half goes on
+    assert pfsp.num_results == 1 and pfsp.winrate(0) == 1.0
+    assert rec.calls == [("episode", 1.0, 0, True, None), ("episode", 0.0, 0, True, None),
+                         ("episode", 1.0, 1, False, 11)]
+    plain = Recorder()  # a task curriculum without the keywords gets none
+    DualCurriculum(plain, pfsp).update_on_episode(1.0, 5, (1, 0), 0.0, control=True, variant=(3, 0))
+    assert plain.calls == [("episode", 1.0, 5, 1, 0.0, None)] and pfsp.num_results == 1
+    with pytest.raises(TypeError, match="control must be a bool"):
+        dual.update_on_episode(1.0, 5, (1, 0), 0.0, control="yes")

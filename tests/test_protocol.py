@@ -97,6 +97,31 @@ def test_tasks_roundtrip(env_id, items):
     assert isinstance(out, P.Tasks) and out.env_id == env_id
     assert out.task_ids == msg.task_ids and out.train == msg.train
     assert _same(out.tasks, msg.tasks)
+    assert out.control == (False,) * len(items) and out.variants == (None,) * len(items)
+
+
+@given(env_ids, st.lists(st.tuples(ids, tasks, st.booleans(), st.booleans(), st.none() | tasks), max_size=6))
+def test_tasks_roundtrip_with_control_and_variants(env_id, items):
+    """The task metadata travels as typed per-task fields: the tasks themselves stay as they were sent."""
+    cols = tuple(zip(*items)) if items else ((),) * 5
+    msg = P.Tasks(env_id, *cols)
+    out = _roundtrip(msg)
+    assert isinstance(out, P.Tasks) and out.env_id == env_id
+    assert out.task_ids == msg.task_ids and out.train == msg.train and out.control == msg.control
+    assert all(type(c) is bool for c in out.control)
+    assert _same(out.tasks, msg.tasks) and _same(out.variants, msg.variants)
+    assert [v is None for v in out.variants] == [v is None for v in msg.variants]
+
+
+def test_tasks_metadata_fields_are_validated():
+    with pytest.raises(P.ProtocolError, match="control must be a bool"):
+        P.Tasks(0, (1,), (5,), (True,), (1,), (None,))
+    with pytest.raises(P.ProtocolError, match="differ in length"):
+        P.Tasks(0, (1,), (5,), (True,), (False, True), (None,))
+    with pytest.raises(P.ProtocolError, match="differ in length"):
+        P.Tasks(0, (1,), (5,), (True,), (False,), ())
+    with pytest.raises(P.ProtocolError, match="variants must be a tuple"):
+        P.Tasks(0, (1,), (5,), (True,), (False,), 7)
 
 
 @given(
@@ -358,6 +383,8 @@ def test_version_mismatch_is_a_clear_error():
         (_raw(V, 3, (0, 0)), "count must be >= 1"),
         (_raw(V, 3, (-5, 1)), "env_id must be >= 0"),
         (_raw(V, 4, (0, (1, 2), (5,), (True,))), "differ in length"),
+        (_raw(V, 4, (0, (1,), (5,), (True,), ("no",), (None,))), "control must be a bool"),
+        (_raw(V, 4, (0, (1,), (5,), (True,), (False,), (None, 3))), "differ in length"),
         (_raw(V, 6, (0, 1, 0, "x", 1, 0.0, True, {})), "episode_return must be a number"),
         (_raw(V, 6, (0, 1, 0, 1.0, 1, 0.0, True, ())), "extras must be a dict"),
         (_raw(V, 9, (0, (1, True))), "returned_task_ids must be an int"),

@@ -641,37 +641,50 @@ def test_closing_after_a_nan_reward_still_closes_the_feed(caplog):
     assert env.feed._closed and cur.episodes == []
 
 
-class Tagged(Recorder):
-    """Samples task 1 as a task filter replays it on a variant (task 3), then a control episode of task 2."""
+class Flagged(Recorder):
+    """Samples task 1 as a task filter replays it on a variant (task 3), then a control episode of task 2;
+    records the metadata the server hands back with each episode."""
 
     def sample_tasks(self, k=1):
-        from magister.curricula.task_filter import control_task, variant_task
-
-        tasks = [variant_task(1, 3), control_task(2)]
-        out = [TaskSample(tasks[(self.next + i) % 2], (self.next + i) % 2 == 0) for i in range(k)]
+        samples = [TaskSample(1, True, variant=3), TaskSample(2, False, control=True)]
+        out = [samples[(self.next + i) % 2] for i in range(k)]
         self.next += k
         return out
 
+    def update_on_episode(self, episode_return, length, task, progress, env_id=None, extras=None, *,
+                          control=False, variant=None):
+        super().update_on_episode(episode_return, length, task, progress, env_id, extras)
+        self.episodes[-1] += (control, variant)
 
-def test_info_reports_the_task_played_and_updates_the_task_sent():
-    """A replay variant is played and reported in ``info["task"]``; the update carries the tagged task, so
-    the curriculum credits the accepted task. A control episode reports its plain task and the flag."""
-    from magister.curricula.task_filter import ControlTaskSpace
 
-    cur = Tagged()
-    inner = LengthTask(Corridor(), ControlTaskSpace(Discrete(10**9)))
-    env = GymnasiumSyncWrapper(inner, cur)
-    _, info = env.reset()
-    assert (info["task"], info["task_control"], info["task_train"]) == (3, False, True)
-    assert inner.switches == [3]  # the env plays the variant: 1 + 3 % 4 = 4 steps
-    infos = [env.step(0)[4] for _ in range(4)]
-    assert [i["task"] for i in infos] == [3] * 4
-    _, info = env.reset()
-    assert (info["task"], info["task_control"], info["task_train"]) == (2, True, False)
-    for _ in range(3):
-        env.step(0)
-    assert [e[0] for e in cur.episodes] == [("magister:variant", 1, 3), ("magister:control", 2)]
-    assert [e[2] for e in cur.episodes] == [4, 3]
+@pytest.mark.parametrize("remote", [False, True])
+def test_info_reports_the_task_played_and_updates_the_task_sent(remote):
+    """A replay variant is played and reported in ``info["task"]``; the update carries the credited task and
+    the server hands the curriculum the assignment's control flag and variant. A control episode reports
+    its plain task and the flag. Nothing is ever a tag around a task."""
+    cur = Flagged()
+    inner = LengthTask(Corridor())
+    server = serve(cur) if remote else None
+    env = GymnasiumSyncWrapper(inner, server.address if remote else cur)
+    try:
+        obs, info = env.reset()
+        assert (info["task"], info["task_control"], info["task_train"]) == (3, False, True)
+        assert inner.switches == [3] and obs[0] == 3  # the env plays the variant: 1 + 3 % 4 = 4 steps
+        assert (env.assignment.task, env.assignment.variant, env.assignment.control) == (1, 3, False)
+        infos = [env.step(0)[4] for _ in range(4)]
+        assert [i["task"] for i in infos] == [3] * 4
+        obs, info = env.reset()
+        assert (info["task"], info["task_control"], info["task_train"]) == (2, True, False)
+        assert obs[0] == 2
+        for _ in range(3):
+            env.step(0)
+        env.reset()  # (the remote feed delivers the episode updates with this reset's request)
+    finally:
+        env.close()
+        if server is not None:
+            server.close()
+    episodes = [(e[0], e[2], e[5], e[6]) for e in cur.episodes]
+    assert episodes == [(1, 4, False, 3), (2, 3, True, None)]
 
 
 class OptionsSeen(Corridor):

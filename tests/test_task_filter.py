@@ -9,17 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from magister.curricula.base import TaskSample
-from magister.curricula.task_filter import (
-    CONTROL_TAG,
-    ControlTaskSpace,
-    DTGThresholds,
-    TaskFilter,
-    control_task,
-    dtg_criteria,
-    split_control,
-    split_variant,
-    variant_task,
-)
+from magister.curricula.task_filter import DTGThresholds, TaskFilter, dtg_criteria
 from magister.task_spaces.base import task_key
 from magister.task_spaces.discrete import Discrete
 from magister.task_spaces.open_ended import OpenEnded
@@ -30,6 +20,12 @@ UNIT = DTGThresholds.paper((0.0, 1.0))
 def wire(x):
     """What a task looks like after crossing the sync layer (msgpack: tuples become lists)."""
     return msgpack.unpackb(msgpack.packb(x))
+
+
+def feed(cur, s: TaskSample, r: float, progress: float = 0.0) -> None:
+    """Report an episode of sample ``s`` as the sync server does: the credited task (after a msgpack round
+    trip) with the sample's control flag and variant as keywords."""
+    cur.update_on_episode(r, 1, wire(s.task), progress, control=s.control, variant=wire(s.variant))
 
 
 # -- thresholds and criteria, by hand ----------------------------------------------------------------------
@@ -95,23 +91,42 @@ def test_criteria_match_direct_counts(agent, control):
     assert dtg_criteria(agent, control, UNIT) == expected
 
 
-# -- control-episode representation ---------------------------------------------------------------------
-def test_control_tag_round_trips_msgpack():
-    t = control_task((3, "a"))
-    assert t == (CONTROL_TAG, (3, "a"))
-    inner, is_control = split_control(wire(t))
-    assert is_control and task_key(inner) == task_key((3, "a"))
-    assert split_control(wire((3, "a"))) == ([3, "a"], False)
-    assert split_control(["other", 1]) == (["other", 1], False)
+# -- task metadata as fields ------------------------------------------------------------------------------
+def test_task_sample_fields_and_validation():
+    s = TaskSample((3, "a"), False, control=True)
+    assert (s.task, s.train, s.control, s.variant) == ((3, "a"), False, True, None)
+    assert TaskSample(1) == TaskSample(1, True, control=False, variant=None)
+    v = TaskSample(1, True, variant=7)
+    assert v.variant == 7 and not v.control
+    assert TaskSample(1, np.bool_(False), control=np.bool_(True)) == TaskSample(1, False, control=True)
+    assert type(TaskSample(1, np.bool_(True)).train) is bool
+    with pytest.raises(TypeError, match="TaskSample.train must be a bool"):
+        TaskSample(1, 1)
+    with pytest.raises(TypeError, match="TaskSample.control must be a bool"):
+        TaskSample(1, False, control="yes")
+    with pytest.raises(TypeError, match="TaskSample.task"):
+        TaskSample(None)
+    with pytest.raises(TypeError, match="TaskSample.variant"):
+        TaskSample(1, True, variant=TaskSample(2))
 
 
-def test_control_task_space_decodes_tagged_tasks():
-    space = ControlTaskSpace(Discrete(tasks=["lava", "maze"]))
-    assert space.decode(1) == "maze"
-    assert space.decode(wire(control_task(0))) == "lava"
-    assert space.num_tasks == 2 and space.encode("maze") == 1
-    with pytest.raises(ValueError):
-        space.decode(control_task(5))
+def test_no_tag_helpers_left():
+    import magister.curricula as curricula
+    import magister.curricula.task_filter as tf
+
+    for name in ("CONTROL_TAG", "VARIANT_TAG", "control_task", "split_control", "variant_task",
+                 "split_variant", "split_played", "ControlTaskSpace"):
+        assert not hasattr(tf, name) and not hasattr(curricula, name)
+
+
+def test_control_and_variant_samples_carry_plain_tasks():
+    cur = TaskFilter(Discrete(1000), num_episodes=2, eval_fraction=1.0, max_pending=2, seed=3,
+                     replay_variant=lambda t, rng: t + 500, variant_evaluations=True,
+                     propose=lambda rng, n: [4, 9][:n])
+    for s in cur.sample_tasks(8):
+        assert s.task in (4, 9) and s.variant == s.task + 500 and not s.train
+    with pytest.raises(TypeError, match="control must be a bool"):
+        cur.update_on_episode(0.0, 1, 4, 0.0, control=1)
 
 
 # -- a small world to run the filter in -------------------------------------------------------------------
@@ -136,8 +151,8 @@ class World:
         self.eval_control = np.zeros(n, dtype=int)
         self.trained = np.zeros(n, dtype=int)
 
-    def play(self, sample: TaskSample) -> tuple[float, object]:
-        task, is_control = split_control(sample.task)
+    def play(self, sample: TaskSample) -> float:
+        task, is_control = sample.task, sample.control
         if is_control:
             assert not sample.train, "control episodes must be evaluation-only"
             self.eval_control[task] += 1
@@ -151,15 +166,15 @@ class World:
                     self.p[task] += self.lr * (1.0 - self.p[task])
             else:
                 self.eval_agent[task] += 1
-        return r, wire(sample.task)
+        return r
 
 
 def run(cur, world, rounds, k=8):
     for _ in range(rounds):
         samples = cur.sample_tasks(k)
         for s in samples:
-            r, wired = world.play(s)
-            cur.update_on_episode(r, 1, wired, r)
+            r = world.play(s)
+            feed(cur, s, r, r)
 
 
 def test_filter_accepts_exactly_the_useful_tasks():
@@ -187,9 +202,9 @@ def test_warm_up_trains_on_proposals_and_flags_evaluations():
     evals = [s for s in samples if not s.train]
     assert all(isinstance(s, TaskSample) for s in samples)
     assert len(evals) == 16
-    assert sum(split_control(s.task)[1] for s in evals) == 8
+    assert sum(s.control for s in evals) == 8
     more = cur.sample_tasks(4)  # every candidate fully issued, none answered: warm-up training episodes
-    assert all(s.train and not split_control(s.task)[1] for s in more)
+    assert all(s.train and not s.control for s in more)
     assert cur.sample(3) and cur.num_sampled == 23
 
 
@@ -201,7 +216,7 @@ def test_warm_up_keeps_the_evaluation_fraction():
     evals = sum(not s.train for s in samples)
     assert cur.train_tasks == []
     assert 0.2 < evals / 4000 < 0.3
-    assert all(not split_control(s.task)[1] for s in samples if s.train)
+    assert all(not s.control for s in samples if s.train)
 
 
 def test_small_accepted_set_shares_training_with_fresh_proposals():
@@ -282,10 +297,10 @@ def test_custom_proposal_and_open_ended_space():
     cur = TaskFilter(space, propose=propose, num_episodes=1, eval_fraction=1.0, seed=0)
     samples = cur.sample_tasks(4)
     assert proposed and len(samples) == 4
-    agent = next(s for s in samples if not split_control(s.task)[1])
-    control = next(s for s in samples if split_control(s.task)[1] and s.task[1] == agent.task)
-    cur.update_on_episode(0.3, 1, wire(agent.task), 0.3)
-    cur.update_on_episode(0.0, 1, wire(control.task), 0.0)
+    agent = next(s for s in samples if not s.control)
+    control = next(s for s in samples if s.control and s.task == agent.task)
+    feed(cur, agent, 0.3, 0.3)
+    feed(cur, control, 0.0)
     assert cur.counts["accepted"] == 1 and cur.train_tasks == [agent.task]
     with pytest.raises(ValueError, match="returned"):
         TaskFilter(space, propose=lambda rng, n: [], seed=0).sample_tasks(1)
@@ -299,14 +314,13 @@ def test_bookkeeping_invariants(seed, k_mc, eval_fraction, rounds):
     for _ in range(rounds):
         batch = cur.sample_tasks(int(rng.integers(1, 8)))
         for s in batch:
-            task, is_control = split_control(s.task)
-            assert not (is_control and s.train)
+            assert not (s.control and s.train) and s.variant is None
             if not s.train:
-                assert task_key(task) in cur.pending  # evaluation episodes are for candidates only
+                assert task_key(s.task) in cur.pending  # evaluation episodes are for candidates only
         for s in batch:
             if rng.random() < 0.9:  # some episodes are lost
                 r = float(rng.random() < 0.5) * float(rng.random())
-                cur.update_on_episode(r, 1, wire(s.task), r)
+                feed(cur, s, r, r)
         c = cur.counts
         rejected = c["rejected_solved"] + c["rejected_control"] + c["rejected_easy_for_control"]
         assert c["accepted"] + rejected + len(cur.pending) == c["proposed"]
@@ -339,7 +353,7 @@ def test_checkpoint_resumes_identically():
     [
         (lambda c: c.update_on_episode(float("nan"), 1, 0, 0.0), "finite"),
         (lambda c: c.update_on_episode(1.0, 1, 99, 1.0), "not an encoded task"),
-        (lambda c: c.update_on_episode(1.0, 1, control_task(99), 1.0), "not an encoded task"),
+        (lambda c: c.update_on_episode(1.0, 1, 99, 1.0, control=True), "not an encoded task"),
     ],
 )
 def test_bad_input_raises_and_leaves_state_unchanged(call, error):
@@ -375,13 +389,13 @@ def test_control_first_rejects_as_soon_as_criterion_three_must_fail():
     cur = TaskFilter(Discrete(10), num_episodes=3, m_cont=0.5, eval_fraction=1.0, max_pending=1,
                      control_first=True, seed=0)
     first = cur.sample_tasks(1)[0]
-    task, is_control = split_control(first.task)
-    assert is_control and not first.train  # the candidate's first episode is a control episode
-    cur.update_on_episode(1.0, 1, wire(first.task), 1.0)
+    task = first.task
+    assert first.control and not first.train  # the candidate's first episode is a control episode
+    feed(cur, first, 1.0, 1.0)
     assert task_key(task) in cur.pending  # best case 1/3 <= 0.5: still possible
     second = cur.sample_tasks(1)[0]
-    assert split_control(second.task) == (task, True)
-    cur.update_on_episode(1.0, 1, wire(second.task), 1.0)
+    assert (second.task, second.control) == (task, True)
+    feed(cur, second, 1.0, 1.0)
     assert task_key(task) not in cur.pending  # best case 2/3 > 0.5: rejected without any agent episode
     c = cur.counts
     assert (c["rejected_easy_for_control"], c["rejected_early"], c["accepted"]) == (1, 1, 0)
@@ -394,8 +408,8 @@ def test_control_first_spreads_first_control_episodes_over_candidates():
     cur = TaskFilter(Discrete(100), num_episodes=2, eval_fraction=1.0, max_pending=4, control_first=True,
                      seed=0)
     first = cur.sample_tasks(4)
-    assert all(split_control(s.task)[1] for s in first)
-    assert len({task_key(split_control(s.task)[0]) for s in first}) == 4  # one per candidate
+    assert all(s.control for s in first)
+    assert len({task_key(s.task) for s in first}) == 4  # one per candidate
 
 
 def test_control_first_keeps_the_decisions_and_spends_fewer_episodes():
@@ -442,13 +456,13 @@ def test_fresh_samples_count_training_episodes_as_agent_returns():
     (s,) = cur.sample_tasks(1)
     assert s.train and list(cur.pending) == [task_key(s.task)]
     assert cur.counts["proposed"] == 1 and cur.counts["fresh_agent_samples"] == 1
-    cur.update_on_episode(1.0, 1, wire(s.task), 0.0)
+    feed(cur, s, 1.0)
     assert cur.pending[task_key(s.task)].agent == [1.0]
     evals = [cur._next_eval() for _ in range(3)]  # control_first off: the missing agent episode first
-    assert [split_control(e.task) for e in evals] == [(s.task, False), (s.task, True), (s.task, True)]
+    assert [(e.task, e.control) for e in evals] == [(s.task, False), (s.task, True), (s.task, True)]
     assert cur.counts["eval_agent_issued"] == 1 and cur.counts["eval_control_issued"] == 2
     for r, e in zip((0.0, 0.0, 0.0), evals):
-        cur.update_on_episode(r, 1, wire(e.task), 0.0)
+        feed(cur, e, r)
     assert cur.train_tasks == [s.task] and cur.counts["accepted"] == 1 and cur.pending == {}
 
     off = TaskFilter(Discrete(1000), num_episodes=2, eval_fraction=1e-12, seed=0)
@@ -520,33 +534,25 @@ def test_group_of_balances_replay_over_groups():
 
 
 # -- replay variants ------------------------------------------------------------------------------------
-def test_variant_tag_round_trips_msgpack_and_control_space_decodes_the_variant():
-    t = variant_task((3, "a"), (4, "b"))
-    assert t == ("magister:variant", (3, "a"), (4, "b"))
-    assert split_variant(wire(t)) == ([3, "a"], [4, "b"])
-    assert split_variant(7) == (7, 7) and split_variant(["other", 1, 2]) == (["other", 1, 2], ["other", 1, 2])
-    space = ControlTaskSpace(Discrete(tasks=["lava", "maze", "ice"]))
-    assert space.decode(wire(variant_task(0, 2))) == "ice"  # the environment plays the variant
-
-
-def test_replay_variants_are_tagged_and_credited_to_the_accepted_task():
-    """Accepted {3, 7}, replay_variant(t) = t + 500: every training episode is ("magister:variant", t, t +
-    500); the returns of variant episodes fill t's window (K = 2, window 4): [0.2, 0.2] + 0.9, 0.8, 1.0
-    -> window [0.2, 0.9, 0.8, 1.0]; after 0.6 the window [0.9, 0.8, 1.0, 0.6] is all above m_s = 375/900:
-    solved, dropped. A return on the variant's plain task 503 is untracked and changes nothing."""
+def test_replay_variants_are_fields_and_credited_to_the_accepted_task():
+    """Accepted {3, 7}, replay_variant(t) = t + 500: every training episode is TaskSample(t, True,
+    variant=t + 500); the returns of variant episodes fill t's window (K = 2, window 4): [0.2, 0.2] + 0.9,
+    0.8, 1.0 -> window [0.2, 0.9, 0.8, 1.0]; after 0.6 the window [0.9, 0.8, 1.0, 0.6] is all above
+    m_s = 375/900: solved, dropped. A return on the variant's plain task 503 is untracked and changes
+    nothing."""
     cur = TaskFilter(Discrete(1000), num_episodes=2, window=4, pair_window=True, eval_fraction=1e-12,
                      replay_variant=lambda t, rng: t + 500, seed=0)
     for t in (3, 7):
         cur._accept(task_key(t), t, [0.2, 0.2], [0.0, 0.0])
     samples = cur.sample_tasks(300)
     assert all(s.train for s in samples) and cur.counts["replay_variants"] == 300
-    assert {s.task for s in samples} == {("magister:variant", 3, 503), ("magister:variant", 7, 507)}
+    assert {(s.task, s.variant, s.control) for s in samples} == {(3, 503, False), (7, 507, False)}
     cur.update_on_episode(1.0, 1, 503, 0.0)  # the variant's own task: not an accepted task
     assert list(cur._windows[task_key(3)]) == [0.2, 0.2]
     for r in (0.9, 0.8, 1.0):
-        cur.update_on_episode(r, 1, wire(variant_task(3, 503)), 0.0)
+        cur.update_on_episode(r, 1, 3, 0.0, variant=503)
     assert list(cur._windows[task_key(3)]) == [0.2, 0.9, 0.8, 1.0] and cur._fresh[task_key(3)] == 3
-    cur.update_on_episode(0.6, 1, wire(variant_task(3, 503)), 0.0)
+    cur.update_on_episode(0.6, 1, 3, 0.0, variant=503)
     assert cur.train_tasks == [7] and cur.counts["dropped"] == 1
     assert list(cur._windows[task_key(7)]) == [0.2, 0.2]  # the other task is untouched
 
@@ -559,21 +565,20 @@ def test_replay_variants_come_from_the_curriculum_generator_and_spare_evaluation
         cur = TaskFilter(Discrete(1000), num_episodes=2, eval_fraction=1e-12, replay_variant=variant,
                          seed=seed)
         cur._accept(task_key(3), 3, [0.2, 0.2], [0.0, 0.0])
-        return [split_variant(s.task)[1] for s in cur.sample_tasks(50)]
+        return [s.variant for s in cur.sample_tasks(50)]
 
     assert replays(0) == replays(0) and replays(0) != replays(1)  # reproducible from the seed
     assert all(500 <= v < 1000 for v in replays(2))
     warm = TaskFilter(Discrete(1000), num_episodes=2, eval_fraction=0.5, replay_variant=variant, seed=0)
     samples = warm.sample_tasks(200)  # nothing accepted: evaluations and fresh proposals, no variant
     assert warm.counts["replay_variants"] == 0
-    assert not any(split_variant(split_control(s.task)[0])[0] != split_variant(split_control(s.task)[0])[1]
-                   for s in samples)
+    assert all(s.variant is None for s in samples)
     cur = TaskFilter(Discrete(1000), num_episodes=2, eval_fraction=0.5, replay_variant=variant, seed=0)
     cur._accept(task_key(3), 3, [0.2, 0.2], [0.0, 0.0])
     mixed = cur.sample_tasks(40)  # 4 candidates x (2 agent + 2 control) evaluations, then replays of 3
-    evals = [split_control(s.task)[0] for s in mixed if not s.train]
-    assert len(evals) == 16 and all(split_variant(t)[0] == split_variant(t)[1] for t in evals)
-    assert all(split_variant(s.task)[0] == 3 for s in mixed if s.train)
+    evals = [s for s in mixed if not s.train]
+    assert len(evals) == 16 and all(s.variant is None for s in evals)  # evaluations: the task itself
+    assert all(s.task == 3 and s.variant is not None for s in mixed if s.train)
     assert cur.counts["replay_variants"] == 24
 
 
@@ -590,7 +595,7 @@ def test_replay_variant_outside_the_space_or_not_callable_raises():
 
 def test_variant_evaluations_play_variants_and_decide_on_their_returns():
     """variant_evaluations: every evaluation episode of a candidate plays its own variant (agent episodes
-    ("magister:variant", t, v), control episodes ("magister:control", ("magister:variant", t, v))), the
+    TaskSample(t, False, variant=v), control episodes TaskSample(t, False, control=True, variant=v)), the
     returns of both are credited to the candidate t, and the decision is the usual one on them: agent
     [0.3, 0.0] against control [0.0, 0.0] -> accepted (criterion 2: 0.3 > 0.0 + m_>); candidate with
     agent [0.0, 0.0] -> rejected (agent never beats control)."""
@@ -603,23 +608,19 @@ def test_variant_evaluations_play_variants_and_decide_on_their_returns():
     assert not any(s.train for s in samples)
     played = {4: [], 9: []}
     for s in samples:
-        inner, control = split_control(wire(s.task))
-        accepted, v = split_variant(inner)
-        assert accepted in (4, 9) and 500 <= v < 1000  # a variant, never the candidate itself
-        played[accepted].append((control, v))
+        assert s.task in (4, 9) and 500 <= s.variant < 1000  # a variant, never the candidate itself
+        played[s.task].append((s.control, s.variant))
     assert sorted(c for c, _ in played[4]) == [False, False, True, True]
     assert len({v for _, v in played[4] + played[9]}) > 4  # drawn afresh for each episode
     assert cur.counts["eval_variants"] == 8 and cur.counts["replay_variants"] == 0
     agent_returns = {4: [0.3, 0.0], 9: [0.0, 0.0]}
     for s in samples:
-        inner, control = split_control(wire(s.task))
-        t = split_variant(inner)[0]
-        cur.update_on_episode(0.0 if control else agent_returns[t].pop(), 1, wire(s.task), 0.0)
+        feed(cur, s, 0.0 if s.control else agent_returns[s.task].pop())
     assert cur.train_tasks == [4] and cur.counts["accepted"] == 1 and cur.counts["rejected_control"] == 1
     assert cur._control[task_key(4)] == [0.0, 0.0]
     cur.eval_fraction = 1e-12  # now only training replays: variants of the accepted task, as before
     replays = cur.sample_tasks(20)
-    assert all(s.train and split_variant(s.task)[0] == 4 for s in replays)
+    assert all(s.train and s.task == 4 and s.variant is not None for s in replays)
     assert cur.counts["replay_variants"] == 20 and cur.counts["eval_variants"] == 8
 
 

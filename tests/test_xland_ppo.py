@@ -14,7 +14,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from magister.curricula.opponent_store import OpponentStore
-from magister.curricula.task_filter import control_task
 from magister.examples.xland.coplayers import LEARNER, NOOP, RANDOM, SEEKER
 from magister.examples.xland.env import XLandEnv, XLandTask
 from magister.examples.xland.evaluation import (
@@ -38,7 +37,6 @@ from magister.examples.xland_ppo import (
     Agent,
     Args,
     CompareReturns,
-    ControlXLandTask,
     GoalEncoder,
     PairTaskSpace,
     XLandTrainWrapper,
@@ -151,16 +149,17 @@ def test_play_is_reproducible_and_counts_reward():
 
 
 # -- task plumbing ------------------------------------------------------------------------------------
-def test_pair_space_puts_the_opponent_in_every_coplayer_slot_and_keeps_the_control_tag():
+def test_pair_space_puts_the_opponent_in_every_coplayer_slot():
+    import msgpack
+
     space = XLandTaskSpace(coplayer_ids=(NOOP,), three_player_prob=1.0, world_sizes=(7, 7), seed=0)
     enc = space.sample_encoded(1)[0]
     pairs = PairTaskSpace()
     task = pairs.decode((enc, 5))
     assert type(task) is XLandTask and task.coplayers == (LEARNER, 5, 5)
     assert pairs.encode(task) == (enc, 5)
-    ctl = pairs.decode([list(control_task(enc)), 2])  # msgpack turns tuples into lists
-    assert isinstance(ctl, ControlXLandTask) and ctl.coplayers == (LEARNER, 2, 2)
-    assert pairs.encode(ctl) == (control_task(enc), 2)
+    wired = pairs.decode(msgpack.unpackb(msgpack.packb((enc, 2))))  # msgpack turns tuples into lists
+    assert type(wired) is XLandTask and wired.coplayers == (LEARNER, 2, 2) and pairs.encode(wired)[1] == 2
     for bad in (enc, (enc, "x"), (enc, True), (1, 2, 3)):
         with pytest.raises(ValueError):
             pairs.decode(bad)
@@ -173,15 +172,24 @@ def _play_to_end(wrapper: XLandTrainWrapper, task: XLandTask) -> dict:
     return wrapper.episode_extras()
 
 
-def test_control_episodes_report_no_result_against_the_coplayer():
+def test_control_episodes_report_no_result_against_the_coplayer(tmp_path):
+    """The env reports the returns of every episode; the trainer's DualCurriculum gets a control episode's
+    update with control=True (from the sync server) and records no result for the co-player."""
     space = XLandTaskSpace(coplayer_ids=(NOOP,), world_sizes=(7, 7), seed=1)
     t = space.sample()
     wrapper = XLandTrainWrapper(XLandEnv(episode_length=3))
     plain = _play_to_end(wrapper, XLandTask(t.world, t.game, (LEARNER, NOOP)))
     ret = wrapper.env.unwrapped.returns
     assert plain == {"learner_return": ret[0], "coplayer_return": ret[1], "opponent_return": ret[1]}
-    ctl = _play_to_end(wrapper, ControlXLandTask(t.world, t.game, (LEARNER, NOOP)))
-    assert ctl == {"control": True}
+    args = Args(**TINY)
+    cur = make_curriculum(args, make_task_space(dataclasses.replace(args, n_test=0, n_validation=0))[0],
+                          OpponentStore(tmp_path, max_count=None))
+    opp = cur.update_agent(make_agent(args))
+    pair = (t.encode(), opp)
+    cur.update_on_episode(3.0, 3, pair, 0.0, control=True, extras=plain)
+    assert cur.opponent_curriculum.num_results == 0
+    cur.update_on_episode(3.0, 3, pair, 0.0, extras=plain)
+    assert cur.opponent_curriculum.num_results == 1
 
 
 def test_compare_returns_outcomes():
@@ -338,16 +346,16 @@ def test_sanity_tasks_and_the_fixed_task_curriculum(tmp_path):
     assert learning_curve(hist, bins=2) == [(10, pytest.approx(0.2 / 3)), (30, pytest.approx(0.8 / 3))]
 
 
-def test_task_info_reads_train_flags_and_control_tags_per_env():
+def test_task_info_reads_train_and_control_flags_per_env():
     from magister.examples.xland_ppo import _task_info
 
     enc = XLandTaskSpace(coplayer_ids=(NOOP,), world_sizes=(7, 7), seed=0).sample_encoded(1)[0]
     tasks = np.empty(3, dtype=object)
-    tasks[:] = [(enc, 0), (control_task(enc), 0), (enc, 1)]
+    tasks[:] = [(enc, 0), (enc, 0), (enc, 1)]
     info = {"task": tasks, "task_train": np.array([True, False, False]),
-            "task_control": np.array([False, False, True])}  # env 2: a tag on the whole task
+            "task_control": np.array([False, True, False])}
     train, control = _task_info(info, 3)
-    assert train.tolist() == [True, False, False] and control.tolist() == [False, True, True]
+    assert train.tolist() == [True, False, False] and control.tolist() == [False, True, False]
     train, control = _task_info({}, 2)  # no curriculum info: every step trains
     assert train.tolist() == [True, True] and control.tolist() == [False, False]
 
@@ -527,13 +535,16 @@ def test_a_run_is_reproducible_from_its_seed(tmp_path):
 
 
 def test_replay_worlds_option_plays_variants_and_credits_the_accepted_task(tmp_path):
-    """--filter-replay-worlds mutate: a training replay of an accepted task is the pair ((VARIANT_TAG, task,
-    variant), opponent); the env plays the variant (same game, another world, the opponent in the co-player
-    slot) and the episode's return lands in the accepted task's window; evaluation episodes are plain."""
+    """--filter-replay-worlds mutate: a training replay of an accepted task is the pair (task, opponent) with
+    the variant pair (variant, opponent); the env plays the variant (same game, another world, the opponent
+    in the co-player slot) and the episode's return lands in the accepted task's window; evaluation episodes
+    are plain."""
     import msgpack
 
-    from magister.curricula.task_filter import split_control, split_variant
     from magister.task_spaces.base import task_key
+
+    def wire(x):
+        return msgpack.unpackb(msgpack.packb(x))
 
     args = Args(**{**TINY, "filter_replay_worlds": "mutate", "filter_mutations": 2, "filter_window": 16,
                    "filter_min_tasks": 1})
@@ -545,26 +556,27 @@ def test_replay_worlds_option_plays_variants_and_credits_the_accepted_task(tmp_p
     enc = space.sample_encoded(1)[0]
     filt._accept(task_key(enc), enc, [1.0, 1.0], [0.0, 0.0])
     samples = cur.sample_tasks(40)
-    train_pairs = [msgpack.unpackb(msgpack.packb(s.task)) for s in samples if s.train]
-    evals = [split_control(s.task[0])[0] for s in samples if not s.train]
-    assert train_pairs and evals and filt.counts["replay_variants"] == len(train_pairs)
-    assert all(split_variant(t)[0] == split_variant(t)[1] for t in evals)  # evaluations: the task itself
+    train_samples = [s for s in samples if s.train]
+    evals = [s for s in samples if not s.train]
+    assert train_samples and evals and filt.counts["replay_variants"] == len(train_samples)
+    assert all(s.variant is None for s in evals)  # evaluations: the task itself
     task = XLandTask.decode(enc)
     worlds = set()
-    for pair in train_pairs:
-        credited, played = split_variant(pair[0])
-        assert XLandTask.decode(credited) == task
-        decoded = PairTaskSpace().decode(pair)
-        assert decoded.world == XLandTask.decode(played).world and decoded.game == task.game
+    for s in train_samples:
+        pair, variant = wire(s.task), wire(s.variant)
+        assert XLandTask.decode(pair[0]) == task and variant[1] == pair[1] and not s.control
+        decoded = PairTaskSpace().decode(variant)  # what the sync wrapper decodes: the variant pair
+        assert decoded.world == XLandTask.decode(variant[0]).world and decoded.game == task.game
         assert decoded.coplayers == (LEARNER, pair[1])
         assert not space.is_heldout(decoded)
         worlds.add(decoded.world)
-    assert task.world not in worlds and len(worlds) > len(train_pairs) // 2
+    assert task.world not in worlds and len(worlds) > len(train_samples) // 2
     wrapper = XLandTrainWrapper(XLandEnv(episode_length=4))
-    played = PairTaskSpace().decode([train_pairs[0][0], NOOP])
+    played = PairTaskSpace().decode([wire(train_samples[0].variant)[0], NOOP])
     extras = _play_to_end(wrapper, played)  # the env plays the variant's world
     assert wrapper.unwrapped.task.world == played.world != task.world and "learner_return" in extras
-    cur.update_on_episode(3.0, 8, train_pairs[0], 0.0)
+    first = train_samples[0]
+    cur.update_on_episode(3.0, 8, wire(first.task), 0.0, variant=wire(first.variant))
     assert list(filt._windows[task_key(enc)]) == [1.0, 1.0, 3.0]  # credited to the accepted task
     same = make_task_filter(Args(**TINY), space)
     assert same.replay_variant is None  # the default: replays play the accepted task itself
@@ -582,7 +594,8 @@ def test_eval_variants_option_evaluates_candidates_on_other_worlds(tmp_path):
     control pair still reads as control, and without replay variants the option is refused."""
     import msgpack
 
-    from magister.curricula.task_filter import split_control, split_variant
+    def wire(x):
+        return msgpack.unpackb(msgpack.packb(x))
 
     args = Args(**{**TINY, "filter_replay_worlds": "fresh", "filter_eval_variants": True})
     space = make_task_space(dataclasses.replace(args, n_test=0, n_validation=0))[0]
@@ -590,18 +603,17 @@ def test_eval_variants_option_evaluates_candidates_on_other_worlds(tmp_path):
     cur.update_agent(make_agent(args))
     filt = cur.task_curriculum
     assert filt.variant_evaluations
-    evals = [msgpack.unpackb(msgpack.packb(s.task)) for s in cur.sample_tasks(40) if not s.train]
-    for pair in evals:  # control first: the control scores nothing, so the agent's episodes follow
-        cur.update_on_episode(0.0, 8, pair, 0.0)
-    evals += [msgpack.unpackb(msgpack.packb(s.task)) for s in cur.sample_tasks(40) if not s.train]
+    evals = [s for s in cur.sample_tasks(40) if not s.train]
+    for s in evals:  # control first: the control scores nothing, so the agent's episodes follow
+        cur.update_on_episode(0.0, 8, wire(s.task), 0.0, control=s.control, variant=wire(s.variant))
+    evals += [s for s in cur.sample_tasks(40) if not s.train]
     assert evals and filt.counts["eval_variants"] == len(evals)
     kinds = set()
-    for pair in evals:
-        inner, control = split_control(pair[0])
-        kinds.add(control)
-        candidate, played = split_variant(inner)
-        task, decoded = XLandTask.decode(candidate), PairTaskSpace().decode(pair)
-        assert decoded.game == task.game and decoded.world == XLandTask.decode(played).world != task.world
+    for s in evals:
+        kinds.add(s.control)
+        pair, variant = wire(s.task), wire(s.variant)
+        task, decoded = XLandTask.decode(pair[0]), PairTaskSpace().decode(variant)
+        assert decoded.game == task.game and decoded.world == XLandTask.decode(variant[0]).world != task.world
         assert not space.is_heldout(decoded)
     assert kinds == {True, False}
     with pytest.raises(ValueError, match="filter-eval-variants needs"):
