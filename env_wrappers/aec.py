@@ -186,9 +186,9 @@ class PettingZooAECSyncWrapper(BaseWrapper):
         opts = dict(options) if options else {}
         has_explicit = "task" in opts
         ep = self._episode
-        a = ep.start(opts.get("task"), self.task_space, has_explicit, seed)
+        ep.start(opts.get("task"), self.task_space, has_explicit, seed)
         if not has_explicit:
-            opts["task"] = self.task_space.decode(a.task)
+            opts["task"] = self.task_space.decode(ep.info_task)  # the task played: variant or task
         self.env.reset(seed=seed, options=opts)
         self._terminated = False
         for info in self.env.infos.values():
@@ -216,9 +216,9 @@ class PettingZooAECSyncWrapper(BaseWrapper):
         term, trunc = over and self._terminated, over and not self._terminated
         switch = ep.step(None, total, term, trunc, None, progress)
         if switch:
-            new = ep.switch()
+            ep.switch()
             setter = getattr(self.env, "set_task", None) or self.env.change_task
-            setter(self.task_space.decode(new.task))
+            setter(self.task_space.decode(ep.info_task))
         self._annotate(progress)
 
     def close(self) -> None:
