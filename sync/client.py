@@ -1,32 +1,42 @@
-"""The environment side of the sync layer: where tasks come from and where feedback goes.
+"""The environment side of the sync layer: one feed of tasks, over one of several transports.
 
-Two implementations of one small interface (:class:`TaskFeed`), chosen by :func:`connect`:
+A :class:`TaskFeed` is where an env's tasks come from and where its feedback goes. It owns everything an
+env-side client does, once, whatever carries the messages:
 
-* :class:`CurriculumClient` talks to a :class:`~magister.sync.server.CurriculumServer` over a ZeroMQ
-  DEALER socket. The socket is created lazily, *inside* the process that first uses it: the client
-  remembers the pid, and after a fork it builds a new context and socket (and a new env id) instead of
-  touching the parent's, so it works under the fork, spawn and forkserver start methods. It keeps tasks
-  ready so ``reset`` rarely waits: as many as the env plays in ``max_update_delay`` seconds (by its
-  recent pace), at least one and at most ``prefetch``. It batches step records (every
-  ``step_batch_size`` steps or at an episode end, whichever comes first; none at all when the curriculum
-  does not want them; observations and infos only when it reads them) and never waits for a reply to an
-  update. **Held updates.** A message costs far more than the few bytes of an episode's feedback (a send
-  and a wake-up on each side), so updates are held for a moment and sent together, as one
-  :class:`~magister.sync.protocol.Batch`: at most ``update_batch`` (32) of them and about
-  ``max_update_delay`` (0.5 s) seconds; the update after which at most one task would be left ready asks
-  for the next tasks and goes out at once with those held before it. An env with fast episodes (NetHack,
-  ~12 ms) so sends one message per ~7 episodes; one whose episodes take longer than ``max_update_delay``
-  sends one per episode, asking in it for the task its next reset takes, its tasks sampled one episode
-  ahead. A per-process background thread sends what is due while an env is idle; :meth:`TaskFeed.flush`
-  and ``close`` send everything; ``max_update_delay=0`` or ``update_batch=1`` holds nothing. A worker
-  killed while holding updates loses them with it: the tasks they reported stay "in flight" in the
-  server's counters, next to its unplayed prefetched tasks, which is how the loss shows. A
-  consequence of keeping tasks ready: an env closing after its last episode returns its unused tasks
-  (counted as returned, never lost). Every wait has a timeout: if the server does not answer,
-  :class:`ServerUnavailableError` is raised, or, when ``fallback_task_space`` is given, tasks are sampled
-  locally from it from then on and one warning is logged.
-* :class:`LocalClient` calls the curriculum directly in the same process (a ``SyncVectorEnv`` or a
-  single env): same messages, same validation and accounting, no sockets.
+* **Prefetch.** It keeps tasks ready so ``reset`` rarely waits: as many as the env plays in
+  ``max_update_delay`` seconds (by its recent pace), at least one and at most ``prefetch``.
+* **Held updates.** A message costs far more than the few bytes of an episode's feedback (a send and a
+  wake-up on each side), so updates are held for a moment and sent together, as one
+  :class:`~magister.sync.protocol.Batch` (one actor call on Ray): at most ``update_batch`` of them and about
+  ``max_update_delay`` seconds; the update after which at most one task would be left ready asks for the
+  next tasks and goes out at once with those held before it. An env with fast episodes (NetHack, ~12 ms)
+  so sends one message per ~7 episodes; one whose episodes take longer than ``max_update_delay`` sends one
+  per episode, asking in it for the task its next reset takes. A per-process background thread sends what
+  is due while an env is idle; :meth:`TaskFeed.flush` and :meth:`TaskFeed.close` send everything;
+  ``max_update_delay=0`` or ``update_batch=1`` holds nothing. Updates of tasks from the server without
+  extras are held as their fields and encoded when they are sent (together, off the env's cold step).
+  A worker killed while holding updates loses them with it: the tasks they reported stay "in flight" in
+  the server's counters, which is how the loss shows.
+* **Step records** are batched in a typed buffer (every ``step_batch_size`` steps or at an episode end;
+  none when the curriculum wants none; observations and infos only when it reads them).
+* **Accounting** (``stats``), **fork safety** (the transport is made lazily in the process that uses the
+  feed; after a fork the child makes its own and registers as a new env), **give back** and **close**
+  (flush, wait for tasks on their way, return unused ones with the goodbye, wait for its ack; all bounded).
+* **Fallback.** Every wait has a timeout: if the server does not answer, :class:`ServerUnavailableError`
+  is raised, or, when ``fallback_task_space`` is given, tasks are sampled locally from then on (logged once;
+  feedback is dropped).
+
+A transport (:mod:`magister.sync.transports`) only opens, sends, receives and closes:
+:class:`~magister.sync.transports.zeromq.ZmqTransport` (a DEALER socket to a
+:class:`~magister.sync.server.CurriculumServer`), :class:`~magister.sync.transports.ray_actor.RayTransport`
+(calls to a curriculum actor, see :mod:`magister.sync.ray_backend`) and
+:class:`~magister.sync.transports.inprocess.InProcessTransport` (the curriculum's
+:class:`~magister.sync.server.SyncCore` called directly). What a send costs is a property of the transport
+the feed reads: over Ray (a call costs a few hundred µs) the feed asks for tasks only when none is left and
+reads replies only when it needs a task; in-process (replies come with the call) it asks for nothing ahead.
+
+:func:`connect` picks the transport from the source; :class:`CurriculumClient`, :class:`RayClient` and
+:class:`LocalClient` are the feed over each transport, with that transport's defaults.
 
 A task handed to an env is an :class:`Assignment`: the encoded task, its train and control flags, the
 variant it plays (if any) and the id the server uses to account for it.
@@ -48,13 +58,14 @@ from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
 import numpy as np
-import zmq
 
 from ..curricula.base import Curriculum
 from ..task_spaces.base import EncodedTask, TaskSpace
 from . import protocol as P
-from .security import configure_client_socket
-from .server import CurriculumServer, ServedCurriculum, ServerHandle, SyncCore, SyncRejected
+from .server import CurriculumServer, ServedCurriculum, ServerHandle, SyncCore
+from .transports.base import ServerUnavailableError, SyncError, Transport
+from .transports.inprocess import InProcessTransport
+from .transports.zeromq import ZmqTransport
 
 logger = logging.getLogger(__name__)
 
@@ -63,6 +74,7 @@ __all__ = [
     "TaskFeed",
     "CurriculumClient",
     "LocalClient",
+    "RayClient",
     "ServerUnavailableError",
     "SyncError",
     "connect",
@@ -72,10 +84,10 @@ __all__ = [
     "DEFAULT_MAX_UPDATE_DELAY",
 ]
 
-#: Most tasks an env keeps ready. The depth actually kept adapts to the env's pace: as many tasks as it
-#: plays in ``max_update_delay`` (at least one, which hides the request round trip behind a whole
-#: episode), so a task is sampled at most about ``max_update_delay`` seconds, or one episode, before it is
-#: played (see benchmarks/sync_latency.py for the staleness / latency measurement).
+#: Most tasks an env keeps ready over sockets. The depth actually kept adapts to the env's pace: as many
+#: tasks as it plays in ``max_update_delay`` (at least one, which hides the request round trip behind a
+#: whole episode), so a task is sampled at most about ``max_update_delay`` seconds, or one episode, before
+#: it is played (see benchmarks/sync_latency.py for the staleness / latency measurement).
 DEFAULT_PREFETCH = 8
 #: Most updates a client holds for one send. A step record batch is one update, so an env sending step
 #: records makes three per 200-step episode: with 32, the request for the next tasks (every few episodes)
@@ -86,15 +98,23 @@ DEFAULT_UPDATE_BATCH = 32
 DEFAULT_MAX_UPDATE_DELAY = 0.5
 #: Seconds a client waits for the server before giving up.
 DEFAULT_TIMEOUT = 5.0
-#: The clock of the client's time bounds (a module attribute, so tests can replace it).
+#: Most tasks a Ray client asks for in one call (a call costs far more than a message).
+DEFAULT_RAY_PREFETCH = 32
+#: Most updates a Ray client holds for one call.
+DEFAULT_RAY_UPDATE_BATCH = 32
+#: Calls a Ray client may have in flight (sent, reply not yet seen) before it waits for the actor.
+DEFAULT_MAX_PENDING = 1024
+#: The clock of the feeds' time bounds (a module attribute, so tests can replace it).
 _now = time.monotonic
-#: Whether socket clients register with the per-process background flusher (tests with a fake clock
-#: turn it off).
+#: Whether feeds register with the per-process background flusher (tests with a fake clock turn it off).
 _background_flush = True
+#: An encoded update at least this large is not held by a feed over a costly transport (sent at once).
+_LARGE = P.DEFAULT_OOB_THRESHOLD
 
 #: This process's id, kept current across ``os.fork`` (and so multiprocessing's fork and forkserver) by an
-#: at-fork hook: the per-episode checks "is this still the process that owns the socket?" read it instead
-#: of calling ``os.getpid()``, a system call (several µs of CPU once an env's step has left the caches cold).
+#: at-fork hook: the per-episode checks "is this still the process that owns the transport?" read it
+#: instead of calling ``os.getpid()``, a system call (several µs of CPU once an env's step has left the
+#: caches cold).
 _pid = os.getpid()
 
 
@@ -122,12 +142,9 @@ def _hello(pid: int, name: str, task_space: TaskSpace | None, stream: int) -> P.
     return P.Hello(pid, name, task_space.fingerprint() if task_space is not None else "", stream)
 
 
-class ServerUnavailableError(TimeoutError):
-    """The curriculum server did not answer within the client's timeout."""
-
-
-class SyncError(RuntimeError):
-    """The server refused a request (e.g. the curriculum failed to sample)."""
+def _one(frames: list[Any]) -> Any:
+    """An encoded message as a feed holds it: its one frame (``bytes``), or the list of its frames."""
+    return frames[0] if len(frames) == 1 else frames
 
 
 class Assignment(NamedTuple):
@@ -145,16 +162,38 @@ class Assignment(NamedTuple):
     variant: Any = None
 
 
+_PROCESS_STATE = ("_pid", "_transport", "_buffer", "_steps", "_held", "_lock")
+
+
 class TaskFeed:
-    """What every env-side feed provides: :class:`CurriculumClient` (sockets), :class:`LocalClient`
-    (in-process) and :class:`~magister.sync.ray_backend.RayClient` (Ray actor).
+    """Tasks for one env, and its feedback to the curriculum, over a :class:`Transport` (see the module
+    docstring). Built by :func:`connect`, or as :class:`CurriculumClient`, :class:`RayClient` or
+    :class:`LocalClient`; one env thread per feed (a background thread may send its held updates).
 
-    Subclasses provide :meth:`next_task`, :meth:`give_back`, :meth:`close` and three hooks; the feedback
-    methods here batch step records and build the update messages once for all of them:
+    Serialisable to worker processes: only the transport's class and the options travel; the transport is
+    made on first use in the process that uses the feed.
 
-    * :meth:`_send_update` delivers one update message (never waiting for its reply);
-    * :meth:`_active` says whether updates can be delivered now (connected, not closed, not in fallback);
-    * :meth:`_after_flush` runs after a flush (e.g. draining replies that arrived meanwhile).
+    Args:
+        transport: The transport class, made with ``transport_options`` in the process that uses the feed.
+        transport_options: Its keyword arguments.
+        address: Where the server is (for messages and ``repr``).
+        prefetch: Most tasks kept ready (0: ask for each task when it is needed).
+        timeout: Seconds to wait for the server before :class:`ServerUnavailableError` (or the fallback).
+        strip_keys: Keys removed from dict observations and from infos before step records are sent.
+        send_obs, send_infos: Whether step records carry observations / infos (only sent when the
+            curriculum wants steps, and reads them).
+        fallback_task_space: Opt-in: when the server does not answer, sample tasks locally from this space
+            (logged once) instead of raising. Feedback is then dropped.
+        close_timeout: Seconds :meth:`close` waits for tasks on their way, and for the goodbye's ack.
+        update_batch: Most updates held for one send.
+        max_update_delay: Most seconds an update is held (``math.inf``: no time bound, only
+            ``update_batch``; 0: nothing is held). It also sets how many tasks are kept ready: the number
+            of episodes the env plays in that time (at most ``prefetch``).
+        name: A label for the server's logs.
+        task_space: The env's task space: its fingerprint is checked against the curriculum's when the
+            feed connects (a mismatch raises :class:`SyncError` naming both spaces).
+        stream: The env's random stream (the seed of its first seeded reset): the server samples this
+            env's tasks from a generator of its own; ``None``: the curriculum's shared one.
     """
 
     env_id: int | None
@@ -162,33 +201,36 @@ class TaskFeed:
     step_batch_size: int = 1
     _steps: _StepBuffer | None = None
 
-    def next_task(self) -> Assignment:  # pragma: no cover - interface
-        """The next task for this env (waits at most the timeout)."""
-        raise NotImplementedError
-
-    def give_back(self, assignment: Assignment) -> None:  # pragma: no cover - interface
-        """Return an unused task: :meth:`next_task` hands it out again (or :meth:`close` returns it)."""
-        raise NotImplementedError
-
-    def close(self) -> None:  # pragma: no cover - interface
-        """Flush, return unused tasks and release resources (idempotent)."""
-        raise NotImplementedError
-
-    def _set_options(
+    def __init__(
         self,
-        address: str,
-        prefetch: int,
-        timeout: float,
-        strip_keys: Iterable[str],
-        send_obs: bool,
-        send_infos: bool,
-        fallback_task_space: TaskSpace | None,
-        close_timeout: float,
-        name: str,
+        transport: type[Transport],
+        transport_options: dict[str, Any],
+        *,
+        address: str = "",
+        prefetch: int = DEFAULT_PREFETCH,
+        timeout: float = DEFAULT_TIMEOUT,
+        strip_keys: Iterable[str] = (),
+        send_obs: bool = True,
+        send_infos: bool = True,
+        fallback_task_space: TaskSpace | None = None,
+        close_timeout: float = 2.0,
+        update_batch: int = DEFAULT_UPDATE_BATCH,
+        max_update_delay: float = DEFAULT_MAX_UPDATE_DELAY,
+        name: str = "",
         task_space: TaskSpace | None = None,
         stream: int | None = None,
     ) -> None:
-        """Validate and store the options every remote feed shares (clear errors for bad values)."""
+        if isinstance(update_batch, bool) or not isinstance(update_batch, int) or update_batch < 1:
+            raise ValueError(f"update_batch must be a positive int, got {update_batch!r}")
+        if (
+            isinstance(max_update_delay, bool)
+            or not isinstance(max_update_delay, (int, float))
+            or not max_update_delay >= 0  # also refuses NaN
+        ):
+            raise ValueError(
+                f"max_update_delay must be a number of seconds >= 0 (math.inf: no time bound), got "
+                f"{max_update_delay!r}"
+            )
         self.task_space, self.stream = _check_identity(task_space, stream)
         if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
             raise ValueError(f"prefetch must be an int >= 0, got {prefetch!r}")
@@ -215,28 +257,312 @@ class TaskFeed:
         self.fallback_task_space = fallback_task_space
         self.close_timeout = float(close_timeout)
         self.name = name
-
-    def _set_holding(self, update_batch: int, max_update_delay: float) -> None:
-        """Validate and store how long updates may be held (the feeds that hold them: sockets, Ray)."""
-        if isinstance(update_batch, bool) or not isinstance(update_batch, int) or update_batch < 1:
-            raise ValueError(f"update_batch must be a positive int, got {update_batch!r}")
-        if (
-            isinstance(max_update_delay, bool)
-            or not isinstance(max_update_delay, (int, float))
-            or not max_update_delay >= 0  # also refuses NaN
-        ):
-            raise ValueError(
-                f"max_update_delay must be a number of seconds >= 0 (math.inf: no time bound), got "
-                f"{max_update_delay!r}"
-            )
         self.update_batch = update_batch
         self.max_update_delay = float(max_update_delay)
         self._holds = update_batch > 1 and self.max_update_delay > 0  # (read on every update)
+        self._transport_class = transport
+        self._transport_options = transport_options
+        # what a send costs, read on the feed's paths (see Transport)
+        self._encodes = transport.encodes
+        self._costly = transport.costly
+        self._synchronous = transport.synchronous
+        self._reads_ahead = transport.reads_ahead
+        self._unit = transport.unit
+        self._reset_process_state()
 
-    # -- pace ---------------------------------------------------------------------------------------
-    _last_reset: float | None = None
-    _episode_s: float | None = None  # running mean of the time between two tasks
+    def _reset_process_state(self) -> None:
+        """The state of a feed that belongs to one process (fresh after a fork or an unpickling)."""
+        self._pid: int | None = None
+        self._transport: Transport | None = None
+        self.env_id = None
+        self.requires_step_updates = False
+        self.requires_episode_updates = True
+        self.step_batch_size = 1
+        self._buffer: deque[Assignment] = deque()
+        self._outstanding = 0  # tasks asked for, not yet received
+        self._steps = None
+        self._fallback = False
+        self._closed = False
+        self._goodbye_acked = False
+        self._refusal: str | None = None
+        self._held: list[Any] = []  # updates waiting for the next send (see _hold)
+        self._held_request = 0  # tasks asked for by held updates
+        self._send_by = math.inf  # when the oldest held update must go out
+        self._lock = threading.RLock()  # the env's thread and the background flusher
+        self._last_reset: float | None = None
+        self._episode_s: float | None = None  # running mean of the time between two tasks
+        counters = ("tasks_received", "updates_sent", "updates_dropped", "errors_received", "send_waits")
+        self.stats = dict.fromkeys((*counters, self._unit), 0)
 
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        for k in _PROCESS_STATE:
+            state.pop(k, None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._reset_process_state()
+
+    @property
+    def holds_updates(self) -> bool:
+        """Whether updates are held for a batched send (``update_batch > 1`` and ``max_update_delay > 0``)."""
+        return self._holds
+
+    @property
+    def held_updates(self) -> int:
+        """Updates waiting for the next send."""
+        return len(self._held)
+
+    @property
+    def transport(self) -> Transport | None:
+        """The transport of this process (``None`` until the feed connects, and once it closed)."""
+        return self._transport
+
+    # -- connection ---------------------------------------------------------------------------------
+    def _ensure(self) -> bool:
+        """Connect in this process if needed; False when running on the local fallback."""
+        if self._pid != _pid and self._pid is not None:  # forked: the parent's transport is not ours
+            if self._transport is not None:
+                self._transport.abandon()
+            logger.debug("feed: process forked (pid %s -> %s); reconnecting", self._pid, os.getpid())
+            self._reset_process_state()
+        if self._closed:
+            raise SyncError("this client is closed")
+        if self._fallback:
+            return False
+        if self._transport is not None:
+            return True
+        self._pid = _pid
+        transport = self._transport = self._transport_class(**self._transport_options)
+        try:
+            welcome = transport.open(_hello(os.getpid(), self.name, self.task_space, self.stream))
+        except ServerUnavailableError as exc:
+            return self._go_fallback("a welcome", str(exc))
+        except BaseException:
+            self._transport = None
+            transport.close(wait=False)
+            raise
+        self._take_welcome(welcome)
+        if self.prefetch and not self._synchronous:
+            # start prefetching right away: over sockets, the first reset takes one task and leaves the
+            # others ready; over Ray, ask for what the env plays in max_update_delay
+            self._send_held(self._depth() + (1 if self._holds and not self._costly else 0))
+        if _background_flush and self._holds and self.max_update_delay < math.inf:
+            _register_for_flushing(self)
+        return True
+
+    def _take_welcome(self, welcome: P.Welcome) -> None:
+        """Adopt the settings of the server's welcome: env id, which updates to send, the step buffer."""
+        self.env_id = welcome.env_id
+        self.requires_step_updates = welcome.requires_step_updates
+        self.requires_episode_updates = welcome.requires_episode_updates
+        self.step_batch_size = welcome.step_batch_size
+        self._steps = _StepBuffer(
+            self.send_obs and welcome.step_obs,
+            self.send_infos and welcome.step_infos,
+            self.strip_keys,
+            capacity=welcome.step_batch_size,
+            on_full=self._flush_steps,
+        )
+
+    def _go_fallback(self, what: str, reason: str | None = None) -> bool:
+        """The server did not answer (while waiting for ``what``): raise, or sample locally from now on."""
+        if reason is None:
+            reason = self._transport.no_reply(what)  # type: ignore[union-attr]
+        if self.fallback_task_space is None:
+            raise ServerUnavailableError(reason + self._transport_class.hint)
+        logger.warning(
+            "%s; sampling tasks locally from %r from now on (feedback is dropped)",
+            reason,
+            self.fallback_task_space,
+        )
+        self._fallback = True
+        self.requires_step_updates = False  # feedback is dropped from now on: do not even buffer it
+        self.stats["updates_dropped"] += len(self._held)
+        self._held, self._held_request, self._send_by = [], 0, math.inf
+        self._outstanding = 0
+        if self._transport is not None:
+            self._transport.close(wait=False)
+            self._transport = None
+        return False
+
+    def _active(self) -> bool:
+        """Whether updates can be delivered now (connected in this process, not closed, no fallback)."""
+        return self._transport is not None and self._pid == _pid and not self._fallback
+
+    # -- sending ------------------------------------------------------------------------------------
+    def _pack(self, msg: P.Message) -> Any:
+        """``msg`` as the transport takes it."""
+        return _one(P.encode(msg)) if self._encodes else msg
+
+    def _send(self, items: list[Any], updates: int, asked: int) -> bool:
+        """One send of ``items`` (``updates`` of them updates, asking for ``asked`` tasks in all)."""
+        transport = self._transport
+        stats = self.stats
+        try:
+            transport.send(items)  # type: ignore[union-attr]
+        except ServerUnavailableError as exc:
+            stats["updates_dropped"] += updates
+            stats["send_waits"] = transport.waits  # type: ignore[union-attr]
+            self._go_fallback("room to send", str(exc))
+            return False
+        stats["updates_sent"] += updates
+        stats[self._unit] += 1
+        stats["send_waits"] = transport.waits  # type: ignore[union-attr]
+        self._outstanding += asked
+        return True
+
+    def _send_fields(self, cls: type[P.Message], fields: tuple) -> None:
+        """Deliver the update ``cls(*fields)`` (whose last field is its task request).
+
+        An update that will be held, of a task from the server (which travelled once already) and without
+        extras (whose values might not travel), is held as its fields and encoded when the held updates
+        are sent, together: at an episode's end, with the env's step having left the caches cold,
+        encoding costs tens of µs. Every other update is encoded now (by an encoding transport, without
+        building the message: the server validates it), so that what cannot travel raises here.
+        """
+        if self._holds and fields[1] >= 0 and not (cls is P.EpisodeUpdate and fields[7]):
+            self._hold((cls, fields), fields[-1])
+        elif self._encodes:
+            self._deliver(_one(P.encode_fields(cls, fields)), fields[-1])
+        else:
+            self._deliver(cls(*fields), fields[-1])
+
+    def _deliver_steps(self, steps: _StepBuffer) -> None:
+        """Deliver the buffered step records as one update (and empty the buffer)."""
+        if self._encodes:
+            self._deliver(_one(steps.frames(self.env_id)), 0)  # type: ignore[arg-type]
+        else:
+            self._deliver(steps.message(self.env_id), 0)  # type: ignore[arg-type]
+
+    def _deliver(self, item: Any, request: int) -> None:
+        """Send an update, or hold it for a batched send.
+
+        Held updates go out together once ``update_batch`` are held, the oldest has waited
+        ``max_update_delay``, or one of them asks for tasks (which it does when at most one task would be
+        left after the next reset); before an update too large to hold (step records carrying
+        observations: over a costly transport it goes out at once with them), and on :meth:`flush`,
+        :meth:`close`, :meth:`next_task` with no task ready, and the background flusher.
+        """
+        if self._holds and (item.__class__ is bytes or self._costly):
+            self._hold(item, request)
+            return
+        with self._lock:
+            self._send_held()  # the held updates first, in order
+            if self._active():
+                self._send([item], 1, request)
+            else:
+                self.stats["updates_dropped"] += 1
+
+    def _hold(self, item: Any, request: int) -> None:
+        """Hold one update (encoded, or ``(message class, fields)`` to encode when sent)."""
+        with self._lock:
+            now = _now()
+            held = self._held
+            if not held:
+                self._send_by = now + self.max_update_delay
+            held.append(item)
+            self._held_request += request
+            if (
+                request
+                or len(held) >= self.update_batch
+                or now >= self._send_by
+                or (self._costly and self._large(item))
+            ):
+                self._send_held()
+
+    @staticmethod
+    def _large(item: Any) -> bool:
+        """Whether an encoded update is too large to hold (step records carrying observations)."""
+        return item.__class__ is list or (item.__class__ is bytes and len(item) >= _LARGE)
+
+    def _send_held(self, request: int = 0) -> None:
+        """Send the held updates (one message; a batch when several), with a request for ``request``
+        more tasks."""
+        if not self._active() or self.env_id is None:
+            return
+        held, asked = self._held, self._held_request
+        if request > 0:
+            held.append(self._pack(P.TaskRequest(self.env_id, request)))
+            asked += request
+        elif not held:
+            return
+        self._held, self._held_request, self._send_by = [], 0, math.inf
+        self._send(held, len(held) - (request > 0), asked)
+
+    def _clock(self) -> float:
+        """Now, by the clock of this module (``_now``, which tests replace)."""
+        return _now()
+
+    def _send_due(self) -> None:
+        """Send the held updates if they are due (called by the background flusher's thread; a feed the
+        env's thread is using is skipped until the next wake-up)."""
+        if not self._held or _now() < self._send_by:
+            return
+        transport = self._transport
+        if transport is None or not transport.can_send_now():  # back-pressure: the env's thread handles it
+            return
+        if self._lock.acquire(blocking=False):
+            try:
+                if self._held and _now() >= self._send_by and self._pid == _pid:
+                    self._send_held()
+            finally:
+                self._lock.release()
+
+    # -- receiving ----------------------------------------------------------------------------------
+    def _receive(self, timeout: float) -> bool:
+        """Take in the replies that arrived (waiting at most ``timeout`` seconds); False when none did."""
+        msgs = self._transport.receive(timeout)  # type: ignore[union-attr]
+        for msg in msgs:
+            cls = msg.__class__
+            if cls is P.Tasks:
+                n = len(msg.task_ids)
+                self._buffer.extend(
+                    map(Assignment, msg.task_ids, msg.tasks, msg.train, msg.control, msg.variants)
+                )
+                self._outstanding = max(0, self._outstanding - n)
+                self.stats["tasks_received"] += n
+            elif cls is P.Goodbye:
+                self._goodbye_acked = True
+            elif cls is P.Error:
+                self.stats["errors_received"] += 1
+                if msg.code == "version":
+                    raise P.ProtocolVersionError(msg.message)
+                if msg.code in ("sample_failed", "bad_request") and self._outstanding:
+                    self._outstanding = 0
+                    self._refusal = f"{msg.code}: {msg.message}"
+                logger.error(
+                    "%s refused a message from env %s (%s): %s",
+                    self._transport.peer,  # type: ignore[union-attr]
+                    self.env_id,
+                    msg.code,
+                    msg.message,
+                )
+        return bool(msgs)
+
+    def _drain(self) -> None:
+        """Take in every reply that already arrived."""
+        while self._transport is not None and self._receive(0):
+            pass
+
+    def _wait_for_tasks(self) -> bool:
+        """Wait for a task (at most ``timeout``); False when the fallback took over."""
+        deadline = time.monotonic() + self.timeout
+        while not self._buffer:
+            if self._refusal is not None:
+                err, self._refusal = self._refusal, None
+                raise SyncError(f"{self._transport.peer} refused (waiting for tasks): {err}")  # type: ignore[union-attr]
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return self._go_fallback("tasks")
+            try:
+                self._receive(left)
+            except ServerUnavailableError as exc:
+                return self._go_fallback("tasks", str(exc))
+        return True
+
+    # -- tasks --------------------------------------------------------------------------------------
     def _note_reset(self, now: float) -> None:
         """A task is taken at ``now``: update the running mean of the time between two tasks."""
         if self._last_reset is not None:
@@ -258,55 +584,63 @@ class TaskFeed:
             return self.prefetch
         return max(1, min(self.prefetch, int(self.max_update_delay / self._episode_s)))
 
-    # -- held updates (the feeds that hold them: sockets, Ray) ------------------------------------------
-    _held: list[Any]
-    _send_by: float
-    _lock: Any
-    _pid: int | None
+    def _depth(self) -> int:
+        """Tasks to keep ready beyond the one the next reset takes (0 with ``prefetch=0``)."""
+        return self._request_size() if self.prefetch else 0
 
-    def _clock(self) -> float:  # pragma: no cover - interface
-        """Now, by the clock of the feed's module (``_now``, which tests replace)."""
-        raise NotImplementedError
+    def _refill_request(self) -> int:
+        """Tasks an episode (or completed task) update asks for along the way, the reset that follows
+        taking one task: none in-process (tasks are asked for when needed). Over sockets, what keeps the
+        depth ready, asked once at most one task would be left after that reset (when holding updates);
+        over a costly transport, the next ``request_size`` tasks once none would be left."""
+        if self.env_id is None or self._synchronous:
+            return 0
+        ready = len(self._buffer) + self._outstanding + self._held_request
+        if self._costly:
+            return self._request_size() if self.prefetch and ready <= 1 else 0
+        if self._holds and ready > 2:
+            return 0
+        need = self._depth() + 1 - ready
+        return need if need > 0 else 0
 
-    def _send_held(self) -> None:  # pragma: no cover - interface
-        """Send every held update now."""
-        raise NotImplementedError
+    def next_task(self) -> Assignment:
+        """The next task: from the prefetch buffer, or requested and awaited (at most ``timeout``)."""
+        if self._ensure():
+            with self._lock:
+                now = _now()
+                self._note_reset(now)
+                if self._reads_ahead and (self._outstanding or not self._holds):
+                    self._drain()  # replies to read (a feed holding updates reads error replies with
+                    # the next tasks, or when it waits)
+                if not self._buffer:
+                    if not self._outstanding:  # ask, sending what is held along
+                        self._send_held(1 if self._reads_ahead else self._request_size())
+                    elif not self._costly:
+                        self._send_held()
+                    self._wait_for_tasks()
+                if self._buffer:
+                    a = self._buffer.popleft()
+                    if self._synchronous:
+                        pass
+                    elif not self._holds and self._reads_ahead:  # top up what is kept ready
+                        need = self._depth() - len(self._buffer) - self._outstanding
+                        if need > 0:
+                            self._send_held(need)
+                    elif self.prefetch and not (self._buffer or self._outstanding or self._held_request):
+                        self._send_held(self._depth())  # a reset without an update before it
+                    elif self._costly and self._held and now >= self._send_by:
+                        self._send_held()
+                    return a
+        (task,) = self.fallback_task_space.sample_encoded(1)  # type: ignore[union-attr]
+        return Assignment(-1, task, True)
 
-    def _may_send_in_background(self) -> bool:
-        """Whether the background flusher may send now (False under back-pressure)."""
-        return True
+    def give_back(self, assignment: Assignment) -> None:
+        """Return an unused task: :meth:`next_task` hands it out again (or :meth:`close` returns it)."""
+        if assignment.task_id >= 0 and self._active():
+            with self._lock:
+                self._buffer.appendleft(assignment)
 
-    def _send_due(self) -> None:
-        """Send the held updates if they are due (called by the background flusher's thread; a client the
-        env's thread is using is skipped until the next wake-up)."""
-        if not self._held or self._clock() < self._send_by or not self._may_send_in_background():
-            return
-        if self._lock.acquire(blocking=False):
-            try:
-                if self._held and self._clock() >= self._send_by and self._pid == _pid:
-                    self._send_held()
-            finally:
-                self._lock.release()
-
-    # -- hooks ----------------------------------------------------------------------------------------
-    def _send_update(self, msg: P.Message) -> None:  # pragma: no cover - interface
-        raise NotImplementedError
-
-    def _deliver_steps(self, steps: _StepBuffer) -> None:
-        """Deliver the buffered step records as one update (and empty the buffer)."""
-        self._send_update(steps.message(self.env_id))  # type: ignore[arg-type]
-
-    def _send_fields(self, cls: type[P.Message], fields: tuple) -> None:
-        """Deliver the update ``cls(*fields)`` (whose last field is its task request)."""
-        self._send_update(cls(*fields))
-
-    def _active(self) -> bool:
-        return True
-
-    def _after_flush(self) -> None:
-        pass
-
-    # -- feedback -------------------------------------------------------------------------------------
+    # -- feedback -----------------------------------------------------------------------------------
     def record_step(
         self,
         assignment: Assignment,
@@ -329,26 +663,12 @@ class TaskFeed:
             return self._steps.add
         return None
 
-    def _take_welcome(self, welcome: P.Welcome) -> None:
-        """Adopt the settings of the server's welcome: env id, which updates to send, the step buffer."""
-        self.env_id = welcome.env_id
-        self.requires_step_updates = welcome.requires_step_updates
-        self.requires_episode_updates = welcome.requires_episode_updates
-        self.step_batch_size = welcome.step_batch_size
-        self._steps = _StepBuffer(
-            self.send_obs and welcome.step_obs,
-            self.send_infos and welcome.step_infos,
-            self.strip_keys,
-            capacity=welcome.step_batch_size,
-            on_full=self._flush_steps,
-        )
-
     def flush(self) -> None:
-        """Send buffered step records now (dropped when updates cannot be delivered: closed, fallback).
-
-        Feeds that hold updates back (the Ray client) also send what they hold.
-        """
-        self._flush_steps()
+        """Send buffered step records and every held update now (dropped when updates cannot be
+        delivered: closed, fallback)."""
+        with self._lock:
+            self._flush_steps()
+            self._send_held()
 
     def _flush_steps(self) -> None:
         """Turn buffered step records into one update and deliver it (what a full batch, an episode end and
@@ -366,8 +686,9 @@ class TaskFeed:
                 f"{exc}. Remove such entries from observations/infos with strip_keys=[...] or "
                 "send_obs=False / send_infos=False"
             ) from None
-        if self._active():
-            self._after_flush()
+        if self._reads_ahead and not self._holds and self._active():
+            with self._lock:
+                self._drain()  # error replies and tasks that arrived meanwhile
 
     def record_episode(
         self,
@@ -426,10 +747,65 @@ class TaskFeed:
             ),
         )
 
-    def _refill_request(self) -> int:
-        """Tasks an episode or progress update should ask for along the way (default: none; the socket
-        client refills its prefetch buffer this way, saving one message per episode)."""
-        return 0
+    # -- closing ------------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Flush, wait for tasks on their way, return unused ones with the goodbye and wait for its ack
+        (each bounded by ``close_timeout``). Idempotent."""
+        if self._closed or self._pid != _pid:
+            self._closed = True
+            return
+        _unregister_for_flushing(self)
+        with self._lock:
+            self._close()
+
+    def _close(self) -> None:
+        try:
+            if self._active() and self.env_id is not None:
+                if self._costly:
+                    self._flush_steps()  # the goodbye carries the held updates
+                else:
+                    self.flush()
+                deadline = time.monotonic() + self.close_timeout
+                while self._outstanding and self._active() and time.monotonic() < deadline:
+                    self._receive(deadline - time.monotonic())
+                if self._active():
+                    self._say_goodbye(deadline + self.close_timeout)
+        except (ServerUnavailableError, SyncError) as exc:  # closing must not fail because the server is gone
+            logger.warning("client env %s: closing without the server: %s", self.env_id, exc)
+        finally:
+            if self._transport is not None:
+                # everything before the goodbye was acknowledged: nothing left worth lingering for
+                self._transport.close(wait=not self._goodbye_acked)
+                self._transport = None
+            self._held, self._held_request, self._send_by = [], 0, math.inf
+            self._buffer.clear()
+            self._closed = True
+
+    def _say_goodbye(self, until: float) -> None:
+        """Return the unused tasks with the goodbye and wait for its ack until ``until``."""
+        returned = tuple(a.task_id for a in self._buffer if a.task_id >= 0)
+        self._buffer.clear()
+        goodbye = self._pack(P.Goodbye(self.env_id, returned))  # type: ignore[arg-type]
+        if self._costly:  # one call: the held updates, then the goodbye
+            held, self._held, self._held_request, self._send_by = self._held, [], 0, math.inf
+            held.append(goodbye)
+            sent = self._send(held, len(held) - 1, 0)
+        else:
+            try:
+                self._transport.send([goodbye])  # type: ignore[union-attr]
+                sent = True
+            except ServerUnavailableError as exc:
+                sent = self._go_fallback("room for the goodbye", str(exc))
+        while sent and not self._goodbye_acked and self._transport is not None and time.monotonic() < until:
+            self._receive(until - time.monotonic())
+        if not self._goodbye_acked:
+            logger.warning("client env %s: no goodbye ack from %s", self.env_id, self.address)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.address!r}, env_id={self.env_id})"
+
+
+# -- step records ------------------------------------------------------------------------------------
 
 
 def _strip(value: Any, keys: frozenset[str]) -> Any:
@@ -678,23 +1054,7 @@ class _StepBuffer:
             self.clear()
 
 
-# -- per-process ZeroMQ context (never inherited across fork) -------------------------------------------
-
-_ctx_lock = threading.Lock()
-_ctx: zmq.Context | None = None
-_ctx_pid: int | None = None
-_orphans: list[Any] = []  # sockets/contexts inherited through fork: never used, never closed, never GC'd
-
-
-def _context() -> zmq.Context:
-    global _ctx, _ctx_pid
-    with _ctx_lock:
-        if _ctx is None or _ctx_pid != os.getpid():
-            if _ctx is not None:
-                _orphans.append(_ctx)
-            _ctx = zmq.Context()
-            _ctx_pid = os.getpid()
-        return _ctx
+# -- the background flusher ------------------------------------------------------------------------
 
 
 class _Flusher:
@@ -801,36 +1161,21 @@ def _unregister_for_flushing(client: TaskFeed) -> None:
         f.remove(client)
 
 
-class CurriculumClient(TaskFeed):
-    """Env-side client of a :class:`~magister.sync.server.CurriculumServer` (see the module docstring).
 
-    Serialisable to worker processes: only the address and options travel; the socket is created on first
-    use in the process
-    that uses it.
+
+# -- the feed over each transport --------------------------------------------------------------------
+
+
+class CurriculumClient(TaskFeed):
+    """The feed over ZeroMQ: a DEALER socket to a :class:`~magister.sync.server.CurriculumServer`.
+
+    The socket is created on first use, in the process that uses the client (pickled to a worker, only the
+    address and options travel). Arguments as for :class:`TaskFeed`, and:
 
     Args:
         address: The server's address (``server.address``).
-        prefetch: Most tasks kept ready (0: request each task when it is needed); the depth kept is as many
-            as the env plays in ``max_update_delay`` seconds, at least 1.
-        timeout: Seconds to wait for the server before :class:`ServerUnavailableError` (or the fallback).
-        strip_keys: Keys removed from dict observations and from infos before step records are sent.
-        send_obs: Include observations in step updates (only sent when the curriculum wants steps).
-        send_infos: Include infos in step updates.
-        fallback_task_space: Opt-in: when the server does not answer, sample tasks locally from this space
-            (logged once) instead of raising. Feedback is then dropped.
         curve_server_key: The server's CURVE public key, when it uses encryption.
         curve_public_key, curve_secret_key: This client's CURVE key pair (ephemeral when omitted).
-        close_timeout: Seconds :meth:`close` waits for the server to acknowledge the goodbye.
-        update_batch: Most updates held for one send.
-        max_update_delay: Most seconds an update is held (``math.inf``: no time bound, only
-            ``update_batch``; 0: nothing is held, one send per update). It also sets how many tasks are
-            kept ready: the number of episodes the env plays in that time (at most ``prefetch``).
-        name: A label for the server's logs.
-        task_space: The env's task space: its fingerprint is checked against the curriculum's when the
-            client connects (a mismatch raises :class:`SyncError` naming both spaces).
-        stream: The env's random stream (the seed of its first seeded reset): the server samples this
-            env's tasks from a generator of its own (see :meth:`SyncCore.assign_tasks
-            <magister.sync.server.SyncCore.assign_tasks>`); ``None``: the curriculum's shared one.
     """
 
     def __init__(
@@ -857,363 +1202,125 @@ class CurriculumClient(TaskFeed):
             raise ValueError(
                 f"address must be a str like 'ipc:///path' or 'tcp://host:port', got {address!r}"
             )
-        self._set_holding(update_batch, max_update_delay)
-        self._set_options(
-            address, prefetch, timeout, strip_keys, send_obs, send_infos, fallback_task_space,
-            close_timeout, name, task_space, stream,
+        super().__init__(
+            ZmqTransport,
+            {},
+            address=address,
+            prefetch=prefetch,
+            timeout=timeout,
+            strip_keys=strip_keys,
+            send_obs=send_obs,
+            send_infos=send_infos,
+            fallback_task_space=fallback_task_space,
+            close_timeout=close_timeout,
+            update_batch=update_batch,
+            max_update_delay=max_update_delay,
+            name=name,
+            task_space=task_space,
+            stream=stream,
         )
-        self._curve = (curve_server_key, curve_public_key, curve_secret_key)
-        self._reset_process_state()
+        self._transport_options = {
+            "address": address,
+            "timeout": self.timeout,
+            "close_timeout": self.close_timeout,
+            "curve": (curve_server_key, curve_public_key, curve_secret_key),
+        }
 
-    def _reset_process_state(self) -> None:
-        self._pid: int | None = None
-        self._sock: zmq.Socket | None = None
-        self.env_id: int | None = None
-        self.requires_step_updates = False
-        self.requires_episode_updates = True
-        self.step_batch_size = 1
-        self._buffer: deque[Assignment] = deque()
-        self._outstanding = 0
-        self._steps: _StepBuffer | None = None
-        self._fallback = False
-        self._closed = False
-        self._goodbye_acked = False
-        self._refusal: str | None = None
-        self._held: list[bytes | tuple] = []  # updates waiting for the next send (see _hold)
-        self._held_updates = 0
-        self._held_request = 0  # tasks asked for by held updates
-        self._send_by = math.inf  # when the oldest held update must go out
-        self._lock = threading.RLock()  # the env's thread and the background flusher
-        self._last_reset = None
-        self._episode_s = None
-        self.stats = dict.fromkeys(
-            ("tasks_received", "updates_sent", "updates_dropped", "errors_received", "send_waits", "sends"), 0
+
+class RayClient(TaskFeed):
+    """The feed over Ray: calls to a curriculum actor (see :mod:`magister.sync.ray_backend`).
+
+    The actor is looked up on first use, in the process that uses the client. If that process is not
+    connected to Ray, it connects with ``ray.init(address=ray_address or "auto")``. A process *forked* from
+    a Ray worker or driver cannot use Ray (its connection is the parent's): build such envs in Ray workers,
+    or use the ZeroMQ backend.
+
+    An actor call costs far more than a socket message (a few hundred µs of CPU on each side), so the
+    defaults hold more (``prefetch`` and ``update_batch`` 32), and the feed asks for tasks only when it
+    has none left ready or on the way, for as many as it plays in ``max_update_delay`` seconds; a large
+    step update (observations, 64 KB or more) goes out at once, taking the held updates along. Arguments
+    as for :class:`TaskFeed`, and:
+
+    Args:
+        address: ``"ray://<name>"`` or ``"ray://<namespace>/<name>"`` (``server.address``).
+        max_pending_updates: Calls in flight before the client waits for the actor (back-pressure).
+        ray_address: Cluster address for ``ray.init`` when this process is not connected to Ray.
+        curve_server_key: Not supported (ZeroMQ only); given, it raises ``ValueError``.
+
+    Raises:
+        ImportError: Ray is not installed.
+    """
+
+    def __init__(
+        self,
+        address: str,
+        *,
+        prefetch: int = DEFAULT_RAY_PREFETCH,
+        timeout: float = DEFAULT_TIMEOUT,
+        strip_keys: Iterable[str] = (),
+        send_obs: bool = True,
+        send_infos: bool = True,
+        fallback_task_space: TaskSpace | None = None,
+        close_timeout: float = 2.0,
+        max_pending_updates: int = DEFAULT_MAX_PENDING,
+        update_batch: int = DEFAULT_RAY_UPDATE_BATCH,
+        max_update_delay: float = DEFAULT_MAX_UPDATE_DELAY,
+        name: str = "",
+        ray_address: str | None = None,
+        curve_server_key: bytes | str | None = None,
+        task_space: TaskSpace | None = None,
+        stream: int | None = None,
+    ) -> None:
+        from .transports.ray_actor import RayTransport, parse_ray_address  # Ray is optional
+
+        self.actor_name, self.namespace = parse_ray_address(address)
+        if curve_server_key is not None:
+            raise ValueError(
+                "curve_server_key applies to ZeroMQ tcp:// addresses; the Ray backend travels over Ray's own "
+                "transport (secure the Ray cluster instead)"
+            )
+        mp = max_pending_updates
+        if isinstance(mp, bool) or not isinstance(mp, int) or mp < 1:
+            raise ValueError(f"max_pending_updates must be a positive int, got {max_pending_updates!r}")
+        super().__init__(
+            RayTransport,
+            {},
+            address=address,
+            prefetch=prefetch,
+            timeout=timeout,
+            strip_keys=strip_keys,
+            send_obs=send_obs,
+            send_infos=send_infos,
+            fallback_task_space=fallback_task_space,
+            close_timeout=close_timeout,
+            update_batch=update_batch,
+            max_update_delay=max_update_delay,
+            name=name,
+            task_space=task_space,
+            stream=stream,
         )
+        self.max_pending_updates = mp
+        self.ray_address = ray_address
+        self._transport_options = {
+            "address": address,
+            "timeout": self.timeout,
+            "max_pending": mp,
+            "ray_address": ray_address,
+        }
 
     @property
-    def holds_updates(self) -> bool:
-        """Whether updates are held for a batched send (``update_batch > 1`` and ``max_update_delay > 0``)."""
-        return self._holds
+    def actor_description(self) -> str:
+        """``"Ray actor '<name>' in namespace '<ns>'"``, as used in error messages."""
+        where = f" in namespace {self.namespace!r}" if self.namespace else ""
+        return f"Ray actor {self.actor_name!r}{where}"
 
     @property
-    def held_updates(self) -> int:
-        """Updates waiting for the next send."""
-        return self._held_updates
+    def request_size(self) -> int:
+        """Tasks the client asks for in its next request: as many as the env plays in
+        ``max_update_delay`` seconds (by its recent episode rate; 1 until that is known), at least 1 and at
+        most ``prefetch`` (``prefetch`` itself when ``max_update_delay`` is infinite)."""
+        return self._request_size()
 
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        for k in ("_sock", "_buffer", "_steps", "_pid", "_held", "_lock"):
-            state.pop(k, None)
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._reset_process_state()
-
-    # -- connection ---------------------------------------------------------------------------------
-    def _ensure(self) -> bool:
-        """Connect in this process if needed; False when running on the local fallback."""
-        if self._pid is not None and self._pid != _pid:  # forked: the parent's socket is not ours
-            if self._sock is not None:
-                _orphans.append(self._sock)
-            logger.debug("client: process forked (pid %s -> %s); reconnecting", self._pid, os.getpid())
-            self._reset_process_state()
-        if self._closed:
-            raise SyncError("this client is closed")
-        if self._fallback:
-            return False
-        if self._sock is not None:
-            return True
-        self._pid = os.getpid()
-        sock = _context().socket(zmq.DEALER)
-        sock.setsockopt(zmq.LINGER, int(self.close_timeout * 1000))
-        sock.setsockopt(zmq.RECONNECT_IVL, 100)
-        configure_client_socket(sock, *self._curve)
-        sock.connect(self.address)
-        self._sock = sock
-        self._send(_hello(os.getpid(), self.name, self.task_space, self.stream))
-        if not self._wait_for(lambda: self.env_id is not None, "a welcome"):
-            return False
-        # start prefetching right away: the first reset takes one task and leaves the others ready
-        self._top_up(self._depth() + 1 if self.prefetch and self.holds_updates else self._depth())
-        if _background_flush and self.holds_updates and self.max_update_delay < math.inf:
-            _register_for_flushing(self)
-        return True
-
-    def _go_fallback(self, what: str) -> bool:
-        if self.fallback_task_space is None:
-            raise ServerUnavailableError(
-                f"no reply from the curriculum server at {self.address} within {self.timeout:g}s while "
-                f"waiting for {what}; is the server running (and are CURVE keys right)? Pass "
-                "fallback_task_space=... to sample locally instead"
-            )
-        logger.warning(
-            "curriculum server at %s did not answer within %gs; sampling tasks locally from %r from now on "
-            "(feedback is dropped)",
-            self.address,
-            self.timeout,
-            self.fallback_task_space,
-        )
-        self._fallback = True
-        self.requires_step_updates = False  # feedback is dropped from now on: do not even buffer it
-        self.stats["updates_dropped"] += self._held_updates
-        self._held.clear()
-        self._held_updates = self._held_request = 0
-        self._send_by = math.inf
-        if self._sock is not None:
-            self._sock.close(0)
-            self._sock = None
-        return False
-
-    def _send(self, msg: P.Message) -> bool:
-        """Send without waiting for a reply. When the send queue is full (the server is slower than this
-        env), wait for room, at most ``timeout`` seconds: back-pressure instead of silently dropping."""
-        return self._send_frames(P.encode(msg), type(msg).__name__)
-
-    def _send_frames(self, frames: list[Any], what: str) -> bool:
-        assert self._sock is not None
-        copy = len(frames) == 1  # zero-copy only pays off for large array frames
-        try:
-            self._sock.send_multipart(frames, zmq.NOBLOCK, copy=copy)
-            return True
-        except zmq.Again:
-            pass
-        self.stats["send_waits"] += 1
-        if self._sock.poll(int(self.timeout * 1000), zmq.POLLOUT):
-            try:
-                self._sock.send_multipart(frames, zmq.NOBLOCK, copy=copy)
-                return True
-            except zmq.Again:  # pragma: no cover - room vanished between poll and send
-                pass
-        self._go_fallback(f"room in the send queue for a {what}")
-        return False
-
-    def _receive(self, timeout_ms: int) -> bool:
-        """Handle at most one incoming message; False when none arrived within ``timeout_ms``."""
-        sock = self._sock
-        assert sock is not None
-        if timeout_ms <= 0:
-            if not sock.get(zmq.EVENTS) & zmq.POLLIN:  # cheaper than a zero-timeout poll
-                return False
-        elif not sock.poll(timeout_ms, zmq.POLLIN):
-            return False
-        frames = sock.recv_multipart(copy=False)
-        msg = P.decode(frames)  # a ProtocolVersionError here names both versions
-        if isinstance(msg, P.Welcome):
-            if self.env_id is None:
-                self._take_welcome(msg)
-        elif isinstance(msg, P.Tasks):
-            for x in zip(msg.task_ids, msg.tasks, msg.train, msg.control, msg.variants):
-                self._buffer.append(Assignment(*x))
-            self._outstanding = max(0, self._outstanding - len(msg.task_ids))
-            self.stats["tasks_received"] += len(msg.task_ids)
-        elif isinstance(msg, P.Goodbye):
-            self._goodbye_acked = True
-        elif isinstance(msg, P.Error):
-            self.stats["errors_received"] += 1
-            if msg.code == "version":
-                raise P.ProtocolVersionError(msg.message)
-            if self.env_id is None:  # the hello itself was refused (e.g. too many envs)
-                self._refusal = f"{msg.code}: {msg.message}"
-            elif msg.code in ("sample_failed", "bad_request") and self._outstanding:
-                self._outstanding = 0
-                self._refusal = f"{msg.code}: {msg.message}"
-            logger.error(
-                "curriculum server refused a message from env %s (%s): %s", self.env_id, msg.code, msg.message
-            )
-        return True
-
-    def _wait_for(self, condition: Any, what: str) -> bool:
-        deadline = time.monotonic() + self.timeout
-        while not condition():
-            if self._refusal is not None:
-                err, self._refusal = self._refusal, None
-                raise SyncError(f"curriculum server at {self.address} refused (waiting for {what}): {err}")
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return self._go_fallback(what)
-            self._receive(max(1, int(left * 1000)))
-        return True
-
-    def _drain(self) -> None:
-        while self._sock is not None and self._receive(0):
-            pass
-
-    # -- tasks --------------------------------------------------------------------------------------
-    def _depth(self) -> int:
-        """Tasks to keep ready beyond the one the next reset takes (0 with ``prefetch=0``)."""
-        return self._request_size() if self.prefetch else 0
-
-    def _top_up(self, target: int) -> None:
-        need = target - len(self._buffer) - self._outstanding
-        if need > 0 and self.env_id is not None and self._send(P.TaskRequest(self.env_id, need)):
-            self._outstanding += need
-
-    def next_task(self) -> Assignment:
-        """The next task: from the prefetch buffer, or requested and awaited (at most ``timeout``)."""
-        if self._ensure():
-            with self._lock:
-                self._note_reset(_now())
-                if self._outstanding or not self._holds:  # replies to read (a client holding
-                    self._drain()  # updates reads error replies with the next tasks, or when it waits)
-                if not self._buffer:  # send what is held (with a request, unless tasks are on their way)
-                    self._send_held(0 if self._outstanding + self._held_request else 1)
-                    self._wait_for(lambda: bool(self._buffer), "tasks")
-                if self._buffer:
-                    a = self._buffer.popleft()
-                    if not self._holds:
-                        self._top_up(self._depth())
-                    elif self.prefetch and not (self._buffer or self._outstanding or self._held_request):
-                        self._send_held(self._depth())  # a reset without an update before it
-                    return a
-        (task,) = self.fallback_task_space.sample_encoded(1)  # type: ignore[union-attr]
-        return Assignment(-1, task, True)
-
-    def give_back(self, assignment: Assignment) -> None:
-        if assignment.task_id >= 0 and self._active():
-            with self._lock:
-                self._buffer.appendleft(assignment)
-
-    # -- feedback -----------------------------------------------------------------------------------
-    def _active(self) -> bool:
-        return self._sock is not None and self._pid == _pid and not self._fallback
-
-    def _send_update(self, msg: P.Message) -> None:
-        self._deliver(P.encode(msg), getattr(msg, "request", 0), type(msg).__name__)
-
-    def _deliver_steps(self, steps: _StepBuffer) -> None:
-        self._deliver(steps.frames(self.env_id), 0, "StepUpdate")  # type: ignore[arg-type]
-
-    def _send_fields(self, cls: type[P.Message], fields: tuple) -> None:
-        # Encoded without building the message (the server validates it): the fields are ours. An update
-        # that will be held, of a task from the server (which travelled once already) and without extras
-        # (whose values might not travel), is held as its fields and encoded when the held updates are
-        # sent, together: at an episode's end, with the env's step having left the caches cold, encoding
-        # costs tens of µs; every other update is encoded now, so that what cannot travel raises here.
-        if self._holds and fields[1] >= 0 and not (cls is P.EpisodeUpdate and fields[7]):
-            self._hold((cls, fields), fields[-1])
-        else:
-            self._deliver(P.encode_fields(cls, fields), fields[-1], cls.__name__)
-
-    def _deliver(self, frames: list[Any], request: int, what: str) -> None:
-        """Send an encoded update, or hold it for a batched send.
-
-        Held updates go out together (one :class:`~magister.sync.protocol.Batch`) once ``update_batch``
-        are held, the oldest has waited ``max_update_delay``, or one of them asks for tasks (which it does
-        when at most one task would be left after the next reset); before an update too large to hold
-        (step records carrying observations), and on :meth:`flush`, :meth:`close`, :meth:`next_task` with
-        no task ready, and the background flusher.
-        """
-        if self._holds and len(frames) == 1:  # (arrays out of band: not held)
-            self._hold(frames[0], request)
-            return
-        with self._lock:
-            self._send_held()  # the held updates first, in order
-            if self._active() and self._send_frames(frames, what):
-                self.stats["updates_sent"] += 1
-                self.stats["sends"] += 1
-                self._outstanding += request
-            else:
-                self.stats["updates_dropped"] += 1
-
-    def _hold(self, update: bytes | tuple, request: int) -> None:
-        """Hold one update (its encoding, or ``(message class, fields)`` to encode when sent)."""
-        with self._lock:
-            now = _now()
-            if not self._held:
-                self._send_by = now + self.max_update_delay
-            self._held.append(update)
-            self._held_updates += 1
-            self._held_request += request
-            if request or self._held_updates >= self.update_batch or now >= self._send_by:
-                self._send_held()
-
-    def _send_held(self, request: int = 0) -> None:
-        """Send the held updates (one message; a batch when several), with a request for ``request``
-        more tasks."""
-        if not self._active() or self.env_id is None:
-            return
-        held, n, asked = self._held, self._held_updates, self._held_request
-        self._held, self._held_updates, self._held_request, self._send_by = [], 0, 0, math.inf
-        if request > 0:
-            held.append(P.encode(P.TaskRequest(self.env_id, request))[0])
-            asked += request
-        if not held:
-            return
-        held = [h if h.__class__ is bytes else P.encode_fields(*h)[0] for h in held]
-        frames = held if len(held) == 1 else P.encode_batch(self.env_id, held)
-        if self._send_frames(frames, f"batch of {len(held)} messages"):
-            self.stats["updates_sent"] += n
-            self.stats["sends"] += 1
-            self._outstanding += asked
-        else:
-            self.stats["updates_dropped"] += n
-
-    def _clock(self) -> float:
-        return _now()
-
-    def _refill_request(self) -> int:
-        # The reset that follows takes one task from the buffer: ask now for what keeps `prefetch` ready.
-        # A client holding updates asks only once at most one task would be left after that reset (and
-        # none is on its way): the update then goes out at once, with the ones held before it.
-        if self.env_id is None:
-            return 0
-        ready = len(self._buffer) + self._outstanding + self._held_request
-        if self.holds_updates and ready > 2:
-            return 0
-        need = self._depth() + 1 - ready
-        return need if need > 0 else 0
-
-    def _after_flush(self) -> None:
-        if not self.holds_updates:  # (a client holding updates reads replies when it needs a task)
-            with self._lock:
-                self._drain()  # error replies and tasks that arrived meanwhile
-
-    def flush(self) -> None:
-        """Send buffered step records and every held update now."""
-        with self._lock:
-            super().flush()
-            self._send_held()
-
-    def close(self) -> None:
-        """Flush, wait for outstanding tasks, return unused ones, wait for the goodbye ack (bounded)."""
-        if self._closed or self._pid != _pid:
-            self._closed = True
-            return
-        _unregister_for_flushing(self)
-        with self._lock:
-            self._close()
-
-    def _close(self) -> None:
-        try:
-            if self._active() and self.env_id is not None:
-                self.flush()
-                deadline = time.monotonic() + self.close_timeout
-                while self._outstanding and time.monotonic() < deadline:
-                    self._receive(max(1, int((deadline - time.monotonic()) * 1000)))
-                returned = tuple(a.task_id for a in self._buffer if a.task_id >= 0)
-                self._buffer.clear()
-                if self._send(P.Goodbye(self.env_id, returned)):
-                    while not self._goodbye_acked and time.monotonic() < deadline + self.close_timeout:
-                        self._receive(max(1, int((deadline + self.close_timeout - time.monotonic()) * 1000)))
-                if not self._goodbye_acked:
-                    logger.warning("client env %s: no goodbye ack from %s", self.env_id, self.address)
-        except ServerUnavailableError as exc:  # closing must not fail because the server is gone
-            logger.warning("client env %s: closing without the server: %s", self.env_id, exc)
-        finally:
-            if self._sock is not None:
-                # everything before the goodbye was acknowledged: nothing left worth lingering for
-                self._sock.close(0 if self._goodbye_acked else None)
-                self._sock = None
-            self._held.clear()
-            self._held_updates = self._held_request = 0
-            self._closed = True
-
-    def __repr__(self) -> str:
-        return f"CurriculumClient({self.address!r}, env_id={self.env_id})"
-
-
-# -- in-process path ---------------------------------------------------------------------------------
 
 _local_cores: dict[int, tuple[Any, SyncCore]] = {}
 _local_lock = threading.Lock()
@@ -1254,13 +1361,15 @@ def _forget_core(key: int, cores: dict, ref: Any) -> None:
 
 
 class LocalClient(TaskFeed):
-    """In-process feed: calls the curriculum directly (under its lock), no sockets.
+    """The feed in-process: calls the curriculum's core directly (under its lock), no sockets; it registers
+    when made (a refusal raises :class:`SyncError`) and holds nothing.
 
     Args:
         core: The :class:`~magister.sync.server.SyncCore` to feed (a server's ``core``, or one made for a
             bare curriculum by :func:`connect`).
-        prefetch: Tasks sampled ahead (default 0: in-process sampling is cheap and always fresh).
-        strip_keys, send_obs, send_infos, task_space, stream: As for :class:`CurriculumClient`.
+        prefetch: Tasks asked for at once when none is ready (default 0, i.e. one: in-process sampling is
+            cheap and always fresh).
+        strip_keys, send_obs, send_infos, task_space, stream: As for :class:`TaskFeed`.
     """
 
     def __init__(
@@ -1274,83 +1383,52 @@ class LocalClient(TaskFeed):
         task_space: TaskSpace | None = None,
         stream: int | None = None,
     ) -> None:
-        if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
-            raise ValueError(f"prefetch must be an int >= 0, got {prefetch!r}")
-        if isinstance(strip_keys, str):
-            raise TypeError("strip_keys must be an iterable of keys, not a single str")
+        super().__init__(
+            InProcessTransport,
+            {"core": core},
+            address=f"in-process:{type(core.curriculum).__name__}",
+            prefetch=prefetch,
+            strip_keys=strip_keys,
+            send_obs=send_obs,
+            send_infos=send_infos,
+            update_batch=1,  # nothing held
+            max_update_delay=math.inf,  # (so that a request asks for `prefetch` tasks)
+            task_space=task_space,
+            stream=stream,
+        )
         self.core = core
-        self.prefetch = prefetch
-        self.send_obs, self.send_infos = bool(send_obs), bool(send_infos)
-        self.strip_keys = frozenset(strip_keys)
-        self.task_space, self.stream = _check_identity(task_space, stream)
-        try:
-            welcome = core.register_env(_hello(os.getpid(), "", self.task_space, self.stream))
-        except SyncRejected as exc:
-            raise SyncError(f"the curriculum refused this env ({exc.code}): {exc}") from None
-        self._take_welcome(welcome)
-        self._buffer: deque[Assignment] = deque()
-        self._closed = False
-
-    def _apply(self, msg: P.Message) -> P.Message | None:
-        try:
-            return self.core.apply(msg)
-        except SyncRejected as exc:
-            if exc.code == "sample_failed":
-                raise SyncError(str(exc)) from exc.__cause__
-            raise
-
-    def next_task(self) -> Assignment:
-        if self._closed:
-            raise SyncError("this client is closed")
-        if not self._buffer:
-            reply = self._apply(P.TaskRequest(self.env_id, max(1, self.prefetch)))
-            assert isinstance(reply, P.Tasks)
-            fields = (reply.task_ids, reply.tasks, reply.train, reply.control, reply.variants)
-            self._buffer.extend(Assignment(*x) for x in zip(*fields))
-        return self._buffer.popleft()
-
-    def give_back(self, assignment: Assignment) -> None:
-        if assignment.task_id >= 0 and not self._closed:
-            self._buffer.appendleft(assignment)
-
-    def _send_update(self, msg: P.Message) -> None:
-        self._apply(msg)
-
-    def close(self) -> None:
-        if self._closed:
-            return
-        self.flush()
-        returned = tuple(a.task_id for a in self._buffer)
-        self._buffer.clear()
-        self._apply(P.Goodbye(self.env_id, returned))
-        self._closed = True
+        self._ensure()
 
     def __repr__(self) -> str:
         return f"LocalClient({type(self.core.curriculum).__name__}, env_id={self.env_id})"
 
 
 def feed_class(address: str) -> type[TaskFeed]:
-    """The client class for a server address: :class:`~magister.sync.ray_backend.RayClient` for a
-    ``"ray://..."`` one (the Ray backend, an optional dependency, is imported only then; ``ImportError``
-    without ``ray``), :class:`CurriculumClient` for any other."""
+    """The feed class for a server address: :class:`RayClient` for a ``"ray://..."`` one (the Ray
+    transport, an optional dependency, is imported now: ``ImportError`` without ``ray``),
+    :class:`CurriculumClient` for any other."""
     if address.startswith("ray://"):
-        from .ray_backend import RayClient
+        from .transports import ray_actor  # noqa: F401  (fails here without ray)
 
         return RayClient
     return CurriculumClient
 
 
-def connect(source: str | Curriculum | CurriculumServer, **options: Any) -> TaskFeed:
-    """The feed for ``source``: an address str (sockets), a Curriculum or a CurriculumServer (in-process).
+def connect(
+    source: str | Curriculum | CurriculumServer | ServerHandle | TaskFeed, **options: Any
+) -> TaskFeed:
+    """The feed for ``source``, its transport picked from it.
 
-    A ``"ray://..."`` address (from :func:`magister.sync.ray_backend.serve_ray`) gives a
-    :class:`~magister.sync.ray_backend.RayClient`; any other address a :class:`CurriculumClient`.
-
-    A :class:`CurriculumServer` used from a process other than the one that created it (a forked worker)
-    is reached through its address, so its updates are never applied to a stale copy.
+    * an address str: ``"ray://..."`` (from :func:`magister.sync.ray_backend.serve_ray`) gives a
+      :class:`RayClient`, any other (``tcp://``, ``ipc://``) a :class:`CurriculumClient`;
+    * a :class:`ServerHandle` (what a server sent to another process becomes): its address;
+    * a :class:`~magister.curricula.base.Curriculum`, or a :class:`CurriculumServer` of this process: a
+      :class:`LocalClient` (in-process). A server used from a process other than the one that created it
+      (a forked worker) is reached through its address, so its updates are never applied to a stale copy;
+    * a :class:`TaskFeed`: itself.
 
     Raises:
-        TypeError: ``source`` is none of the three.
+        TypeError: ``source`` is none of these.
     """
     shared = ("strip_keys", "send_obs", "send_infos", "task_space", "stream")
     local_opts = {k: options.pop(k) for k in shared if k in options}

@@ -81,15 +81,8 @@ Example (not run as a doctest: it starts Ray)::
 from __future__ import annotations
 
 import logging
-import math
 import os
-import threading
-import time
-from collections import deque
-from collections.abc import Iterable
 from typing import Any
-
-import numpy as np
 
 try:
     import ray
@@ -101,28 +94,36 @@ except ImportError as _exc:  # pragma: no cover - exercised only without ray
     ) from _exc
 
 from ..curricula.base import Curriculum, TaskSample
-from ..task_spaces.base import EncodedTask, TaskSpace
-from . import client as _client  # (its _pid: this process's id, kept current across forks)
+from ..task_spaces.base import EncodedTask
 from . import protocol as P
 from .client import (
-    DEFAULT_MAX_UPDATE_DELAY,
-    DEFAULT_TIMEOUT,
-    Assignment,
+    DEFAULT_MAX_PENDING,
+    DEFAULT_RAY_PREFETCH,
+    DEFAULT_RAY_UPDATE_BATCH,
+    RayClient,
     ServerUnavailableError,
     SyncError,
-    TaskFeed,
-    _hello,
-    _register_for_flushing,
-    _StepBuffer,
-    _unregister_for_flushing,
 )
 from .server import DEFAULT_STEP_BATCH_SIZE, ServedCurriculum, ServerHandle, SyncCore, SyncRejected
+from .transports.ray_actor import (
+    ADDRESS_PREFIX,
+    Frame,
+    describe_actor,
+    lookup_actor,
+    pack,
+    parse_ray_address,
+    ray_address,
+    unpack,
+)
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
     "ADDRESS_PREFIX",
     "DEFAULT_ACTOR_NAME",
+    "DEFAULT_MAX_PENDING",
+    "DEFAULT_RAY_PREFETCH",
+    "DEFAULT_RAY_UPDATE_BATCH",
     "CurriculumActor",
     "RayClient",
     "RayCurriculumServer",
@@ -131,106 +132,15 @@ __all__ = [
     "serve_ray",
 ]
 
-#: Every Ray backend address starts with this.
-ADDRESS_PREFIX = "ray://"
 #: Name of the curriculum actor when none is given.
 DEFAULT_ACTOR_NAME = "magister_curriculum"
-#: Calls a client may have in flight (sent, reply not yet seen) before it waits for the actor.
-DEFAULT_MAX_PENDING = 1024
-#: Most tasks a Ray client asks for in one call (and so holds ahead of need); see :class:`RayClient`.
-DEFAULT_RAY_PREFETCH = 32
-#: Most updates a Ray client holds for one call.
-DEFAULT_RAY_UPDATE_BATCH = 32
-#: The clock of the client's time bounds (a module attribute, so tests can replace it).
-_now = time.monotonic
-#: Whether clients register with the per-process background flusher (tests with a fake clock turn it off).
-_background_flush = True
 #: Messages an env may send to the actor.
 _ENV_MESSAGES = (P.TaskRequest, P.StepUpdate, P.EpisodeUpdate, P.ProgressUpdate, P.Goodbye)
-#: Arrays at least this large travel out of band: as numpy arrays next to the header, which Ray moves
-#: through its object store without pickling or copying them again (the actor reads them in place).
-_OOB_BYTES = 64 * 1024
-
-
-def ray_address(name: str, namespace: str | None = None) -> str:
-    """The address of the curriculum actor ``name`` (in ``namespace``).
-
-    >>> ray_address("cur")
-    'ray://cur'
-    >>> ray_address("cur", "team")
-    'ray://team/cur'
-    """
-    if not isinstance(name, str) or not name:
-        raise ValueError(f"actor name must be a non-empty str, got {name!r}")
-    if namespace is None:
-        if "/" in name:
-            raise ValueError(
-                f"actor name {name!r} contains '/', which the address reserves to separate the namespace; "
-                "pass namespace=... or choose another name"
-            )
-        return ADDRESS_PREFIX + name
-    if not isinstance(namespace, str) or not namespace or "/" in namespace:
-        raise ValueError(f"namespace must be a non-empty str without '/', got {namespace!r}")
-    return f"{ADDRESS_PREFIX}{namespace}/{name}"
-
-
-def parse_ray_address(address: str) -> tuple[str, str | None]:
-    """``(name, namespace)`` of a ``"ray://[<namespace>/]<name>"`` address (inverse of :func:`ray_address`).
-
-    >>> parse_ray_address("ray://team/cur")
-    ('cur', 'team')
-    >>> parse_ray_address("ray://cur")
-    ('cur', None)
-    >>> parse_ray_address("tcp://127.0.0.1:5555")
-    Traceback (most recent call last):
-    ...
-    ValueError: not a Ray backend address: 'tcp://127.0.0.1:5555'; expected 'ray://<name>' or 'ray://<namespace>/<name>'
-    """
-    if not isinstance(address, str) or not address.startswith(ADDRESS_PREFIX):
-        raise ValueError(
-            f"not a Ray backend address: {address!r}; expected 'ray://<name>' or 'ray://<namespace>/<name>'"
-        )
-    rest = address[len(ADDRESS_PREFIX) :]
-    namespace: str | None = None
-    if "/" in rest:
-        namespace, rest = rest.split("/", 1)
-    if not rest or namespace == "":
-        raise ValueError(
-            f"Ray backend address {address!r} names no actor; expected 'ray://<name>' or "
-            "'ray://<namespace>/<name>'"
-        )
-    return rest, namespace
-
-
-#: One encoded message on the Ray path (see :func:`_pack`).
-Frame = bytes | tuple[Any, ...]
-
-
-def _pack(msg: P.Message) -> Frame:
-    """One protocol message: one ``bytes`` frame, or for a message with large arrays (step records with
-    observations) the tuple ``(header, array_bytes, ...)``, each large array's bytes as a flat ``uint8``
-    numpy array (a view, not a copy) so that Ray ships it out of band."""
-    return _as_frame(P.encode(msg, oob_threshold=_OOB_BYTES))
-
-
-def _as_frame(frames: list[Any]) -> Frame:
-    """Encoded frames as :func:`_pack` returns them."""
-    if len(frames) == 1:
-        return bytes(frames[0])
-    return (bytes(frames[0]), *(np.frombuffer(f, dtype=np.uint8) for f in frames[1:]))
-
-
-def _unpack(frame: Any) -> P.Message:
-    """The message of a frame made by :func:`_pack` (``ProtocolError`` when it is not one)."""
-    if isinstance(frame, tuple):
-        if not all(isinstance(f, (bytes, np.ndarray)) for f in frame):
-            raise P.ProtocolError("malformed message: the frames of a message must be bytes or uint8 arrays")
-        return P.decode(list(frame))
-    return P.decode([frame])
-
-
-def _describe(name: str, namespace: str | None) -> str:
-    return f"Ray actor {name!r}" + (f" in namespace {namespace!r}" if namespace else "")
+# (the transport's encoding and lookup, under the names this module and its tests use)
+_pack = pack
+_unpack = unpack
+_describe = describe_actor
+_lookup = lookup_actor
 
 
 # -- the actor ---------------------------------------------------------------------------------------
@@ -530,25 +440,6 @@ class RayCurriculumServer(ServedCurriculum):
         return f"RayCurriculumServer({self.address!r}, {state})"
 
 
-def _lookup(name: str, namespace: str | None, timeout: float) -> Any:
-    """``ray.get_actor`` retried until ``timeout``; :class:`ServerUnavailableError` naming the actor."""
-    deadline = time.monotonic() + timeout
-    delay = 0.02
-    while True:
-        try:
-            return ray.get_actor(name, namespace=namespace)
-        except ValueError as exc:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise ServerUnavailableError(
-                    f"no curriculum {_describe(name, namespace)} found within {timeout:g}s; is serve_ray() "
-                    "running in this Ray cluster, under this name and namespace? (a non-detached actor "
-                    f"created without a namespace is only visible to its own job) [{exc}]"
-                ) from None
-            time.sleep(min(delay, left))
-            delay = min(2 * delay, 0.5)
-
-
 def serve_ray(
     curriculum: Curriculum,
     name: str = DEFAULT_ACTOR_NAME,
@@ -618,459 +509,3 @@ def serve_ray(
         raise
     logger.info("curriculum %s served by %s", type(curriculum).__name__, _describe(name, namespace))
     return server
-
-
-# -- env side ----------------------------------------------------------------------------------------
-
-
-class RayClient(TaskFeed):
-    """Env-side client of a curriculum actor (see the module docstring); the Ray twin of
-    :class:`~magister.sync.client.CurriculumClient`.
-
-    Serialisable: only the address and options travel; the actor is looked up on first use, in the
-    process that uses it. If that process is not connected to Ray, it connects with
-    ``ray.init(address=ray_address or "auto")``. A process *forked* from a Ray worker or driver cannot use
-    Ray (its connection is the parent's): build such envs in Ray workers, or use the ZeroMQ backend.
-
-    **Calls.** An actor call costs far more than a socket message (a few hundred µs of CPU on each side),
-    so the client makes few of them: it asks for tasks only when it has none left ready or on the way, for
-    as many as it plays in ``max_update_delay`` seconds (at least 1, at most ``prefetch``), and it holds
-    episode and progress updates until its next call, at most ``update_batch`` of them and about
-    ``max_update_delay`` seconds (a background thread sends what is due, also while the env is idle).
-    An env with fast episodes thus makes one call per up to ``prefetch`` episodes; an env whose episodes
-    take longer than ``max_update_delay`` one call per episode, with its task sampled one episode ahead,
-    as over sockets. Step updates (batches of ``step_batch_size`` steps) are held like the others, but a
-    large one (observations, 64 KB or more) goes out at once, taking the held updates along.
-    :meth:`flush` and :meth:`close` send everything held; ``max_update_delay=0``
-    holds nothing. Thread-safe against that background thread; one env thread per client, as for every
-    feed.
-
-    Args:
-        address: ``"ray://<name>"`` or ``"ray://<namespace>/<name>"`` (``server.address``).
-        prefetch: Most tasks asked for in one call, and so most tasks held ahead of need (0: ask for each
-            task when it is needed, and wait for it).
-        timeout: Seconds to wait for the actor (lookup, a task, back-pressure) before
-            :class:`~magister.sync.client.ServerUnavailableError` (or the fallback).
-        strip_keys: Keys removed from dict observations and infos before step records are sent.
-        send_obs, send_infos: Whether step records carry observations / infos.
-        fallback_task_space: Opt-in: when the actor is unreachable, sample tasks locally from this space
-            (logged once) instead of raising. Feedback is then dropped.
-        close_timeout: Seconds :meth:`close` waits for outstanding tasks and the goodbye's reply.
-        max_pending_updates: Calls (batches of updates, task requests) in flight before the client waits
-            for the actor (back-pressure).
-        update_batch: Most updates held for one call.
-        max_update_delay: Most seconds an update is held (``math.inf``: no time bound, only
-            ``update_batch``; 0: nothing is held). It also sets how many tasks are asked for at once:
-            the number of episodes the env plays in that time.
-        name: A label for the actor's logs.
-        ray_address: Cluster address for ``ray.init`` when this process is not connected to Ray.
-        curve_server_key: Not supported (ZeroMQ only); given, it raises ``ValueError``.
-        task_space, stream: As for :class:`~magister.sync.client.CurriculumClient`.
-    """
-
-    def __init__(
-        self,
-        address: str,
-        *,
-        prefetch: int = DEFAULT_RAY_PREFETCH,
-        timeout: float = DEFAULT_TIMEOUT,
-        strip_keys: Iterable[str] = (),
-        send_obs: bool = True,
-        send_infos: bool = True,
-        fallback_task_space: TaskSpace | None = None,
-        close_timeout: float = 2.0,
-        max_pending_updates: int = DEFAULT_MAX_PENDING,
-        update_batch: int = DEFAULT_RAY_UPDATE_BATCH,
-        max_update_delay: float = DEFAULT_MAX_UPDATE_DELAY,
-        name: str = "",
-        ray_address: str | None = None,
-        curve_server_key: bytes | str | None = None,
-        task_space: TaskSpace | None = None,
-        stream: int | None = None,
-    ) -> None:
-        self.actor_name, self.namespace = parse_ray_address(address)
-        if curve_server_key is not None:
-            raise ValueError(
-                "curve_server_key applies to ZeroMQ tcp:// addresses; the Ray backend travels over Ray's own "
-                "transport (secure the Ray cluster instead)"
-            )
-        mp = max_pending_updates
-        if isinstance(mp, bool) or not isinstance(mp, int) or mp < 1:
-            raise ValueError(f"max_pending_updates must be a positive int, got {max_pending_updates!r}")
-        self._set_holding(update_batch, max_update_delay)
-        self._set_options(
-            address, prefetch, timeout, strip_keys, send_obs, send_infos, fallback_task_space,
-            close_timeout, name, task_space, stream,
-        )
-        self.max_pending_updates = max_pending_updates
-        self.ray_address = ray_address
-        self._reset_process_state()
-
-    def _reset_process_state(self) -> None:
-        self._pid: int | None = None
-        self._actor: Any = None
-        self._method: Any = None  # the actor's handle_batch
-        self.env_id: int | None = None
-        self.requires_step_updates = False
-        self.requires_episode_updates = True
-        self.step_batch_size = 1
-        self._buffer: deque[Assignment] = deque()
-        self._calls: deque[tuple[Any, int]] = deque()  # (ref of a call's replies, tasks it asked for)
-        self._outstanding = 0  # tasks asked for, not yet received
-        self._held: list[Frame] = []  # encoded updates waiting for the next call
-        self._lock = threading.RLock()  # the env's thread and the background flusher
-        self._send_by = math.inf  # when the oldest held update must go out
-        self._last_reset: float | None = None
-        self._episode_s: float | None = None  # running mean of the time between two tasks
-        self._steps: _StepBuffer | None = None
-        self._fallback = False
-        self._closed = False
-        self._goodbye_acked = False
-        self.stats = dict.fromkeys(
-            ("tasks_received", "updates_sent", "updates_dropped", "errors_received", "send_waits", "calls"), 0
-        )
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        for k in ("_actor", "_method", "_buffer", "_calls", "_held", "_lock", "_steps", "_pid"):
-            state.pop(k, None)
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._reset_process_state()
-
-    @property
-    def actor_description(self) -> str:
-        """``"Ray actor '<name>' in namespace '<ns>'"``, as used in error messages."""
-        return _describe(self.actor_name, self.namespace)
-
-    @property
-    def held_updates(self) -> int:
-        """Updates waiting for the next actor call."""
-        return len(self._held)
-
-    # -- connection ---------------------------------------------------------------------------------
-    def _ensure(self) -> bool:
-        """Connect in this process if needed; False when running on the local fallback."""
-        if self._pid is not None and self._pid != _client._pid:  # forked: the parent's handles are not ours
-            logger.debug("ray client: process forked (pid %s -> %s); reconnecting", self._pid, os.getpid())
-            self._reset_process_state()
-        if self._closed:
-            raise SyncError("this client is closed")
-        if self._fallback:
-            return False
-        if self._actor is not None:
-            return True
-        self._pid = os.getpid()
-        if not ray.is_initialized():
-            target = self.ray_address or "auto"
-            logger.info("ray client: this process is not connected to Ray; ray.init(address=%r)", target)
-            try:
-                ray.init(address=target, namespace=self.namespace, ignore_reinit_error=True)
-            except (ConnectionError, RuntimeError, ValueError) as exc:
-                return self._go_fallback(f"a Ray cluster at {target!r} ({exc})")
-        try:
-            self._actor = _lookup(self.actor_name, self.namespace, self.timeout)
-        except ServerUnavailableError as exc:
-            return self._go_fallback("the actor", str(exc))
-        self._method = self._actor.handle_batch
-        hello = _hello(os.getpid(), self.name, self.task_space, self.stream)
-        reply = self._get(self._actor.handle.remote(_pack(hello)), "a welcome")
-        if self._fallback:
-            return False
-        reply = self._decode(reply)
-        if not isinstance(reply, P.Welcome):
-            raise SyncError(f"the curriculum {self.actor_description} refused this env: {reply!r:.300}")
-        self._take_welcome(reply)
-        if self.prefetch:
-            self._request(self._request_size())  # start prefetching right away
-        if _background_flush and 0.0 < self.max_update_delay < math.inf:
-            _register_for_flushing(self)
-        return True
-
-    def _go_fallback(self, what: str, reason: str | None = None) -> bool:
-        if reason is None:
-            reason = (
-                f"no reply from the curriculum {self.actor_description} ({self.address}) within "
-                f"{self.timeout:g}s while waiting for {what}"
-            )
-        if self.fallback_task_space is None:
-            raise ServerUnavailableError(
-                f"{reason}. Is serve_ray() running, and is the actor alive? Pass fallback_task_space=... to "
-                "sample locally instead"
-            )
-        logger.warning(
-            "%s; sampling tasks locally from %r from now on (feedback is dropped)",
-            reason,
-            self.fallback_task_space,
-        )
-        self._fallback = True
-        self._actor = self._method = None
-        self.stats["updates_dropped"] += len(self._held)
-        self._held.clear()
-        self._send_by = math.inf
-        self._calls.clear()
-        self._outstanding = 0
-        return False
-
-    def _decode(self, reply: Any) -> P.Message | None:
-        """Decode an actor reply; an Error is counted and logged (a version mismatch raises)."""
-        if reply is None:
-            return None
-        msg = P.decode([reply])
-        if isinstance(msg, P.Error):
-            self.stats["errors_received"] += 1
-            if msg.code == "version":
-                raise P.ProtocolVersionError(msg.message)
-            logger.error(
-                "curriculum %s refused a message from env %s (%s): %s",
-                self.actor_description,
-                self.env_id,
-                msg.code,
-                msg.message,
-            )
-        return msg
-
-    def _get(self, ref: Any, what: str, timeout: float | None = None) -> Any:
-        """``ray.get`` of one reply (at most ``timeout``); None (and the fallback) when none came."""
-        try:
-            return ray.get(ref, timeout=self.timeout if timeout is None else timeout)
-        except GetTimeoutError:
-            self._go_fallback(what)
-        except RayActorError as exc:
-            self._go_fallback(what, f"the curriculum {self.actor_description} is dead: {exc}")
-        return None
-
-    # -- calls --------------------------------------------------------------------------------------
-    def _call(self, frames: list[Frame], tasks: int, updates: int) -> None:
-        """One fire-and-forget call carrying ``frames`` (``updates`` of them updates, asking for ``tasks``
-        tasks in all); its replies are read later, in order."""
-        if len(self._calls) >= self.max_pending_updates:  # back-pressure: the actor is behind
-            self.stats["send_waits"] += 1
-            self._read_reply(f"room for {len(frames)} message(s)")
-            if self._fallback:
-                self.stats["updates_dropped"] += updates
-                return
-        self._calls.append((self._method.remote(frames), tasks))
-        self._outstanding += tasks
-        self.stats["calls"] += 1
-        self.stats["updates_sent"] += updates
-
-    def _read_reply(self, what: str, timeout: float | None = None) -> bool:
-        """Wait for the oldest call's replies (at most ``timeout``) and take them in; False if none came.
-
-        Calls are applied in order, so once a reply is here every earlier call was applied too.
-        """
-        ref, asked = self._calls[0]
-        replies = self._get(ref, what, timeout)
-        if self._fallback:
-            return False
-        self._calls.popleft()
-        self._outstanding -= asked
-        if replies is None:  # updates only, none refused
-            return True
-        got_tasks = False
-        refusal: P.Error | None = None
-        for reply in replies:
-            msg = self._decode(reply)
-            if isinstance(msg, P.Tasks):
-                for x in zip(msg.task_ids, msg.tasks, msg.train, msg.control, msg.variants):
-                    self._buffer.append(Assignment(*x))
-                self.stats["tasks_received"] += len(msg.task_ids)
-                got_tasks = True
-            elif isinstance(msg, P.Error):
-                refusal = msg
-        if asked and not got_tasks:
-            why = refusal.message if refusal is not None else "no reply to the task request"
-            raise SyncError(f"the curriculum {self.actor_description} could not provide tasks: {why}")
-        return True
-
-    def _take_held(self) -> list[Frame]:
-        frames, self._held = self._held, []
-        self._send_by = math.inf
-        return frames
-
-    def _send_held(self) -> None:
-        """Send the held updates now (one call)."""
-        if self._held and self._active():
-            frames = self._take_held()
-            self._call(frames, 0, len(frames))
-
-    def _request(self, count: int) -> None:
-        """Ask for ``count`` tasks in one call, with the held updates (sent first) along."""
-        frames = self._take_held()
-        updates = len(frames)
-        frames.append(_pack(P.TaskRequest(self.env_id, count)))  # type: ignore[arg-type]
-        self._call(frames, count, updates)
-
-    @property
-    def request_size(self) -> int:
-        """Tasks the client asks for in its next request: as many as the env plays in
-        ``max_update_delay`` seconds (by its recent episode rate; 1 until that is known), at least 1 and at
-        most ``prefetch`` (``prefetch`` itself when ``max_update_delay`` is infinite)."""
-        return self._request_size()
-
-    # -- tasks --------------------------------------------------------------------------------------
-    def next_task(self) -> Assignment:
-        """The next task: from the buffer, else from the replies of earlier calls (waits at most
-        ``timeout``), else asked for now. When the last task is taken, the next ones are asked for."""
-        if self._ensure():
-            with self._lock:
-                a = self._next_assignment()
-            if a is not None:
-                return a
-        (task,) = self.fallback_task_space.sample_encoded(1)  # type: ignore[union-attr]
-        return Assignment(-1, task, True)
-
-    def _next_assignment(self) -> Assignment | None:
-        """:meth:`next_task` once connected (under the lock); None when the fallback took over."""
-        now = _now()
-        self._note_reset(now)
-        if not self._buffer:
-            if not self._outstanding:
-                self._request(self._request_size())
-            while not self._buffer and self._calls and not self._fallback:
-                self._read_reply("tasks")
-        if not self._fallback:
-            if not self._buffer:  # pragma: no cover - every request is answered with tasks or an error
-                raise SyncError(f"the curriculum {self.actor_description} sent no tasks")
-            a = self._buffer.popleft()
-            if self.prefetch and not self._buffer and not self._outstanding:
-                self._request(self._request_size())
-            elif self._held and now >= self._send_by:
-                self._send_held()
-            return a
-        return None
-
-    def give_back(self, assignment: Assignment) -> None:
-        if assignment.task_id >= 0 and self._active():
-            with self._lock:
-                self._buffer.appendleft(assignment)
-
-    # -- feedback -----------------------------------------------------------------------------------
-    def _active(self) -> bool:
-        return (
-            self._actor is not None and self._pid == _client._pid and not self._fallback and not self._closed
-        )
-
-    def _send_update(self, msg: P.Message) -> None:
-        """Hold an update for the next call. It goes out at once when it asks for tasks (``request``), is
-        large (step records with observations: not kept in memory), fills the batch, or the oldest held
-        update is due."""
-        frame = _pack(msg)
-        with self._lock:
-            self._hold(frame, getattr(msg, "request", 0))
-
-    def _send_fields(self, cls: type[P.Message], fields: tuple) -> None:
-        # encoded without building the message (the actor validates it): the fields are ours
-        frame = _as_frame(P.encode_fields(cls, fields, oob_threshold=_OOB_BYTES))
-        with self._lock:
-            self._hold(frame, fields[-1])
-
-    def _deliver_steps(self, steps: _StepBuffer) -> None:
-        frame = _as_frame(steps.frames(self.env_id))  # type: ignore[arg-type]
-        with self._lock:
-            self._hold(frame, 0)
-
-    def _hold(self, frame: Frame, request: int) -> None:
-        self._held.append(frame)
-        if request:
-            frames = self._take_held()
-            self._call(frames, request, len(frames))
-            return
-        now = _now()
-        if len(self._held) == 1:
-            self._send_by = now + self.max_update_delay
-        large = isinstance(frame, tuple) or len(frame) >= _OOB_BYTES  # step records with observations
-        if large or len(self._held) >= self.update_batch or now >= self._send_by:
-            frames = self._take_held()
-            self._call(frames, 0, len(frames))
-
-    def _refill_request(self) -> int:
-        # An episode (or completed task) update, with a reset to follow that takes one task: when that
-        # leaves nothing ready or asked for, ask for the next tasks in this update's call.
-        if self.prefetch and self.env_id is not None and len(self._buffer) + self._outstanding <= 1:
-            return self._request_size()
-        return 0
-
-    def _clock(self) -> float:
-        return _now()
-
-    def _may_send_in_background(self) -> bool:
-        return len(self._calls) < self.max_pending_updates  # back-pressure: the env's own thread handles it
-
-    def flush(self) -> None:
-        """Send buffered step records and every held update now.
-
-        (The step flushes :class:`TaskFeed` makes itself, of a full step batch or before an episode
-        update, only turn the step records into an update, held like the others.)
-        """
-        with self._lock:
-            self._flush_steps()
-            self._send_held()
-
-    def close(self) -> None:
-        """Send what is held, collect outstanding tasks, return unused ones and wait for the goodbye's
-        reply (bounded by ``close_timeout``).
-
-        The goodbye is applied after every update this client sent, so once it is acknowledged the
-        actor's counters include all of them.
-        """
-        if self._closed or self._pid != _client._pid:
-            self._closed = True
-            return
-        _unregister_for_flushing(self)
-        with self._lock:
-            self._close()
-
-    def _close(self) -> None:
-        try:
-            if self._active() and self.env_id is not None:
-                super().flush()  # step records go out now (with the held updates)
-                deadline = time.monotonic() + self.close_timeout
-                while self._calls and not self._fallback:  # tasks asked for: wait for them, bounded
-                    left = deadline - time.monotonic()
-                    ready, _ = ray.wait([self._calls[0][0]], timeout=max(0.0, left))
-                    if not ready:
-                        logger.warning(
-                            "ray client env %s: %d requested tasks did not arrive before close; they stay "
-                            "in flight",
-                            self.env_id,
-                            self._outstanding,
-                        )
-                        break
-                    self._read_reply("tasks")
-                if self._fallback:
-                    return
-                returned = tuple(a.task_id for a in self._buffer if a.task_id >= 0)
-                self._buffer.clear()
-                frames = self._take_held()
-                updates = len(frames)
-                frames.append(_pack(P.Goodbye(self.env_id, returned)))
-                ref = self._method.remote(frames)
-                self.stats["calls"] += 1
-                self.stats["updates_sent"] += updates
-                try:
-                    replies = ray.get(ref, timeout=max(self.close_timeout, 1e-3))
-                except (GetTimeoutError, RayActorError) as exc:
-                    replies = None
-                    logger.warning(
-                        "ray client env %s: no goodbye reply from %s: %s", self.env_id, self.address, exc
-                    )
-                else:
-                    msgs = [self._decode(r) for r in replies or ()]
-                    self._goodbye_acked = bool(msgs) and isinstance(msgs[-1], P.Goodbye)
-                if not self._goodbye_acked:
-                    logger.warning("ray client env %s: no goodbye ack from %s", self.env_id, self.address)
-        except (ServerUnavailableError, SyncError, RayActorError) as exc:  # closing must not fail
-            logger.warning("ray client env %s: closing without the curriculum actor: %s", self.env_id, exc)
-        finally:
-            self._actor = self._method = None
-            self._calls.clear()
-            self._held.clear()
-            self._buffer.clear()
-            self._closed = True
-
-    def __repr__(self) -> str:
-        return f"RayClient({self.address!r}, env_id={self.env_id})"

@@ -61,8 +61,8 @@ class FakeClock:
 
 @pytest.fixture
 def fake_clock():
-    """``fake_clock(module, monkeypatch)``: give ``module`` (``magister.sync.client`` or
-    ``magister.sync.ray_backend``) a :class:`FakeClock` and no background flusher (it would race)."""
+    """``fake_clock(module, monkeypatch)``: give ``module`` (``magister.sync.client``, whose clock every
+    feed reads) a :class:`FakeClock` and no background flusher (it would race)."""
 
     def install(module, monkeypatch: pytest.MonkeyPatch) -> FakeClock:
         c = FakeClock()

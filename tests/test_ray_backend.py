@@ -371,7 +371,7 @@ def test_back_pressure_waits_instead_of_dropping(shared):
     tasks = [client.next_task() for _ in range(12)]
     for a in tasks:
         client.record_episode(a, 1.0, 1, 1.0)
-        assert len(client._calls) <= 2
+        assert client.transport.in_flight <= 2
     # calls 1 and 2 fit; each of the other 10 waited for the oldest reply first
     assert client.stats["send_waits"] == 10 and client.stats["updates_dropped"] == 0
     client.close()
@@ -382,8 +382,8 @@ def test_back_pressure_waits_instead_of_dropping(shared):
 
 @pytest.fixture
 def clock(fake_clock, monkeypatch):
-    """A fake clock for the Ray clients created in the test (and no background flusher)."""
-    return fake_clock(ray_backend, monkeypatch)
+    """A fake clock for the Ray clients created in the test (and no background flusher): the feed's."""
+    return fake_clock(client_module, monkeypatch)
 
 
 def test_updates_are_batched_into_few_calls_and_all_applied(shared):

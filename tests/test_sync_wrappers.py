@@ -211,9 +211,10 @@ def test_episode_update_refills_the_prefetch_buffer_in_the_same_message():
         env.reset()
         feed = env.feed
         kinds: list[str] = []
-        send = feed._send_frames
-        feed._send_frames = lambda frames, what: kinds.append(type(P.decode(frames)).__name__) or send(
-            frames, what
+        transport = feed.transport
+        send = transport.send
+        transport.send = lambda items: kinds.append(type(P.decode(transport.frames(items))).__name__) or send(
+            items
         )
         for _ in range(5):
             _run_episode(env)

@@ -1,0 +1,63 @@
+"""The in-process transport: :meth:`SyncCore.apply <magister.sync.server.SyncCore.apply>` called directly.
+
+Same messages, validation and accounting as over a socket, without encoding them: a send applies the
+message objects under the core's lock and queues their replies for :meth:`InProcessTransport.receive`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from .. import protocol as P
+from ..server import SyncCore, SyncRejected
+from .base import SyncError, Transport
+
+__all__ = ["InProcessTransport"]
+
+
+class InProcessTransport(Transport):
+    """Feeds ``core`` (a server's, or one made for a bare curriculum) in this process."""
+
+    # in-process sampling is cheap and always fresh: nothing sampled ahead, nothing held
+    defaults: ClassVar[dict[str, Any]] = {"prefetch": 0, "update_batch": 1}
+    encodes: ClassVar[bool] = False
+    synchronous: ClassVar[bool] = True
+
+    def __init__(self, core: SyncCore) -> None:
+        self.core = core
+        self.replies: list[P.Message] = []
+
+    @property
+    def peer(self) -> str:
+        return f"curriculum {type(self.core.curriculum).__name__} (in-process)"
+
+    def no_reply(self, what: str) -> str:  # pragma: no cover - every call answers at once
+        return f"no reply from the {self.peer} while waiting for {what}"
+
+    def open(self, hello: P.Hello) -> P.Welcome:
+        try:
+            welcome = self.core.register_env(hello)
+        except SyncRejected as exc:
+            raise SyncError(f"the curriculum refused this env ({exc.code}): {exc}") from None
+        self.env_id = welcome.env_id
+        return welcome
+
+    def send(self, items: list[Any]) -> None:
+        """Apply the messages in order (a refused one raises: :class:`SyncError` when the curriculum could
+        not sample, else the server's ``SyncRejected``)."""
+        for msg in items:
+            try:
+                reply = self.core.apply(msg)
+            except SyncRejected as exc:
+                if exc.code == "sample_failed":
+                    raise SyncError(str(exc)) from exc.__cause__
+                raise
+            if reply is not None:
+                self.replies.append(reply)
+
+    def receive(self, timeout: float) -> list[P.Message]:
+        out, self.replies = self.replies, []
+        return out
+
+    def close(self, wait: bool = True) -> None:
+        self.replies.clear()

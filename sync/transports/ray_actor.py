@@ -1,0 +1,276 @@
+"""The Ray transport: calls to a named curriculum actor (:mod:`magister.sync.ray_backend` serves it).
+
+Addresses are ``"ray://<name>"`` or ``"ray://<namespace>/<name>"``. :meth:`RayTransport.open` looks the
+actor up by name (connecting this process to Ray first when it is not); each :meth:`RayTransport.send` is
+one fire-and-forget ``handle_batch`` call carrying every item, and :meth:`RayTransport.receive` reads the
+replies of the oldest call still unread (calls are applied in order, so once a reply is here every
+earlier call was applied too). Back-pressure: at most ``max_pending`` calls unread; a send beyond waits
+for the oldest reply, whose messages :meth:`RayTransport.receive` then returns.
+
+Every message travels as one ``bytes`` frame (arrays inline), or for a message with large arrays as the
+tuple ``(header, array_bytes, ...)``, each large array's bytes a flat ``uint8`` numpy array that Ray ships
+out of band (:func:`pack`, :func:`unpack`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from typing import Any, ClassVar
+
+import numpy as np
+
+try:
+    import ray
+    from ray.exceptions import GetTimeoutError, RayActorError
+except ImportError as _exc:  # pragma: no cover - exercised only without ray
+    raise ImportError(
+        "the Ray backend of magister.sync needs Ray; install it with `pip install 'magister[ray]'` "
+        "(or `pip install ray`)"
+    ) from _exc
+
+from .. import protocol as P
+from .base import ServerUnavailableError, SyncError, Transport
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "ADDRESS_PREFIX",
+    "DEFAULT_MAX_PENDING",
+    "Frame",
+    "RayTransport",
+    "as_frame",
+    "describe_actor",
+    "lookup_actor",
+    "pack",
+    "parse_ray_address",
+    "ray_address",
+    "unpack",
+]
+
+#: Every Ray backend address starts with this.
+ADDRESS_PREFIX = "ray://"
+#: Calls a client may have in flight (sent, reply not yet seen) before it waits for the actor.
+DEFAULT_MAX_PENDING = 1024
+#: Arrays at least this large travel out of band (as numpy arrays next to the header, which Ray moves
+#: through its object store without pickling or copying them again); smaller messages are one frame.
+OOB_BYTES = P.DEFAULT_OOB_THRESHOLD
+
+
+def ray_address(name: str, namespace: str | None = None) -> str:
+    """The address of the curriculum actor ``name`` (in ``namespace``).
+
+    >>> ray_address("cur")
+    'ray://cur'
+    >>> ray_address("cur", "team")
+    'ray://team/cur'
+    """
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"actor name must be a non-empty str, got {name!r}")
+    if namespace is None:
+        if "/" in name:
+            raise ValueError(
+                f"actor name {name!r} contains '/', which the address reserves to separate the namespace; "
+                "pass namespace=... or choose another name"
+            )
+        return ADDRESS_PREFIX + name
+    if not isinstance(namespace, str) or not namespace or "/" in namespace:
+        raise ValueError(f"namespace must be a non-empty str without '/', got {namespace!r}")
+    return f"{ADDRESS_PREFIX}{namespace}/{name}"
+
+
+def parse_ray_address(address: str) -> tuple[str, str | None]:
+    """``(name, namespace)`` of a ``"ray://[<namespace>/]<name>"`` address (inverse of :func:`ray_address`).
+
+    >>> parse_ray_address("ray://team/cur")
+    ('cur', 'team')
+    >>> parse_ray_address("ray://cur")
+    ('cur', None)
+    >>> parse_ray_address("tcp://127.0.0.1:5555")
+    Traceback (most recent call last):
+    ...
+    ValueError: not a Ray backend address: 'tcp://127.0.0.1:5555'; expected 'ray://<name>' or 'ray://<namespace>/<name>'
+    """
+    if not isinstance(address, str) or not address.startswith(ADDRESS_PREFIX):
+        raise ValueError(
+            f"not a Ray backend address: {address!r}; expected 'ray://<name>' or 'ray://<namespace>/<name>'"
+        )
+    rest = address[len(ADDRESS_PREFIX) :]
+    namespace: str | None = None
+    if "/" in rest:
+        namespace, rest = rest.split("/", 1)
+    if not rest or namespace == "":
+        raise ValueError(
+            f"Ray backend address {address!r} names no actor; expected 'ray://<name>' or "
+            "'ray://<namespace>/<name>'"
+        )
+    return rest, namespace
+
+
+#: One encoded message on the Ray path (see :func:`pack`).
+Frame = bytes | tuple[Any, ...]
+
+
+def pack(msg: P.Message) -> Frame:
+    """One protocol message: one ``bytes`` frame, or for a message with large arrays (step records with
+    observations) the tuple ``(header, array_bytes, ...)``, each large array's bytes as a flat ``uint8``
+    numpy array (a view, not a copy) so that Ray ships it out of band."""
+    return as_frame(P.encode(msg, oob_threshold=OOB_BYTES))
+
+
+def as_frame(frames: list[Any]) -> Frame:
+    """Encoded frames as :func:`pack` returns them."""
+    if len(frames) == 1:
+        return bytes(frames[0])
+    return (bytes(frames[0]), *(np.frombuffer(f, dtype=np.uint8) for f in frames[1:]))
+
+
+def unpack(frame: Any) -> P.Message:
+    """The message of a frame made by :func:`pack` (``ProtocolError`` when it is not one)."""
+    if isinstance(frame, tuple):
+        if not all(isinstance(f, (bytes, np.ndarray)) for f in frame):
+            raise P.ProtocolError("malformed message: the frames of a message must be bytes or uint8 arrays")
+        return P.decode(list(frame))
+    return P.decode([frame])
+
+
+def describe_actor(name: str, namespace: str | None) -> str:
+    """``"Ray actor '<name>' in namespace '<ns>'"``, as used in messages."""
+    return f"Ray actor {name!r}" + (f" in namespace {namespace!r}" if namespace else "")
+
+
+def lookup_actor(name: str, namespace: str | None, timeout: float) -> Any:
+    """``ray.get_actor`` retried until ``timeout``; :class:`ServerUnavailableError` naming the actor."""
+    deadline = time.monotonic() + timeout
+    delay = 0.02
+    while True:
+        try:
+            return ray.get_actor(name, namespace=namespace)
+        except ValueError as exc:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise ServerUnavailableError(
+                    f"no curriculum {describe_actor(name, namespace)} found within {timeout:g}s; is "
+                    "serve_ray() running in this Ray cluster, under this name and namespace? (a non-detached "
+                    f"actor created without a namespace is only visible to its own job) [{exc}]"
+                ) from None
+            time.sleep(min(delay, left))
+            delay = min(2 * delay, 0.5)
+
+
+def _item_frame(item: Any) -> Frame:
+    if item.__class__ is bytes:
+        return item
+    if item.__class__ is tuple:  # (message class, fields): encoded now
+        return as_frame(P.encode_fields(*item, oob_threshold=OOB_BYTES))
+    return as_frame(item)
+
+
+class RayTransport(Transport):
+    """Calls to the curriculum actor at ``address`` (see the module docstring)."""
+
+    # a call costs far more than a socket message (a few hundred µs of CPU on each side): more tasks per
+    # request and more updates per call than over sockets
+    defaults: ClassVar[dict[str, Any]] = {"prefetch": 32, "update_batch": 32}
+    unit: ClassVar[str] = "calls"
+    costly: ClassVar[bool] = True
+    hint: ClassVar[str] = (
+        ". Is serve_ray() running, and is the actor alive? Pass fallback_task_space=... to sample locally "
+        "instead"
+    )
+
+    def __init__(
+        self,
+        address: str,
+        timeout: float,
+        max_pending: int = DEFAULT_MAX_PENDING,
+        ray_address: str | None = None,
+    ) -> None:
+        self.address = address
+        self.actor_name, self.namespace = parse_ray_address(address)
+        self.timeout = timeout
+        self.max_pending = max_pending
+        self.ray_address = ray_address
+        self.method: Any = None  # the actor's handle_batch
+        self.calls: deque[Any] = deque()  # refs of the calls whose replies are unread, oldest first
+        self.replies: list[P.Message] = []  # replies read while waiting for room
+        self.waits = 0
+
+    @property
+    def peer(self) -> str:
+        return f"curriculum {describe_actor(self.actor_name, self.namespace)}"
+
+    @property
+    def in_flight(self) -> int:
+        """Calls whose replies are unread."""
+        return len(self.calls)
+
+    def no_reply(self, what: str) -> str:
+        return (
+            f"no reply from the {self.peer} ({self.address}) within {self.timeout:g}s while waiting for "
+            f"{what}"
+        )
+
+    def _get(self, ref: Any, what: str, timeout: float) -> Any:
+        try:
+            return ray.get(ref, timeout=timeout)
+        except GetTimeoutError:
+            raise ServerUnavailableError(self.no_reply(what)) from None
+        except RayActorError as exc:
+            raise ServerUnavailableError(f"the {self.peer} is dead: {exc}") from None
+
+    def open(self, hello: P.Hello) -> P.Welcome:
+        if not ray.is_initialized():
+            target = self.ray_address or "auto"
+            logger.info("ray client: this process is not connected to Ray; ray.init(address=%r)", target)
+            try:
+                ray.init(address=target, namespace=self.namespace, ignore_reinit_error=True)
+            except (ConnectionError, RuntimeError, ValueError) as exc:
+                raise ServerUnavailableError(self.no_reply(f"a Ray cluster at {target!r} ({exc})")) from None
+        actor = lookup_actor(self.actor_name, self.namespace, self.timeout)
+        self.method = actor.handle_batch
+        reply = P.decode([self._get(actor.handle.remote(pack(hello)), "a welcome", self.timeout)])
+        if isinstance(reply, P.Error) and reply.code == "version":
+            raise P.ProtocolVersionError(reply.message)
+        if not isinstance(reply, P.Welcome):
+            raise SyncError(f"the {self.peer} refused this env: {reply!r:.300}")
+        self.env_id = reply.env_id
+        return reply
+
+    def send(self, items: list[Any]) -> None:
+        if len(self.calls) >= self.max_pending:  # back-pressure: the actor is behind
+            self.waits += 1
+            replies = self._read(self.timeout)
+            if replies is None:
+                raise ServerUnavailableError(self.no_reply(f"room for {len(items)} message(s)"))
+            self.replies.extend(replies)
+        self.calls.append(self.method.remote([_item_frame(i) for i in items]))
+
+    def _read(self, timeout: float) -> list[P.Message] | None:
+        """The replies of the oldest unread call, waiting at most ``timeout`` (None: not yet)."""
+        try:
+            replies = ray.get(self.calls[0], timeout=timeout)
+        except GetTimeoutError:
+            return None
+        except RayActorError as exc:
+            raise ServerUnavailableError(f"the {self.peer} is dead: {exc}") from None
+        self.calls.popleft()
+        return [P.decode([r]) for r in replies] if replies else []
+
+    def receive(self, timeout: float) -> list[P.Message]:
+        if self.replies:
+            out, self.replies = self.replies, []
+            return out
+        if not self.calls:  # nothing to wait for
+            time.sleep(min(max(timeout, 0.0), 0.05))
+            return []
+        return self._read(max(timeout, 0.0)) or []
+
+    def can_send_now(self) -> bool:
+        return len(self.calls) < self.max_pending
+
+    def close(self, wait: bool = True) -> None:
+        self.method = None
+        self.calls.clear()
+        self.replies.clear()

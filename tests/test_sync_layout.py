@@ -1,0 +1,78 @@
+"""The sync layer's module layout: one feed, transports under it, no import cycles, Ray optional."""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+SYNC = Path(__file__).resolve().parent.parent / "sync"
+
+
+def _imports(path: Path) -> list[tuple[str, list[str]]]:
+    """``(module, names)`` of every import in ``path``, relative ones resolved within ``magister.sync``."""
+    rel = path.relative_to(SYNC.parent).with_suffix("")
+    package = ["magister", *rel.parts[:-1]]
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else []
+            module = ".".join([*base, *(node.module.split(".") if node.module else [])])
+            out.append((module, [a.name for a in node.names]))
+        elif isinstance(node, ast.Import):
+            out.extend((a.name, []) for a in node.names)
+    return out
+
+
+def test_transports_never_import_the_feed():
+    for path in sorted((SYNC / "transports").glob("*.py")):
+        for module, names in _imports(path):
+            assert module not in ("magister.sync.client", "magister.sync.ray_backend"), (path.name, module)
+            if module == "magister.sync":
+                assert not {"client", "ray_backend"} & set(names), (path.name, names)
+
+
+def test_the_feed_module_imports_neither_ray_nor_the_ray_backend_at_module_level():
+    tree = ast.parse((SYNC / "client.py").read_text())
+    top = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+    for node in top:
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+        assert not any(n == "ray" or n.startswith("ray.") or "ray_" in n for n in names), ast.dump(node)
+
+
+def test_ray_backend_imports_no_private_name_from_another_sync_module():
+    for module, names in _imports(SYNC / "ray_backend.py"):
+        if module.startswith("magister.") or module.startswith("."):
+            private = [n for n in names if n.startswith("_") and not n.startswith("__")]
+            assert not private, (module, private)
+    tree = ast.parse((SYNC / "ray_backend.py").read_text())
+    for node in ast.walk(tree):  # nor reaches into one through a module attribute (`client._pid`)
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            assert not (node.value.id in ("client", "_client") and node.attr.startswith("_")), ast.dump(node)
+
+
+def test_the_feed_imports_and_works_in_process_without_ray():
+    code = (
+        "import sys; sys.modules['ray'] = None\n"
+        "import magister.sync.client as c\n"
+        "from magister.curricula.base import Curriculum\n"
+        "from magister.task_spaces.discrete import Discrete\n"
+        "class C(Curriculum):\n"
+        "    def sample(self, k=1):\n"
+        "        return [0] * k\n"
+        "feed = c.connect(C(Discrete(2)))\n"
+        "a = feed.next_task(); feed.record_episode(a, 1.0, 1, 1.0); feed.close()\n"
+        "assert 'magister.sync.ray_backend' not in sys.modules\n"
+        "try:\n"
+        "    c.connect('ray://cur')\n"
+        "except ImportError as exc:\n"
+        "    assert 'ray' in str(exc).lower(), exc\n"
+        "else:\n"
+        "    raise AssertionError('ray:// without ray must raise ImportError')\n"
+        "print('ok')\n"
+    )
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
