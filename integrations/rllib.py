@@ -191,7 +191,7 @@ class MagisterCallbacks(RLlibCallback):
         server = self._proxy()
         if self._pending is not None:  # the previous iteration's update: surface its error, if any
             ref, self._pending = self._pending, None
-            server._get(ref, "update_on_demand()")
+            server.wait(ref, "update_on_demand()")
         payload = self.payload(result)
         if payload:
             self._pending = server.update_on_demand(dict(payload), wait=False)

@@ -368,11 +368,17 @@ class RayCurriculumServer(ServedCurriculum):
         """``curriculum.sample_tasks(k)`` in the actor."""
         return self._get(self.actor.sample_tasks.remote(k), "sample_tasks()")
 
+    def wait(self, ref: Any, what: str = "a call") -> Any:
+        """The result of a call made with ``wait=False`` (its object ref), waiting at most ``timeout``:
+        the curriculum's exception re-raised, :class:`~magister.sync.client.ServerUnavailableError` when the
+        actor does not answer or is dead (``what`` names the call in the message)."""
+        return self._get(ref, what)
+
     def update_on_demand(self, metrics: dict[str, Any], *, wait: bool = True) -> Any:
         """Learner-side feedback, ``curriculum.update_on_demand(metrics)`` in the actor.
 
-        With ``wait=False`` the call is fire-and-forget and its object ref is returned (``ray.get`` it
-        to see an error); with ``wait=True`` it returns ``None`` once applied.
+        With ``wait=False`` the call is fire-and-forget and its object ref is returned (:meth:`wait` for
+        it to see an error); with ``wait=True`` it returns ``None`` once applied.
         """
         if not isinstance(metrics, dict):
             raise TypeError(f"metrics must be a dict, got {type(metrics).__name__}")
