@@ -123,8 +123,10 @@ def test_every_fence_is_labelled_and_every_python_block_is_run_or_marked():
 
 
 def _ids() -> list[str]:
+    """Test ids such as ``curricula.plr.md:40`` (a slash in an id would read as a path to pytest)."""
     scripts, needs = _scripts()
-    return [s.where for s in scripts] + [f"docs/{b.page}:{b.line}" for b in needs]
+    blocks = [s.blocks[0] for s in scripts] + needs
+    return [f"{b.page.replace('/', '.')}:{b.line}" for b in blocks]
 
 
 @pytest.mark.parametrize("index", range(len(_ids())), ids=_ids())
