@@ -153,7 +153,7 @@ def expanding_box_figure(out: Path) -> None:
     plt.close(fig)
 
 
-def coplayer_figure(name: str, make: Callable[[OpponentStore], object], out: Path) -> None:
+def coplayer_figure(name: str, file: str, make: Callable[[OpponentStore], object], out: Path) -> None:
     """The learner's skill grows; each stored snapshot keeps the skill it had. Which opponents are drawn?"""
     with tempfile.TemporaryDirectory() as d:
         store = OpponentStore(d, max_count=None)
@@ -179,7 +179,7 @@ def coplayer_figure(name: str, make: Callable[[OpponentStore], object], out: Pat
           xlim=(-0.2, 6.2))
     a.set_title(f"{name}: opponents drawn over the last 20 policy updates", fontsize=10)
     fig.tight_layout()
-    fig.savefig(out / f"{name.lower().replace(' ', '-')}.png", dpi=90)
+    fig.savefig(out / f"{file}.png", dpi=90)
     plt.close(fig)
 
 
@@ -225,9 +225,9 @@ FIGURES: dict[str, Callable[[Path], None]] = {
     "task-filter": lambda out: student_figure(
         "task-filter", "TaskFilter", lambda: TaskFilter(_space(), num_episodes=4, seed=SEED), out),
     "expanding-box": expanding_box_figure,
-    "self-play": lambda out: coplayer_figure("SelfPlay", lambda store: SelfPlay(store, seed=SEED), out),
-    "fsp": lambda out: coplayer_figure("FSP", lambda store: FSP(store, checkpoint_interval=5, seed=SEED), out),
-    "pfsp": lambda out: coplayer_figure("PFSP",
+    "self-play": lambda out: coplayer_figure("SelfPlay", "self-play", lambda store: SelfPlay(store, seed=SEED), out),
+    "fsp": lambda out: coplayer_figure("FSP", "fsp", lambda store: FSP(store, checkpoint_interval=5, seed=SEED), out),
+    "pfsp": lambda out: coplayer_figure("PFSP", "pfsp",
                                         lambda store: PFSP(store, checkpoint_interval=5, seed=SEED), out),
 }
 
