@@ -19,6 +19,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import json
+import os
 import re
 import subprocess
 import sys
@@ -251,9 +252,10 @@ def test_mkdocs_build_strict(tmp_path):
     site = tmp_path / "site"
     proc = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        cwd=ROOT, capture_output=True, text=True, timeout=300, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
     )
-    assert proc.returncode == 0, f"mkdocs build --strict failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
+    output = f"{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
+    assert proc.returncode == 0, f"mkdocs build --strict failed:\n{output}"
     pages = list(site.rglob("*.html"))
     assert len(pages) >= 30
     # offline: nothing a page needs comes from another host

@@ -225,10 +225,12 @@ FIGURES: dict[str, Callable[[Path], None]] = {
     "task-filter": lambda out: student_figure(
         "task-filter", "TaskFilter", lambda: TaskFilter(_space(), num_episodes=4, seed=SEED), out),
     "expanding-box": expanding_box_figure,
-    "self-play": lambda out: coplayer_figure("SelfPlay", "self-play", lambda store: SelfPlay(store, seed=SEED), out),
-    "fsp": lambda out: coplayer_figure("FSP", "fsp", lambda store: FSP(store, checkpoint_interval=5, seed=SEED), out),
-    "pfsp": lambda out: coplayer_figure("PFSP", "pfsp",
-                                        lambda store: PFSP(store, checkpoint_interval=5, seed=SEED), out),
+    "self-play": lambda out: coplayer_figure("SelfPlay", "self-play", lambda st: SelfPlay(st, seed=SEED),
+                                             out),
+    "fsp": lambda out: coplayer_figure("FSP", "fsp", lambda st: FSP(st, checkpoint_interval=5, seed=SEED),
+                                       out),
+    "pfsp": lambda out: coplayer_figure("PFSP", "pfsp", lambda st: PFSP(st, checkpoint_interval=5, seed=SEED),
+                                        out),
 }
 
 
