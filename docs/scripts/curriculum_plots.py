@@ -1,0 +1,249 @@
+"""Draw the behaviour plots of the curriculum pages (docs/img/*.png) on a simulated student.
+
+    python docs/scripts/curriculum_plots.py              # every figure, a few seconds each
+    python docs/scripts/curriculum_plots.py --only plr   # one figure
+
+The student is ``tests/simulated_student.py``: 200 tasks, 10% of them learnable (the rest are never solved),
+one-step episodes whose success probability grows each time the student trains on the task. Every run is
+seeded, so the figures are the same on every machine (up to matplotlib's rendering).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests"))
+
+from simulated_student import SimulatedStudent  # noqa: E402
+
+from magister.curricula import (  # noqa: E402
+    ACCEL,
+    FSP,
+    OMNI,
+    PFSP,
+    PLR,
+    SFL,
+    Constant,
+    DomainRandomization,
+    ExpandingBox,
+    LearningProgress,
+    Manual,
+    OpponentStore,
+    RobustPLR,
+    SelfPlay,
+    Sequential,
+    TaskFilter,
+)
+from magister.curricula.interestingness import InterestingnessJudge  # noqa: E402
+from magister.task_spaces import Box, Discrete  # noqa: E402
+
+N_TASKS, BUDGET, BATCH, SEED = 200, 4000, 16, 0
+COLORS = {"curriculum": "#1565c0", "baseline": "#9e9e9e"}
+
+
+class MutableDiscrete(Discrete):
+    """Discrete tasks with an edit for ACCEL: move to a neighbouring index."""
+
+    can_mutate = True
+
+    def mutate(self, encoded, rng):
+        return int(np.clip(encoded + rng.integers(-3, 4), 0, self.num_tasks - 1))
+
+
+def _plain(sample) -> tuple[int, bool, bool]:
+    """(task index, train, control) of a TaskSample."""
+    task, control = sample.task, bool(getattr(sample, "control", False))
+    if isinstance(task, (tuple, list)) and task and isinstance(task[0], str):  # a tagged control task
+        control, task = True, task[1]
+    return int(task), bool(sample.train), control
+
+
+def run(curriculum, budget: int = BUDGET, seed: int = SEED, value_score: str | None = None) -> dict:
+    """The student loop of tests/simulated_student.py, recording curves as it goes."""
+    student = SimulatedStudent(N_TASKS, seed=seed)
+    rng = np.random.default_rng(seed + 1_000_003)
+    xs, success, frac_possible, frac_train = [], [], [], []
+    window_pos = window_train = window_n = 0
+    counts = np.zeros(N_TASKS)
+    done = 0
+    while done < budget:
+        samples = curriculum.sample_tasks(BATCH)
+        plain = [_plain(s) for s in samples]
+        idx = np.array([p[0] for p in plain])
+        train = np.array([p[1] and not p[2] for p in plain])
+        control = np.array([p[2] for p in plain])
+        returns = np.where(control, 0.0, student.play(idx, rng))  # the control policy (random) never solves
+        if value_score is not None:
+            curriculum.update_scores([s.task for s in samples], student.scores(idx, returns, value_score))
+        for s, r in zip(samples, returns.tolist()):
+            curriculum.update_on_episode(r, 1, s.task, r)
+        student.train(idx[train], returns[train])
+        np.add.at(counts, idx, 1)
+        window_pos += int(student.possible[idx].sum())
+        window_train += int(train.sum())
+        window_n += len(idx)
+        done += len(idx)
+        if window_n >= 200 or done >= budget:
+            xs.append(done)
+            success.append(float(student.p[student.possible].mean()))
+            frac_possible.append(window_pos / window_n)
+            frac_train.append(window_train / window_n)
+            window_pos = window_train = window_n = 0
+    return {"x": xs, "success": success, "possible": frac_possible, "train": frac_train,
+            "counts": counts, "is_possible": student.possible, "p": student.p}
+
+
+def student_figure(name: str, title: str, make: Callable[[], object], out: Path, **kw) -> None:
+    """Left: mean success on learnable tasks vs uniform sampling. Right: where the episodes went."""
+    cur, base = run(make(), **kw), run(DomainRandomization(Discrete(N_TASKS), seed=SEED))
+    fig, (a, b) = plt.subplots(1, 2, figsize=(9, 3.4))
+    a.plot(cur["x"], cur["success"], color=COLORS["curriculum"], label=title)
+    a.plot(base["x"], base["success"], color=COLORS["baseline"], label="DomainRandomization")
+    a.set(xlabel="episodes", ylabel="mean success, learnable tasks", ylim=(0, 1))
+    a.legend(loc="upper left", fontsize=8)
+    b.plot(cur["x"], cur["possible"], color=COLORS["curriculum"], label="episodes on learnable tasks")
+    if min(cur["train"]) < 1:
+        b.plot(cur["x"], cur["train"], color=COLORS["curriculum"], ls="--", label="training episodes")
+    b.plot(base["x"], base["possible"], color=COLORS["baseline"], label="uniform: on learnable tasks")
+    b.set(xlabel="episodes", ylabel="share of the last 200 episodes", ylim=(0, 1.05))
+    b.legend(loc="center right", fontsize=8)
+    fig.suptitle(f"{title} on a simulated student (200 tasks, 20 learnable)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(out / f"{name}.png", dpi=90)
+    plt.close(fig)
+
+
+class NearCopyJudge(InterestingnessJudge):
+    """Judges a task uninteresting once a task next to it (index +-1) is mastered (p >= 0.8)."""
+
+    def judge(self, descriptions, success_rates):
+        rates = np.asarray(success_rates, dtype=float)
+        mastered = np.nan_to_num(rates) >= 0.8
+        return ~(mastered | np.roll(mastered, 1) | np.roll(mastered, -1))
+
+
+def expanding_box_figure(out: Path) -> None:
+    cur = ExpandingBox(Box(0.0, 1.0), start_low=0.0, start_high=0.1, duration=3000, seed=SEED)
+    xs, ys, highs = [], [], []
+    for episode in range(BUDGET):
+        (task,) = cur.sample(1)
+        xs.append(episode)
+        ys.append(task[0])
+        highs.append(float(cur.current_range()[1][0]))
+        cur.update_on_episode(1.0, 1, task, 1.0)
+    fig, a = plt.subplots(figsize=(6, 3.2))
+    a.scatter(xs[::4], ys[::4], s=2, color=COLORS["curriculum"], label="sampled task")
+    a.plot(xs, highs, color="black", label="upper end of the range")
+    a.set(xlabel="episodes", ylabel="task (a Box(0, 1) value)", ylim=(0, 1.02))
+    a.legend(loc="lower right", fontsize=8)
+    a.set_title("ExpandingBox, duration=3000 episodes, start [0, 0.1]", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(out / "expanding-box.png", dpi=90)
+    plt.close(fig)
+
+
+def coplayer_figure(name: str, file: str, make: Callable[[OpponentStore], object], out: Path) -> None:
+    """The learner's skill grows; each stored snapshot keeps the skill it had. Which opponents are drawn?"""
+    with tempfile.TemporaryDirectory() as d:
+        store = OpponentStore(d, max_count=None)
+        cur = make(store)
+        rng = np.random.default_rng(SEED)
+        skill, skills, drawn = 0.0, {}, []
+        for step in range(60):
+            skill += 0.1
+            oid = cur.update_agent({"skill": skill})
+            if oid is not None:
+                skills[oid] = skill
+            for _ in range(40):
+                (opponent,) = cur.sample(1)
+                opp_skill = skills.get(opponent, skill)  # -1: the current agent
+                learner_wins = rng.random() < 1.0 / (1.0 + np.exp(-4.0 * (skill - opp_skill)))
+                cur.update_winrate(opponent, -1.0 if learner_wins else 1.0)
+                drawn.append((step, skill - opp_skill))
+    steps, gaps = np.array(drawn).T
+    late = steps >= 40  # the last 20 policy updates: 25 stored snapshots or more
+    fig, a = plt.subplots(figsize=(6, 3.2))
+    a.hist(gaps[late], bins=np.arange(-0.05, 6.05, 0.1), color=COLORS["curriculum"], density=True)
+    a.set(xlabel="learner skill − opponent skill (0: as strong as the learner)", ylabel="density of matches",
+          xlim=(-0.2, 6.2))
+    a.set_title(f"{name}: opponents drawn over the last 20 policy updates", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(out / f"{file}.png", dpi=90)
+    plt.close(fig)
+
+
+def _space() -> Discrete:
+    return Discrete(N_TASKS, seed=SEED)
+
+
+def _omni() -> OMNI:
+    space = _space()
+    return OMNI(space, base=SFL(space, seed=SEED), judge=NearCopyJudge(), seed=SEED)
+
+
+def _manual():
+    easy = np.zeros(N_TASKS)
+    easy[:50] = 1 / 50
+    return Manual(Discrete(N_TASKS), [(0, easy.tolist()), (2000, [1 / N_TASKS] * N_TASKS)], seed=SEED)
+
+
+FIGURES: dict[str, Callable[[Path], None]] = {
+    "constant": lambda out: student_figure("constant", "Constant(task 0)",
+                                           lambda: Constant(_space(), 0), out),
+    "domain-randomization": lambda out: student_figure(
+        "domain-randomization", "DomainRandomization", lambda: DomainRandomization(_space(), seed=1), out),
+    "sequential": lambda out: student_figure(
+        "sequential", "Sequential(first 50 tasks, then all)",
+        lambda: Sequential([list(range(50)), _space()], ["episodes>=2000"], seed=SEED), out),
+    "manual": lambda out: student_figure("manual", "Manual(first 50 tasks, all from 2000)", _manual, out),
+    "plr": lambda out: student_figure("plr", "PLR (value L1)", lambda: PLR(_space(), seed=SEED), out,
+                                      value_score="value_l1"),
+    "robust-plr": lambda out: student_figure("robust-plr", "RobustPLR (MaxMC)",
+                                             lambda: RobustPLR(_space(), seed=SEED), out,
+                                             value_score="max_mc"),
+    "accel": lambda out: student_figure(
+        "accel", "ACCEL (MaxMC, 1-2 edits)",
+        lambda: ACCEL(MutableDiscrete(N_TASKS, seed=SEED), min_edits=1, max_edits=2, seed=SEED), out,
+        value_score="max_mc"),
+    "learning-progress": lambda out: student_figure(
+        "learning-progress", "LearningProgress (online)", lambda: LearningProgress(_space(), seed=SEED), out),
+    "sfl": lambda out: student_figure("sfl", "SFL (top-K)", lambda: SFL(_space(), seed=SEED), out),
+    "omni": lambda out: student_figure(
+        "omni", "OMNI (SFL base, neighbour judge)",
+        lambda: _omni(), out),
+    "task-filter": lambda out: student_figure(
+        "task-filter", "TaskFilter", lambda: TaskFilter(_space(), num_episodes=4, seed=SEED), out),
+    "expanding-box": expanding_box_figure,
+    "self-play": lambda out: coplayer_figure("SelfPlay", "self-play", lambda st: SelfPlay(st, seed=SEED),
+                                             out),
+    "fsp": lambda out: coplayer_figure("FSP", "fsp", lambda st: FSP(st, checkpoint_interval=5, seed=SEED),
+                                       out),
+    "pfsp": lambda out: coplayer_figure("PFSP", "pfsp", lambda st: PFSP(st, checkpoint_interval=5, seed=SEED),
+                                        out),
+}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "img", help="folder for the PNGs")
+    parser.add_argument("--only", nargs="*", choices=sorted(FIGURES), help="draw only these figures")
+    args = parser.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    for name in args.only or FIGURES:
+        FIGURES[name](args.out)
+        print(f"wrote {args.out / name}.png")
+
+
+if __name__ == "__main__":
+    main()
