@@ -1,6 +1,6 @@
 """The main job: a curriculum against domain randomisation on logic puzzles, same budget, same seeds.
 
-    python -m magister.examples.quickstart            # about 1.5 minutes on 2 CPU cores
+    python -m magister.examples.quickstart            # about 2 minutes on 2 CPU cores
     python -m magister.examples.quickstart --help
 
 The task space is a ladder of difficulties of one puzzle (by default Sixteen on 3x3 and 4x4 boards shuffled by
@@ -27,7 +27,7 @@ from magister.examples.puzzle_ppo import Args, RunResult, difficulties, train
 #: The embedded defaults of the main job: Sixteen (shift rows/columns back into order), 3x3 boards shuffled
 #: by 1, 2, 3, 5, 8 moves and fully, and 4x4 boards shuffled by 3, 5, 8 moves and fully. A random policy
 #: solves about 12%, 3% and 2% of the three shallowest within the 30-step limit and essentially none of the
-#: other seven. The comparison runs in about 1.5 minutes on 2 cores.
+#: other seven. The comparison runs in about 2 minutes on 2 cores.
 DEFAULTS = {
     "puzzle": "sixteen",
     "size": "3x3",
