@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import json
 import os
 import re
 import subprocess
@@ -27,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from test_readme import HARNESS
+from test_readme import run_script
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -139,20 +138,7 @@ def test_docs_block_runs_as_written(index, tmp_path):
     script = scripts[index]
     path = tmp_path / f"docs_block_{script.blocks[0].line}.py"
     path.write_text(script.code)
-    checks = _expect(script.code)
-    proc = subprocess.run(
-        [sys.executable, "-c", HARNESS, str(path)], input=json.dumps(checks), cwd=tmp_path,
-        capture_output=True, text=True, timeout=120,
-    )
-    where = script.where
-    assert proc.returncode == 0, f"{where} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
-    report = json.loads(proc.stdout.rstrip("\n").split("\n")[-1])
-    assert report["open"] == [], f"{where} leaves open: {report['open']}"
-    assert report["children"] == [], f"{where} leaves worker processes alive: {report['children']}"
-    assert report["threads"] == [], f"{where} leaves magister threads running: {report['threads']}"
-    failed = {k: v for k, v in report["checks"].items() if v is not True}
-    assert not failed, f"{where}: {failed}"
-    assert set(report["checks"]) == set(checks)
+    run_script(path, _expect(script.code), script.where)
 
 
 # -- the API reference covers every public name ---------------------------------------------------------

@@ -187,6 +187,26 @@ def test_every_fence_is_python_or_bash_and_every_python_snippet_is_run_or_marked
         assert sum(key in s.code for s in scripts) == 1, f"{key!r} should identify exactly one README snippet"
 
 
+def run_script(path: Path, checks: dict[str, str], where: str) -> list[str]:
+    """Run the script at ``path`` in a fresh interpreter under :data:`HARNESS` and assert that it exits
+    cleanly, leaves nothing open, no worker process and no magister thread behind, and that every named
+    check (an expression evaluated in its namespace) is true; returns the lines it printed."""
+    proc = subprocess.run(
+        [sys.executable, "-c", HARNESS, str(path)], input=json.dumps(checks), cwd=path.parent,
+        capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 0, f"{where} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
+    *printed, report_line = proc.stdout.rstrip("\n").split("\n")
+    report = json.loads(report_line)
+    assert report["open"] == [], f"{where} leaves open: {report['open']}"
+    assert report["children"] == [], f"{where} leaves worker processes alive: {report['children']}"
+    assert report["threads"] == [], f"{where} leaves magister threads running: {report['threads']}"
+    failed = {k: v for k, v in report["checks"].items() if v is not True}
+    assert not failed, f"{where}: {failed}"
+    assert set(report["checks"]) == set(checks)
+    return printed
+
+
 def _script_ids() -> list[str]:
     scripts, needs = _scripts()
     return [f"README.md:{s.line}" for s in scripts] + [f"README.md:{s.line}" for s in needs]
@@ -202,20 +222,8 @@ def test_readme_snippet_runs_as_written(index, tmp_path):
     path = tmp_path / f"readme_snippet_{script.line}.py"
     path.write_text(script.code)
     checks = {name: expr for table in _expect(EXPECT, script.code) for name, expr in table.items()}
-    proc = subprocess.run(
-        [sys.executable, "-c", HARNESS, str(path)], input=json.dumps(checks), cwd=tmp_path,
-        capture_output=True, text=True, timeout=120,
-    )
+    printed = run_script(path, checks, f"README.md:{script.line}")
     where = f"README.md:{script.line}"
-    assert proc.returncode == 0, f"{where} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
-    *printed, report_line = proc.stdout.rstrip("\n").split("\n")
-    report = json.loads(report_line)
-    assert report["open"] == [], f"{where} leaves open: {report['open']}"
-    assert report["children"] == [], f"{where} leaves worker processes alive: {report['children']}"
-    assert report["threads"] == [], f"{where} leaves magister threads running: {report['threads']}"
-    failed = {k: v for k, v in report["checks"].items() if v is not True}
-    assert not failed, f"{where}: {failed}"
-    assert set(report["checks"]) == set(checks)
     for lines in _expect(STDOUT, script.code):
         assert [line for line in printed if line] == lines, f"{where} printed {printed}"
 
