@@ -401,6 +401,12 @@ class Curriculum(ABC):
     def update_on_demand(self, metrics: dict[str, Any]) -> None:
         """Learner-side feedback: anything the algorithm documents (scores, value losses, eval results)."""
 
+    def on_task_abandoned(self, task: EncodedTask, env_id: int | None = None) -> None:
+        """``task`` was handed to env ``env_id`` and will never be reported: the env was declared gone (it
+        stayed silent past the server's ``env_timeout``) or closed without returning it. No-op by default;
+        a curriculum that counts tasks in flight (e.g. to bound how many envs play one task) frees them
+        here."""
+
     # -- introspection ------------------------------------------------------------------------------
     def metrics(self) -> dict[str, float]:
         """A flat ``{name: number}`` dict for TensorBoard / W&B."""

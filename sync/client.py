@@ -137,9 +137,10 @@ def _check_identity(task_space: TaskSpace | None, stream: int | None) -> tuple[T
     return task_space, int(stream) % (1 << 63)
 
 
-def _hello(pid: int, name: str, task_space: TaskSpace | None, stream: int) -> P.Hello:
-    """The hello of a feed: who it is, the fingerprint of its task space and its random stream."""
-    return P.Hello(pid, name, task_space.fingerprint() if task_space is not None else "", stream)
+def _hello(pid: int, name: str, task_space: TaskSpace | None, stream: int, rejoin: int = -1) -> P.Hello:
+    """The hello of a feed: who it is, the fingerprint of its task space, its random stream and the env id
+    of its previous registration (``-1``: none)."""
+    return P.Hello(pid, name, task_space.fingerprint() if task_space is not None else "", stream, rejoin)
 
 
 def _one(frames: list[Any]) -> Any:
@@ -162,7 +163,7 @@ class Assignment(NamedTuple):
     variant: Any = None
 
 
-_PROCESS_STATE = ("_pid", "_transport", "_buffer", "_steps", "_held", "_lock")
+_PROCESS_STATE = ("_pid", "_transport", "_buffer", "_steps", "_held", "_lock", "_issued", "_void")
 
 
 class TaskFeed:
@@ -291,7 +292,14 @@ class TaskFeed:
         self._lock = threading.RLock()  # the env's thread and the background flusher
         self._last_reset: float | None = None
         self._episode_s: float | None = None  # running mean of the time between two tasks
-        counters = ("tasks_received", "updates_sent", "updates_dropped", "errors_received", "send_waits")
+        self._issued: dict[int, Assignment] = {}  # tasks handed to the env and not yet reported, by id
+        # tasks of a previous registration still being played (reported as tasks the env chose, id -1)
+        self._void: dict[int, Assignment] = {}
+        self.heartbeat = 0.0  # seconds of silence after which the background thread sends a heartbeat
+        self._closing = False
+        counters = (
+            "tasks_received", "updates_sent", "updates_dropped", "errors_received", "send_waits", "rejoins"
+        )
         self.stats = dict.fromkeys((*counters, self._unit), 0)
 
     def __getstate__(self) -> dict[str, Any]:
@@ -348,13 +356,42 @@ class TaskFeed:
             # start prefetching right away: over sockets, the first reset takes one task and leaves the
             # others ready; over Ray, ask for what the env plays in max_update_delay
             self._send_held(self._depth() + (1 if self._holds and not self._costly else 0))
-        if _background_flush and self._holds and self.max_update_delay < math.inf:
+        if _background_flush and (
+            (self._holds and self.max_update_delay < math.inf) or (self.heartbeat > 0 and self._reads_ahead)
+        ):
             _register_for_flushing(self)
         return True
+
+    def _rejoin(self) -> None:
+        """The server no longer knows this env (it restarted, or declared the env gone after a silence):
+        register again. What is still to be delivered goes to the new registration (the transport sends
+        it again, :meth:`ZmqTransport.rejoin`); the tasks of the old one still held are played and
+        reported as tasks the env chose (id ``-1``: their ids meant nothing to the new registration)."""
+        transport = self._transport
+        old = self.env_id
+        logger.warning(
+            "%s no longer knows env %s (restarted, or it declared the env gone): registering again",
+            transport.peer,  # type: ignore[union-attr]
+            old,
+        )
+        self._flush_steps()  # everything of the old registration into the transport's resend queue
+        self._send_held()
+        self._void.update(self._issued)
+        self._issued = {}
+        self._buffer = deque(a._replace(task_id=-1) for a in self._buffer)
+        self._outstanding = 0  # the old registration's requests were dropped with it
+        hello = _hello(os.getpid(), self.name, self.task_space, self.stream, -1 if old is None else old)
+        welcome = transport.rejoin(hello)  # type: ignore[union-attr]
+        self.stats["rejoins"] += 1
+        self._take_welcome(welcome)
+        need = self._depth() + 1 - len(self._buffer)
+        if need > 0:  # what the old registration was asked for and never sent
+            self._send_held(need)
 
     def _take_welcome(self, welcome: P.Welcome) -> None:
         """Adopt the settings of the server's welcome: env id, which updates to send, the step buffer."""
         self.env_id = welcome.env_id
+        self.heartbeat = welcome.heartbeat
         self.requires_step_updates = welcome.requires_step_updates
         self.requires_episode_updates = welcome.requires_episode_updates
         self.step_batch_size = welcome.step_batch_size
@@ -364,6 +401,7 @@ class TaskFeed:
             self.strip_keys,
             capacity=welcome.step_batch_size,
             on_full=self._flush_steps,
+            void=self._void,
         )
 
     def _go_fallback(self, what: str, reason: str | None = None) -> bool:
@@ -496,17 +534,27 @@ class TaskFeed:
         return _now()
 
     def _send_due(self) -> None:
-        """Send the held updates if they are due (called by the background flusher's thread; a feed the
-        env's thread is using is skipped until the next wake-up)."""
-        if not self._held or _now() < self._send_by:
-            return
+        """Send the held updates if they are due, and a heartbeat after ``heartbeat`` seconds of silence
+        (called by the background flusher's thread; a feed the env's thread is using is skipped until the
+        next wake-up)."""
         transport = self._transport
+        beat = (
+            self.heartbeat > 0
+            and transport is not None
+            and time.monotonic() - getattr(transport, "last_send", math.inf) >= self.heartbeat
+        )
+        if not beat and (not self._held or _now() < self._send_by):
+            return
         if transport is None or not transport.can_send_now():  # back-pressure: the env's thread handles it
             return
         if self._lock.acquire(blocking=False):
             try:
-                if self._held and _now() >= self._send_by and self._pid == _pid:
+                if self._pid != _pid or self._transport is not transport:
+                    return
+                if self._held and _now() >= self._send_by:
                     self._send_held()
+                elif beat and not self._closing:
+                    transport.ping()  # type: ignore[attr-defined]
             finally:
                 self._lock.release()
 
@@ -526,6 +574,9 @@ class TaskFeed:
             elif cls is P.Goodbye:
                 self._goodbye_acked = True
             elif cls is P.Error:
+                if msg.code == "unknown_env" and not self._closing and hasattr(self._transport, "rejoin"):
+                    self._rejoin()
+                    continue
                 self.stats["errors_received"] += 1
                 if msg.code == "version":
                     raise P.ProtocolVersionError(msg.message)
@@ -620,6 +671,8 @@ class TaskFeed:
                     self._wait_for_tasks()
                 if self._buffer:
                     a = self._buffer.popleft()
+                    if a.task_id >= 0:
+                        self._issued[a.task_id] = a
                     if self._synchronous:
                         pass
                     elif not self._holds and self._reads_ahead:  # top up what is kept ready
@@ -638,7 +691,11 @@ class TaskFeed:
         """Return an unused task: :meth:`next_task` hands it out again (or :meth:`close` returns it)."""
         if assignment.task_id >= 0 and self._active():
             with self._lock:
-                self._buffer.appendleft(assignment)
+                self._issued.pop(assignment.task_id, None)
+                if self._void and self._void.get(assignment.task_id) is assignment:
+                    del self._void[assignment.task_id]  # its registration is gone: nothing to return
+                else:
+                    self._buffer.appendleft(assignment)
 
     # -- feedback -----------------------------------------------------------------------------------
     def record_step(
@@ -711,11 +768,15 @@ class TaskFeed:
             self._flush_steps()
             if not self._active():  # the flush may have found the server gone
                 return
+        task_id = assignment.task_id
+        if self._issued.pop(task_id, None) is None and self._void and self._void.get(task_id) is assignment:
+            del self._void[task_id]
+            task_id = -1  # handed out by a previous registration
         self._send_fields(
             P.EpisodeUpdate,
             (
                 self.env_id,
-                assignment.task_id,
+                task_id,
                 assignment.task,
                 float(episode_return),
                 int(length),
@@ -735,11 +796,18 @@ class TaskFeed:
             self._flush_steps()
             if not self._active():
                 return
+        task_id = assignment.task_id
+        if self._void and self._void.get(task_id) is assignment:
+            task_id = -1  # handed out by a previous registration
+            if done:
+                del self._void[assignment.task_id]
+        elif done:
+            self._issued.pop(task_id, None)
         self._send_fields(
             P.ProgressUpdate,
             (
                 self.env_id,
-                assignment.task_id,
+                task_id,
                 assignment.task,
                 float(progress),
                 bool(done),
@@ -759,23 +827,28 @@ class TaskFeed:
             self._close()
 
     def _close(self) -> None:
+        deadline = time.monotonic() + self.close_timeout  # one bound for the whole close
+        self._closing = True
         try:
             if self._active() and self.env_id is not None:
                 if self._costly:
                     self._flush_steps()  # the goodbye carries the held updates
                 else:
                     self.flush()
-                deadline = time.monotonic() + self.close_timeout
                 while self._outstanding and self._active() and time.monotonic() < deadline:
                     self._receive(deadline - time.monotonic())
                 if self._active():
-                    self._say_goodbye(deadline + self.close_timeout)
+                    self._say_goodbye(deadline)
         except (ServerUnavailableError, SyncError) as exc:  # closing must not fail because the server is gone
             logger.warning("client env %s: closing without the server: %s", self.env_id, exc)
         finally:
             if self._transport is not None:
-                # everything before the goodbye was acknowledged: nothing left worth lingering for
-                self._transport.close(wait=not self._goodbye_acked)
+                # everything before the goodbye was acknowledged: nothing left worth lingering for;
+                # otherwise queued messages may go out for what is left of the close timeout
+                if self._goodbye_acked:
+                    self._transport.close(wait=False)
+                else:
+                    self._transport.close(wait=True, linger=max(0.0, deadline - time.monotonic()))
                 self._transport = None
             self._held, self._held_request, self._send_by = [], 0, math.inf
             self._buffer.clear()
@@ -922,8 +995,11 @@ class _StepBuffer:
         strip_keys: frozenset[str],
         capacity: int = 0,
         on_full: Callable[[], None] | None = None,
+        void: dict[int, Assignment] | None = None,
     ) -> None:
         self.send_obs, self.send_infos, self.strip_keys = send_obs, send_infos, strip_keys
+        #: The feed's tasks of a previous registration: their steps are reported with task id -1.
+        self.void = void if void is not None else {}
         self.capacity = int(capacity)
         self.on_full = on_full
         # the lean recorder's fill limit: no batch is full without someone to send it
@@ -990,9 +1066,11 @@ class _StepBuffer:
         n = len(self.rewards)
         ids = array.array("q")
         tasks: list[EncodedTask] = []
+        void = self.void
         for k, (start, a) in enumerate(self.runs):
             end = self.runs[k + 1][0] if k + 1 < len(self.runs) else n
-            ids.extend(array.array("q", (a.task_id,)) * (end - start))
+            tid = -1 if void and void.get(a.task_id) is a else a.task_id
+            ids.extend(array.array("q", (tid,)) * (end - start))
             tasks.extend((a.task,) * (end - start))
         term = array.array("b", bytes(n))
         trunc = array.array("b", bytes(n))
@@ -1087,7 +1165,8 @@ class _Flusher:
                 return False
             self.clients.add(client)
             weakref.finalize(client, self.wake.set)  # a collected client may have been the last one
-            period = max(4e-3, client.max_update_delay)
+            delay = client.max_update_delay if client.holds_updates else math.inf
+            period = max(4e-3, min(delay, client.heartbeat or math.inf))
             if period < self.period:
                 self.period = period
                 self.wake.set()  # sleep less from now on

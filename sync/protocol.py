@@ -7,7 +7,8 @@ Every message is one ZeroMQ multipart message::
 ``header`` is msgpack of the envelope ``(PROTOCOL_VERSION, kind, fields)``, where ``kind`` is the small
 integer :attr:`Message.KIND` of one of the frozen dataclasses below and ``fields`` is the tuple of its
 field values in declaration order. (A ROUTER socket adds the peer's routing id in front; the server
-strips it before decoding.)
+strips it before decoding.) The ZeroMQ transport may put one more small frame in front, the sequencing
+envelope (:func:`pack_envelope`) that numbers messages so that a reconnect loses none and repeats none.
 
 numpy arrays travel as a msgpack extension type: a small binary header (dtype string, shape) followed by
 the raw bytes for small arrays, or by the index of a separate frame ``oob_i`` holding the bytes for arrays
@@ -73,10 +74,16 @@ __all__ = [
     "decode",
     "pack_value",
     "unpack_value",
+    "DATA",
+    "PING",
+    "PONG",
+    "pack_envelope",
+    "unpack_envelope",
+    "rebase",
 ]
 
 #: Bumped whenever a message layout changes or a kind is added; both ends must agree.
-PROTOCOL_VERSION = 5
+PROTOCOL_VERSION = 6
 #: Arrays with at least this many bytes travel as separate zero-copy frames.
 DEFAULT_OOB_THRESHOLD = 64 * 1024
 #: Upper bound on one msgpack header (the out-of-band frames are bounded by the socket's MAXMSGSIZE).
@@ -329,12 +336,17 @@ class Hello(Message):
     #: The env's random stream (the seed of its first seeded reset; ``-1``: none): tasks sampled for this env
     #: draw from a generator of its own, derived from the curriculum's seed and this number.
     stream: int = -1
+    #: The env id this client had before it registered again (``-1``: a first hello): after a server
+    #: restart, or after the server declared it gone. Messages it still has to deliver from that
+    #: registration carry that id; the server takes them as the new registration's.
+    rejoin: int = -1
 
     def __post_init__(self) -> None:
         self._set("pid", _int("pid", self.pid, 0))
         self._set("name", _str("name", self.name))
         self._set("task_space", _str("task_space", self.task_space))
         self._set("stream", _int("stream", self.stream, -1))
+        self._set("rejoin", _int("rejoin", self.rejoin, -1))
 
 
 @dataclass(frozen=True)
@@ -355,9 +367,17 @@ class Welcome(Message):
     step_infos: bool = True
     #: The curriculum's task space fingerprint.
     task_space: str = ""
+    #: Seconds between the heartbeats the server wants from an idle env (0: none); an env silent for
+    #: the server's ``env_timeout`` is declared gone.
+    heartbeat: float = 0.0
+    #: A random token naming this server instance: a client that registers again learns from it whether it
+    #: met the same server (it had declared the env gone) or a restarted one.
+    server_token: str = ""
 
     def __post_init__(self) -> None:
         self._set("task_space", _str("task_space", self.task_space))
+        self._set("heartbeat", _float("heartbeat", self.heartbeat))
+        self._set("server_token", _str("server_token", self.server_token))
         self._set("env_id", _int("env_id", self.env_id, 0))
         self._set("requires_step_updates", _bool("requires_step_updates", self.requires_step_updates))
         self._set(
@@ -823,3 +843,77 @@ def _decode(frames: Sequence[Any], max_header_bytes: int, kinds: dict[int, type[
         raise ProtocolError(f"malformed {cls.__name__}: {exc}") from None
     except (TypeError, ValueError) as exc:
         raise ProtocolError(f"malformed {cls.__name__}: {exc}") from None
+
+
+# -- the sequencing envelope of the ZeroMQ transport ---------------------------------------------------
+#
+# A client that wants its messages delivered exactly once across reconnects puts one small frame in front of
+# each message: ``ENVELOPE_MAGIC, kind, seq, ack`` (:func:`pack_envelope`). A msgpack header never starts
+# with the magic, so a message without the frame is still read as before (unsequenced: a hello, or a peer
+# that does not sequence). ``DATA`` frames carry a message: ``seq`` numbers it (1, 2, ... per sender and
+# registration), ``ack`` is the highest ``seq`` received in order from the other side. ``PING`` (client ->
+# server, no message) asks the server to send again its replies after ``ack`` and to answer ``PONG``, whose
+# ``ack`` tells the client from where to send its own again. Each side drops what it already has (``seq`` at
+# or below what it received) and what comes after a gap (it answers, or sends, a ``PONG`` / ``PING``).
+
+ENVELOPE_MAGIC = b"MGSQ"
+#: Envelope kinds: a sequenced message, a request for a resend (and a liveness probe), the answer to one.
+DATA, PING, PONG = 0, 1, 2
+_ENVELOPE = struct.Struct("<4sBqq")
+
+
+def pack_envelope(kind: int, seq: int, ack: int) -> bytes:
+    """The envelope frame ``(kind, seq, ack)``.
+
+    >>> unpack_envelope(pack_envelope(DATA, 7, 3))
+    (0, 7, 3)
+    """
+    return _ENVELOPE.pack(ENVELOPE_MAGIC, kind, seq, ack)
+
+
+def unpack_envelope(frame: Any) -> tuple[int, int, int] | None:
+    """``(kind, seq, ack)`` of an envelope frame; ``None`` when ``frame`` is not one (a message's header).
+
+    Raises :class:`ProtocolError` for a frame that starts like an envelope but is not a valid one.
+
+    >>> unpack_envelope(encode(TaskRequest(0, 1))[0]) is None
+    True
+    """
+    buf = frame.buffer if hasattr(frame, "buffer") else frame
+    if len(buf) < 4 or bytes(buf[:4]) != ENVELOPE_MAGIC:
+        return None
+    if len(buf) != _ENVELOPE.size:
+        raise ProtocolError(f"malformed envelope frame: {len(buf)} bytes, expected {_ENVELOPE.size}")
+    _, kind, seq, ack = _ENVELOPE.unpack(buf)
+    if kind not in (DATA, PING, PONG) or seq < 0 or ack < 0:
+        raise ProtocolError(f"malformed envelope frame: kind {kind}, seq {seq}, ack {ack}")
+    return kind, seq, ack
+
+
+def rebase(msg: Message, env_id: int) -> Message | None:
+    """``msg``, from an env's previous registration, as its new registration ``env_id`` delivers it
+    (``None``: nothing of it is to be delivered).
+
+    The ids of the tasks it names belonged to the previous registration: they become ``-1`` (tasks the
+    env reports itself, checked against the task space). Task requests are dropped (the env asks the new
+    registration for what it needs), and so is a goodbye. Used by a client that registered again (after a
+    server restart, or after the server declared it gone) for the updates it still had to deliver.
+
+    >>> m = rebase(EpisodeUpdate(3, 17, 2, 1.0, 5, 1.0, request=1), 0)
+    >>> m.env_id, m.task_id, m.task, m.request
+    (0, -1, 2, 0)
+    >>> rebase(TaskRequest(3, 2), 0) is None
+    True
+    """
+    from dataclasses import replace
+
+    if isinstance(msg, Batch):
+        kept = [m for m in (rebase(m, env_id) for m in msg.messages) if m is not None]
+        return Batch(env_id, tuple(kept)) if kept else None
+    if isinstance(msg, (EpisodeUpdate, ProgressUpdate)):
+        return replace(msg, env_id=env_id, task_id=-1, request=0)
+    if isinstance(msg, StepUpdate):
+        return replace(msg, env_id=env_id, task_ids=np.full(len(msg.task_ids), -1, dtype=np.int64))
+    if isinstance(msg, (TaskRequest, Goodbye)):
+        return None
+    raise TypeError(f"an env does not send {type(msg).__name__} messages after its hello")

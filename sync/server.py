@@ -63,10 +63,13 @@ import inspect
 import logging
 import math
 import os
+import secrets
 import shutil
 import tempfile
 import threading
+import time
 import weakref
+from collections import OrderedDict, deque
 from collections.abc import Hashable
 from dataclasses import dataclass, fields
 from typing import Any
@@ -134,12 +137,19 @@ class EnvCounters:
     episodes_abandoned: int = 0
     progress_applied: int = 0
     malformed_frames: int = 0
+    tasks_abandoned: int = 0
+    duplicates_dropped: int = 0
     connected: int = 1
 
     @property
     def tasks_in_flight(self) -> int:
-        """Tasks sent but neither consumed nor returned: lost if the env is gone."""
-        return self.tasks_sent - self.tasks_consumed - self.tasks_returned
+        """Tasks sent but neither consumed, returned nor abandoned: what the env still holds."""
+        return self.tasks_sent - self.tasks_consumed - self.tasks_returned - self.tasks_abandoned
+
+    def add(self, other: EnvCounters) -> None:
+        """Add ``other``'s counts to these (the totals of envs no longer listed one by one)."""
+        for f in fields(self):
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
 
 
 class SyncCore:
@@ -155,6 +165,9 @@ class SyncCore:
         lock: The lock to share; by default the curriculum's own
             (:attr:`~magister.curricula.base.Curriculum.lock`), so a learner reading the curriculum
             directly is serialised with the server thread.
+        keep_departed: Counters of this many envs that left (goodbye, or declared gone) stay listed one by
+            one (``sync/env<i>/...``); older ones are only counted in the totals. Nothing else is kept of an
+            env that left, so the memory a server holds is bounded by its live envs.
     """
 
     def __init__(
@@ -164,6 +177,7 @@ class SyncCore:
         step_batch_size: int = DEFAULT_STEP_BATCH_SIZE,
         validate_tasks: bool = True,
         lock: Any = None,
+        keep_departed: int = 64,
     ) -> None:
         if not isinstance(curriculum, Curriculum):
             raise TypeError(f"curriculum must be a magister Curriculum, got {type(curriculum).__name__}")
@@ -174,7 +188,15 @@ class SyncCore:
         self.validate_tasks = bool(validate_tasks)
         self.lock = lock if lock is not None else curriculum.lock
         self.pid = os.getpid()
-        self._counters: dict[int, EnvCounters] = {}
+        self._counters: dict[int, EnvCounters] = {}  # live envs
+        self._departed: OrderedDict[int, EnvCounters] = OrderedDict()  # the last envs that left
+        self._evicted = EnvCounters(connected=0)  # the totals of envs that left before those
+        self.keep_departed = int(keep_departed)
+        self.departed_envs = 0
+        #: Seconds between heartbeats asked of idle envs (set by a server with an ``env_timeout``; 0: none).
+        self.heartbeat = 0.0
+        #: Names this server instance in every welcome (a client that registers again compares it).
+        self.token = secrets.token_hex(8)
         # per env, by task id: (task key, task, control flag, variant)
         self._in_flight: dict[int, dict[int, tuple[Hashable, EncodedTask, bool, EncodedTask | None]]] = {}
         self._next_env = 0
@@ -235,14 +257,54 @@ class SyncCore:
             step_obs=bool(getattr(cur, "requires_step_observations", True)),
             step_infos=bool(getattr(cur, "requires_step_infos", True)),
             task_space=self.task_space_fingerprint,
+            heartbeat=float(self.heartbeat),
+            server_token=self.token,
         )
 
     def counters(self, env_id: int) -> EnvCounters:
-        """The counters of ``env_id`` (``KeyError`` for an unknown env)."""
-        try:
-            return self._counters[env_id]
-        except KeyError:
-            raise KeyError(f"unknown env id {env_id!r}; known: {sorted(self._counters)}") from None
+        """The counters of ``env_id``, live or among the last that left (``KeyError`` otherwise)."""
+        c = self._counters.get(env_id)
+        if c is None:
+            c = self._departed.get(env_id)
+        if c is None:
+            raise KeyError(f"unknown env id {env_id!r}; known: {self.env_ids}")
+        return c
+
+    def depart(self, env_id: int, reason: str = "goodbye") -> int:
+        """Env ``env_id`` left (``reason``: ``"goodbye"``, or ``"timeout"`` when it stayed silent past the
+        server's ``env_timeout``): the tasks it still held are abandoned (counted, and reported to the
+        curriculum's :meth:`~magister.curricula.base.Curriculum.on_task_abandoned`), and its state is
+        freed but for its counters (see ``keep_departed``). Returns the number of tasks abandoned; a no-op
+        (0) for an env that is not live."""
+        with self.lock:
+            c = self._counters.pop(env_id, None)
+            if c is None:
+                return 0
+            flight = self._in_flight.pop(env_id, {})
+            self._streams.pop(env_id, None)
+            for entry in flight.values():
+                try:
+                    self.curriculum.on_task_abandoned(entry[1], env_id)
+                except Exception:
+                    logger.exception("%s.on_task_abandoned failed", type(self.curriculum).__name__)
+            c.tasks_abandoned += len(flight)
+            c.connected = 0
+            self.departed_envs += 1
+            self._departed[env_id] = c
+            while len(self._departed) > self.keep_departed:
+                self._evicted.add(self._departed.popitem(last=False)[1])
+        if flight or reason != "goodbye":
+            logger.info("env %d left (%s); %d tasks it held abandoned", env_id, reason, len(flight))
+        return len(flight)
+
+    def is_live(self, env_id: int) -> bool:
+        """Whether ``env_id`` is registered and has not departed."""
+        return env_id in self._counters
+
+    @property
+    def live_envs(self) -> int:
+        """Envs registered and not yet departed."""
+        return len(self._counters)
 
     def _env(self, env_id: int) -> EnvCounters:
         c = self._counters.get(env_id)
@@ -292,8 +354,10 @@ class SyncCore:
     def mark_unsent(self, msg: P.Tasks) -> None:
         """The tasks of ``msg`` could not be delivered (the env is gone): count them as unsent."""
         with self.lock:
-            c = self._counters[msg.env_id]
-            flight = self._in_flight[msg.env_id]
+            c = self._counters.get(msg.env_id)
+            flight = self._in_flight.get(msg.env_id)
+            if c is None or flight is None:  # the env left meanwhile: its tasks were abandoned with it
+                return
             for i in msg.task_ids:
                 flight.pop(i, None)
             c.tasks_sent -= len(msg.task_ids)
@@ -390,6 +454,8 @@ class SyncCore:
             c.updates_applied += 1
             if request:
                 return self.assign_tasks(env_id, request)
+            if msg.__class__ is P.Goodbye:
+                self.depart(env_id, "goodbye")
             return reply
 
     def apply_batch(self, batch: P.Batch) -> list[P.Message]:
@@ -510,7 +576,6 @@ class SyncCore:
             for i in msg.returned_task_ids:
                 del flight[i]
             c.tasks_returned += len(msg.returned_task_ids)
-            c.connected = 0
             return P.Goodbye(msg.env_id, msg.returned_task_ids)
         raise SyncRejected("bad_request", f"an env may not send {type(msg).__name__} messages")
 
@@ -525,30 +590,35 @@ class SyncCore:
 
     # -- learner side -------------------------------------------------------------------------------
     def in_flight(self, env_id: int) -> dict[int, EncodedTask]:
-        """Tasks sent to ``env_id`` and not yet consumed or returned, by task id."""
+        """Tasks sent to ``env_id`` and not yet consumed, returned or abandoned, by task id (``{}`` for an
+        env that left)."""
         with self.lock:
-            return {i: entry[1] for i, entry in self._in_flight[env_id].items()}
+            return {i: entry[1] for i, entry in self._in_flight.get(env_id, {}).items()}
 
     @property
     def env_ids(self) -> list[int]:
-        """Ids of every env that ever connected."""
-        return sorted(self._counters)
+        """Ids of the live envs and of the last ones that left (see ``keep_departed``)."""
+        return sorted((*self._counters, *self._departed))
 
     def sync_metrics(self) -> dict[str, float]:
-        """Flat accounting metrics: ``sync/env<i>/<counter>`` per env and ``sync/total/<counter>``."""
+        """Flat accounting metrics: ``sync/env<i>/<counter>`` per live env (and per env among the last that
+        left), ``sync/total/<counter>`` over every env that ever connected, ``sync/envs`` (envs that ever
+        registered), ``sync/envs_live`` and ``sync/envs_departed``."""
         out: dict[str, float] = {}
         with self.lock:
-            totals: dict[str, float] = {}
-            for env_id, c in sorted(self._counters.items()):
+            totals = EnvCounters(connected=0)
+            totals.add(self._evicted)
+            for env_id, c in sorted((*self._counters.items(), *self._departed.items())):
                 for f in fields(c):
-                    v = float(getattr(c, f.name))
-                    out[f"sync/env{env_id}/{f.name}"] = v
-                    totals[f.name] = totals.get(f.name, 0.0) + v
+                    out[f"sync/env{env_id}/{f.name}"] = float(getattr(c, f.name))
                 out[f"sync/env{env_id}/tasks_in_flight"] = float(c.tasks_in_flight)
-                totals["tasks_in_flight"] = totals.get("tasks_in_flight", 0.0) + c.tasks_in_flight
-            for k, v in totals.items():
-                out[f"sync/total/{k}"] = v
-            out["sync/envs"] = float(len(self._counters))
+                totals.add(c)
+            for f in fields(totals):
+                out[f"sync/total/{f.name}"] = float(getattr(totals, f.name))
+            out["sync/total/tasks_in_flight"] = float(totals.tasks_in_flight)
+            out["sync/envs"] = float(len(self._counters) + self.departed_envs)  # ever registered
+            out["sync/envs_live"] = float(len(self._counters))
+            out["sync/envs_departed"] = float(self.departed_envs)
             out["sync/malformed_frames_unattributed"] = float(self.malformed_frames)
         return out
 
@@ -559,6 +629,29 @@ class ServedCurriculum:
     wherever an address is (sent to another process, it arrives as a :class:`ServerHandle`)."""
 
     address: str
+
+
+@dataclass(eq=False)
+class _Peer:
+    """What the server keeps of one connected env: its id and welcome, and the state of its sequenced
+    stream (see :func:`magister.sync.protocol.pack_envelope`)."""
+
+    env_id: int
+    welcome: P.Welcome
+    last_seen: float
+    rx: int = 0  # the highest sequence number applied from the env
+    tx: int = 0  # the sequence number of the last reply sent to it
+    sent: deque = None  # type: ignore[assignment]  # (seq, frames) of replies it has not acknowledged
+    sequenced: bool = False  # it sends envelopes (so replies carry them)
+    gap: bool = False  # a gap was reported to it since its last in-order message
+
+    def __post_init__(self) -> None:
+        self.sent = deque()
+
+
+#: Most replies a server keeps per env for a resend (older ones are dropped: a client that far behind
+#: is gone, and its tasks are reclaimed by the liveness check).
+MAX_UNACKED_REPLIES = 1024
 
 
 class CurriculumServer(ServedCurriculum):
@@ -584,22 +677,43 @@ class CurriculumServer(ServedCurriculum):
         max_envs: int = 65536,
         poll_interval: float = 1.0,
         join_timeout: float = 5.0,
+        env_timeout: float | None = 60.0,
+        keep_departed: int = 64,
     ) -> None:
-        self.core = SyncCore(curriculum, step_batch_size=step_batch_size, validate_tasks=validate_tasks)
+        if env_timeout is not None and (
+            isinstance(env_timeout, bool) or not isinstance(env_timeout, (int, float)) or not env_timeout > 0
+        ):
+            raise ValueError(f"env_timeout must be a positive number of seconds or None, got {env_timeout!r}")
+        self.core = SyncCore(
+            curriculum,
+            step_batch_size=step_batch_size,
+            validate_tasks=validate_tasks,
+            keep_departed=keep_departed,
+        )
         self.curriculum = curriculum
         self.lock = self.core.lock
         self._pid = os.getpid()
+        #: Seconds an env may stay silent before it is declared gone (``None``: never).
+        self.env_timeout = None if env_timeout is None else float(env_timeout)
+        if self.env_timeout is not None:
+            self.core.heartbeat = self.env_timeout / 4  # an idle env sends one at least this often
+            poll_interval = min(poll_interval, self.env_timeout / 4)  # the liveness check's period
         self._poll_ms = max(1, int(poll_interval * 1000))
+        self._next_sweep = math.inf if self.env_timeout is None else time.monotonic() + self.env_timeout / 4
         self._join_timeout = float(join_timeout)
         self._max_header = min(int(max_message_bytes), P.DEFAULT_MAX_HEADER_BYTES)
         self._tmpdir: str | None = None
         self._closed = False
         self._stop = threading.Event()
-        self._identities: dict[bytes, int] = {}
-        self._welcomes: dict[bytes, P.Welcome] = {}
-        #: Most envs this server registers (bounds the memory a flood of hellos can take).
+        self._peers: dict[bytes, _Peer] = {}  # live envs, by routing id
+        #: Most live envs this server serves (bounds the memory a flood of hellos can take); an env that
+        #: left (goodbye, or declared gone) frees its slot.
         self.max_envs = int(max_envs)
         self.errors_sent = 0
+        #: Sequenced messages dropped as repeats (resent after a reconnect, already applied).
+        self.duplicates_dropped = 0
+        #: Replies sent again to envs that missed them (after a reconnect).
+        self.replies_resent = 0
         if address is None:
             self._tmpdir = tempfile.mkdtemp(prefix="magister-")  # mode 0700
             address = f"ipc://{os.path.join(self._tmpdir, 'curriculum.sock')}"
@@ -610,6 +724,9 @@ class CurriculumServer(ServedCurriculum):
         sock = self._ctx.socket(zmq.ROUTER)
         try:
             sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
+            # an env that reconnects (same routing id) takes over its identity at once, even while the
+            # server still holds its old connection (a half-open TCP connection after a network cut)
+            sock.setsockopt(zmq.ROUTER_HANDOVER, 1)
             sock.setsockopt(zmq.LINGER, 0)
             sock.setsockopt(zmq.MAXMSGSIZE, int(max_message_bytes))
             configure_server_socket(sock, curve_secret_key)
@@ -642,6 +759,8 @@ class CurriculumServer(ServedCurriculum):
         poller.register(self._wake_rx, zmq.POLLIN)
         try:
             while not self._stop.is_set():
+                if time.monotonic() >= self._next_sweep:
+                    self._sweep()
                 if not poller.poll(self._poll_ms):
                     continue
                 for _ in range(256):  # drain a burst, then re-check the stop flag
@@ -661,14 +780,41 @@ class CurriculumServer(ServedCurriculum):
             sock.close(0)
             self._wake_rx.close(0)
 
+    def _sweep(self) -> None:
+        """Declare gone the envs silent for longer than ``env_timeout`` (their tasks are abandoned)."""
+        now = time.monotonic()
+        self._next_sweep = now + self.env_timeout / 4  # type: ignore[operator]
+        deadline = now - self.env_timeout  # type: ignore[operator]
+        for identity, peer in list(self._peers.items()):
+            if peer.last_seen < deadline:
+                del self._peers[identity]
+                self.core.depart(peer.env_id, "timeout")
+
     def _send(self, identity: bytes, msg: P.Message) -> bool:
+        peer = self._peers.get(identity)
+        frames = P.encode(msg)
+        if peer is not None and peer.sequenced:  # numbered, and kept until the env acknowledges it
+            peer.tx += 1
+            frames = [P.pack_envelope(P.DATA, peer.tx, peer.rx), *frames]
+            peer.sent.append((peer.tx, frames))
+            if len(peer.sent) > MAX_UNACKED_REPLIES:
+                peer.sent.popleft()
+        quiet = peer is not None and peer.sequenced
+        return self._write(identity, frames, msg, logging.DEBUG if quiet else None)
+
+    def _write(
+        self, identity: bytes, frames: list[Any], msg: P.Message | None = None, level: int | None = None
+    ) -> bool:
+        """Send ``frames`` to ``identity`` now; False when it cannot take them (logged at ``level``, by
+        default a warning; a reply kept for a resend is only worth a debug line)."""
         try:
-            self._sock.send_multipart([identity, *P.encode(msg)], zmq.NOBLOCK)
+            self._sock.send_multipart([identity, *frames], zmq.NOBLOCK)
             return True
         except (zmq.Again, zmq.ZMQError) as exc:  # peer gone (ROUTER_MANDATORY) or its queue is full
-            logger.warning(
+            logger.log(
+                logging.WARNING if level is None else level,
                 "curriculum server: could not deliver %s to env %s: %s",
-                type(msg).__name__,
+                type(msg).__name__ if msg is not None else "a message",
                 getattr(msg, "env_id", "?"),
                 exc,
             )
@@ -678,10 +824,50 @@ class CurriculumServer(ServedCurriculum):
         self.errors_sent += 1
         self._send(identity, P.Error(code, message[:2000], env_id))
 
+    def _sequence(self, identity: bytes, peer: _Peer | None, envelope: tuple[int, int, int]) -> bool:
+        """Account for a sequenced frame; whether the message it carries is to be applied now."""
+        kind, seq, ack = envelope
+        if peer is None:  # a restarted server, or an env declared gone: it must say hello again
+            self.core.note_malformed(None)
+            self._error(identity, "unknown_env", "this server does not know this env (restarted, or it "
+                        "declared the env gone); send Hello again")
+            return False
+        peer.sequenced = True
+        sent = peer.sent
+        while sent and sent[0][0] <= ack:  # acknowledged replies need no resend
+            sent.popleft()
+        if kind == P.PING:  # resend what it missed, then say from where it must resend its own
+            for _, frames in sent:
+                self._write(identity, frames)
+                self.replies_resent += 1
+            self._write(identity, [P.pack_envelope(P.PONG, peer.tx, peer.rx)])
+            return False
+        if kind != P.DATA:
+            raise P.ProtocolError(f"an env may not send a {kind} envelope")
+        if seq <= peer.rx:  # already applied (a resend after a reconnect)
+            self.duplicates_dropped += 1
+            self.core.counters(peer.env_id).duplicates_dropped += 1
+            return False
+        if seq > peer.rx + 1:  # something before it was lost: ask (once) for the resend from there
+            if not peer.gap:
+                peer.gap = True
+                self._write(identity, [P.pack_envelope(P.PONG, peer.tx, peer.rx)])
+            return False
+        peer.rx, peer.gap = seq, False
+        return True
+
     def _handle(self, frames: list[Any]) -> None:
         identity = frames[0].bytes
-        env_id = self._identities.get(identity)
+        peer = self._peers.get(identity)
+        if peer is not None:
+            peer.last_seen = time.monotonic()
+        env_id = None if peer is None else peer.env_id
         try:
+            envelope = P.unpack_envelope(frames[1]) if len(frames) > 1 else None
+            if envelope is not None:
+                if not self._sequence(identity, peer, envelope):
+                    return
+                frames = frames[1:]
             msg = P.decode(frames[1:], max_header_bytes=self._max_header)
         except P.ProtocolVersionError as exc:
             self.core.note_malformed(env_id)
@@ -693,20 +879,22 @@ class CurriculumServer(ServedCurriculum):
             self._error(identity, "malformed", str(exc), -1 if env_id is None else env_id)
             return
         if isinstance(msg, P.Hello):
-            welcome = self._welcomes.get(identity)
-            if welcome is None:  # a repeated Hello (client retry) gets the same answer
-                if len(self._welcomes) >= self.max_envs:
-                    self._error(identity, "too_many_envs", f"the server accepts at most {self.max_envs} envs")
+            if peer is None:  # (a repeated Hello, a client's retry, gets the same answer)
+                if len(self._peers) >= self.max_envs:
+                    self._error(
+                        identity, "too_many_envs", f"the server serves at most {self.max_envs} live envs"
+                    )
                     return
                 try:
                     welcome = self.core.register_env(msg)
                 except SyncRejected as exc:
                     self._error(identity, exc.code, str(exc))
                     return
-                self._welcomes[identity] = welcome
-                self._identities[identity] = welcome.env_id
+                peer = self._peers[identity] = _Peer(welcome.env_id, welcome, time.monotonic())
                 logger.debug("env %d joined (pid %d, %r)", welcome.env_id, msg.pid, msg.name)
-            self._send(identity, welcome)
+                if msg.rejoin >= 0:
+                    logger.info("env %d joined again (it was env %d)", welcome.env_id, msg.rejoin)
+            self._write(identity, P.encode(peer.welcome), peer.welcome)
             return
         if env_id is None or getattr(msg, "env_id", None) != env_id:
             self.core.note_malformed(env_id)
@@ -727,7 +915,7 @@ class CurriculumServer(ServedCurriculum):
             for reply in replies:
                 if isinstance(reply, P.Error):
                     self.errors_sent += 1
-                if not self._send(identity, reply) and isinstance(reply, P.Tasks):
+                if not self._send(identity, reply) and isinstance(reply, P.Tasks) and not peer.sequenced:
                     self.core.mark_unsent(reply)
             return
         try:
@@ -738,7 +926,10 @@ class CurriculumServer(ServedCurriculum):
             if isinstance(reply, P.Error):
                 self.errors_sent += 1
         if reply is not None and not self._send(identity, reply) and isinstance(reply, P.Tasks):
-            self.core.mark_unsent(reply)
+            if not peer.sequenced:  # (a sequenced env gets it again when it reconnects)
+                self.core.mark_unsent(reply)
+        if isinstance(msg, P.Goodbye) and not self.core.is_live(env_id):  # it left: its slot is freed
+            self._peers.pop(identity, None)
 
     # -- learner-side proxies (all under the lock) ----------------------------------------------------
     def sample(self, k: int = 1) -> list[EncodedTask]:
@@ -762,6 +953,8 @@ class CurriculumServer(ServedCurriculum):
             out = dict(self.curriculum.metrics())
             out.update(self.core.sync_metrics())
             out["sync/errors_sent"] = float(self.errors_sent)
+            out["sync/duplicates_dropped"] = float(self.duplicates_dropped)
+            out["sync/replies_resent"] = float(self.replies_resent)
         return out
 
     def state_dict(self) -> dict[str, Any]:
@@ -893,6 +1086,8 @@ def serve(
     validate_tasks: bool = True,
     max_message_bytes: int = 256 * 1024 * 1024,
     max_envs: int = 65536,
+    env_timeout: float | None = 60.0,
+    keep_departed: int = 64,
 ) -> CurriculumServer:
     """Serve ``curriculum`` to environment workers; returns the running :class:`CurriculumServer`.
 
@@ -907,7 +1102,13 @@ def serve(
         insecure: Explicitly allow an unencrypted non-loopback TCP address.
         validate_tasks: Check tasks that clients chose themselves against the task space.
         max_message_bytes: Larger incoming messages are dropped by ZeroMQ (protects memory).
-        max_envs: Most envs the server registers; further hellos get an error reply.
+        max_envs: Most live envs the server serves; further hellos get a ``too_many_envs`` error reply. An
+            env that said goodbye, or was declared gone, frees its slot.
+        env_timeout: Seconds an env may stay silent before it is declared gone: the tasks it held are
+            abandoned (counted as ``tasks_abandoned`` and reported to the curriculum's
+            ``on_task_abandoned``) and its slot is freed. Clients send a heartbeat when idle for a quarter
+            of it. ``None``: envs are never declared gone.
+        keep_departed: Counters of this many envs that left stay listed one by one in ``metrics()``.
 
     Raises:
         ValueError: an unsupported address, or an exposed TCP address without keys or ``insecure=True``.
@@ -922,4 +1123,6 @@ def serve(
         validate_tasks=validate_tasks,
         max_message_bytes=max_message_bytes,
         max_envs=max_envs,
+        env_timeout=env_timeout,
+        keep_departed=keep_departed,
     )

@@ -296,11 +296,11 @@ def test_prefetch_give_back_and_close_accounting(shared):
     e = client.env_id
     m = shared.metrics()
     # 2 asked for at connect, 2 more when the second task emptied the buffer: 4 sampled; no episode was
-    # reported, so the 3 unused ones were returned and task a is still in flight
+    # reported, so the 3 unused ones were returned and task a, never reported, was abandoned at the goodbye
     assert m[f"sync/env{e}/tasks_sampled"] == 4
     assert m[f"sync/env{e}/tasks_returned"] == 3
-    assert m[f"sync/env{e}/tasks_in_flight"] == 1
-    assert shared.in_flight(e) == {a.task_id: a.task}
+    assert m[f"sync/env{e}/tasks_abandoned"] == 1 and m[f"sync/env{e}/tasks_in_flight"] == 0
+    assert shared.in_flight(e) == {}
     assert m[f"sync/env{e}/connected"] == 0
     with pytest.raises(SyncError, match="closed"):
         client.next_task()
@@ -443,7 +443,7 @@ def test_held_updates_go_out_when_due(shared, clock):
     e = client.env_id
     m = shared.metrics()
     assert m[f"sync/env{e}/episodes_applied"] == 2 and m[f"sync/env{e}/progress_applied"] == 1
-    assert m[f"sync/env{e}/tasks_in_flight"] == 1  # c was never reported as consumed
+    assert m[f"sync/env{e}/tasks_abandoned"] == 1  # c was never reported as consumed
     assert client.stats["updates_sent"] == 3
 
 

@@ -224,7 +224,9 @@ def test_curriculum_exceptions_become_error_replies():
             c.next_task()
         c.close()
         m = server.metrics()
-        assert m["sync/env0/updates_rejected"] == 1 and m["sync/env0/tasks_in_flight"] == 1
+        assert m["sync/env0/updates_rejected"] == 1
+        # the refused update's task was never acknowledged: the goodbye abandons it (nothing in flight)
+        assert m["sync/env0/tasks_abandoned"] == 1 and m["sync/env0/tasks_in_flight"] == 0
         assert m["sync/errors_sent"] == 2
 
 

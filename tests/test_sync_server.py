@@ -836,7 +836,9 @@ def test_server_applies_a_batch_in_order_and_answers_its_requests_once():
         replies = []
         while len(replies) < 2:
             assert sock.poll(5000), "no reply from the server"
-            replies.append(P.decode(sock.recv_multipart()))
+            frames = sock.recv_multipart()
+            assert P.unpack_envelope(frames[0])[0] == P.DATA  # replies to this client are numbered
+            replies.append(P.decode(frames[1:]))
         err, tasks = replies
         assert isinstance(err, P.Error) and err.code == "unknown_task"
         assert isinstance(tasks, P.Tasks) and len(tasks.task_ids) == 3  # 2 + 1, in one reply
@@ -968,7 +970,7 @@ def test_background_flusher_sleeps_until_the_oldest_held_update_is_due():
 
 
 def test_background_flusher_ends_when_its_last_client_is_collected():
-    with serve(Recorder()) as server:
+    with serve(Recorder(), env_timeout=None) as server:  # (no heartbeats: the flusher sleeps 30 s)
         c = CurriculumClient(server.address, max_update_delay=30.0)
         c.next_task()  # connected: registered with the flusher, which now sleeps up to 30 s
         flusher = client_module._flusher_instance

@@ -81,8 +81,9 @@ class Transport:
         """Replies that arrived, waiting at most ``timeout`` seconds for one (``[]``: none came)."""
         raise NotImplementedError
 
-    def close(self, wait: bool = True) -> None:  # pragma: no cover - interface
-        """Release the connection (``wait``: let queued messages go out, within the close timeout)."""
+    def close(self, wait: bool = True, linger: float | None = None) -> None:  # pragma: no cover - interface
+        """Release the connection (``wait``: let queued messages go out, for at most ``linger`` seconds,
+        default the close timeout)."""
         raise NotImplementedError
 
     def abandon(self) -> None:

@@ -59,5 +59,5 @@ class InProcessTransport(Transport):
         out, self.replies = self.replies, []
         return out
 
-    def close(self, wait: bool = True) -> None:
+    def close(self, wait: bool = True, linger: float | None = None) -> None:
         self.replies.clear()

@@ -270,7 +270,7 @@ class RayTransport(Transport):
     def can_send_now(self) -> bool:
         return len(self.calls) < self.max_pending
 
-    def close(self, wait: bool = True) -> None:
+    def close(self, wait: bool = True, linger: float | None = None) -> None:
         self.method = None
         self.calls.clear()
         self.replies.clear()

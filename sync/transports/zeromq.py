@@ -4,6 +4,16 @@ The socket is made by :meth:`ZmqTransport.open`, in the process that uses it, fr
 (never one inherited through ``fork``). Several items go out as one
 :class:`~magister.sync.protocol.Batch`; a send never waits for a reply, and waits for room in the send
 queue at most ``timeout`` seconds (back-pressure instead of silently dropping).
+
+**Reconnects lose nothing and repeat nothing.** The socket has a stable routing id (a random session
+token drawn when it is made), so after ZeroMQ reconnects it (a network cut, a proxy restarted) the server
+knows it as the same env. Every message after the hello is numbered in a small envelope frame
+(:func:`magister.sync.protocol.pack_envelope`) and kept until the server acknowledges it; so are the
+server's replies. When a wait for a reply passes ``retry_interval``, the transport sends a ``PING``: the
+server sends again the replies the env missed, and answers with the number of the last message it
+applied, after which the env sends again what the server never got. Each side drops what it already has.
+A server that no longer knows the env (restarted, or it declared the env gone) answers ``unknown_env``;
+the feed then registers again (:meth:`ZmqTransport.rejoin`).
 """
 
 from __future__ import annotations
@@ -12,6 +22,7 @@ import logging
 import os
 import threading
 import time
+from collections import deque
 from typing import Any, ClassVar
 
 import zmq
@@ -42,8 +53,21 @@ def _context() -> zmq.Context:
         return _ctx
 
 
+#: Seconds a wait for a reply lasts before the transport asks the server for a resend (``PING``).
+DEFAULT_RETRY_INTERVAL = 0.25
+#: Most sent messages kept for a resend until the server acknowledges them.
+MAX_UNACKED = 4096
+
+
 class ZmqTransport(Transport):
-    """A DEALER socket to ``address`` (``tcp://`` or ``ipc://``), with CURVE when keys are given."""
+    """A DEALER socket to ``address`` (``tcp://`` or ``ipc://``), with CURVE when keys are given.
+
+    Attributes:
+        pings: ``PING`` frames sent (resend requests while waiting, and heartbeats).
+        resent: Messages sent again after the server said it had not received them.
+        duplicates: Replies received twice (dropped).
+        rejoins: Times the transport registered again with a server that no longer knew it.
+    """
 
     defaults: ClassVar[dict[str, Any]] = {"prefetch": 8, "update_batch": 32}
     reads_ahead: ClassVar[bool] = True
@@ -58,13 +82,21 @@ class ZmqTransport(Transport):
         timeout: float,
         close_timeout: float,
         curve: tuple[Any, Any, Any] = (None, None, None),
+        retry_interval: float = DEFAULT_RETRY_INTERVAL,
     ) -> None:
         self.address = address
         self.timeout = timeout
         self.close_timeout = close_timeout
         self.curve = curve
+        self.retry_interval = float(retry_interval)
         self.socket: zmq.Socket | None = None
         self.waits = 0
+        self.seq = 0  # the number of the last message sent
+        self.rx = 0  # the number of the last reply received in order
+        self.unacked: deque[tuple[int, list[Any]]] = deque()  # (seq, frames) the server has not acknowledged
+        self.pings = self.resent = self.duplicates = self.rejoins = 0
+        self.last_send = 0.0  # (monotonic) when the last frame went out: heartbeats fill silences
+        self._reported_gap = False
 
     @property
     def peer(self) -> str:
@@ -77,20 +109,45 @@ class ZmqTransport(Transport):
         sock = _context().socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, int(self.close_timeout * 1000))
         sock.setsockopt(zmq.RECONNECT_IVL, 100)
+        sock.setsockopt(zmq.RECONNECT_IVL_MAX, 1000)
+        # the session token: the server knows this socket by it across reconnects (a leading zero byte is
+        # reserved by ZeroMQ)
+        sock.setsockopt(zmq.ROUTING_ID, b"m" + os.urandom(15))
         configure_client_socket(sock, *self.curve)
         sock.connect(self.address)
         self.socket = sock
+        return self._register(hello)
+
+    def rejoin(self, hello: P.Hello) -> P.Welcome:
+        """Register again on the same socket (the server no longer knew this env): the messages not yet
+        acknowledged are sent again, numbered from the start, after being made the new registration's
+        (:func:`magister.sync.protocol.rebase`)."""
+        self.rejoins += 1
+        old = [P.decode(frames) for _, frames in self.unacked]
+        self.unacked.clear()
+        self.seq = self.rx = 0
+        welcome = self._register(hello)
+        for msg in old:
+            msg = P.rebase(msg, welcome.env_id)
+            if msg is not None:
+                self.send([_frames_of(msg)])
+                self.resent += 1
+        return welcome
+
+    def _register(self, hello: P.Hello) -> P.Welcome:
         self._write(P.encode(hello), "Hello")
         deadline = time.monotonic() + self.timeout
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise ServerUnavailableError(self.no_reply("a welcome"))
-            for msg in self.receive(left):
+            for msg in self.receive(left, retry=False):
                 if isinstance(msg, P.Welcome):
                     self.env_id = msg.env_id
                     return msg
                 if isinstance(msg, P.Error):
+                    if msg.code == "unknown_env":  # about a frame sent before this hello: stale
+                        continue
                     if msg.code == "version":
                         raise P.ProtocolVersionError(msg.message)
                     logger.error("%s refused the hello (%s): %s", self.peer, msg.code, msg.message)
@@ -112,12 +169,35 @@ class ZmqTransport(Transport):
         )
 
     def send(self, items: list[Any]) -> None:
-        self._write(self.frames(items), f"batch of {len(items)} messages" if len(items) > 1 else "message")
+        frames = self.frames(items)
+        self.seq = seq = self.seq + 1
+        unacked = self.unacked
+        unacked.append((seq, frames))
+        if len(unacked) > MAX_UNACKED:  # a server that far behind is gone: the feed finds out waiting
+            unacked.popleft()
+        self._write(
+            [P.pack_envelope(P.DATA, seq, self.rx), *frames],
+            f"batch of {len(items)} messages" if len(items) > 1 else "message",
+        )
+
+    def ping(self) -> None:
+        """Ask the server for the replies this env missed and where to resend from (also a heartbeat: the
+        server counts any frame as a sign of life). Never waits."""
+        sock = self.socket
+        if sock is None:
+            return
+        try:
+            sock.send(P.pack_envelope(P.PING, self.seq, self.rx), zmq.NOBLOCK)
+            self.pings += 1
+            self.last_send = time.monotonic()
+        except zmq.Again:  # the queue is full: the messages in it will do
+            pass
 
     def _write(self, frames: list[Any], what: str) -> None:
         sock = self.socket
         assert sock is not None
-        copy = len(frames) == 1  # zero-copy only pays off for large array frames
+        copy = len(frames) <= 2  # zero-copy only pays off for large array frames
+        self.last_send = time.monotonic()
         try:
             sock.send_multipart(frames, zmq.NOBLOCK, copy=copy)
             return
@@ -132,24 +212,72 @@ class ZmqTransport(Transport):
                 pass
         raise ServerUnavailableError(self.no_reply(f"room in the send queue for a {what}"))
 
-    def receive(self, timeout: float) -> list[P.Message]:
+    def receive(self, timeout: float, retry: bool = True) -> list[P.Message]:
         """At most one message (a :class:`~magister.sync.protocol.ProtocolVersionError` names both
-        versions)."""
+        versions). A wait longer than ``retry_interval`` sends a ``PING`` each time it passes (``retry``)."""
         sock = self.socket
         assert sock is not None
         if timeout <= 0:
             if not sock.get(zmq.EVENTS) & zmq.POLLIN:  # cheaper than a zero-timeout poll
                 return []
-        elif not sock.poll(max(1, int(timeout * 1000)), zmq.POLLIN):
-            return []
-        return [P.decode(sock.recv_multipart(copy=False))]
+            return self._take(sock.recv_multipart(copy=False))
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return []
+            slice_ = min(left, self.retry_interval) if retry else left
+            if sock.poll(max(1, int(slice_ * 1000)), zmq.POLLIN):
+                msgs = self._take(sock.recv_multipart(copy=False))
+                if msgs:
+                    return msgs
+            elif retry and left > slice_:
+                self.ping()
 
-    def close(self, wait: bool = True) -> None:
+    def _take(self, frames: list[Any]) -> list[P.Message]:
+        """The message of a received frame list: ``[]`` for a repeat, an out-of-order reply or a ``PONG``
+        (which may send again what the server missed)."""
+        envelope = P.unpack_envelope(frames[0])
+        if envelope is None:  # unsequenced: a welcome, or an error to a peer the server does not know
+            return [P.decode(frames)]
+        kind, seq, ack = envelope
+        unacked = self.unacked
+        while unacked and unacked[0][0] <= ack:
+            unacked.popleft()
+        if kind == P.PONG:  # what is still unacknowledged was sent before this and never arrived
+            for n, sent in list(unacked):
+                self._write([P.pack_envelope(P.DATA, n, self.rx), *sent], "message sent again")
+                self.resent += 1
+            return []
+        if seq <= self.rx:
+            self.duplicates += 1
+            return []
+        if seq > self.rx + 1:  # a reply was lost before this one: ask for both again
+            if not self._reported_gap:
+                self._reported_gap = True
+                self.ping()
+            return []
+        self.rx, self._reported_gap = seq, False
+        return [P.decode(frames[1:])]
+
+    def close(self, wait: bool = True, linger: float | None = None) -> None:
+        """Close the socket: letting queued messages go out for at most ``linger`` seconds (default the
+        close timeout) when ``wait``, else at once."""
         if self.socket is not None:
-            self.socket.close(None if wait else 0)
+            if not wait:
+                self.socket.close(0)
+            else:
+                ms = int(1000 * (self.close_timeout if linger is None else max(0.0, linger)))
+                self.socket.close(ms)
             self.socket = None
 
     def abandon(self) -> None:
         if self.socket is not None:
             _orphans.append(self.socket)
             self.socket = None
+
+
+def _frames_of(msg: P.Message) -> Any:
+    """``msg`` as an item of :meth:`ZmqTransport.send` (one frame, or the list of its frames)."""
+    frames = P.encode(msg)
+    return frames[0] if len(frames) == 1 else frames

@@ -1,0 +1,275 @@
+"""The sync layer under real network faults: a TCP proxy cut and restored, a server killed and restarted on
+the same port, workers killed and replaced under ``max_envs``, envs silent past ``env_timeout``.
+
+Counts are compared on both sides afterwards; every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import signal
+import socket
+import time
+
+import pytest
+
+from magister.curricula.base import Curriculum
+from magister.sync import protocol as P
+from magister.sync.client import CurriculumClient
+from magister.sync.server import serve
+from magister.sync.tcp_proxy import TcpProxy
+from magister.task_spaces.discrete import Discrete
+
+
+class Counting(Curriculum):
+    """Uniform over 50 tasks; records episodes and abandoned tasks."""
+
+    def __init__(self) -> None:
+        super().__init__(Discrete(50), seed=0)
+        self.episodes: list[tuple[int, float]] = []
+        self.abandoned: list[tuple[int, int]] = []
+
+    def sample(self, k: int = 1) -> list[int]:
+        return [int(t) for t in self.rng.integers(50, size=k)]
+
+    def update_on_episode(self, episode_return, length, task, progress=0.0, env_id=None) -> None:
+        self.episodes.append((int(task), float(episode_return)))
+
+    def on_task_abandoned(self, task, env_id=None) -> None:
+        self.abandoned.append((int(task), int(env_id)))
+
+
+def _wait(pred, timeout: float = 20.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not pred():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.01)
+
+
+def _play(address: str, episodes: int, pause: float, out, started=None, **kw) -> None:
+    """A worker: play ``episodes`` episodes (``pause`` s each), then report its counts and close."""
+    c = CurriculumClient(address, timeout=20.0, **kw)
+    for i in range(episodes):
+        if i == 5 and started is not None:
+            started.set()
+        a = c.next_task()
+        time.sleep(pause)
+        c.record_episode(a, float(i), 1, 1.0)
+    c.flush()
+    stats = dict(c.stats)
+    t = c.transport
+    stats.update(resent=t.resent, pings=t.pings, rejoins=t.rejoins)
+    c.close()
+    out.put(stats)
+
+
+def test_a_cut_network_loses_no_update_and_counts_none_twice():
+    """Two worker processes play through a TCP proxy that is cut (connections reset, bytes in flight lost)
+    for 0.2 s five times: both finish, and the server applied exactly the episodes they played."""
+    ctx = mp.get_context("fork")
+    with serve(Counting(), "tcp://127.0.0.1:*") as server:
+        port = int(server.address.rsplit(":", 1)[1])
+        proxy_port = _free_port()
+        out = ctx.Queue()
+        address = f"tcp://127.0.0.1:{proxy_port}"
+        workers = [
+            ctx.Process(target=_play, args=(address, 400, 0.002, out), kwargs={"max_update_delay": 0.05})
+            for _ in range(2)
+        ]
+        for w in workers:  # (forked before the proxy listens, so that they do not hold its socket)
+            w.start()
+        with TcpProxy("127.0.0.1", port, proxy_port) as proxy:
+            _wait(lambda: server.metrics()["sync/total/episodes_applied"] > 20, what="first episodes")
+            for _ in range(5):
+                proxy.cut()
+                time.sleep(0.2)
+                proxy.restore()
+                time.sleep(0.15)
+            stats = [out.get(timeout=60) for _ in workers]
+            for w in workers:
+                w.join(10)
+                assert w.exitcode == 0
+            assert proxy.cuts == 5 and proxy.connections >= 2 + 2  # the workers reconnected
+    m = server.metrics()
+    assert len(server.curriculum.episodes) == 800 == m["sync/total/episodes_applied"]
+    assert m["sync/total/updates_received"] == sum(s["updates_sent"] for s in stats) + 2  # + the goodbyes
+    assert m["sync/total/updates_applied"] == m["sync/total/updates_received"]
+    assert m["sync/total/updates_rejected"] == 0 and sum(s["errors_received"] for s in stats) == 0
+    assert m["sync/total/tasks_consumed"] + m["sync/total/tasks_returned"] == m["sync/total/tasks_sent"]
+    assert m["sync/total/tasks_in_flight"] == 0 and m["sync/total/tasks_abandoned"] == 0
+    assert sum(s["rejoins"] for s in stats) == 0  # the server never forgot them: no re-registration
+
+
+def _server_process(port: int, ready, env_timeout: float) -> None:
+    server = serve(Counting(), f"tcp://127.0.0.1:{port}", env_timeout=env_timeout)
+    ready.set()
+    time.sleep(600)  # killed long before
+    server.close()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_a_server_killed_and_restarted_on_the_same_port_is_rejoined():
+    """The server process is SIGKILLed mid-run and a new one starts on the same port: the workers register
+    again (the tasks they held are played and reported as their own) and finish without an error."""
+    ctx = mp.get_context("spawn")
+    port = _free_port()
+    ready = ctx.Event()
+    first = ctx.Process(target=_server_process, args=(port, ready, 60.0))
+    first.start()
+    assert ready.wait(60)
+    out = ctx.Queue()
+    started = [ctx.Event() for _ in range(2)]
+    workers = [
+        ctx.Process(target=_play, args=(f"tcp://127.0.0.1:{port}", 150, 0.01, out, e)) for e in started
+    ]
+    for w in workers:
+        w.start()
+    for e in started:  # both play on the first server
+        assert e.wait(60)
+    os.kill(first.pid, signal.SIGKILL)
+    first.join(10)
+    ready.clear()
+    second = ctx.Process(target=_server_process, args=(port, ready, 60.0))
+    second.start()
+    try:
+        assert ready.wait(60)
+        stats = [out.get(timeout=120) for _ in workers]
+        for w in workers:
+            w.join(20)
+            assert w.exitcode == 0
+    finally:
+        second.kill()
+        second.join(10)
+    assert all(s["rejoins"] == 1 for s in stats)
+    assert all(s["errors_received"] == 0 for s in stats)
+
+
+def _hold_and_hang(address: str, ready, env_timeout_hint: float) -> None:
+    c = CurriculumClient(address, prefetch=2, timeout=10.0)
+    c.next_task()  # plays it forever
+    c.flush()
+    ready.set()
+    time.sleep(600)
+
+
+def test_churn_under_max_envs_frees_every_slot_and_reclaims_every_task():
+    """100 workers, at most 4 live at once, each SIGKILLed while holding tasks: each is declared gone after
+    ``env_timeout``, its tasks are reported abandoned, its slot and state freed, so the next ones are
+    served; nothing of a gone env is kept but (a bounded number of) its counters."""
+    ctx = mp.get_context("fork")
+    cur = Counting()
+    with serve(cur, max_envs=4, env_timeout=0.3, keep_departed=8) as server:
+        killed = 0
+        while killed < 100:
+            events = [ctx.Event() for _ in range(4)]
+            procs = [ctx.Process(target=_hold_and_hang, args=(server.address, e, 0.3)) for e in events]
+            for p in procs:
+                p.start()
+            for e in events:
+                assert e.wait(30)
+            assert server.metrics()["sync/envs_live"] == 4
+            for p in procs:
+                os.kill(p.pid, signal.SIGKILL)
+                p.join(10)
+                killed += 1
+            _wait(lambda: server.metrics()["sync/envs_live"] == 0, 10, "the killed envs declared gone")
+        m = server.metrics()
+        assert m["sync/envs"] == 100 == m["sync/envs_departed"]
+        sent = m["sync/total/tasks_sent"]
+        assert sent == m["sync/total/tasks_abandoned"] == len(cur.abandoned) and sent >= 100
+        assert m["sync/total/tasks_in_flight"] == 0
+        core = server.core
+        assert core.live_envs == 0 and not core._in_flight and len(core.env_ids) == 8
+        # a fresh worker is served at once
+        c = CurriculumClient(server.address, timeout=5.0)
+        a = c.next_task()
+        c.record_episode(a, 1.0, 1, 1.0)
+        c.close()
+    assert cur.episodes == [(a.task, 1.0)]
+
+
+def test_max_envs_bounds_live_envs_not_history():
+    with serve(Counting(), max_envs=5) as server:
+        for _ in range(5):
+            c = CurriculumClient(server.address, timeout=5.0)
+            c.record_episode(c.next_task(), 1.0, 1, 1.0)
+            c.close()
+        sixth = CurriculumClient(server.address, timeout=5.0)
+        sixth.record_episode(sixth.next_task(), 1.0, 1, 1.0)  # refused too_many_envs before
+        sixth.close()
+        m = server.metrics()
+        assert m["sync/envs"] == 6 and m["sync/envs_live"] == 0 and m["sync/total/episodes_applied"] == 6
+
+
+def test_an_idle_env_stays_alive_by_its_heartbeats():
+    """An env that plays nothing for three times ``env_timeout`` is not declared gone: its process's
+    background thread sends heartbeats."""
+    with serve(Counting(), env_timeout=0.4) as server:
+        c = CurriculumClient(server.address, timeout=5.0)
+        a = c.next_task()
+        time.sleep(1.2)
+        c.record_episode(a, 1.0, 1, 1.0)
+        c.close()
+        m = server.metrics()
+        assert m["sync/total/tasks_abandoned"] == 0 and m["sync/envs_departed"] == 1  # by its goodbye
+        assert c.stats["rejoins"] == 0 and m["sync/total/episodes_applied"] == 1
+
+
+def _pausable(address: str, out) -> None:
+    c = CurriculumClient(address, timeout=10.0, prefetch=2)
+    a = c.next_task()
+    out.put("holding")
+    time.sleep(1.5)  # SIGSTOPped for part of this
+    c.record_episode(a, 7.0, 1, 1.0)  # a task of its previous registration
+    b = c.next_task()
+    c.record_episode(b, 8.0, 1, 1.0)
+    c.flush()
+    out.put((c.stats["rejoins"], c.stats["errors_received"], a.task, b.task))
+    c.close()
+
+
+def test_a_paused_env_declared_gone_rejoins_and_reports_its_task():
+    """SIGSTOP a worker past ``env_timeout``: it is declared gone (its tasks abandoned); resumed, it
+    registers again and its episode on the old task is applied as a task it reports itself."""
+    ctx = mp.get_context("fork")
+    cur = Counting()
+    with serve(cur, env_timeout=0.3) as server:
+        out = ctx.Queue()
+        p = ctx.Process(target=_pausable, args=(server.address, out))
+        p.start()
+        assert out.get(timeout=30) == "holding"
+        os.kill(p.pid, signal.SIGSTOP)
+        _wait(lambda: server.metrics()["sync/envs_live"] == 0, 10, "the paused env declared gone")
+        abandoned = server.metrics()["sync/total/tasks_abandoned"]
+        os.kill(p.pid, signal.SIGCONT)
+        rejoins, errors, task_a, task_b = out.get(timeout=30)
+        p.join(10)
+        assert p.exitcode == 0
+    assert rejoins == 1 and errors == 0 and abandoned >= 1
+    assert (task_a, 7.0) in cur.episodes and (task_b, 8.0) in cur.episodes
+
+
+def test_close_is_bounded_by_close_timeout_when_the_server_is_gone():
+    server = serve(Counting(), "tcp://127.0.0.1:*")
+    c = CurriculumClient(server.address, timeout=5.0, close_timeout=1.0, prefetch=0)
+    a = c.next_task()
+    server.close()
+    c.record_episode(a, 1.0, 1, 1.0)  # held, and never acknowledged
+    t0 = time.monotonic()
+    c.close()
+    took = time.monotonic() - t0
+    assert 0.9 <= took < 1.5, took  # one close_timeout (it was two, plus the socket's linger)
+
+
+def test_envelope_frames_are_validated():
+    with pytest.raises(P.ProtocolError, match="envelope"):
+        P.unpack_envelope(P.ENVELOPE_MAGIC + b"\x00" * 3)
+    with pytest.raises(P.ProtocolError, match="kind"):
+        P.unpack_envelope(P.pack_envelope(7, 1, 1))
+    assert P.unpack_envelope(P.pack_envelope(P.PING, 3, 2)) == (P.PING, 3, 2)
