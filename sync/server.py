@@ -77,6 +77,7 @@ import zmq
 from ..curricula.base import Curriculum, StepBatch, TaskSample
 from ..task_spaces.base import EncodedTask, TaskSpace, fingerprint_digest, task_key
 from . import protocol as P
+from .ratelimit import RateLimitedLogger
 from .security import check_bind_address, configure_server_socket
 
 logger = logging.getLogger(__name__)
@@ -89,6 +90,9 @@ __all__ = [
 DEFAULT_STEP_BATCH_SIZE = 64
 #: Largest number of tasks one request may ask for.
 MAX_TASKS_PER_REQUEST = 4096
+#: Seconds between two log records of one kind of fault (the rest are counted, see
+#: :class:`~magister.sync.ratelimit.RateLimitedLogger`): a peer sending garbage cannot flood the log.
+LOG_INTERVAL = 10.0
 
 
 def _accepts(method: Any, name: str) -> bool:
@@ -180,6 +184,7 @@ class SyncCore:
         self._next_env = 0
         self._next_task = 0
         self.malformed_frames = 0  # frames from peers that never said hello
+        self.log = RateLimitedLogger(logger, LOG_INTERVAL)
         space = getattr(curriculum, "task_space", None)
         #: The fingerprint of the curriculum's task space (``""``: it has none), sent in every Welcome and
         #: compared with the env's at connect.
@@ -266,7 +271,7 @@ class SyncCore:
                     cur = self.curriculum
                     samples = cur.sample_tasks_with(cur.stream_rng(stream), count)
             except Exception as exc:
-                logger.exception("curriculum.sample_tasks(%d) failed", count)
+                self.log.exception("sample_failed", "curriculum.sample_tasks(%d) failed", count)
                 raise SyncRejected("sample_failed", f"curriculum.sample_tasks failed: {exc!r}") from exc
             if len(samples) != count or not all(isinstance(s, TaskSample) for s in samples):
                 raise SyncRejected(
@@ -518,7 +523,10 @@ class SyncCore:
         try:
             getattr(self.curriculum, method)(*args, **kwargs)
         except Exception as exc:
-            logger.warning("%s.%s refused an update: %r", type(self.curriculum).__name__, method, exc)
+            self.log.warning(
+                f"refused:{method}", "%s.%s refused an update: %r",
+                type(self.curriculum).__name__, method, exc,
+            )
             raise SyncRejected(
                 "curriculum_error", f"{type(self.curriculum).__name__}.{method}: {exc}"
             ) from exc
@@ -600,6 +608,9 @@ class CurriculumServer(ServedCurriculum):
         #: Most envs this server registers (bounds the memory a flood of hellos can take).
         self.max_envs = int(max_envs)
         self.errors_sent = 0
+        #: Replies the server could not hand to ZeroMQ (the peer was gone or its queue full).
+        self.replies_undelivered = 0
+        self._log = self.core.log  # one rate limit for everything this server logs about its peers
         if address is None:
             self._tmpdir = tempfile.mkdtemp(prefix="magister-")  # mode 0700
             address = f"ipc://{os.path.join(self._tmpdir, 'curriculum.sock')}"
@@ -652,7 +663,9 @@ class CurriculumServer(ServedCurriculum):
                     try:
                         self._handle(frames)
                     except Exception:  # the thread must never die on one bad message
-                        logger.exception("curriculum server: unexpected error handling a message")
+                        self._log.exception(
+                            "handler", "curriculum server: unexpected error handling a message"
+                        )
                     if not sock.get(zmq.EVENTS) & zmq.POLLIN:  # cheaper than a failing recv
                         break
         except zmq.ContextTerminated:  # pragma: no cover - only if the context is destroyed under us
@@ -666,7 +679,9 @@ class CurriculumServer(ServedCurriculum):
             self._sock.send_multipart([identity, *P.encode(msg)], zmq.NOBLOCK)
             return True
         except (zmq.Again, zmq.ZMQError) as exc:  # peer gone (ROUTER_MANDATORY) or its queue is full
-            logger.warning(
+            self.replies_undelivered += 1
+            self._log.warning(
+                "undeliverable",
                 "curriculum server: could not deliver %s to env %s: %s",
                 type(msg).__name__,
                 getattr(msg, "env_id", "?"),
@@ -762,6 +777,7 @@ class CurriculumServer(ServedCurriculum):
             out = dict(self.curriculum.metrics())
             out.update(self.core.sync_metrics())
             out["sync/errors_sent"] = float(self.errors_sent)
+            out["sync/replies_undelivered"] = float(self.replies_undelivered)
         return out
 
     def state_dict(self) -> dict[str, Any]:
@@ -801,6 +817,7 @@ class CurriculumServer(ServedCurriculum):
             self._ctx.term()
         self._remove_tmpdir()
         _live_servers.discard(self)
+        self._log.flush()  # what the rate limit held back is reported, counted
         logger.info("curriculum server on %s closed", self.address)
 
     def _remove_tmpdir(self) -> None:
