@@ -78,7 +78,13 @@ from ..curricula.base import Curriculum, StepBatch, TaskSample
 from ..task_spaces.base import EncodedTask, TaskSpace, fingerprint_digest, task_key
 from . import protocol as P
 from .ratelimit import RateLimitedLogger
-from .security import check_bind_address, configure_server_socket
+from .security import (
+    AllowedClients,
+    ClientAllowList,
+    ZapAuthenticator,
+    check_bind_address,
+    configure_server_socket,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -586,6 +592,7 @@ class CurriculumServer(ServedCurriculum):
         *,
         step_batch_size: int = DEFAULT_STEP_BATCH_SIZE,
         curve_secret_key: bytes | str | None = None,
+        curve_allowed_clients: AllowedClients | None = None,
         insecure: bool = False,
         validate_tasks: bool = True,
         max_message_bytes: int = 256 * 1024 * 1024,
@@ -616,18 +623,29 @@ class CurriculumServer(ServedCurriculum):
             address = f"ipc://{os.path.join(self._tmpdir, 'curriculum.sock')}"
         if not isinstance(address, str):
             raise TypeError(f"address must be a str like 'ipc:///path' or 'tcp://host:port', got {address!r}")
-        check_bind_address(address, curve_secret_key, insecure)
+        try:
+            check_bind_address(address, curve_secret_key, insecure, curve_allowed_clients)
+            allowed = None if curve_allowed_clients is None else ClientAllowList(curve_allowed_clients)
+        except Exception:
+            self._remove_tmpdir()
+            raise
         self._ctx = zmq.Context()
+        #: The ZAP handler admitting only ``curve_allowed_clients`` (``None``: every key holder is admitted).
+        self._auth: ZapAuthenticator | None = None
         sock = self._ctx.socket(zmq.ROUTER)
         try:
+            if allowed is not None:  # (running before the bind: no handshake goes unchecked)
+                self._auth = ZapAuthenticator(self._ctx, allowed, log=self._log)
             sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
             sock.setsockopt(zmq.LINGER, 0)
             sock.setsockopt(zmq.MAXMSGSIZE, int(max_message_bytes))
-            configure_server_socket(sock, curve_secret_key)
+            configure_server_socket(sock, curve_secret_key, authenticate_clients=allowed is not None)
             sock.bind(address)
             self.address: str = sock.getsockopt_string(zmq.LAST_ENDPOINT)
         except Exception:
             sock.close(0)
+            if self._auth is not None:
+                self._auth.stop()
             self._ctx.term()
             self._remove_tmpdir()
             raise
@@ -778,6 +796,8 @@ class CurriculumServer(ServedCurriculum):
             out.update(self.core.sync_metrics())
             out["sync/errors_sent"] = float(self.errors_sent)
             out["sync/replies_undelivered"] = float(self.replies_undelivered)
+            if self._auth is not None:
+                out["sync/clients_refused"] = float(self._auth.refused)
         return out
 
     def state_dict(self) -> dict[str, Any]:
@@ -811,6 +831,8 @@ class CurriculumServer(ServedCurriculum):
             pass
         self._wake_tx.close(0)
         self._thread.join(self._join_timeout)
+        if self._auth is not None:
+            self._auth.stop()
         if self._thread.is_alive():  # pragma: no cover - only if the curriculum blocks forever
             logger.error("curriculum server thread did not stop within %.1fs", self._join_timeout)
         else:
@@ -906,6 +928,7 @@ def serve(
     *,
     step_batch_size: int = DEFAULT_STEP_BATCH_SIZE,
     curve_secret_key: bytes | str | None = None,
+    curve_allowed_clients: AllowedClients | None = None,
     insecure: bool = False,
     validate_tasks: bool = True,
     max_message_bytes: int = 256 * 1024 * 1024,
@@ -920,14 +943,20 @@ def serve(
         step_batch_size: Steps a client batches per step update (only used when the curriculum
             ``requires_step_updates``).
         curve_secret_key: CURVE secret key (see :func:`magister.sync.security.generate_keypair`); required
-            for a TCP address that is not loopback, unless ``insecure=True``.
+            for a TCP address that is not loopback (or an abstract ``ipc://@name`` socket), unless
+            ``insecure=True``.
+        curve_allowed_clients: Admit only clients presenting one of these CURVE public keys (a list), or
+            one of the ``*.key`` certificates in this directory (re-read when it changes); see
+            :mod:`magister.sync.security`. Needs ``curve_secret_key``. Without it, any holder of the
+            server's public key can join (an exposed address logs a warning saying so).
         insecure: Explicitly allow an unencrypted non-loopback TCP address.
         validate_tasks: Check tasks that clients chose themselves against the task space.
         max_message_bytes: Larger incoming messages are dropped by ZeroMQ (protects memory).
         max_envs: Most envs the server registers; further hellos get an error reply.
 
     Raises:
-        ValueError: an unsupported address, or an exposed TCP address without keys or ``insecure=True``.
+        ValueError: an unsupported address, an exposed address (:func:`~magister.sync.security.is_exposed`)
+            without keys or ``insecure=True``, or a malformed ``curve_allowed_clients``.
         zmq.ZMQError: the address cannot be bound (e.g. the port is taken).
     """
     return CurriculumServer(
@@ -935,6 +964,7 @@ def serve(
         address,
         step_batch_size=step_batch_size,
         curve_secret_key=curve_secret_key,
+        curve_allowed_clients=curve_allowed_clients,
         insecure=insecure,
         validate_tasks=validate_tasks,
         max_message_bytes=max_message_bytes,
