@@ -35,9 +35,8 @@ Usage across machines::
     worker = generate_keypair()
     server = serve(curriculum, "tcp://0.0.0.0:5555", curve_secret_key=keys.secret_key,
                    curve_allowed_clients=[worker.public_key])
-    feed = CurriculumClient("tcp://learner-host:5555", curve_server_key=keys.public_key,
-                            curve_public_key=worker.public_key, curve_secret_key=worker.secret_key)
-    env = GymnasiumSyncWrapper(task_env, feed)
+    env = GymnasiumSyncWrapper(task_env, "tcp://learner-host:5555", curve_server_key=keys.public_key,
+                               curve_client_keys=worker)   # on the worker: its own key pair
 
 A client without the server's public key cannot complete the handshake, so it never receives a task.
 Keys are the Z85-encoded 40-byte strings produced by :func:`zmq.curve_keypair`.

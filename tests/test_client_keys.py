@@ -189,3 +189,51 @@ def test_abstract_ipc_socket_is_refused_without_keys_and_served_with_them(caplog
         _play(c)
         c.close()
     assert len(cur.episodes) == 2
+
+
+# -- the sync wrappers present the worker's key pair ----------------------------------------------------
+
+
+def _cartpole(space):
+    import gymnasium as gym
+
+    from magister.examples.cartpole import CartPoleTask
+
+    return CartPoleTask(gym.make("CartPole-v1"), space)
+
+
+def test_a_wrapper_presents_its_key_pair_and_only_a_listed_one_is_served():
+    from magister import GymnasiumSyncWrapper
+    from magister.curricula import DomainRandomization
+    from magister.task_spaces import Box
+
+    space = Box(low=0.01, high=0.2, shape=(1,))
+    server_keys, listed, unlisted = generate_keypair(), generate_keypair(), generate_keypair()
+    cur = DomainRandomization(space, seed=0)
+    with serve(cur, "tcp://127.0.0.1:*", curve_secret_key=server_keys.secret_key,
+               curve_allowed_clients=[listed.public_key]) as server:
+        bad = GymnasiumSyncWrapper(_cartpole(space), server.address, curve_server_key=server_keys.public_key,
+                                   curve_client_keys=unlisted, timeout=1.0)
+        with pytest.raises(ServerUnavailableError, match="CURVE keys"):
+            bad.reset(seed=0)
+        bad.close()
+        assert cur.num_sampled == 0
+        good = GymnasiumSyncWrapper(_cartpole(space), server.address, curve_server_key=server_keys.public_key,
+                                    curve_client_keys=listed, timeout=5.0)
+        _, info = good.reset(seed=0)
+        assert space.contains(space.decode(info["task"])) and good.env_id == 0
+        good.close()
+        assert server.metrics()["sync/envs"] == 1 and cur.num_sampled >= 1
+
+
+def test_wrapper_key_arguments_are_checked():
+    from magister import GymnasiumSyncWrapper
+    from magister.task_spaces import Box
+
+    space = Box(low=0.01, high=0.2, shape=(1,))
+    keys = generate_keypair()
+    with pytest.raises(ValueError, match="needs curve_server_key"):
+        GymnasiumSyncWrapper(_cartpole(space), "tcp://127.0.0.1:1", curve_client_keys=keys)
+    with pytest.raises(ValueError, match=r"\(public_key, secret_key\) pair"):
+        GymnasiumSyncWrapper(_cartpole(space), "tcp://127.0.0.1:1", curve_server_key=keys.public_key,
+                             curve_client_keys=keys.secret_key)
