@@ -9,6 +9,7 @@ import uuid
 
 import numpy as np
 import pytest
+import zmq
 import zmq.auth
 
 from magister.curricula.base import Curriculum
@@ -237,3 +238,16 @@ def test_wrapper_key_arguments_are_checked():
     with pytest.raises(ValueError, match=r"\(public_key, secret_key\) pair"):
         GymnasiumSyncWrapper(_cartpole(space), "tcp://127.0.0.1:1", curve_server_key=keys.public_key,
                              curve_client_keys=keys.secret_key)
+
+
+def test_a_failed_bind_stops_the_authenticator_and_close_leaves_no_thread():
+    import threading
+
+    keys = generate_keypair()
+    with serve(Recorder(), "tcp://127.0.0.1:*", curve_secret_key=keys.secret_key,
+               curve_allowed_clients=[generate_keypair().public_key]) as server:
+        assert any(t.name == "magister-zap" for t in threading.enumerate())
+        with pytest.raises(zmq.ZMQError):  # the port is taken
+            serve(Recorder(), server.address, curve_secret_key=keys.secret_key,
+                  curve_allowed_clients=[generate_keypair().public_key])
+    assert not any(t.name == "magister-zap" for t in threading.enumerate())
