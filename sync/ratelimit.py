@@ -69,6 +69,12 @@ class RateLimitedLogger:
         self._kinds: dict[str, _Kind] = {}
         self._lock = threading.Lock()
 
+    def __getstate__(self) -> dict[str, Any]:  # (copies and pickles start with fresh counts and lock)
+        return {"logger": self.logger, "interval": self.interval, "clock": self._clock}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["logger"], state["interval"], clock=state["clock"])  # type: ignore[misc]
+
     def log(self, level: int, kind: str, msg: str, *args: Any, exc_info: Any = None) -> bool:
         """Log ``msg % args`` at ``level`` unless a record of ``kind`` went out less than ``interval`` ago
         (then only count it). Returns whether a record was written."""

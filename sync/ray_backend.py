@@ -226,7 +226,9 @@ class CurriculumActor:
             if reply is not None:
                 out.append(_pack(reply))
         except Exception as exc:  # the actor must answer every message
-            logger.exception("curriculum actor: unexpected error handling a %s", type(msg).__name__)
+            self.core.log.exception(
+                "handler", "curriculum actor: unexpected error handling a %s", type(msg).__name__
+            )
             out.append(self._error("internal", f"{type(exc).__name__}: {exc}", getattr(msg, "env_id", -1)))
 
     def handle(self, frame: Frame) -> bytes | None:

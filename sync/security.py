@@ -253,6 +253,7 @@ class ClientAllowList:
         self._keys: frozenset[bytes] = frozenset()
         self._stamp: int | None = None
         self._lock = threading.Lock()
+        self._log = RateLimitedLogger(logger)  # (asked at every handshake: a bad directory must not flood)
         if isinstance(clients, (str, os.PathLike)):
             if isinstance(clients, str) and len(clients) == 40 and not os.path.exists(clients):
                 raise ValueError(
@@ -301,7 +302,9 @@ class ClientAllowList:
                 try:
                     self._reload()
                 except OSError as exc:  # the directory went away: keep the last keys read
-                    logger.warning("curve_allowed_clients: cannot read %s: %s", self.directory, exc)
+                    self._log.warning(
+                        "unreadable", "curve_allowed_clients: cannot read %s: %s", self.directory, exc
+                    )
         return key in self._keys
 
     def __len__(self) -> int:

@@ -72,6 +72,19 @@ def test_every_event_is_logged_or_counted_and_records_are_spaced_by_the_interval
         assert all(r.getMessage().startswith(f"event {kind}") for r in records if r.args[0] == kind)
 
 
+def test_a_copy_starts_afresh_and_keeps_the_settings():
+    import copy
+    import pickle
+
+    log = RateLimitedLogger(logging.getLogger("magister.test"), interval=3.0)
+    log.warning("a", "x")
+    log.warning("a", "x")
+    for twin in (copy.deepcopy(log), pickle.loads(pickle.dumps(log))):
+        assert twin.interval == 3.0 and twin.logger is log.logger and twin.suppressed() == 0
+        assert twin.warning("a", "x")  # its own first record of the kind
+    assert log.suppressed("a") == 1
+
+
 def test_bad_arguments_are_refused():
     with pytest.raises(TypeError, match="logging.Logger"):
         RateLimitedLogger("magister")  # type: ignore[arg-type]
