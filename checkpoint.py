@@ -98,11 +98,13 @@ def _packb(obj: Any) -> bytes:
 
 
 def _dtype(text: str) -> np.dtype:
+    if not isinstance(text, str) or len(text) > 32:
+        raise CheckpointError(f"bad dtype {text!r:.40} in checkpoint")
     try:
         dtype = np.dtype(text)
-    except TypeError as exc:
+    except Exception as exc:  # (numpy's parser raises several kinds)
         raise CheckpointError(f"bad dtype {text!r} in checkpoint") from exc
-    if dtype.hasobject or dtype.fields is not None:
+    if dtype.hasobject or dtype.fields is not None or dtype.subdtype is not None:
         raise CheckpointError(f"dtype {text!r} is not allowed in a checkpoint")
     return dtype
 
@@ -171,8 +173,8 @@ def loads(data: bytes) -> Any:
         return _unpackb(data[len(MAGIC) + 1 :])
     except CheckpointError:
         raise
-    except (ValueError, TypeError, msgpack.UnpackException) as exc:
-        raise CheckpointError(f"damaged or truncated checkpoint: {exc}") from None
+    except Exception as exc:  # whatever a damaged or hostile file makes the decoder raise
+        raise CheckpointError(f"damaged or truncated checkpoint: {type(exc).__name__}: {exc}") from exc
 
 
 def save(path: str | os.PathLike, state: Any) -> None:

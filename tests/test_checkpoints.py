@@ -15,6 +15,7 @@ import shutil
 from collections.abc import Callable
 from typing import Any
 
+import msgpack
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -288,3 +289,28 @@ def test_save_replaces_the_file_atomically(tmp_path):
     magister.save(path, {"v": 2})
     assert magister.load(path) == {"v": 2}
     assert sorted(os.listdir(tmp_path)) == ["c.ckpt"]  # no temporary file left behind
+
+
+_ext_payloads = st.one_of(
+    st.binary(max_size=60),
+    st.builds(lambda v: msgpack.packb(v, use_bin_type=True), st.one_of(
+        st.lists(st.one_of(st.sampled_from(["<f8", "|u1", "<i4", "O", "(2,)i4", "i4,i4", "<U3", "V4"]),
+                           st.text(max_size=6), st.integers(-3, 10**12), st.binary(max_size=20),
+                           st.lists(st.integers(-2, 2**40), max_size=3)), max_size=4),
+        st.integers(-(2**63), 2**63 - 1), st.text(max_size=10),
+    )),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.binary(max_size=200), st.integers(0, 400), st.integers(0, 8), _ext_payloads)
+def test_any_bytes_load_as_data_or_fail_with_a_checkpoint_error(payload, cut, code, ext_data):
+    """Hostile or damaged files: a value or a CheckpointError, never another exception (nor code run)."""
+    good = checkpoint.dumps({"a": np.arange(4.0), "t": (1, "x"), "big": 2**80, "s": {1, 2}})
+    head = checkpoint.MAGIC + bytes([checkpoint.FORMAT_VERSION])
+    ext = msgpack.packb({"k": msgpack.ExtType(code, ext_data)}, use_bin_type=True)
+    for data in (head + payload, good[:cut], good[:cut] + payload + good[cut:], head + ext):
+        try:
+            checkpoint.loads(data)
+        except checkpoint.CheckpointError:
+            pass
