@@ -801,7 +801,9 @@ class CurriculumServer(ServedCurriculum):
         return out
 
     def state_dict(self) -> dict[str, Any]:
-        """``curriculum.state_dict()`` under the lock (for checkpoints)."""
+        """``curriculum.state_dict()`` under the lock, for checkpoints: ``magister.save(path, state)``
+        writes it to a file that ``magister.load(path)`` reads back without running code
+        (:mod:`magister.checkpoint`)."""
         with self.lock:
             return self.curriculum.state_dict()
 
