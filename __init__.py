@@ -5,10 +5,14 @@ One object on the learner side, one wrapper on the environment side, an address 
     server = serve(curriculum)                                  # learner process
     env = GymnasiumSyncWrapper(MyTaskWrapper(env), server.address)   # each env worker
 
+Checkpoints: ``magister.save(path, server.state_dict())`` and ``server.load_state_dict(magister.load(path))``
+(:mod:`magister.checkpoint`: data only, loading runs no code from the file).
+
 Subpackages: :mod:`magister.task_spaces`, :mod:`magister.curricula`, :mod:`magister.sync`,
 :mod:`magister.env_wrappers`, :mod:`magister.integrations`, :mod:`magister.examples`.
 """
 
+from .checkpoint import load, save
 from .curricula.base import AgentCurriculum, Curriculum, StepBatch, TaskSample
 from .env_wrappers.pettingzoo_wrapper import PettingZooTaskWrapper
 from .env_wrappers.reinit import ReinitTaskWrapper
@@ -32,6 +36,8 @@ __all__ = [
     "TaskSpace",
     "TaskWrapper",
     "__version__",
+    "load",
+    "save",
     "serve",
     "stable_hash",
     "task_key",

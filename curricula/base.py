@@ -426,7 +426,12 @@ class Curriculum(ABC):
 
     # -- checkpointing ------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        """Everything needed to resume: counters and the random generator's state (plain data)."""
+        """Everything needed to resume: counters and the random generator's state.
+
+        Plain data only (dicts, lists, tuples, str, numbers, ``None``, numpy arrays and scalars), so that
+        :func:`magister.checkpoint.save` can write it and :func:`magister.checkpoint.load` read it back
+        without running code; subclasses that extend it keep to those types
+        (``tests/test_checkpoints.py``)."""
         return {
             "class": type(self).__name__,
             "rng": copy.deepcopy(self.rng.bit_generator.state),

@@ -123,7 +123,7 @@ class PettingZooAECSyncWrapper(BaseWrapper):
         env: An AEC env that takes its task through ``reset(options={"task": decoded})`` and exposes
             ``task_space`` (a :class:`PettingZooAECTaskWrapper`, possibly inside other AEC wrappers).
         source, prefetch, timeout, strip_keys, send_obs, send_infos, change_task_on_completion,
-        fallback_task_space, curve_server_key, max_update_delay: As for
+        fallback_task_space, curve_server_key, max_update_delay, curve_client_keys: As for
             :class:`~magister.env_wrappers.sync_wrappers.PettingZooSyncWrapper`. Step records (only sent
             when the curriculum wants them) carry no observation: an AEC step is one agent's move.
     """
@@ -142,6 +142,7 @@ class PettingZooAECSyncWrapper(BaseWrapper):
         fallback_task_space: TaskSpace | None = None,
         curve_server_key: bytes | str | None = None,
         max_update_delay: float | None = None,
+        curve_client_keys: tuple[bytes | str, bytes | str] | None = None,
     ) -> None:
         if not isinstance(env, AECEnv):
             raise TypeError(f"env must be a pettingzoo AECEnv, got {type(env).__name__}")
@@ -153,7 +154,7 @@ class PettingZooAECSyncWrapper(BaseWrapper):
             source,
             _options(
                 prefetch, timeout, strip_keys, send_obs, send_infos, fallback_task_space, curve_server_key,
-                max_update_delay, task_space=self.task_space,
+                max_update_delay, task_space=self.task_space, curve_client_keys=curve_client_keys,
             ),
             change_task_on_completion,
         )

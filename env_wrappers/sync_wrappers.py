@@ -80,7 +80,7 @@ import gymnasium as gym
 from pettingzoo.utils.wrappers import BaseParallelWrapper
 
 from ..curricula.base import Curriculum
-from ..sync.client import DEFAULT_TIMEOUT, Assignment, TaskFeed, connect, feed_class
+from ..sync.client import DEFAULT_TIMEOUT, Assignment, CurriculumClient, TaskFeed, connect, feed_class
 from ..sync.server import CurriculumServer, ServedCurriculum, ServerHandle
 from ..task_spaces.base import TaskSpace, task_key
 from .task_wrapper import NO_PROGRESS
@@ -144,7 +144,10 @@ class _Episode:
         if isinstance(source, str):
             # the client's backend imported now rather than on the first reset: a missing ray fails here,
             # and the first episode does not pay for the import
-            feed_class(source)
+            cls = feed_class(source)
+            if "curve_secret_key" in options and cls is not CurriculumClient:
+                raise ValueError("curve_client_keys apply to ZeroMQ tcp:// and ipc:// addresses, not to "
+                                 f"{source!r}")
         self.source = source
         self.options = options
         self.change_task_on_completion = bool(change_task_on_completion)
@@ -332,6 +335,7 @@ def _options(
     max_update_delay: float | None = None,
     *,
     task_space: TaskSpace,
+    curve_client_keys: tuple[bytes | str, bytes | str] | None = None,
 ) -> dict[str, Any]:
     # the task space travels to the feed, which sends its fingerprint when it connects
     opts: dict[str, Any] = {
@@ -349,6 +353,15 @@ def _options(
         opts["fallback_task_space"] = fallback_task_space
     if curve_server_key is not None:
         opts["curve_server_key"] = curve_server_key
+    if curve_client_keys is not None:
+        if curve_server_key is None:
+            raise ValueError("curve_client_keys needs curve_server_key (the server's public key) as well")
+        if isinstance(curve_client_keys, (str, bytes)) or len(curve_client_keys) != 2:
+            raise ValueError(
+                "curve_client_keys must be this client's (public_key, secret_key) pair, e.g. "
+                "magister.sync.generate_keypair() or magister.sync.load_keypair(path)"
+            )
+        opts["curve_public_key"], opts["curve_secret_key"] = curve_client_keys
     return opts
 
 
@@ -370,6 +383,9 @@ class GymnasiumSyncWrapper(gym.Wrapper):
         change_task_on_completion: Switch tasks mid-episode when progress reaches 1.
         fallback_task_space: Opt-in local sampling when the server is unreachable (logged once).
         curve_server_key: The server's CURVE public key (encrypted TCP).
+        curve_client_keys: This worker's own CURVE key pair ``(public_key, secret_key)`` (a
+            :class:`~magister.sync.security.CurveKeyPair`), for a server that admits only listed clients
+            (``serve(..., curve_allowed_clients=[...])``); without it the worker uses a throwaway pair.
     """
 
     def __init__(
@@ -386,6 +402,7 @@ class GymnasiumSyncWrapper(gym.Wrapper):
         fallback_task_space: TaskSpace | None = None,
         curve_server_key: bytes | str | None = None,
         max_update_delay: float | None = None,
+        curve_client_keys: tuple[bytes | str, bytes | str] | None = None,
     ) -> None:
         if not isinstance(env, gym.Env):
             raise TypeError(f"env must be a gymnasium.Env (a TaskWrapper), got {type(env).__name__}")
@@ -405,7 +422,7 @@ class GymnasiumSyncWrapper(gym.Wrapper):
             source,
             _options(
                 prefetch, timeout, strip_keys, send_obs, send_infos, fallback_task_space, curve_server_key,
-                max_update_delay, task_space=self.task_space,
+                max_update_delay, task_space=self.task_space, curve_client_keys=curve_client_keys,
             ),
             change_task_on_completion,
         )
@@ -569,6 +586,7 @@ class PettingZooSyncWrapper(BaseParallelWrapper):
         curve_server_key: bytes | str | None = None,
         per_agent_episodes: bool = False,
         max_update_delay: float | None = None,
+        curve_client_keys: tuple[bytes | str, bytes | str] | None = None,
     ) -> None:
         super().__init__(env)
         self.task_space: TaskSpace = _find_task_space(env)
@@ -578,7 +596,7 @@ class PettingZooSyncWrapper(BaseParallelWrapper):
             source,
             _options(
                 prefetch, timeout, strip_keys, send_obs, send_infos, fallback_task_space, curve_server_key,
-                max_update_delay, task_space=self.task_space,
+                max_update_delay, task_space=self.task_space, curve_client_keys=curve_client_keys,
             ),
             change_task_on_completion,
         )

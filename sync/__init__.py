@@ -14,7 +14,7 @@ from .client import (
     connect,
 )
 from .protocol import PROTOCOL_VERSION, ProtocolError, ProtocolVersionError
-from .security import CurveKeyPair, generate_keypair
+from .security import CurveKeyPair, generate_keypair, load_keypair
 from .server import CurriculumServer, SyncCore, SyncRejected, serve
 
 __all__ = [
@@ -34,5 +34,6 @@ __all__ = [
     "TaskFeed",
     "connect",
     "generate_keypair",
+    "load_keypair",
     "serve",
 ]

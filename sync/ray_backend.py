@@ -80,6 +80,7 @@ Example (not run as a doctest: it starts Ray)::
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 from typing import Any
@@ -166,6 +167,9 @@ class CurriculumActor:
         validate_tasks: bool = True,
         max_envs: int = 65536,
     ) -> None:
+        # Ray hands an actor numpy arrays that live in its object store as *read-only* views; a curriculum
+        # writes into its arrays (PLR's buffer, LearningProgress's estimates), so it gets writable copies
+        curriculum = copy.deepcopy(curriculum)
         self.core = SyncCore(curriculum, step_batch_size=step_batch_size, validate_tasks=validate_tasks)
         self.curriculum = curriculum
         self.max_envs = int(max_envs)
@@ -222,7 +226,9 @@ class CurriculumActor:
             if reply is not None:
                 out.append(_pack(reply))
         except Exception as exc:  # the actor must answer every message
-            logger.exception("curriculum actor: unexpected error handling a %s", type(msg).__name__)
+            self.core.log.exception(
+                "handler", "curriculum actor: unexpected error handling a %s", type(msg).__name__
+            )
             out.append(self._error("internal", f"{type(exc).__name__}: {exc}", getattr(msg, "env_id", -1)))
 
     def handle(self, frame: Frame) -> bytes | None:
@@ -285,6 +291,7 @@ class CurriculumActor:
             return self.curriculum.state_dict()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        state = copy.deepcopy(state)  # (writable arrays, as in __init__: a curriculum may keep them)
         with self.core.lock:
             self.curriculum.load_state_dict(state)
 

@@ -80,7 +80,14 @@ import zmq
 from ..curricula.base import Curriculum, StepBatch, TaskSample
 from ..task_spaces.base import EncodedTask, TaskSpace, fingerprint_digest, task_key
 from . import protocol as P
-from .security import check_bind_address, configure_server_socket
+from .ratelimit import RateLimitedLogger
+from .security import (
+    AllowedClients,
+    ClientAllowList,
+    ZapAuthenticator,
+    check_bind_address,
+    configure_server_socket,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -92,6 +99,9 @@ __all__ = [
 DEFAULT_STEP_BATCH_SIZE = 64
 #: Largest number of tasks one request may ask for.
 MAX_TASKS_PER_REQUEST = 4096
+#: Seconds between two log records of one kind of fault (the rest are counted, see
+#: :class:`~magister.sync.ratelimit.RateLimitedLogger`): a peer sending garbage cannot flood the log.
+LOG_INTERVAL = 10.0
 
 
 def _accepts(method: Any, name: str) -> bool:
@@ -202,6 +212,7 @@ class SyncCore:
         self._next_env = 0
         self._next_task = 0
         self.malformed_frames = 0  # frames from peers that never said hello
+        self.log = RateLimitedLogger(logger, LOG_INTERVAL)
         space = getattr(curriculum, "task_space", None)
         #: The fingerprint of the curriculum's task space (``""``: it has none), sent in every Welcome and
         #: compared with the env's at connect.
@@ -286,7 +297,8 @@ class SyncCore:
                 try:
                     self.curriculum.on_task_abandoned(entry[1], env_id)
                 except Exception:
-                    logger.exception("%s.on_task_abandoned failed", type(self.curriculum).__name__)
+                    self.log.log(logging.ERROR, "abandoned_hook", "%s.on_task_abandoned failed",
+                                 type(self.curriculum).__name__, exc_info=True)
             c.tasks_abandoned += len(flight)
             c.connected = 0
             self.departed_envs += 1
@@ -328,7 +340,7 @@ class SyncCore:
                     cur = self.curriculum
                     samples = cur.sample_tasks_with(cur.stream_rng(stream), count)
             except Exception as exc:
-                logger.exception("curriculum.sample_tasks(%d) failed", count)
+                self.log.exception("sample_failed", "curriculum.sample_tasks(%d) failed", count)
                 raise SyncRejected("sample_failed", f"curriculum.sample_tasks failed: {exc!r}") from exc
             if len(samples) != count or not all(isinstance(s, TaskSample) for s in samples):
                 raise SyncRejected(
@@ -583,7 +595,10 @@ class SyncCore:
         try:
             getattr(self.curriculum, method)(*args, **kwargs)
         except Exception as exc:
-            logger.warning("%s.%s refused an update: %r", type(self.curriculum).__name__, method, exc)
+            self.log.warning(
+                f"refused:{method}", "%s.%s refused an update: %r",
+                type(self.curriculum).__name__, method, exc,
+            )
             raise SyncRejected(
                 "curriculum_error", f"{type(self.curriculum).__name__}.{method}: {exc}"
             ) from exc
@@ -671,6 +686,7 @@ class CurriculumServer(ServedCurriculum):
         *,
         step_batch_size: int = DEFAULT_STEP_BATCH_SIZE,
         curve_secret_key: bytes | str | None = None,
+        curve_allowed_clients: AllowedClients | None = None,
         insecure: bool = False,
         validate_tasks: bool = True,
         max_message_bytes: int = 256 * 1024 * 1024,
@@ -714,26 +730,40 @@ class CurriculumServer(ServedCurriculum):
         self.duplicates_dropped = 0
         #: Replies sent again to envs that missed them (after a reconnect).
         self.replies_resent = 0
+        #: Replies the server could not hand to ZeroMQ (the peer was gone or its queue full).
+        self.replies_undelivered = 0
+        self._log = self.core.log  # one rate limit for everything this server logs about its peers
         if address is None:
             self._tmpdir = tempfile.mkdtemp(prefix="magister-")  # mode 0700
             address = f"ipc://{os.path.join(self._tmpdir, 'curriculum.sock')}"
         if not isinstance(address, str):
             raise TypeError(f"address must be a str like 'ipc:///path' or 'tcp://host:port', got {address!r}")
-        check_bind_address(address, curve_secret_key, insecure)
+        try:
+            check_bind_address(address, curve_secret_key, insecure, curve_allowed_clients)
+            allowed = None if curve_allowed_clients is None else ClientAllowList(curve_allowed_clients)
+        except Exception:
+            self._remove_tmpdir()
+            raise
         self._ctx = zmq.Context()
+        #: The ZAP handler admitting only ``curve_allowed_clients`` (``None``: every key holder is admitted).
+        self._auth: ZapAuthenticator | None = None
         sock = self._ctx.socket(zmq.ROUTER)
         try:
+            if allowed is not None:  # (running before the bind: no handshake goes unchecked)
+                self._auth = ZapAuthenticator(self._ctx, allowed, log=self._log)
             sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
             # an env that reconnects (same routing id) takes over its identity at once, even while the
             # server still holds its old connection (a half-open TCP connection after a network cut)
             sock.setsockopt(zmq.ROUTER_HANDOVER, 1)
             sock.setsockopt(zmq.LINGER, 0)
             sock.setsockopt(zmq.MAXMSGSIZE, int(max_message_bytes))
-            configure_server_socket(sock, curve_secret_key)
+            configure_server_socket(sock, curve_secret_key, authenticate_clients=allowed is not None)
             sock.bind(address)
             self.address: str = sock.getsockopt_string(zmq.LAST_ENDPOINT)
         except Exception:
             sock.close(0)
+            if self._auth is not None:
+                self._auth.stop()
             self._ctx.term()
             self._remove_tmpdir()
             raise
@@ -771,7 +801,9 @@ class CurriculumServer(ServedCurriculum):
                     try:
                         self._handle(frames)
                     except Exception:  # the thread must never die on one bad message
-                        logger.exception("curriculum server: unexpected error handling a message")
+                        self._log.exception(
+                            "handler", "curriculum server: unexpected error handling a message"
+                        )
                     if not sock.get(zmq.EVENTS) & zmq.POLLIN:  # cheaper than a failing recv
                         break
         except zmq.ContextTerminated:  # pragma: no cover - only if the context is destroyed under us
@@ -811,8 +843,10 @@ class CurriculumServer(ServedCurriculum):
             self._sock.send_multipart([identity, *frames], zmq.NOBLOCK)
             return True
         except (zmq.Again, zmq.ZMQError) as exc:  # peer gone (ROUTER_MANDATORY) or its queue is full
-            logger.log(
+            self.replies_undelivered += 1
+            self._log.log(
                 logging.WARNING if level is None else level,
+                "undeliverable",
                 "curriculum server: could not deliver %s to env %s: %s",
                 type(msg).__name__ if msg is not None else "a message",
                 getattr(msg, "env_id", "?"),
@@ -955,10 +989,15 @@ class CurriculumServer(ServedCurriculum):
             out["sync/errors_sent"] = float(self.errors_sent)
             out["sync/duplicates_dropped"] = float(self.duplicates_dropped)
             out["sync/replies_resent"] = float(self.replies_resent)
+            out["sync/replies_undelivered"] = float(self.replies_undelivered)
+            if self._auth is not None:
+                out["sync/clients_refused"] = float(self._auth.refused)
         return out
 
     def state_dict(self) -> dict[str, Any]:
-        """``curriculum.state_dict()`` under the lock (for checkpoints)."""
+        """``curriculum.state_dict()`` under the lock, for checkpoints: ``magister.save(path, state)``
+        writes it to a file that ``magister.load(path)`` reads back without running code
+        (:mod:`magister.checkpoint`)."""
         with self.lock:
             return self.curriculum.state_dict()
 
@@ -988,12 +1027,15 @@ class CurriculumServer(ServedCurriculum):
             pass
         self._wake_tx.close(0)
         self._thread.join(self._join_timeout)
+        if self._auth is not None:
+            self._auth.stop()
         if self._thread.is_alive():  # pragma: no cover - only if the curriculum blocks forever
             logger.error("curriculum server thread did not stop within %.1fs", self._join_timeout)
         else:
             self._ctx.term()
         self._remove_tmpdir()
         _live_servers.discard(self)
+        self._log.flush()  # what the rate limit held back is reported, counted
         logger.info("curriculum server on %s closed", self.address)
 
     def _remove_tmpdir(self) -> None:
@@ -1082,6 +1124,7 @@ def serve(
     *,
     step_batch_size: int = DEFAULT_STEP_BATCH_SIZE,
     curve_secret_key: bytes | str | None = None,
+    curve_allowed_clients: AllowedClients | None = None,
     insecure: bool = False,
     validate_tasks: bool = True,
     max_message_bytes: int = 256 * 1024 * 1024,
@@ -1098,7 +1141,12 @@ def serve(
         step_batch_size: Steps a client batches per step update (only used when the curriculum
             ``requires_step_updates``).
         curve_secret_key: CURVE secret key (see :func:`magister.sync.security.generate_keypair`); required
-            for a TCP address that is not loopback, unless ``insecure=True``.
+            for a TCP address that is not loopback (or an abstract ``ipc://@name`` socket), unless
+            ``insecure=True``.
+        curve_allowed_clients: Admit only clients presenting one of these CURVE public keys (a list), or
+            one of the ``*.key`` certificates in this directory (re-read when it changes); see
+            :mod:`magister.sync.security`. Needs ``curve_secret_key``. Without it, any holder of the
+            server's public key can join (an exposed address logs a warning saying so).
         insecure: Explicitly allow an unencrypted non-loopback TCP address.
         validate_tasks: Check tasks that clients chose themselves against the task space.
         max_message_bytes: Larger incoming messages are dropped by ZeroMQ (protects memory).
@@ -1111,7 +1159,8 @@ def serve(
         keep_departed: Counters of this many envs that left stay listed one by one in ``metrics()``.
 
     Raises:
-        ValueError: an unsupported address, or an exposed TCP address without keys or ``insecure=True``.
+        ValueError: an unsupported address, an exposed address (:func:`~magister.sync.security.is_exposed`)
+            without keys or ``insecure=True``, or a malformed ``curve_allowed_clients``.
         zmq.ZMQError: the address cannot be bound (e.g. the port is taken).
     """
     return CurriculumServer(
@@ -1119,6 +1168,7 @@ def serve(
         address,
         step_batch_size=step_batch_size,
         curve_secret_key=curve_secret_key,
+        curve_allowed_clients=curve_allowed_clients,
         insecure=insecure,
         validate_tasks=validate_tasks,
         max_message_bytes=max_message_bytes,

@@ -100,8 +100,16 @@ EXPECT: dict[str, dict[str, str]] = {
         "the envs took tasks of the space": "all(int(t) in range(5) for t in info['task'])",
         "episodes reached the curriculum": "curriculum.num_episodes >= 2",
     },
-    "torch.save(server.state_dict(), path)": {
+    "magister.save(path, server.state_dict())": {
         "the restored curriculum continues identically": "restored_next == expected_next",
+    },
+    'magister.save(run / "curriculum.ckpt", curriculum.state_dict())': {
+        "the curriculum was restored": "curriculum.num_sampled == 0",
+    },
+    "curve_allowed_clients=[worker_keys.public_key]": {
+        "the listed worker played": "env.env_id is not None",
+        "the stranger was refused": "refused and server.metrics()['sync/clients_refused'] >= 1",
+        "only the listed worker reached the curriculum": "envs_served == 1",
     },
 }
 
