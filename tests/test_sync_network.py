@@ -16,7 +16,7 @@ import pytest
 
 from magister.curricula.base import Curriculum
 from magister.sync import protocol as P
-from magister.sync.client import CurriculumClient
+from magister.sync.client import CurriculumClient, ServerUnavailableError
 from magister.sync.server import serve
 from magister.sync.tcp_proxy import TcpProxy
 from magister.task_spaces.discrete import Discrete
@@ -273,3 +273,16 @@ def test_envelope_frames_are_validated():
     with pytest.raises(P.ProtocolError, match="kind"):
         P.unpack_envelope(P.pack_envelope(7, 1, 1))
     assert P.unpack_envelope(P.pack_envelope(P.PING, 3, 2)) == (P.PING, 3, 2)
+
+
+def test_an_unreachable_server_raises_after_the_timeout_saying_what_was_tried():
+    server = serve(Counting(), "tcp://127.0.0.1:*")
+    c = CurriculumClient(server.address, timeout=1.0, close_timeout=0.1, prefetch=0)
+    a = c.next_task()
+    server.close()
+    c.record_episode(a, 1.0, 1, 1.0, refill=False)
+    t0 = time.monotonic()
+    with pytest.raises(ServerUnavailableError, match=r"within 1s while waiting for tasks \(tried: reconnect"):
+        c.next_task()
+    assert time.monotonic() - t0 < 3.0
+    c.close()

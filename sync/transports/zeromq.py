@@ -103,7 +103,14 @@ class ZmqTransport(Transport):
         return f"curriculum server at {self.address}"
 
     def no_reply(self, what: str) -> str:
-        return f"no reply from the {self.peer} within {self.timeout:g}s while waiting for {what}"
+        tried = (
+            f" (tried: reconnecting every 0.1-1 s, {self.pings} resend requests"
+            f"{f', {self.resent} messages sent again' if self.resent else ''}"
+            f"{f', {self.rejoins} re-registrations' if self.rejoins else ''})"
+            if self.socket is not None and self.pings
+            else ""
+        )
+        return f"no reply from the {self.peer} within {self.timeout:g}s while waiting for {what}{tried}"
 
     def open(self, hello: P.Hello) -> P.Welcome:
         sock = _context().socket(zmq.DEALER)
