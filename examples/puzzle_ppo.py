@@ -20,8 +20,10 @@ What one update does, top to bottom:
 Every ``eval_every`` updates the policy plays held-out instances (seeds never trained on) of every
 difficulty; per-difficulty success and mean successful-episode length go to TensorBoard and the console.
 At the end a PNG shows the curriculum's task distribution over time and per-difficulty success.
-Checkpoints (policy, optimiser, curriculum state, counters) are written every ``checkpoint_every`` updates
-and at the end; ``--resume PATH`` continues from one.
+Checkpoints are written every ``checkpoint_every`` updates and at the end, as two files that load without
+running code from them: ``checkpoint.pt`` (policy and optimiser tensors; ``torch.load`` with its default
+``weights_only=True``) and ``checkpoint.state`` (curriculum state, counters, history, arguments;
+:func:`magister.load`). ``--resume PATH/checkpoint.pt`` continues from one.
 """
 
 from __future__ import annotations
@@ -29,7 +31,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import os
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -44,6 +45,7 @@ from gymnasium import spaces
 
 from magister.curricula.base import Curriculum
 from magister.env_wrappers.sync_wrappers import GymnasiumSyncWrapper
+from magister.examples._checkpoint import read_checkpoint, write_checkpoint
 from magister.examples._cli import parse_dataclass
 from magister.examples.puzzles.task import (
     PuzzleDifficultyWrapper,
@@ -111,7 +113,7 @@ class Args:
     checkpoint_every: int = 50
     """write a checkpoint every N updates (0: only at the end)"""
     resume: str = ""
-    """checkpoint to resume from"""
+    """checkpoint to resume from: a checkpoint.pt (its checkpoint.state next to it)"""
     run_dir: str = "runs"
     run_name: str = ""
     tensorboard: bool = True
@@ -432,7 +434,7 @@ def train(args: Args) -> RunResult:
     start_update, global_step = 0, 0
     history: list[dict[str, Any]] = []
     if args.resume:
-        ckpt = torch.load(args.resume, weights_only=False)
+        ckpt = read_checkpoint(args.resume)  # runs no code from the files
         agent.load_state_dict(ckpt["agent"])
         optimizer.load_state_dict(ckpt["optimizer"])
         if curriculum is not None:
@@ -645,19 +647,16 @@ def _progress(args: Args, total: int, initial: int):
 
 def save_checkpoint(path: Path, agent: Agent, optimizer: torch.optim.Optimizer, curriculum: Any,
                     update: int, global_step: int, history: list, args: Args) -> None:
-    """Atomically write policy, optimiser, curriculum state and counters."""
-    tmp = path.with_suffix(".tmp")
-    state = {
-        "agent": agent.state_dict(),
-        "optimizer": optimizer.state_dict(),
+    """Atomically write policy and optimiser to ``path`` (loads with ``torch.load(path)``, default
+    ``weights_only=True``) and curriculum state, counters, history and arguments to ``path`` with suffix
+    ``.state`` (loads with :func:`magister.load`); see :mod:`magister.examples._checkpoint`."""
+    write_checkpoint(path, {"agent": agent.state_dict(), "optimizer": optimizer.state_dict()}, {
         "curriculum": curriculum.state_dict() if curriculum is not None else None,
         "update": update,
         "global_step": global_step,
         "history": history,
         "args": dataclasses.asdict(args),
-    }
-    torch.save(state, tmp)
-    os.replace(tmp, path)
+    })
 
 
 def plot_run(history: list[dict[str, Any]], params: list[str], path: Path, title: str = "") -> None:

@@ -382,8 +382,10 @@ seed 0's 80 test goals did not mention ``me``, and the agent learned nothing tha
 ``--filter-demo N`` shows what the same filter keeps when a capable agent (the scripted goal-seeker) plays
 the agent's episodes, against the same agent on uniform proposals (:func:`filter_demo`).
 
-Outputs in ``run_dir/run_name``: TensorBoard events, ``checkpoint.pt`` (policy, optimiser, curricula,
-normalisers, history; ``--resume`` continues from it), ``opponents/`` (the snapshot store), ``eval.txt``,
+Outputs in ``run_dir/run_name``: TensorBoard events, the checkpoint ``checkpoint.pt`` (policy and optimiser
+tensors; ``torch.load`` with its default ``weights_only=True``) + ``checkpoint.state`` (curricula,
+normalisers, history, counters; :func:`magister.load`), neither running code from the file when loaded
+(``--resume PATH/checkpoint.pt`` continues from them), ``opponents/`` (the snapshot store), ``eval.txt``,
 ``result.json`` and ``xland.png``.
 """
 
@@ -393,7 +395,6 @@ import dataclasses
 import functools
 import json
 import logging
-import os
 import shutil
 import sys
 import time
@@ -419,6 +420,7 @@ from magister.curricula.pfsp import PFSP
 from magister.curricula.task_filter import TaskFilter
 from magister.env_wrappers.coplayer import SingleLearnerEnv
 from magister.env_wrappers.sync_wrappers import PettingZooSyncWrapper
+from magister.examples._checkpoint import read_checkpoint, write_checkpoint
 from magister.examples._cli import parse_dataclass
 from magister.examples.xland.coplayers import LEARNER, NOOP
 from magister.examples.xland.env import (
@@ -576,7 +578,7 @@ class Args:
     checkpoint_every: int = 20
     """write a checkpoint every N updates (0: only at the end)"""
     resume: str = ""
-    """checkpoint to resume from"""
+    """checkpoint to resume from: a checkpoint.pt (its checkpoint.state next to it)"""
     run_dir: str = "runs"
     run_name: str = ""
     tensorboard: bool = True
@@ -1162,7 +1164,7 @@ def train(args: Args, train_tasks: Sequence[XLandTask] | None = None) -> RunResu
     run_dir.mkdir(parents=True, exist_ok=True)
     store_dir = run_dir / "opponents"
 
-    ckpt = torch.load(args.resume, weights_only=False) if args.resume else None
+    ckpt = read_checkpoint(args.resume) if args.resume else None  # runs no code from the files
     if ckpt is not None:
         old = Path(ckpt["store_dir"])
         if old.resolve() != store_dir.resolve():
@@ -1487,14 +1489,14 @@ def _progress(args: Args, total: int, initial: int):
 def save_checkpoint(path: Path, agent: Agent, optimizer: torch.optim.Optimizer, curriculum_state: dict,
                     update: int, global_step: int, history: list, norms: dict, store_dir: str,
                     args: Args, train_steps: int = 0, eval_steps: int = 0) -> None:
-    """Atomically write policy, optimiser, curriculum state, normalisers and counters."""
-    tmp = path.with_suffix(".tmp")
-    torch.save({"agent": agent.state_dict(), "optimizer": optimizer.state_dict(),
-                "curriculum": curriculum_state, "update": update, "global_step": global_step,
-                "train_steps": train_steps, "eval_steps": eval_steps,
-                "history": history, "norms": norms, "store_dir": store_dir,
-                "args": dataclasses.asdict(args)}, tmp)
-    os.replace(tmp, path)
+    """Atomically write policy and optimiser to ``path`` (loads with ``torch.load(path)``, default
+    ``weights_only=True``) and curriculum state, normalisers, counters, history and arguments to ``path``
+    with suffix ``.state`` (loads with :func:`magister.load`); see :mod:`magister.examples._checkpoint`."""
+    write_checkpoint(path, {"agent": agent.state_dict(), "optimizer": optimizer.state_dict()},
+                     {"curriculum": curriculum_state, "update": update, "global_step": global_step,
+                      "train_steps": train_steps, "eval_steps": eval_steps,
+                      "history": history, "norms": norms, "store_dir": store_dir,
+                      "args": dataclasses.asdict(args)})
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -8,12 +8,19 @@ import sys
 import pytest
 import torch
 
+import magister
 from magister.examples import puzzle_ppo
+from magister.examples._checkpoint import read_checkpoint
 from magister.examples.puzzle_ppo import Args, parse_args, train
 
 TINY = dict(puzzle="flip", size="3x3c", total_steps=512, num_envs=4, num_steps=32, max_steps=12,
             train_seeds=10, eval_seeds=2, eval_every=2, checkpoint_every=2, hidden=32, progress=False,
             tensorboard=True)
+
+
+def _same(a, b) -> bool:
+    """Equal as plain data, NaN equal to NaN (the checkpoint format writes equal values as equal bytes)."""
+    return magister.checkpoint.dumps(a) == magister.checkpoint.dumps(b)
 
 
 def test_parse_args_types_and_defaults():
@@ -43,7 +50,7 @@ def test_short_run_in_process_writes_everything(tmp_path):
     args = Args(**{**TINY, "curriculum": "dr", "run_dir": str(tmp_path)})
     result = train(args)
     run = tmp_path / "flip_dr_s0"
-    assert (run / "checkpoint.pt").exists()
+    assert (run / "checkpoint.pt").exists() and (run / "checkpoint.state").exists()
     assert (run / "curriculum.png").stat().st_size > 1000
     assert any(p.name.startswith("events.out.tfevents") for p in run.iterdir())
     assert result.global_step == 512
@@ -52,28 +59,46 @@ def test_short_run_in_process_writes_everything(tmp_path):
     for r in result.eval.values():
         assert 0.0 <= r["success"] <= 1.0
     assert sum(result.episodes_per_difficulty.values()) > 0
-    ckpt = torch.load(run / "checkpoint.pt", weights_only=False)
-    assert ckpt["curriculum"]["num_episodes"] > 0  # the curriculum received the episodes
-    assert ckpt["update"] == 4 and ckpt["global_step"] == 512
+    # neither file runs code when loaded: tensors with torch.load's default (weights_only=True, which the
+    # file needs no exception for), everything else with magister.load
+    assert torch.serialization.get_unsafe_globals_in_checkpoint(run / "checkpoint.pt") == []
+    tensors = torch.load(run / "checkpoint.pt")
+    assert set(tensors) == {"agent", "optimizer"}
+    assert all(isinstance(v, torch.Tensor) for v in tensors["agent"].values())
+    assert tensors["optimizer"]["state"][0]["step"].item() > 0  # Adam's moments and step count are in
+    state = magister.load(run / "checkpoint.state")
+    assert state["curriculum"]["num_episodes"] > 0  # the curriculum received the episodes
+    assert state["update"] == 4 and state["global_step"] == 512
+    assert _same(state["history"], result.history) and state["args"]["curriculum"] == "dr"
 
 
 def test_resume_continues_from_checkpoint(tmp_path):
     first = train(Args(**{**TINY, "curriculum": "sfl", "run_dir": str(tmp_path), "run_name": "a"}))
     ckpt_path = tmp_path / "a" / "checkpoint.pt"
-    before = torch.load(ckpt_path, weights_only=False)
+    before = read_checkpoint(ckpt_path)
     resumed = train(Args(**{**TINY, "curriculum": "sfl", "run_dir": str(tmp_path), "run_name": "b",
                             "total_steps": 1024, "resume": str(ckpt_path)}))
     assert resumed.global_step == 1024
     assert len(resumed.history) == len(first.history) + 4  # history carried over, 4 more updates
-    after = torch.load(tmp_path / "b" / "checkpoint.pt", weights_only=False)
+    assert _same(resumed.history[:len(first.history)], first.history)
+    after = read_checkpoint(tmp_path / "b" / "checkpoint.pt")
     assert after["curriculum"]["num_episodes"] > before["curriculum"]["num_episodes"]
+    # the checkpoint decides the continuation: a second resume from it trains the same weights, history
+    # and curriculum state
+    again = train(Args(**{**TINY, "curriculum": "sfl", "run_dir": str(tmp_path), "run_name": "c",
+                          "total_steps": 1024, "resume": str(ckpt_path), "plot": False,
+                          "tensorboard": False}))
+    assert _same(again.history, resumed.history)
+    twin = read_checkpoint(tmp_path / "c" / "checkpoint.pt")
+    assert all(torch.equal(twin["agent"][k], after["agent"][k]) for k in after["agent"])
+    assert _same(twin["curriculum"], after["curriculum"])
 
 
 def test_worker_processes_through_the_sync_layer(tmp_path):
     args = Args(**{**TINY, "curriculum": "sfl", "vector": "async", "num_envs": 2, "total_steps": 256,
                    "run_dir": str(tmp_path), "plot": False, "tensorboard": False})
     result = train(args)
-    ckpt = torch.load(tmp_path / "flip_sfl_s0" / "checkpoint.pt", weights_only=False)
+    ckpt = magister.load(tmp_path / "flip_sfl_s0" / "checkpoint.state")
     assert result.global_step == 256
     # the workers closed (and sent their held feedback) before the last checkpoint: no episode is missing
     assert ckpt["curriculum"]["num_episodes"] == sum(result.episodes_per_difficulty.values())

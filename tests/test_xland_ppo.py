@@ -13,7 +13,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import magister
 from magister.curricula.opponent_store import OpponentStore
+from magister.examples._checkpoint import read_checkpoint
 from magister.examples.xland.coplayers import LEARNER, NOOP, RANDOM, SEEKER
 from magister.examples.xland.env import XLandEnv, XLandTask
 from magister.examples.xland.evaluation import (
@@ -402,12 +404,17 @@ def test_tiny_run_writes_outputs_feeds_curricula_and_resumes(tmp_path):
     first = train(Args(**{**TINY, "run_dir": str(tmp_path), "run_name": "a", "budget": "env"}))
     run = tmp_path / "a"
     assert (run / "checkpoint.pt").exists() and (run / "xland.png").stat().st_size > 1000
+    # the checkpoint loads without running code: tensors with torch.load's default (weights_only=True,
+    # no exception needed), the rest with magister.load
+    assert torch.serialization.get_unsafe_globals_in_checkpoint(run / "checkpoint.pt") == []
+    assert set(torch.load(run / "checkpoint.pt")) == {"agent", "optimizer"}
+    assert magister.load(run / "checkpoint.state")["update"] == 4
     assert any(p.name.startswith("events.out.tfevents") for p in run.iterdir())
     assert "agent" in (run / "eval.txt").read_text()
     assert first.global_step == 128 and len(first.history) == 4
     assert set(first.test) == {"agent", "noop", "random", "seeker"}
     assert first.test["agent"].returns.shape == (3, 3)
-    ckpt = torch.load(run / "checkpoint.pt", weights_only=False)
+    ckpt = read_checkpoint(run / "checkpoint.pt")
     task_state, opp_state = ckpt["curriculum"]["task"], ckpt["curriculum"]["opponent"]
     assert task_state["class"] == "TaskFilter"
     assert task_state["counts"]["proposed"] > 0 and task_state["num_episodes"] > 0  # the filter got returns
@@ -420,10 +427,19 @@ def test_tiny_run_writes_outputs_feeds_curricula_and_resumes(tmp_path):
                             "budget": "env", "resume": str(run / "checkpoint.pt"), "plot": False,
                             "tensorboard": False}))
     assert resumed.global_step == 192 and len(resumed.history) == 6  # history carried over, 2 more updates
-    after = torch.load(tmp_path / "b" / "checkpoint.pt", weights_only=False)
+    after = read_checkpoint(tmp_path / "b" / "checkpoint.pt")
     assert after["curriculum"]["task"]["num_episodes"] > task_state["num_episodes"]
     assert after["curriculum"]["opponent"]["num_updates"] == 7
     assert np.array_equal(after["norms"]["test"], ckpt["norms"]["test"])  # normalisers reused, not redone
+    # the checkpoint (with its snapshot store) decides the continuation: a second resume trains the same
+    # weights and ends in the same curriculum state
+    train(Args(**{**TINY, "run_dir": str(tmp_path), "run_name": "c", "total_steps": 192, "budget": "env",
+                  "resume": str(run / "checkpoint.pt"), "plot": False, "tensorboard": False}))
+    twin = read_checkpoint(tmp_path / "c" / "checkpoint.pt")
+    assert all(torch.equal(twin["agent"][k], after["agent"][k]) for k in after["agent"])
+    for state in (twin, after):  # (each run's snapshot store is its own folder)
+        assert state["curriculum"]["opponent"].pop("store_directory").endswith(state["store_dir"])
+    assert magister.checkpoint.dumps(twin["curriculum"]) == magister.checkpoint.dumps(after["curriculum"])
 
 
 def test_ablation_runs_both_curricula_with_the_same_budget(tmp_path):
@@ -516,7 +532,7 @@ def test_trainer_filter_widening_options(tmp_path):
     assert not plain.widen and not plain.fresh_samples and plain.group_of is None
     res = train(Args(**{**TINY, "scale_lr": True, "run_dir": str(tmp_path), "run_name": "lr", "plot": False,
                         "tensorboard": False, "eval_every": 0, "n_test": 2, "budget": "env"}))
-    ckpt = torch.load(tmp_path / "lr" / "checkpoint.pt", weights_only=False)
+    ckpt = torch.load(tmp_path / "lr" / "checkpoint.pt")  # (default weights_only=True)
     share = res.history[-1]["train_fraction"]
     assert 0 < share < 1  # the filter's evaluation episodes share the last batch
     assert ckpt["optimizer"]["param_groups"][0]["lr"] == pytest.approx(Args().learning_rate * share)
@@ -528,7 +544,7 @@ def test_a_run_is_reproducible_from_its_seed(tmp_path):
     weights = []
     for name in ("a", "b"):
         train(Args(**{**TINY, "run_dir": str(tmp_path), "run_name": name}))
-        ckpt = torch.load(tmp_path / name / "checkpoint.pt", weights_only=False)
+        ckpt = torch.load(tmp_path / name / "checkpoint.pt")  # (default weights_only=True)
         weights.append(ckpt["agent"])
     assert weights[0].keys() == weights[1].keys()
     assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])

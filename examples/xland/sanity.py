@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> list[tuple[int, float]]:
         args = parse_args(flags)
         result = train(args, train_tasks=tasks)
         agent = make_agent(args)
-        agent.load_state_dict(torch.load(f"{result.run_dir}/checkpoint.pt", weights_only=False)["agent"])
+        agent.load_state_dict(torch.load(f"{result.run_dir}/checkpoint.pt")["agent"])
     curve = learning_curve(result.history)
     sys.stdout.write(f"goals: {[str(t.game.goals[0]) for t in tasks]}\n"
                      f"random policy {rand:.3f}, goal-seeker {seek:.3f} (mean return / episode length)\n"
