@@ -3,7 +3,7 @@
 ``docs/results.md`` (and ``benchmarks/README.md``) hold generated sections between two markers::
 
     <!-- results:sync-latency -->
-    _Written by `python benchmarks/sync_latency.py --write-results` on 2026-11-25._
+    _Output of `python benchmarks/sync_latency.py --write-results`, run on 2026-11-25._
     ...tables and plots...
     <!-- /results:sync-latency -->
 
@@ -44,9 +44,11 @@ IMAGES = ROOT / "docs" / "img"
 FLAG = "--write-results"
 
 _NAME = re.compile(r"[a-z0-9][a-z0-9_-]*\Z")
-_STAMP = "_Written by `{command}` on {date}; run it again to regenerate this section._"
+_STAMP = "_Output of `{command}`, run on {date}._"
 #: Parses a stamp back into (command, date).
-STAMP_RE = re.compile(r"^_Written by `(?P<command>[^`]+)` on (?P<date>\d{4}-\d{2}-\d{2}); run it again", re.M)
+STAMP_RE = re.compile(r"^_Output of `(?P<command>[^`]+)`, run on (?P<date>\d{4}-\d{2}-\d{2})\._$", re.M)
+#: What a section says before its command first ran (it names the command that will write it).
+PENDING_RE = re.compile(r"^_Not measured yet: `(?P<command>[^`]+)` writes this section\._$", re.M)
 #: Environment variables that change what a benchmark measures, recorded in front of the command.
 RECORDED_ENV = ("OMP_NUM_THREADS",)
 
@@ -164,21 +166,23 @@ def write_section(page: str | Path, name: str, markdown: str, command: str, *,
     return path
 
 
-def command_line(argv: Sequence[str] | None = None, *, module: str | None = None) -> str:
+def command_line(argv: Sequence[str] | None = None, *, module: str | None = None,
+                 python: str = "python") -> str:
     """The command that is running, as a user would type it from the repository root.
 
     ``python -m <module> args`` when ``module`` is given (a ``python -m`` entry point), else
     ``python <script relative to the root> args``; variables of :data:`RECORDED_ENV` that are set come first
-    (``OMP_NUM_THREADS=1 python ...``).
+    (``OMP_NUM_THREADS=1 python ...``). ``python`` names the interpreter where it matters (a benchmark's own
+    virtualenv).
     """
     argv = list(sys.argv if argv is None else argv)
     if module:
-        head = ["python", "-m", module]
+        head = [python, "-m", module]
     else:
         script = Path(argv[0]).resolve() if argv else Path("?")
         with contextlib.suppress(ValueError):
             script = script.relative_to(ROOT)
-        head = ["python", script.as_posix()]
+        head = [python, script.as_posix()]
     env = [f"{k}={shlex.quote(os.environ[k])}" for k in RECORDED_ENV if k in os.environ]
     return " ".join(env + head + [shlex.quote(a) for a in argv[1:]])
 

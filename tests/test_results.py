@@ -31,7 +31,7 @@ def test_replacing_keeps_everything_outside_the_markers_and_is_idempotent(before
     assert once.startswith(before + R.open_marker(name))
     assert once.endswith(R.close_marker(name) + after)
     body = R.read_section(once, name)
-    assert body.startswith("_Written by `python bench.py --write-results` on 2026-11-25;")
+    assert body.startswith("_Output of `python bench.py --write-results`, run on 2026-11-25._")
     assert body.endswith(new.strip())
     assert R.replace_section(once, name, new, "python bench.py --write-results", "2026-11-25") == once
     # a later run replaces the figures instead of adding to them
