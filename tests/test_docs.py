@@ -345,10 +345,20 @@ def test_mkdocs_build_strict(tmp_path):
     pages = list(site.rglob("*.html"))
     assert len(pages) >= 30
     # offline: nothing a page needs comes from another host
-    external = re.compile(r"<(?:script|link|img)\b[^>]*(?:src|href)=\"(?:https?:)?//", re.I)
+    external = re.compile(r"<(?:script|link|img|iframe|source|video|audio)\b[^>]*(?:src|href)=[\"']?"
+                          r"(?:https?:)?//", re.I)
     for page in pages:
-        hit = external.search(page.read_text())
+        html = page.read_text()
+        hit = external.search(html)
         assert hit is None, f"{page.relative_to(site)} loads {hit.group(0)!r} from another host"
+        # Material loads Mermaid from a CDN when a page holds a diagram: none may
+        assert 'class="mermaid"' not in html, f"{page.relative_to(site)} holds a Mermaid diagram (CDN script)"
+    # ... and no stylesheet pulls a font or another stylesheet from the network (theme.font: false)
+    remote = re.compile(r"@import\s+(?:url\()?[\"']?(?:https?:)?//|url\([\"']?(?:https?:)?//"
+                        r"|fonts\.googleapis", re.I)
+    for css in site.rglob("*.css"):
+        hit = remote.search(css.read_text(errors="replace"))
+        assert hit is None, f"{css.relative_to(site)} fetches {hit.group(0)!r} from another host"
     # every public curriculum has its own rendered entry in the reference
     curricula = (site / "api" / "curricula" / "index.html").read_text()
     for name in ["PLR", "RobustPLR", "ACCEL", "LearningProgress", "SFL", "OMNI", "TaskFilter", "PFSP"]:
