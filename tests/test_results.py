@@ -123,3 +123,104 @@ def test_command_line_reads_as_typed_from_the_root(monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     assert R.command_line(["x", "--seeds", "0", "1"], module="magister.examples.quickstart") == \
         "OMP_NUM_THREADS=1 python -m magister.examples.quickstart --seeds 0 1"
+
+
+# -- the commands write their sections ----------------------------------------------------------------------
+
+SECTION_PAGE = "# Results\n\nintro\n\n{sections}\nthe end\n"
+
+
+@pytest.fixture
+def pages(tmp_path, monkeypatch):
+    """A results page and a benchmarks README in a temporary tree, with every section of the real ones."""
+    docs, bench = tmp_path / "docs", tmp_path / "benchmarks"
+    (docs / "img").mkdir(parents=True)
+    bench.mkdir()
+    real = (R.RESULTS_PAGE.read_text(), R.BENCHMARKS_README.read_text())
+    for path, text in zip((docs / "results.md", bench / "README.md"), real):
+        sections = "".join(page("", n, "\nold\n", "\n\n") for n in R.section_names(text))
+        path.write_text(SECTION_PAGE.format(sections=sections))
+    monkeypatch.setattr(R, "RESULTS_PAGE", docs / "results.md")
+    monkeypatch.setattr(R, "BENCHMARKS_README", bench / "README.md")
+    monkeypatch.setattr(R, "IMAGES", docs / "img")
+    return docs / "results.md", bench / "README.md"
+
+
+def _section(path, name):
+    body = R.read_section(path.read_text(), name)
+    m = R.STAMP_RE.match(body)
+    assert m, body[:200]
+    return m["command"], body
+
+
+def test_the_quickstart_writes_its_table_and_plot(pages, tmp_path):
+    from magister.examples import quickstart
+
+    argv = ["--total-steps", "256", "--num-envs", "4", "--num-steps", "32", "--train-seeds", "5",
+            "--eval-seeds", "1", "--eval-every", "0", "--params", "3x3m1", "3x3m2", "--seeds", "0",
+            "--run-dir", str(tmp_path / "runs"), "--no-progress", "--write-results"]
+    results = quickstart.main(argv)
+    command, body = _section(pages[0], "quickstart")
+    assert command.startswith("python -m magister.examples.quickstart --total-steps 256 ")
+    assert command.endswith("--write-results")
+    params = quickstart.difficulties(quickstart.run_args(quickstart.parse(argv), "dr", 0))
+    assert quickstart.table(results, params) in body  # exactly what it printed
+    assert "![quickstart](img/quickstart.png)" in body
+    assert (R.IMAGES / "quickstart.png").stat().st_size > 1000
+    assert R.read_section(pages[0].read_text(), "sync-latency") == "old"  # other sections untouched
+
+
+def test_the_puzzle_trainer_writes_its_held_out_table_and_plot(pages, tmp_path):
+    from magister.examples import puzzle_ppo
+
+    argv = ["--puzzle", "flip", "--size", "3x3c", "--total-steps", "256", "--num-envs", "4", "--num-steps",
+            "32", "--max-steps", "12", "--train-seeds", "5", "--eval-seeds", "1", "--eval-every", "0",
+            "--run-dir", str(tmp_path / "runs"), "--no-tensorboard", "--no-progress", "--write-results"]
+    result = puzzle_ppo.main(argv)
+    command, body = _section(pages[0], "puzzle-ppo")
+    assert command == "python -m magister.examples.puzzle_ppo " + " ".join(argv)
+    assert f"held-out success after {result.global_step} steps" in body
+    assert "![puzzle-ppo](img/puzzle-ppo.png)" in body and (R.IMAGES / "puzzle-ppo.png").is_file()
+
+
+def test_the_xland_trainer_writes_results_only_for_its_ablation():
+    from magister.examples import xland_ppo
+
+    with pytest.raises(ValueError, match="pass --ablation"):
+        xland_ppo.main(["--write-results"])
+
+
+def test_a_benchmark_writes_its_output_into_both_pages(pages, monkeypatch, capsys):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("puzzles_env_speed",
+                                                  R.ROOT / "benchmarks" / "puzzles_env_speed.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    monkeypatch.setattr(bench, "RESULTS_PAGE", pages[0])
+    monkeypatch.setattr(bench, "BENCHMARKS_README", pages[1])
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(sys, "argv", [str(R.ROOT / "benchmarks" / "puzzles_env_speed.py"), "--seconds",
+                                      "0.01", "--write-results"])
+    bench.main()
+    printed = capsys.readouterr().out
+    for path in pages:
+        command, body = _section(path, "puzzles-env-speed")
+        assert command == "python benchmarks/puzzles_env_speed.py --seconds 0.01 --write-results"
+        assert R.text_block(printed) in body
+        assert "CartPole-v1" in body and "untangle" in body
+
+
+def test_the_xland_ablation_writes_its_table_and_plot(pages, tmp_path):
+    from magister.examples import xland_ppo
+
+    argv = ("--ablation --ablation-seeds 1 --budget env --total-steps 64 --num-envs 2 --num-steps 16 "
+            "--episode-length 8 --n-test 2 --n-validation 2 --hidden 16 --filter-episodes 2 "
+            "--filter-window 2 "
+            "--num-minibatches 2 --update-epochs 2 --no-progress --no-tensorboard --run-name abl").split()
+    argv += ["--run-dir", str(tmp_path / "runs"), "--write-results"]
+    results = xland_ppo.main(argv)
+    command, body = _section(pages[0], "xland-ablation")
+    assert command == "python -m magister.examples.xland_ppo " + " ".join(argv)
+    assert R.text_block(xland_ppo.ablation_table(results)) in body
+    assert "![xland-ablation](img/xland-ablation.png)" in body and (R.IMAGES / "xland-ablation.png").is_file()
