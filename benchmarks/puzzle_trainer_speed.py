@@ -24,7 +24,7 @@ import statistics
 import tempfile
 
 from magister.examples.puzzle_ppo import Args, train
-from magister.examples.results import BENCHMARKS_README, RESULTS_PAGE, recording
+from magister.examples.results import BENCHMARKS_README, RESULTS_PAGE, machine, recording
 
 
 def run(curriculum: str, steps: int, ns: argparse.Namespace, run_dir: str) -> float:
@@ -57,6 +57,7 @@ def main() -> None:
 
 
 def measure(ns: argparse.Namespace) -> None:
+    print(f"start: {machine()}", flush=True)
     sps: dict[str, list[float]] = {c: [] for c in ns.curricula}
     with tempfile.TemporaryDirectory() as tmp:
         run("none", 2048, ns, tmp)  # warm-up: imports, allocator, first compilation of kernels
@@ -67,6 +68,7 @@ def measure(ns: argparse.Namespace) -> None:
     base = statistics.median(sps["none"]) if "none" in sps else None
     print(f"\n{ns.puzzle} {ns.size}, {ns.num_envs} envs x {ns.num_steps} steps, {ns.steps} steps per run, "
           f"median of {ns.rounds} round(s)")
+    print(f"end: {machine()}")
     print(f"{'curriculum':>10} | {'steps/s':>9} | {'ratio vs none':>13}")
     for c, v in sps.items():
         m = statistics.median(v)

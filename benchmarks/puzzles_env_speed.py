@@ -20,7 +20,7 @@ import gymnasium as gym
 import numpy as np
 
 from magister.examples.puzzles.task import LADDERS, PUZZLES
-from magister.examples.results import BENCHMARKS_README, RESULTS_PAGE, recording
+from magister.examples.results import BENCHMARKS_README, RESULTS_PAGE, machine, recording
 
 logger = logging.getLogger(__name__)
 
@@ -86,6 +86,7 @@ def run(seconds: float) -> None:
     lines = [header, "-" * len(header)]
     for name, params, sps, rps, win, ratio in rows:
         lines.append(f"{name:<12} {params:<11} {sps:>9.0f} {rps:>9.0f} {win:>10.2f} {ratio:>11.3f}")
+    print(f"{machine()} at the end")
     print("\n".join(lines))  # a benchmark script's table is its output
 
 

@@ -34,7 +34,7 @@ import time
 import numpy as np
 
 from magister.curricula.base import Curriculum
-from magister.examples.results import BENCHMARKS_README, RESULTS_PAGE, recording
+from magister.examples.results import BENCHMARKS_README, RESULTS_PAGE, machine, recording
 from magister.sync import protocol as P
 from magister.sync.client import CurriculumClient, connect
 from magister.sync.server import serve
@@ -198,6 +198,7 @@ def main() -> None:
 
 
 def run(n: int, steps: int) -> None:
+    print(f"start: {machine()}")
     print("== task request round trip (µs) ==")
     base = None
     rows = [("in-process (direct call)", in_process(n)), ("ipc://", round_trip(None, n)),

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import time
 from pathlib import Path
 
 import numpy as np
@@ -138,12 +139,15 @@ def main(argv: list[str] | None = None) -> dict[str, list[RunResult]]:
     if ns.write_results:
         results_page.check_section(results_page.RESULTS_PAGE, "quickstart")  # before the run, not after
     results: dict[str, list[RunResult]] = {ns.baseline: [], ns.curriculum: []}
+    t0 = time.perf_counter()
     for seed in ns.seeds:
         for name in results:
             print(f"== {name}, seed {seed}: {ns.total_steps} steps ==", flush=True)
             results[name].append(train(run_args(ns, name, seed)))
     params = difficulties(run_args(ns, ns.curriculum, ns.seeds[0]))
-    text = table(results, params)
+    runs = sum(len(r) for r in results.values())
+    text = table(results, params) + f"\nall {runs} runs: {time.perf_counter() - t0:.0f}s " \
+        f"({results_page.machine()} at the end)"
     print()
     print(text)
     out = Path(ns.run_dir) / "quickstart.png"

@@ -187,6 +187,12 @@ def command_line(argv: Sequence[str] | None = None, *, module: str | None = None
     return " ".join(env + head + [shlex.quote(a) for a in argv[1:]])
 
 
+def machine() -> str:
+    """One line for a benchmark's output: CPUs and load average now (a shared machine's noise shows)."""
+    load = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
+    return f"{os.cpu_count()} CPUs, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}"
+
+
 def text_block(text: str) -> str:
     """``text`` as a fenced ``text`` block (trailing spaces trimmed: pages keep no trailing whitespace)."""
     lines = [line.rstrip() for line in text.strip("\n").splitlines()]
