@@ -310,6 +310,10 @@ def test_the_readme_quotes_the_current_quickstart_figures():
                   f"solved")
     shares = [re.search(r"\(\s*(\d+%)\)\s*$", r[4])[1] for r in body[:3]]
     expect.append(f"concentrated on the 1-, 2- and 3-move shuffles ({', '.join(shares)} of them")
+    seconds = dict(re.findall(r"^([\w-]+): \d+ steps x \d+ seed\(s\), (\d+)s per run", table, re.M))
+    total = re.search(r"^all \d+ runs: (\d+)s", table, re.M)[1]
+    expect.append(f"{seconds['dr']} s per domain-randomisation run, {seconds['sfl-dist']} s per curriculum "
+                  f"run, {total} s for all four")
     for phrase in expect:
         assert phrase in readme, f"README.md should quote the results page's figures: {phrase!r} not found"
     assert "results.md" in readme, "README.md should link the results page"
