@@ -1083,11 +1083,11 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         bench.close()
     load = os.getloadavg()
-    final = [setup, f"== wall time per mode, {args.workers} workers x {args.episodes} episodes, {ENV_ID} =="]
+    title = f"== wall time per mode, {args.workers} workers x {args.episodes} episodes, {ENV_ID} =="
+    final = [setup, "", title]
     final += report(modes, runs, failed, args.rounds)
     final.append(f"load average at the end: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     final += lat_lines
-    print()
     print("\n".join(final[1:]))
     if args.write_results:
         command = command_line(None if argv is None else ["benchmarks/sync_overhead.py", *argv],
