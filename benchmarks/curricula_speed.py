@@ -81,6 +81,7 @@ import numpy as np
 from magister.curricula.learning_progress import LearningProgress
 from magister.curricula.plr import PLR
 from magister.curricula.sfl import SFL
+from magister.examples.results import BENCHMARKS_README, RESULTS_PAGE, recording
 from magister.integrations.scores import feed_scores
 from magister.task_spaces.discrete import Discrete
 
@@ -409,6 +410,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=3, help="timed blocks per library (median shown)")
     parser.add_argument("--algos", nargs="+", default=list(MAGISTER), choices=list(MAGISTER))
     parser.add_argument("--no-reference", action="store_true", help="time magister only")
+    parser.add_argument("--write-results", action="store_true",
+                        help="write the output into docs/results.md and benchmarks/README.md")
     args = parser.parse_args(argv)
     sizes = args.sizes or ([1000, 10000] if args.quick else [1000, 10000, 100000])
     if args.calls is not None and args.calls % PERIOD:
@@ -419,31 +422,32 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     warnings.filterwarnings("ignore")  # the reference warns on every large-space construction
 
-    rows = []
-    for algo in args.algos:
-        for n in sizes:
-            libs = {"magister": MAGISTER[algo]}
-            if use_ref:
-                libs["reference"] = REFERENCE[algo]
-            rows.append(measure(algo, n, calls_for(n, args), args.repeats, libs))
+    with recording("curricula-speed", enabled=args.write_results, pages=(RESULTS_PAGE, BENCHMARKS_README)):
+        rows = []
+        for algo in args.algos:
+            for n in sizes:
+                libs = {"magister": MAGISTER[algo]}
+                if use_ref:
+                    libs["reference"] = REFERENCE[algo]
+                rows.append(measure(algo, n, calls_for(n, args), args.repeats, libs))
 
-    argv_used = sys.argv[1:] if argv is None else argv
-    ms = ", ".join(str(calls_for(n, args)) for n in sizes)
-    ns = ", ".join(f"{n:,}" for n in sizes)
-    if use_ref:
-        ref = "syllabus-rl 0.7"
-    elif HAVE_REFERENCE:
-        ref = "n/a (--no-reference)"
-    else:
-        ref = "n/a (syllabus-rl not installed: see benchmarks/_reference_env.sh)"
-    print(f"Curricula speed: magister vs {ref}"
-          f"; M rounds of sample(1) + episode update per block (M = {ms} for n = {ns}), "
-          f"median of {args.repeats} blocks")
-    print(table(rows))
-    print("ratio = magister / reference (higher is better for magister); round = sample(1) + its update, "
-          "timed together (whatever each library defers to either call); B/task = bytes allocated by "
-          "construction + warm-up, per task")
-    print("Reproduce: " + shlex.join([sys.executable, "benchmarks/curricula_speed.py", *argv_used]))
+        argv_used = sys.argv[1:] if argv is None else argv
+        ms = ", ".join(str(calls_for(n, args)) for n in sizes)
+        ns = ", ".join(f"{n:,}" for n in sizes)
+        if use_ref:
+            ref = "syllabus-rl 0.7"
+        elif HAVE_REFERENCE:
+            ref = "n/a (--no-reference)"
+        else:
+            ref = "n/a (syllabus-rl not installed: see benchmarks/_reference_env.sh)"
+        print(f"Curricula speed: magister vs {ref}"
+              f"; M rounds of sample(1) + episode update per block (M = {ms} for n = {ns}), "
+              f"median of {args.repeats} blocks")
+        print(table(rows))
+        print("ratio = magister / reference (higher is better for magister); round = sample(1) + its update, "
+              "timed together (whatever each library defers to either call); B/task = bytes allocated by "
+              "construction + warm-up, per task")
+        print("Reproduce: " + shlex.join([sys.executable, "benchmarks/curricula_speed.py", *argv_used]))
 
 
 if __name__ == "__main__":

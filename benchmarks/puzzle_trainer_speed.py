@@ -2,6 +2,7 @@
 
     python benchmarks/puzzle_trainer_speed.py                  # ~3 minutes on 2 cores
     python benchmarks/puzzle_trainer_speed.py --quick
+    python benchmarks/puzzle_trainer_speed.py --write-results   # the output becomes docs/results.md's figures
 
 Every configuration trains the same PPO (:mod:`magister.examples.puzzle_ppo`) for the same number of steps,
 without evaluation, plots or TensorBoard, so the clock measures rollouts + updates only. Configurations
@@ -23,6 +24,7 @@ import statistics
 import tempfile
 
 from magister.examples.puzzle_ppo import Args, train
+from magister.examples.results import BENCHMARKS_README, RESULTS_PAGE, machine, recording
 
 
 def run(curriculum: str, steps: int, ns: argparse.Namespace, run_dir: str) -> float:
@@ -45,9 +47,17 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--curricula", nargs="+", default=["none", "dr", "sfl", "plr"])
     p.add_argument("--quick", action="store_true", help="a smoke run: few steps, one round")
+    p.add_argument("--write-results", action="store_true",
+                   help="write the output into docs/results.md and benchmarks/README.md")
     ns = p.parse_args()
     if ns.quick:
         ns.steps, ns.rounds = 8_192, 1
+    with recording("puzzle-trainer-speed", enabled=ns.write_results, pages=(RESULTS_PAGE, BENCHMARKS_README)):
+        measure(ns)
+
+
+def measure(ns: argparse.Namespace) -> None:
+    print(f"start: {machine()}", flush=True)
     sps: dict[str, list[float]] = {c: [] for c in ns.curricula}
     with tempfile.TemporaryDirectory() as tmp:
         run("none", 2048, ns, tmp)  # warm-up: imports, allocator, first compilation of kernels
@@ -58,6 +68,7 @@ def main() -> None:
     base = statistics.median(sps["none"]) if "none" in sps else None
     print(f"\n{ns.puzzle} {ns.size}, {ns.num_envs} envs x {ns.num_steps} steps, {ns.steps} steps per run, "
           f"median of {ns.rounds} round(s)")
+    print(f"end: {machine()}")
     print(f"{'curriculum':>10} | {'steps/s':>9} | {'ratio vs none':>13}")
     for c, v in sps.items():
         m = statistics.median(v)

@@ -7,7 +7,7 @@ instance, count too). The table shows env steps per second, resets per second, a
 rate to Gymnasium's ``CartPole-v1`` stepped with random actions in the same run — ratios are comparable
 across machines, absolute rates are not.
 
-Run: ``python benchmarks/puzzles_env_speed.py [--seconds 1.0]``.
+Run: ``python benchmarks/puzzles_env_speed.py [--seconds 1.0] [--write-results]``.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import gymnasium as gym
 import numpy as np
 
 from magister.examples.puzzles.task import LADDERS, PUZZLES
+from magister.examples.results import BENCHMARKS_README, RESULTS_PAGE, machine, recording
 
 logger = logging.getLogger(__name__)
 
@@ -65,19 +66,27 @@ def puzzle_rate(puzzle: str, params: str, seconds: float) -> tuple[float, float,
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seconds", type=float, default=1.0, help="wall-clock budget per measurement")
+    parser.add_argument("--write-results", action="store_true",
+                        help="write the output into docs/results.md and benchmarks/README.md")
     args = parser.parse_args()
-    base = cartpole_rate(args.seconds)
+    with recording("puzzles-env-speed", enabled=args.write_results, pages=(RESULTS_PAGE, BENCHMARKS_README)):
+        run(args.seconds)
+
+
+def run(seconds: float) -> None:
+    base = cartpole_rate(seconds)
     rows = [("CartPole-v1", "-", base, float("nan"), float("nan"), 1.0)]
     for puzzle in PUZZLES:
         settings = PRESETS.get(puzzle, (LADDERS[puzzle][0], LADDERS[puzzle][-1]))
         for params in dict.fromkeys(settings):
-            sps, rps, win = puzzle_rate(puzzle, params, args.seconds)
+            sps, rps, win = puzzle_rate(puzzle, params, seconds)
             rows.append((puzzle, params, sps, rps, win, sps / base))
     header = (f"{'env':<12} {'params':<11} {'steps/s':>9} {'resets/s':>9} {'random win':>10} "
               f"{'vs CartPole':>11}")
     lines = [header, "-" * len(header)]
     for name, params, sps, rps, win, ratio in rows:
         lines.append(f"{name:<12} {params:<11} {sps:>9.0f} {rps:>9.0f} {win:>10.2f} {ratio:>11.3f}")
+    print(f"{machine()} at the end")
     print("\n".join(lines))  # a benchmark script's table is its output
 
 

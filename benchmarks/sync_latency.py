@@ -1,8 +1,9 @@
 """Sync layer measurements: task round trip, update throughput, and the prefetch default.
 
-Run: ``python benchmarks/sync_latency.py [--quick]``. The server runs in this process, each client in a
-forked worker process, as in real use. On a busy machine compare the ratios within one run rather than
-absolute values across runs.
+Run: ``python benchmarks/sync_latency.py [--quick] [--write-results]`` (``--write-results``: the output
+becomes the current figures of docs/results.md and benchmarks/README.md). The server runs in this process,
+each client in a forked worker process, as in real use. On a busy machine compare the ratios within one
+run rather than absolute values across runs.
 
 1. **Task round trip**: a client sends one ``TaskRequest`` and waits for the ``Tasks`` reply (median and
    p99 in µs), over ``ipc://`` and loopback ``tcp://``, against the in-process path (direct call).
@@ -33,6 +34,7 @@ import time
 import numpy as np
 
 from magister.curricula.base import Curriculum
+from magister.examples.results import BENCHMARKS_README, RESULTS_PAGE, machine, recording
 from magister.sync import protocol as P
 from magister.sync.client import CurriculumClient, connect
 from magister.sync.server import serve
@@ -179,13 +181,24 @@ def reset_wait(options: dict, episodes: int, episode_s: float) -> dict:
     }
 
 
+PAGES = (RESULTS_PAGE, BENCHMARKS_README)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer repetitions")
+    parser.add_argument("--write-results", action="store_true",
+                        help="write the output into docs/results.md and benchmarks/README.md")
     args = parser.parse_args()
     n = 500 if args.quick else 3000
     steps = 20_000 if args.quick else 100_000
 
+    with recording("sync-latency", enabled=args.write_results, pages=PAGES):
+        run(n, steps)
+
+
+def run(n: int, steps: int) -> None:
+    print(f"start: {machine()}")
     print("== task request round trip (µs) ==")
     base = None
     rows = [("in-process (direct call)", in_process(n)), ("ipc://", round_trip(None, n)),

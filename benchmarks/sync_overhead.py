@@ -100,6 +100,14 @@ import numpy as np
 from magister.curricula.constant import Constant
 from magister.env_wrappers.sync_wrappers import GymnasiumSyncWrapper
 from magister.env_wrappers.task_wrapper import TaskWrapper
+from magister.examples.results import (
+    BENCHMARKS_README,
+    RESULTS_PAGE,
+    check_section,
+    command_line,
+    text_block,
+    write_section,
+)
 from magister.sync.server import serve
 from magister.task_spaces.discrete import Discrete
 
@@ -979,7 +987,13 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="episodes per stack of the paired per-episode CPU section (400; 20 with --quick; 0: skip)",
     )
+    parser.add_argument("--write-results", action="store_true",
+                        help="write the tables into docs/results.md and benchmarks/README.md")
     args = parser.parse_args(argv)
+    pages = (RESULTS_PAGE, BENCHMARKS_README)
+    if args.write_results:
+        for page in pages:
+            check_section(page, "sync-overhead")  # before a long run, not after it
     args.episodes = args.episodes or (8 if args.quick else 64)
     args.rounds = args.rounds or (1 if args.quick else 3)
     for name in ("workers", "episodes", "rounds", "max_steps"):
@@ -996,17 +1010,15 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"command: {' '.join([sys.executable, *(sys.argv if argv is None else ['sync_overhead.py', *argv])])}"
     )
-    print(
+    load = os.getloadavg()
+    setup = (
         f"setup: {ENV_ID}, max {args.max_steps} steps/episode, full dict observations, random actions; "
         f"{args.workers} workers x {args.episodes} episodes per mode, {args.rounds} round(s); "
-        f"step batch {STEP_BATCH}"
-    )
-    load = os.getloadavg()
-    print(
+        f"step batch {STEP_BATCH}\n"
         f"machine: {platform.machine()}, {os.cpu_count()} CPUs, load average {load[0]:.2f} {load[1]:.2f} "
-        f"{load[2]:.2f} at the start; python {platform.python_version()}",
-        flush=True,
+        f"{load[2]:.2f} at the start; python {platform.python_version()}"
     )
+    print(setup, flush=True)
     bench = Bench(args)
     runs: dict[str, list[Run]] = {m: [] for m in modes}
     failed: dict[str, str] = {}
@@ -1071,13 +1083,17 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         bench.close()
     load = os.getloadavg()
-    print()
-    print(f"== wall time per mode, {args.workers} workers x {args.episodes} episodes, {ENV_ID} ==")
-    for line in report(modes, runs, failed, args.rounds):
-        print(line)
-    print(f"load average at the end: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
-    for line in lat_lines:
-        print(line)
+    title = f"== wall time per mode, {args.workers} workers x {args.episodes} episodes, {ENV_ID} =="
+    final = [setup, "", title]
+    final += report(modes, runs, failed, args.rounds)
+    final.append(f"load average at the end: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+    final += lat_lines
+    print("\n".join(final[1:]))
+    if args.write_results:
+        command = command_line(None if argv is None else ["benchmarks/sync_overhead.py", *argv],
+                               python=sys.executable)
+        for page in pages:
+            write_section(page, "sync-overhead", text_block("\n".join(final)), command)
     return 0
 
 

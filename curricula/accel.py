@@ -85,10 +85,12 @@ class ACCEL(RobustPLR):
     Args:
         task_space: the tasks; needs ``can_mutate`` unless ``mutate_fn`` is given.
         mutate_fn: optional ``f(encoded, rng, feedback) -> encoded`` performing one edit.
-        min_edits, max_edits: ``num_edits ~ U{min_edits .. max_edits}`` per child.
+        min_edits: fewest edits per child: ``num_edits ~ U{min_edits .. max_edits}``.
+        max_edits: most edits per child.
         mutate_on: ``"feedback"`` (child made when the replay's feedback arrives) or ``"sample"``.
         max_pending: bound on queued children (oldest dropped, with a log message, when exceeded).
-        Other arguments: as :class:`~magister.curricula.plr.RobustPLR`.
+
+    The other arguments are those of :class:`~magister.curricula.plr.RobustPLR`.
     """
 
     def __init__(

@@ -151,7 +151,8 @@ class PLR(Curriculum):
         prioritization: ``"rank"`` or ``"power"``.
         min_fill_ratio: replay only once ``n_buffer >= min_fill_ratio * capacity``.
         robust: PLR⊥ – new tasks are evaluation-only (``train=False``).
-        gamma, gae_lambda: used by the learner-side helper to compute GAE scores.
+        gamma: discount used by the learner-side helper to compute GAE scores.
+        gae_lambda: GAE's ``lambda`` for the same scores.
         window: number of recent episodes averaged by the ``"learnability"`` and ``"return"`` scores.
         seed: seed of the curriculum's generator.
     """
@@ -771,8 +772,10 @@ class PLR(Curriculum):
                 (``-inf`` = none known).
 
         Raises:
-            KeyError: a task was never sampled. ValueError: shapes differ, a score is NaN/inf or outside
-            the space. Nothing is changed when an error is raised.
+            KeyError: a task was never sampled.
+            ValueError: shapes differ, a score is NaN/inf or outside the space.
+
+        Nothing is changed when an error is raised.
         """
         if (max_returns is None and self._index.indexed and type(tasks) in (list, tuple)
                 and type(scores) in (list, tuple) and len(tasks) == len(scores) <= _FAST_WRITE_MAX):

@@ -186,7 +186,13 @@ class TaskFilter(Curriculum):
         propose: ``propose(rng, n) -> list of n encoded tasks``; default ``task_space.sample_encoded``.
         num_episodes: ``K``, Monte-Carlo episodes per policy per candidate (paper: 10).
         return_range: ``(lo, hi)`` of the environment's episode return, to rescale the paper's thresholds.
-        m_greater, m_s, m_cont, m_greater_cont, m_solved: override single thresholds (absolute values).
+        m_greater: overrides ``m_>`` alone (an absolute value): the margin by which the agent's return
+            must beat the control policy's.
+        m_s: overrides ``m_s``: the return above which an episode counts as solved.
+        m_cont: overrides ``m_cont``: the most mean return the control policy may reach.
+        m_greater_cont: overrides ``m_>cont``: the share of episodes in which the agent beats control by
+            ``m_>`` must exceed it.
+        m_solved: overrides ``m_solved``: the solved share at which a task counts as solved.
         eval_fraction: fraction of sampled episodes spent on evaluation while candidates need them.
         max_pending: candidates under evaluation at once.
         max_train_tasks: capacity of the accepted set (oldest evicted first).

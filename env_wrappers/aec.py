@@ -122,10 +122,12 @@ class PettingZooAECSyncWrapper(BaseWrapper):
     Args:
         env: An AEC env that takes its task through ``reset(options={"task": decoded})`` and exposes
             ``task_space`` (a :class:`PettingZooAECTaskWrapper`, possibly inside other AEC wrappers).
-        source, prefetch, timeout, strip_keys, send_obs, send_infos, change_task_on_completion,
-        fallback_task_space, curve_server_key, max_update_delay, curve_client_keys: As for
-            :class:`~magister.env_wrappers.sync_wrappers.PettingZooSyncWrapper`. Step records (only sent
-            when the curriculum wants them) carry no observation: an AEC step is one agent's move.
+
+    ``source``, ``prefetch``, ``timeout``, ``strip_keys``, ``send_obs``, ``send_infos``,
+    ``change_task_on_completion``, ``fallback_task_space``, ``curve_server_key``, ``max_update_delay`` and
+    ``curve_client_keys`` are as for :class:`~magister.env_wrappers.sync_wrappers.PettingZooSyncWrapper`.
+    Step records (only sent when the curriculum wants them) carry no observation: an AEC step is one agent's
+    move.
     """
 
     def __init__(

@@ -201,9 +201,11 @@ class CoPlayerWrapper(BaseParallelWrapper):
             episode), or ``"random"`` (default): one agent drawn uniformly each episode, the opponent
             plays the rest.
         turn_based: Play the opponent's turns inside the wrapper (needs ``info["to_move"]``).
-        load_fn, make_agent, fallback_to_latest: For a directory or store: how snapshots are deserialised
-            (default ``torch.load``), turned into a playable agent, and whether an id evicted before the
-            worker loaded it is replaced by the newest snapshot (see ``OpponentLoader``).
+        load_fn: For a directory or store: how snapshots are deserialised (default ``torch.load``; see
+            ``OpponentLoader``).
+        make_agent: For a directory or store: how a loaded snapshot becomes a playable agent.
+        fallback_to_latest: For a directory or store: whether an id evicted before the worker loaded it
+            is replaced by the newest snapshot.
         env_tasks: Whether the task is a ``(task, opponent_id)`` pair whose first half goes to the inner
             env as ``options["task"]``. Default: when the inner env has a ``task_space``.
         seed: Seeds the draw of the learner's agents (a ``reset(seed=...)`` reseeds it).

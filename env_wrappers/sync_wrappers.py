@@ -378,8 +378,9 @@ class GymnasiumSyncWrapper(gym.Wrapper):
             :data:`magister.sync.client.DEFAULT_MAX_UPDATE_DELAY`; 0: one send per update).
         timeout: Seconds to wait for the server before raising (or falling back).
         strip_keys: Keys removed from dict observations and infos before step records are sent.
-        send_obs, send_infos: Whether step records carry observations / infos (only sent at all when the
-            curriculum ``requires_step_updates``).
+        send_obs: Whether step records carry observations (only sent at all when the curriculum
+            ``requires_step_updates``).
+        send_infos: Whether step records carry infos (likewise).
         change_task_on_completion: Switch tasks mid-episode when progress reaches 1.
         fallback_task_space: Opt-in local sampling when the server is unreachable (logged once).
         curve_server_key: The server's CURVE public key (encrypted TCP).

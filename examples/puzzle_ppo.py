@@ -45,6 +45,7 @@ from gymnasium import spaces
 
 from magister.curricula.base import Curriculum
 from magister.env_wrappers.sync_wrappers import GymnasiumSyncWrapper
+from magister.examples import results as results_page
 from magister.examples._checkpoint import read_checkpoint, write_checkpoint
 from magister.examples._cli import parse_dataclass
 from magister.examples.puzzles.task import (
@@ -121,6 +122,8 @@ class Args:
     plot: bool = True
     extra: dict[str, Any] = field(default_factory=dict)
     """curriculum keyword arguments (JSON on the command line)"""
+    write_results: bool = False
+    """write the held-out table and the plot into docs/results.md and docs/img/ (a source checkout)"""
 
 
 def parse_args(argv: list[str] | None = None) -> Args:
@@ -694,14 +697,25 @@ def plot_run(history: list[dict[str, Any]], params: list[str], path: Path, title
 def main(argv: list[str] | None = None) -> RunResult:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     args = parse_args(argv)
+    if args.write_results:
+        results_page.check_section(results_page.RESULTS_PAGE, "puzzle-ppo")  # before the run, not after
     result = train(args)
-    print(f"\nheld-out success after {result.global_step} steps ({result.seconds:.0f}s):")
+    lines = [f"{args.curriculum} on {args.puzzle}: held-out success after {result.global_step} steps "
+             f"({result.seconds:.0f}s):"]
     for p in difficulties(args):
         r = result.eval.get(p, {})
-        print(f"  {p:>12}: success {r.get('success', float('nan')):.2f}  "
-              f"solved length {r.get('solved_length', float('nan')):.1f}  "
-              f"train episodes {result.episodes_per_difficulty.get(p, 0)}")
+        lines.append(f"  {p:>12}: success {r.get('success', float('nan')):.2f}  "
+                     f"solved length {r.get('solved_length', float('nan')):.1f}  "
+                     f"train episodes {result.episodes_per_difficulty.get(p, 0)}")
+    print("\n" + "\n".join(lines))
     print(f"run directory: {result.run_dir}")
+    if args.write_results:
+        plot = Path(result.run_dir) / "curriculum.png"
+        images = [results_page.save_image(plot, "puzzle-ppo.png")] if plot.is_file() else []
+        command = results_page.command_line(None if argv is None else ["", *argv],
+                                            module="magister.examples.puzzle_ppo")
+        results_page.write_section(results_page.RESULTS_PAGE, "puzzle-ppo",
+                                   results_page.text_block("\n".join(lines)), command, images=images)
     return result
 
 

@@ -2,6 +2,7 @@
 
     python -m magister.examples.quickstart            # about 2 minutes on 2 CPU cores
     python -m magister.examples.quickstart --help
+    python -m magister.examples.quickstart --write-results   # the table and plot become docs/results.md's
 
 The task space is a ladder of difficulties of one puzzle (by default Sixteen on 3x3 and 4x4 boards shuffled by
 1 to 8 moves or fully, with a 30-step limit), where a random policy solves the three shallowest difficulties
@@ -18,10 +19,12 @@ from __future__ import annotations
 
 import argparse
 import logging
+import time
 from pathlib import Path
 
 import numpy as np
 
+from magister.examples import results as results_page
 from magister.examples.puzzle_ppo import Args, RunResult, difficulties, train
 
 #: The embedded defaults of the main job: Sixteen (shift rows/columns back into order), 3x3 boards shuffled
@@ -67,6 +70,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--vector", default="sync", choices=["sync", "async"])
     p.add_argument("--run-dir", default="runs/quickstart")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--write-results", action="store_true",
+                   help="write the table and the plot into docs/results.md and docs/img/ (a source checkout)")
     return p.parse_args(argv)
 
 
@@ -131,16 +136,28 @@ def plot(results: dict[str, list[RunResult]], params: list[str], path: Path) -> 
 def main(argv: list[str] | None = None) -> dict[str, list[RunResult]]:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     ns = parse(argv)
+    if ns.write_results:
+        results_page.check_section(results_page.RESULTS_PAGE, "quickstart")  # before the run, not after
     results: dict[str, list[RunResult]] = {ns.baseline: [], ns.curriculum: []}
+    t0 = time.perf_counter()
     for seed in ns.seeds:
         for name in results:
             print(f"== {name}, seed {seed}: {ns.total_steps} steps ==", flush=True)
             results[name].append(train(run_args(ns, name, seed)))
     params = difficulties(run_args(ns, ns.curriculum, ns.seeds[0]))
+    runs = sum(len(r) for r in results.values())
+    text = table(results, params) + f"\nall {runs} runs: {time.perf_counter() - t0:.0f}s " \
+        f"({results_page.machine()} at the end)"
     print()
-    print(table(results, params))
+    print(text)
     out = Path(ns.run_dir) / "quickstart.png"
     plot(results, params, out)
+    if ns.write_results:
+        image = results_page.save_image(out, "quickstart.png")
+        command = results_page.command_line(None if argv is None else ["", *argv],
+                                            module="magister.examples.quickstart")
+        results_page.write_section(results_page.RESULTS_PAGE, "quickstart", results_page.text_block(text),
+                                   command, images=[image])
     print(f"\nplots: {out} and {ns.run_dir}/<run>/curriculum.png; "
           f"TensorBoard: tensorboard --logdir {ns.run_dir}")
     return results

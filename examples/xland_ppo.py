@@ -420,6 +420,7 @@ from magister.curricula.pfsp import PFSP
 from magister.curricula.task_filter import TaskFilter
 from magister.env_wrappers.coplayer import SingleLearnerEnv
 from magister.env_wrappers.sync_wrappers import PettingZooSyncWrapper
+from magister.examples import results as results_page
 from magister.examples._checkpoint import read_checkpoint, write_checkpoint
 from magister.examples._cli import parse_dataclass
 from magister.examples.xland.coplayers import LEARNER, NOOP
@@ -590,6 +591,8 @@ class Args:
     """seeds per ablation arm: --seed, --seed + 1, ..."""
     filter_demo: int = 0
     """instead of training: N episodes of the task filter with the scripted goal-seeker as the agent"""
+    write_results: bool = False
+    """with --ablation: write its table and plot into docs/results.md and docs/img/ (a source checkout)"""
 
 
 def parse_args(argv: list[str] | None = None) -> Args:
@@ -1547,12 +1550,17 @@ def plot_run(result: RunResult | dict[str, RunResult], path: Path, title: str = 
     plt.close(fig)
 
 
+def ablation_dir(args: Args) -> Path:
+    """Where :func:`ablation` writes its table and plot."""
+    return Path(args.run_dir) / (args.run_name or f"xland_ablation_{args.coplayers}_s{args.seed}")
+
+
 def ablation(args: Args) -> dict[str, RunResult]:
     """Train with and without the dynamic task filter (same training budget and seeds) and compare on the
     held-out test set. Keys: ``filter`` / ``uniform`` for one seed, ``filter_s<seed>`` ... for several."""
     if args.ablation_seeds < 1:
         raise ValueError(f"--ablation-seeds must be >= 1, got {args.ablation_seeds!r}")
-    base = args.run_name or f"xland_ablation_{args.coplayers}_s{args.seed}"
+    base = ablation_dir(args).name
     seeds = [args.seed + i for i in range(args.ablation_seeds)]
     results = {}
     for seed in seeds:
@@ -1561,7 +1569,7 @@ def ablation(args: Args) -> dict[str, RunResult]:
             run = dataclasses.replace(args, curriculum=cur, seed=seed, ablation=False,
                                       run_name=f"{base}_{name}")
             results[name] = train(run)
-    out = Path(args.run_dir) / base
+    out = ablation_dir(args)
     out.mkdir(parents=True, exist_ok=True)
     text = ablation_table(results)
     (out / "ablation.txt").write_text(text + "\n")
@@ -1671,9 +1679,21 @@ def main(argv: list[str] | None = None) -> RunResult | dict[str, Any]:
         sys.stdout.write(f"filter counts: {demo['counts']}, accepted set now {demo['train_tasks']}\n"
                          + "\n".join(rows) + "\n")
         return demo
+    if args.write_results and not args.ablation:
+        raise ValueError("--write-results writes the ablation's figures: pass --ablation with it")
     if args.ablation:
+        if args.write_results:
+            results_page.check_section(results_page.RESULTS_PAGE, "xland-ablation")  # before, not after
         results = ablation(args)
-        sys.stdout.write("\n" + ablation_table(results) + "\n")
+        text = ablation_table(results)
+        sys.stdout.write("\n" + text + "\n")
+        if args.write_results:
+            plot = ablation_dir(args) / "ablation.png"
+            images = [results_page.save_image(plot, "xland-ablation.png")] if plot.is_file() else []
+            command = results_page.command_line(None if argv is None else ["", *argv],
+                                                module="magister.examples.xland_ppo")
+            results_page.write_section(results_page.RESULTS_PAGE, "xland-ablation",
+                                       results_page.text_block(text), command, images=images)
         return results
     result = train(args)
     bigval = "" if result.bigval is None else (f"participation on {args.n_bigval} further validation tasks: "

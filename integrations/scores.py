@@ -293,13 +293,17 @@ def rollout_scores(
     """Split a ``T x N`` rollout into episode segments and score each one.
 
     Args:
-        rewards, values, dones: time-major ``T x N`` arrays or tensors; ``dones`` in the ``"ended_at"``
-            convention (``dones[t]``: the episode ended at step ``t``; see the module docstring).
+        rewards: time-major ``T x N`` array or tensor of rewards.
+        values: ``T x N`` critic values ``V(s_t)``.
+        dones: ``T x N`` done flags in the ``"ended_at"`` convention (``dones[t]``: the episode ended at
+            step ``t``; see the module docstring).
         bootstrap_value: ``(N,)``, ``V(s_T)``.
         tasks: ``T x N`` encoded tasks.
         score: ``"value_l1"``, ``"positive_value_loss"``, ``"max_mc"``, ``"return"`` or ``f(Segment)``.
-        gamma, gae_lambda: GAE parameters.
-        truncated, final_values: optional ``T x N`` truncation flags and next-state values for them.
+        gamma: GAE's discount.
+        gae_lambda: GAE's ``lambda``.
+        truncated: optional ``T x N`` truncation flags.
+        final_values: next-state values of the truncated steps (``T x N``), with ``truncated``.
         max_returns: ``f(tasks) -> R_max array`` (e.g. ``curriculum.max_returns``); ``-inf`` = unknown.
 
     Returns:
@@ -523,7 +527,9 @@ def feed_scores(
             ``ACCEL``), or a curriculum server wrapping one (an object with ``.curriculum`` and ``.lock``,
             e.g. ``magister.serve(PLR(...))``): then the update runs under the server's lock, so it never
             races the env updates.
-        rewards, values, dones: Time-major ``(T, N)`` arrays or tensors.
+        rewards: Time-major ``(T, N)`` array or tensor of rewards.
+        values: ``(T, N)`` critic values ``V(s_t)``.
+        dones: ``(T, N)`` done flags, read as ``done_convention`` says.
         bootstrap_value: ``(N,)``, ``V(s_T)`` of the observation after the last step.
         tasks: ``(T, N)`` encoded tasks.
         done_convention: Required. ``"ended_at"``: ``dones[t]`` is true when the episode ended *at* step
@@ -531,8 +537,10 @@ def feed_scores(
             ``dones``, SB3's ``episode_starts``); then pass ``next_done`` too. See the module docstring.
         next_done: ``(N,)`` done flags returned by the rollout's last ``env.step``; only (and always) with
             ``done_convention="before_step"``.
-        truncated, final_values: Optional ``(T, N)`` truncation flags and next-state values, indexed by the
-            step that truncated, in both conventions.
+        truncated: Optional ``(T, N)`` truncation flags, indexed by the step that truncated, in both
+            conventions.
+        final_values: Next-state values of the truncated steps (``(T, N)``, indexed alike), with
+            ``truncated``.
         partial: ``"bootstrap"`` (PLR) or ``"skip"``: how each env's unfinished last segment is scored.
 
     The same rollout (episodes ending at steps 1 and 3 of ``T = 4``, one env) in both conventions:

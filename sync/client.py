@@ -181,8 +181,9 @@ class TaskFeed:
         prefetch: Most tasks kept ready (0: ask for each task when it is needed).
         timeout: Seconds to wait for the server before :class:`ServerUnavailableError` (or the fallback).
         strip_keys: Keys removed from dict observations and from infos before step records are sent.
-        send_obs, send_infos: Whether step records carry observations / infos (only sent when the
-            curriculum wants steps, and reads them).
+        send_obs: Whether step records carry observations (only sent when the curriculum wants steps,
+            and reads them).
+        send_infos: Whether step records carry infos (likewise).
         fallback_task_space: Opt-in: when the server does not answer, sample tasks locally from this space
             (logged once) instead of raising. Feedback is then dropped.
         close_timeout: Seconds :meth:`close` waits for tasks on their way, and for the goodbye's ack.
@@ -1254,7 +1255,8 @@ class CurriculumClient(TaskFeed):
     Args:
         address: The server's address (``server.address``).
         curve_server_key: The server's CURVE public key, when it uses encryption.
-        curve_public_key, curve_secret_key: This client's CURVE key pair (ephemeral when omitted).
+        curve_public_key: This client's CURVE public key (an ephemeral pair when both are omitted).
+        curve_secret_key: This client's CURVE secret key.
     """
 
     def __init__(
@@ -1448,7 +1450,9 @@ class LocalClient(TaskFeed):
             bare curriculum by :func:`connect`).
         prefetch: Tasks asked for at once when none is ready (default 0, i.e. one: in-process sampling is
             cheap and always fresh).
-        strip_keys, send_obs, send_infos, task_space, stream: As for :class:`TaskFeed`.
+
+    ``strip_keys``, ``send_obs``, ``send_infos``, ``task_space`` and ``stream`` are as for
+    :class:`TaskFeed`.
     """
 
     def __init__(

@@ -970,7 +970,7 @@ def test_background_flusher_sleeps_until_the_oldest_held_update_is_due():
 
 
 def test_background_flusher_ends_when_its_last_client_is_collected():
-    client_module._flusher_instance = None  # a flusher of this test's own (earlier tests' clients may live on)
+    client_module._flusher_instance = None  # its own flusher (earlier tests' clients may live on)
     with serve(Recorder(), env_timeout=None) as server:  # (no heartbeats: the flusher sleeps 30 s)
         c = CurriculumClient(server.address, max_update_delay=30.0)
         c.next_task()  # connected: registered with the flusher, which now sleeps up to 30 s
