@@ -1,6 +1,8 @@
 """How fast the sync layer recovers from a network interruption, and from a server restart.
 
-Run: ``python benchmarks/sync_recovery.py [--cuts 40] [--outage 0.2]``.
+Run: ``python benchmarks/sync_recovery.py [--cuts 40] [--outage 0.2] [--write-results]``
+(``--write-results``: the output goes into ``docs/results.md`` and ``benchmarks/README.md``, and the README's
+table of what survives what quotes it).
 
 A client in a forked worker process plays 2 ms episodes against a server in this process, through a TCP
 proxy (:class:`magister.sync.tcp_proxy.TcpProxy`). The proxy is cut (every connection reset: bytes in
@@ -24,6 +26,7 @@ import time
 import numpy as np
 
 from magister.curricula.base import Curriculum
+from magister.examples.results import BENCHMARKS_README, RESULTS_PAGE, machine, recording
 from magister.sync.client import CurriculumClient
 from magister.sync.server import serve
 from magister.sync.tcp_proxy import TcpProxy
@@ -69,7 +72,15 @@ def main() -> None:
     ap.add_argument("--cuts", type=int, default=40)
     ap.add_argument("--outage", type=float, default=0.2, help="seconds the proxy stays cut")
     ap.add_argument("--restarts", type=int, default=10)
+    ap.add_argument("--write-results", action="store_true",
+                    help="write the output into docs/results.md and benchmarks/README.md")
     args = ap.parse_args()
+    with recording("sync-recovery", enabled=args.write_results, pages=(RESULTS_PAGE, BENCHMARKS_README)):
+        run(args)
+
+
+def run(args: argparse.Namespace) -> None:
+    print(f"start: {machine()}")
     ctx = mp.get_context("fork")
     episode_s = 0.002
 
