@@ -1,0 +1,246 @@
+"""The level buffer of the PLR family: a fixed-capacity, compact store of levels with per-entry statistics.
+
+The on-device form of the buffer that :class:`magister.curricula.PLR` keeps (Jiang et al. 2021,
+"Prioritized Level Replay", Sec. 3 and Algorithm 1): at most ``C`` levels, each with its latest score
+``S_i``, the staleness clock ``C_i`` (the number of levels sampled when it was last sampled or inserted),
+its best return ``R_max`` (for MaxMC) and ACCEL's provenance (generation, edits). Entries ``0 .. size-1``
+are filled, like the Python buffer's. Levels are any pytree of arrays; the buffer holds the same pytree
+with a leading axis of length ``C``.
+
+Levels are identified by a 32-bit hash (:func:`level_hash` by default, or any function of one level to a
+``uint32``): inserting a level whose hash is buffered updates that entry (the dedup of the Python class,
+which keys tasks by their encoding). Two different levels with the same hash would be merged; a 32-bit
+hash makes that rare (about ``C * N / 2^32`` for ``N`` insertions), not impossible.
+
+:func:`update_buffer` applies scores in batch order with the rule of ``PLR.update_scores``: a buffered
+level gets the new score; another is inserted while there is room, else it replaces the lowest-scored
+entry if its score is strictly higher (ties among the lowest: the stalest, then the first position).
+
+>>> import jax, jax.numpy as jnp
+>>> buf = init_buffer(jnp.zeros(3, jnp.int32), buffer_size=2)
+>>> levels = jnp.array([[1, 2, 3], [4, 5, 6], [1, 2, 3]], jnp.int32)
+>>> buf = update_buffer(buf, levels, hash_levels(levels), jnp.array([0.5, 0.2, 0.9]))
+>>> int(buf.size), [round(float(s), 2) for s in buf.scores]
+(2, [0.9, 0.2])
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["LevelBuffer", "Sample", "hash_levels", "init_buffer", "level_hash", "mark_sampled",
+           "update_buffer"]
+
+#: A level: any pytree of arrays.
+Level = Any
+
+
+class LevelBuffer(NamedTuple):
+    """The buffer state (every field an array; entries ``0 .. size-1`` are filled).
+
+    Attributes:
+        levels: the buffered levels, every leaf ``[C, ...]``.
+        scores: ``f32[C]``, the latest score ``S_i``.
+        last_sampled: ``i32[C]``, ``C_i``.
+        max_return: ``f32[C]``, ``R_max`` (merged with ``max``).
+        hashes: ``u32[C]``, the level hashes (dedup keys).
+        generation: ``i32[C]``, ACCEL generation (0 = generated, not mutated).
+        num_edits: ``i32[C]``, ACCEL edits from the parent.
+        size: ``i32[]``, the number of filled entries.
+        clock: ``i32[]``, ``c``: levels sampled so far.
+        num_seen: ``i32[]``, levels ever inserted (original PLR's ``n_seen`` when nothing is evicted).
+    """
+
+    levels: Level
+    scores: jax.Array
+    last_sampled: jax.Array
+    max_return: jax.Array
+    hashes: jax.Array
+    generation: jax.Array
+    num_edits: jax.Array
+    size: jax.Array
+    clock: jax.Array
+    num_seen: jax.Array
+
+    @property
+    def capacity(self) -> int:
+        """``C`` (static)."""
+        return int(self.scores.shape[0])
+
+    @property
+    def valid(self) -> jax.Array:
+        """``bool[C]``: the filled entries."""
+        return jnp.arange(self.scores.shape[0]) < self.size
+
+
+class Sample(NamedTuple):
+    """A batch of levels chosen by a curriculum (the JAX form of a list of ``TaskSample``).
+
+    Attributes:
+        levels: the levels, every leaf ``[B, ...]``.
+        replay: ``bool[B]``, drawn from the buffer.
+        index: ``i32[B]``, the buffer position of a replayed level (meaningless otherwise).
+        train: ``bool[B]``, use for gradients (``TaskSample.train``; PLR⊥: replays only).
+        child: ``bool[B]``, an ACCEL child.
+    """
+
+    levels: Level
+    replay: jax.Array
+    index: jax.Array
+    train: jax.Array
+    child: jax.Array
+
+
+def init_buffer(example: Level, buffer_size: int) -> LevelBuffer:
+    """An empty buffer of ``buffer_size`` entries for levels shaped like ``example`` (one unbatched level)."""
+    if isinstance(buffer_size, bool) or not isinstance(buffer_size, (int, np.integer)) or buffer_size < 1:
+        raise ValueError(f"buffer_size must be a positive int, got {buffer_size!r}")
+    if not jax.tree_util.tree_leaves(example):
+        raise ValueError("example must be a level: a pytree with at least one array leaf")
+    c = int(buffer_size)
+    levels = jax.tree_util.tree_map(lambda a: jnp.zeros((c,) + jnp.shape(a), jnp.asarray(a).dtype), example)
+    zi, zf = jnp.zeros(c, jnp.int32), jnp.zeros(c, jnp.float32)
+    return LevelBuffer(levels, zf, zi, zf, jnp.zeros(c, jnp.uint32), zi, zi, jnp.int32(0), jnp.int32(0),
+                       jnp.int32(0))
+
+
+_HASH_MULT: dict[int, np.ndarray] = {}
+
+
+def _as_words(x: jax.Array) -> jax.Array:
+    """A leaf as ``uint32`` words: floats by their bits (float32), integers and booleans by value."""
+    x = jnp.ravel(jnp.asarray(x))
+    if jnp.issubdtype(x.dtype, jnp.floating):
+        return jax.lax.bitcast_convert_type(x.astype(jnp.float32), jnp.uint32)
+    return x.astype(jnp.uint32)
+
+
+def level_hash(level: Level) -> jax.Array:
+    """A 32-bit hash of one level's arrays (traceable; :func:`hash_levels` maps it over a batch).
+
+    A multiply-add over the level's words with fixed odd multipliers, then a murmur-style finaliser. Floats
+    are hashed by their float32 bits, so ``0.5`` and ``0.25`` differ.
+    """
+    flat = jnp.concatenate([_as_words(x) for x in jax.tree_util.tree_leaves(level)])
+    n = flat.shape[0]
+    if n not in _HASH_MULT:
+        rng = np.random.default_rng(12345)
+        _HASH_MULT[n] = rng.integers(1, 2**32 - 1, size=n, dtype=np.uint64).astype(np.uint32) | 1
+    mult = jnp.asarray(_HASH_MULT[n])
+    h = jnp.sum((flat + jnp.uint32(0x9E3779B9)) * mult, dtype=jnp.uint32)
+    h = h ^ (h >> 16)
+    h = h * jnp.uint32(0x85EBCA6B)
+    return h ^ (h >> 13)
+
+
+def hash_levels(levels: Level, hash_fn: Callable[[Level], jax.Array] = level_hash) -> jax.Array:
+    """``u32[B]``: ``hash_fn`` of each level of a batch (``jax.vmap``)."""
+    return jax.vmap(hash_fn)(levels).astype(jnp.uint32)
+
+
+def batch_size(tree: Level) -> int:
+    """The leading axis of a batch of levels (static)."""
+    leaves = jax.tree_util.tree_leaves(tree)
+    if not leaves or jnp.ndim(leaves[0]) == 0:
+        raise ValueError("expected a batch of levels: a pytree whose leaves have a leading batch axis")
+    return int(leaves[0].shape[0])
+
+
+def where_levels(mask: jax.Array, a: Level, b: Level) -> Level:
+    """Per level of a batch, ``a`` where ``mask`` else ``b``."""
+    def pick(x: jax.Array, y: jax.Array) -> jax.Array:
+        return jnp.where(mask.reshape(mask.shape + (1,) * (x.ndim - 1)), x, y)
+    return jax.tree_util.tree_map(pick, a, b)
+
+
+def take_levels(levels: Level, index: jax.Array) -> Level:
+    """The levels at positions ``index`` of a batch (or buffer)."""
+    return jax.tree_util.tree_map(lambda a: a[index], levels)
+
+
+def mark_sampled(buffer: LevelBuffer, index: jax.Array, replay: jax.Array) -> LevelBuffer:
+    """Account for a sampled batch of ``B`` levels: the clock advances by ``B`` and the ``b``-th sample is
+    tick ``c + 1 + b``; a replayed entry's ``C_i`` becomes the tick of its last draw in the batch (as
+    ``PLR.sample``).
+
+    Args:
+        index: ``i32[B]``, buffer positions (used where ``replay``). replay: ``bool[B]``.
+    """
+    b = index.shape[0]
+    ticks = buffer.clock + 1 + jnp.arange(b, dtype=jnp.int32)
+    last = buffer.last_sampled.at[index].max(jnp.where(replay, ticks, jnp.iinfo(jnp.int32).min))
+    return buffer._replace(last_sampled=last, clock=buffer.clock + b)
+
+
+def update_buffer(
+    buffer: LevelBuffer,
+    levels: Level,
+    hashes: jax.Array,
+    scores: jax.Array,
+    max_returns: jax.Array | None = None,
+    generation: jax.Array | None = None,
+    num_edits: jax.Array | None = None,
+    mask: jax.Array | None = None,
+) -> LevelBuffer:
+    """Apply one score per level, in batch order, with the insertion rule of ``PLR.update_scores``.
+
+    A level whose hash is buffered gets the new score (``R_max`` merged with ``max``); another is inserted
+    at the next free position while there is room (``C_i = c``), else it replaces the lowest-scored entry
+    if its score is strictly higher (ties among the lowest: the stalest, then the first).
+
+    Args:
+        levels: the scored levels ``[B, ...]``. hashes: ``u32[B]`` (:func:`hash_levels`).
+        scores: ``f32[B]``. max_returns: ``f32[B]``, best return seen (default 0).
+        generation, num_edits: ACCEL provenance of inserted levels (default 0).
+        mask: ``bool[B]``, the entries to apply (default all).
+    """
+    b = scores.shape[0]
+    cap = buffer.scores.shape[0]
+    zeros = jnp.zeros(b, jnp.int32)
+    mr = jnp.zeros(b, jnp.float32) if max_returns is None else max_returns
+    gen = zeros if generation is None else generation
+    edits = zeros if num_edits is None else num_edits
+    mask = jnp.ones(b, bool) if mask is None else mask
+    imax = jnp.iinfo(jnp.int32).max
+
+    def body(buf: LevelBuffer, x: tuple) -> tuple[LevelBuffer, None]:
+        level, h, s, r, g, e, m = x
+        valid = buf.valid
+        match = valid & (buf.hashes == h)
+        found = jnp.any(match)
+        room = buf.size < cap
+        low = jnp.min(jnp.where(valid, buf.scores, jnp.inf))
+        victim = jnp.argmin(jnp.where(valid & (buf.scores == low), buf.last_sampled, imax))
+        insert = ~found & (room | (s > low))
+        pos = jnp.where(found, jnp.argmax(match), jnp.where(room, buf.size, victim))
+        do = m & (found | insert)
+        ins = m & insert
+
+        def put(arr: jax.Array, value: jax.Array, when: jax.Array) -> jax.Array:
+            return arr.at[pos].set(jnp.where(when, value, arr[pos]))
+
+        new_r = jnp.where(found, jnp.maximum(buf.max_return[pos], r), r)
+        return buf._replace(
+            levels=jax.tree_util.tree_map(lambda a, v: put(a, v, ins), buf.levels, level),
+            scores=put(buf.scores, s, do),
+            last_sampled=put(buf.last_sampled, buf.clock, ins),
+            max_return=put(buf.max_return, new_r, do),
+            hashes=put(buf.hashes, h, ins),
+            generation=put(buf.generation, g, ins),
+            num_edits=put(buf.num_edits, e, ins),
+            size=buf.size + (ins & room).astype(jnp.int32),
+            num_seen=buf.num_seen + ins.astype(jnp.int32),
+        ), None
+
+    xs = (levels, hashes.astype(jnp.uint32), scores.astype(jnp.float32), mr.astype(jnp.float32),
+          gen.astype(jnp.int32), edits.astype(jnp.int32), mask)
+    buffer, _ = jax.lax.scan(body, buffer, xs)
+    return buffer
