@@ -143,8 +143,9 @@ def _ema_step(state: LPState, step: jax.Array, rates: jax.Array, cfg: LearningPr
     a = cfg.ema_alpha
     r = rates.astype(jnp.float32)
     new = ~state.seen
-    fast = jnp.where(new, r, a * r + (1.0 - a) * state.fast)
-    slow = jnp.where(new, r, a * fast + (1.0 - a) * state.slow)
+    # f + a (r - f) is a r + (1 - a) f; this form keeps f exact under a constant rate, so LP stays exactly 0
+    fast = jnp.where(new, r, state.fast + a * (r - state.fast))
+    slow = jnp.where(new, r, state.slow + a * (fast - state.slow))
     return state._replace(
         fast=jnp.where(step, fast, state.fast), slow=jnp.where(step, slow, state.slow),
         seen=state.seen | step, latest=jnp.where(step, r, state.latest),
