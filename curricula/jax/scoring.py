@@ -13,7 +13,7 @@ The twins of :mod:`magister.curricula.scoring` (same formulas, masked to fixed-s
 
 Every weight function takes a ``valid`` mask (the filled entries of a buffer) and returns ``0`` elsewhere;
 on the valid entries it equals the numpy function of :mod:`magister.curricula.scoring` (to float32
-precision).
+precision: scores are compared as float32, and XLA on CPU flushes subnormal floats to 0).
 
 >>> import jax.numpy as jnp
 >>> w = rank_weights(jnp.array([0.5, 2.0, 1.0]), jnp.array([True, True, True]), 1.0)
