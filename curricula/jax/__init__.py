@@ -38,7 +38,6 @@ from .domain_randomization import dr_sample
 from .learning_progress import (
     LearningProgressConfig,
     LPState,
-    learning_progress,
     lp_distribution,
     lp_evaluate,
     lp_init,
@@ -82,7 +81,6 @@ __all__ = [
     "hash_levels",
     "init_buffer",
     "learnability",
-    "learning_progress",
     "level_hash",
     "lp_distribution",
     "lp_evaluate",

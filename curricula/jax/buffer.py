@@ -166,6 +166,19 @@ def take_levels(levels: Level, index: jax.Array) -> Level:
     return jax.tree_util.tree_map(lambda a: a[index], levels)
 
 
+def draw_index(key: jax.Array, probs: jax.Array, k: int) -> jax.Array:
+    """``i32[k]`` positions drawn i.i.d. from the (unnormalised, non-negative) weights ``probs``.
+
+    Inverse CDF: one cumulative sum and ``k`` binary searches, O(C + k log C) (``jax.random.categorical``
+    would draw ``k x C`` Gumbel variates). Zero-weight positions are never drawn; all-zero weights give 0.
+    """
+    cdf = jnp.cumsum(probs)
+    u = jax.random.uniform(key, (int(k),)) * cdf[-1]
+    idx = jnp.searchsorted(cdf, u, side="right")
+    last = jnp.maximum(jnp.max(jnp.where(probs > 0, jnp.arange(probs.shape[0]), 0)), 0)
+    return jnp.minimum(idx, last).astype(jnp.int32)
+
+
 def mark_sampled(buffer: LevelBuffer, index: jax.Array, replay: jax.Array) -> LevelBuffer:
     """Account for a sampled batch of ``B`` levels: the clock advances by ``B`` and the ``b``-th sample is
     tick ``c + 1 + b``; a replayed entry's ``C_i`` becomes the tick of its last draw in the batch (as

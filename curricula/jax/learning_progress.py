@@ -44,6 +44,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .buffer import draw_index
+
 logger = logging.getLogger(__name__)
 
 __all__ = ["LPState", "LearningProgressConfig", "learning_progress", "lp_distribution", "lp_evaluate",
@@ -104,13 +106,16 @@ class LPState(NamedTuple):
     """Per-task EMAs and the online accumulators (arrays of length ``n``).
 
     Attributes:
-        fast, slow: ``f_i`` and ``g_i``. seen: has had an EMA step. latest: the last rate fed to the EMAs.
+        fast, slow: ``f_i`` and ``g_i``. gap: ``f_i - g_i``, kept by its own recursion
+            ``gap <- (1 - alpha) (gap + alpha (s_i - f_i))`` so that a small LP is not the difference of two
+            rounded float32 numbers. seen: has had an EMA step. latest: the last rate fed to the EMAs.
         acc_sum, acc_cnt: online successes accumulated since the task's last EMA step.
         pending: ``i32[]``, observations since the last EMA step. num_ema_steps: ``i32[]``.
     """
 
     fast: jax.Array
     slow: jax.Array
+    gap: jax.Array
     seen: jax.Array
     latest: jax.Array
     acc_sum: jax.Array
@@ -124,7 +129,7 @@ def lp_init(num_tasks: int) -> LPState:
     if isinstance(num_tasks, bool) or not isinstance(num_tasks, (int, np.integer)) or num_tasks < 1:
         raise ValueError(f"num_tasks must be a positive int, got {num_tasks!r}")
     z = jnp.zeros(int(num_tasks), jnp.float32)
-    return LPState(z, z, jnp.zeros(int(num_tasks), bool), z, z, jnp.zeros(int(num_tasks), jnp.int32),
+    return LPState(z, z, z, jnp.zeros(int(num_tasks), bool), z, z, jnp.zeros(int(num_tasks), jnp.int32),
                    jnp.int32(0), jnp.int32(0))
 
 
@@ -134,8 +139,17 @@ def reweight(p: jax.Array, p_theta: float) -> jax.Array:
 
 
 def learning_progress(state: LPState, cfg: LearningProgressConfig) -> jax.Array:
-    """``LP_i = |r(f_i) - r(g_i)|`` (0 for tasks never observed)."""
-    return jnp.abs(reweight(state.fast, cfg.p_theta) - reweight(state.slow, cfg.p_theta))
+    """``LP_i = |r(f_i) - r(g_i)|`` (0 for tasks never observed).
+
+    Computed as ``p_theta (1 - p_theta) |f_i - g_i| / (d(f_i) d(g_i))`` with ``d(p) = p + p_theta (1 - 2p)``
+    (the same quantity, without the cancellation of subtracting two reweighted rates).
+    """
+    t = cfg.p_theta
+
+    def d(p: jax.Array) -> jax.Array:
+        return p + t * (1.0 - 2.0 * p)
+
+    return t * (1.0 - t) * jnp.abs(state.gap) / (d(state.fast) * d(state.slow))
 
 
 def _ema_step(state: LPState, step: jax.Array, rates: jax.Array, cfg: LearningProgressConfig) -> LPState:
@@ -146,8 +160,10 @@ def _ema_step(state: LPState, step: jax.Array, rates: jax.Array, cfg: LearningPr
     # f + a (r - f) is a r + (1 - a) f; this form keeps f exact under a constant rate, so LP stays exactly 0
     fast = jnp.where(new, r, state.fast + a * (r - state.fast))
     slow = jnp.where(new, r, state.slow + a * (fast - state.slow))
+    gap = jnp.where(new, 0.0, (1.0 - a) * (state.gap + a * (r - state.fast)))  # f' - g'
     return state._replace(
         fast=jnp.where(step, fast, state.fast), slow=jnp.where(step, slow, state.slow),
+        gap=jnp.where(step, gap, state.gap),
         seen=state.seen | step, latest=jnp.where(step, r, state.latest),
         num_ema_steps=state.num_ema_steps + jnp.any(step).astype(jnp.int32))
 
@@ -229,6 +245,4 @@ def lp_distribution(state: LPState, cfg: LearningProgressConfig) -> jax.Array:
 
 def lp_sample(key: jax.Array, state: LPState, k: int, cfg: LearningProgressConfig) -> jax.Array:
     """``i32[k]`` task ids drawn i.i.d. from :func:`lp_distribution`."""
-    p = lp_distribution(state, cfg)
-    logits = jnp.where(p > 0, jnp.log(jnp.where(p > 0, p, 1.0)), -jnp.inf)
-    return jax.random.categorical(key, logits, shape=(int(k),)).astype(jnp.int32)
+    return draw_index(key, lp_distribution(state, cfg), k)

@@ -59,6 +59,7 @@ from .buffer import (
     LevelBuffer,
     Sample,
     batch_size,
+    draw_index,
     mark_sampled,
     take_levels,
     update_buffer,
@@ -211,16 +212,13 @@ def plr_sample(
     replay = jax.random.uniform(k1, (b,)) < replay_probability(buffer, cfg)
     child = jnp.zeros(b, bool) if has_child is None else has_child
     replay = replay & ~child
-    probs = replay_distribution(buffer, cfg)
-    logits = jnp.where(probs > 0, jnp.log(jnp.where(probs > 0, probs, 1.0)), -jnp.inf)
-    logits = jnp.where(buffer.size > 0, logits, jnp.zeros_like(logits))
-    idx = jax.random.categorical(k2, logits, shape=(b,))
+    idx = draw_index(k2, replay_distribution(buffer, cfg), b)
     buffer = mark_sampled(buffer, idx, replay)
     levels = where_levels(replay, take_levels(buffer.levels, idx), new_levels)
     if children is not None:
         levels = where_levels(child, children, levels)
     train = replay if cfg.robust else ~child
-    return buffer, Sample(levels, replay, idx.astype(jnp.int32), train, child)
+    return buffer, Sample(levels, replay, idx, train, child)
 
 
 def plr_update(
