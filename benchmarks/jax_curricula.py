@@ -7,8 +7,9 @@ filled first (so replays, insertions and evictions all happen):
 * Python: ``RobustPLR.sample_tasks(B)`` + ``RobustPLR.update_scores(tasks, scores)`` on ``Discrete(10**7)``.
 
 Printed: milliseconds per round (median of blocks) for each, their ratio, and the share of the JAX round
-spent in ``plr_update`` (a sequential ``lax.scan`` over the batch, each step O(C): the insertion rule is
-order-dependent). Compare ratios within one run; the machine is shared.
+spent in ``plr_update`` (a sequential ``lax.scan`` over the batch, since the insertion rule is
+order-dependent: O(1) per level, plus an O(C) search for the lowest entry when a level may enter a full
+buffer). Compare ratios within one run; the machine is shared.
 
     OMP_NUM_THREADS=1 python benchmarks/jax_curricula.py [--quick]
 """

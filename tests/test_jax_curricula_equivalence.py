@@ -175,6 +175,71 @@ def test_robust_plr_defaults_match_python_on_a_long_run(seed: int) -> None:
     _drive(plr, cfg, [list(rng.normal(size=4)) for _ in range(60)])
 
 
+def _reference_update(buf: dict, items: list[tuple]) -> dict:
+    """The insertion rule of ``PLR.update_scores``, one level at a time, in plain Python."""
+    b = {k: list(v) if isinstance(v, list) else v for k, v in buf.items()}
+    cap = len(b["scores"])
+    for h, s, r, g, e, m in items:
+        n = b["size"]
+        at = [i for i in range(n) if b["hashes"][i] == h]
+        if at:
+            if m:
+                b["scores"][at[0]] = s
+                b["max_return"][at[0]] = max(b["max_return"][at[0]], r)
+            continue
+        if n < cap:
+            pos = n
+        else:
+            low = min(b["scores"])
+            if not s > low:
+                continue
+            tied = [i for i in range(cap) if b["scores"][i] == low]
+            pos = min(tied, key=lambda i: (b["last"][i], i))
+        if not m:
+            continue
+        b["scores"][pos], b["max_return"][pos], b["hashes"][pos] = s, r, h
+        b["last"][pos], b["gen"][pos], b["edits"][pos] = b["clock"], g, e
+        b["size"] = min(n + 1, cap)
+    return b
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    cap=st.integers(1, 6),
+    first=st.lists(st.tuples(st.integers(0, 9), st.integers(0, 3)), min_size=0, max_size=8),
+    batch=st.lists(st.tuples(st.integers(0, 9), st.integers(0, 3), st.booleans()), min_size=1, max_size=12),
+    stale=st.lists(st.integers(0, 5), min_size=6, max_size=6),
+)
+def test_buffer_update_matches_the_sequential_rule(cap, first, batch, stale) -> None:
+    """Duplicates within a batch, masked levels, evictions and ties: the vectorised-lookup scan of
+    ``update_buffer`` gives exactly the sequential rule."""
+    buf = J.init_buffer(jnp.int32(0), cap)
+    if first:
+        h0 = jnp.asarray([f[0] for f in first], jnp.uint32)
+        buf = _update(buf, h0.astype(jnp.int32), h0, jnp.asarray([f[1] * 0.5 for f in first]))
+    buf = buf._replace(last_sampled=jnp.asarray(stale[:cap], jnp.int32), clock=jnp.int32(7))
+    ref = {"scores": np.asarray(buf.scores).tolist(), "hashes": np.asarray(buf.hashes).tolist(),
+           "last": np.asarray(buf.last_sampled).tolist(), "max_return": np.asarray(buf.max_return).tolist(),
+           "gen": np.asarray(buf.generation).tolist(), "edits": np.asarray(buf.num_edits).tolist(),
+           "size": int(buf.size), "clock": 7}
+    items = [(h, s * 0.5, float(i), i + 1, 2 * i, m) for i, (h, s, m) in enumerate(batch)]
+    want = _reference_update(ref, items)
+    k = len(batch)
+    got = _update(buf, jnp.asarray([it[0] for it in items], jnp.int32), jnp.asarray([it[0] for it in items],
+                  jnp.uint32), jnp.asarray([it[1] for it in items]), jnp.asarray([it[2] for it in items]),
+                  jnp.asarray([it[3] for it in items]), jnp.asarray([it[4] for it in items]),
+                  jnp.asarray([it[5] for it in items]))
+    n = want["size"]
+    assert int(got.size) == n and k > 0
+    assert np.asarray(got.hashes)[:n].tolist() == want["hashes"][:n]
+    assert np.asarray(got.scores)[:n].tolist() == want["scores"][:n]
+    assert np.asarray(got.max_return)[:n].tolist() == want["max_return"][:n]
+    assert np.asarray(got.last_sampled)[:n].tolist() == want["last"][:n]
+    assert np.asarray(got.generation)[:n].tolist() == want["gen"][:n]
+    assert np.asarray(got.num_edits)[:n].tolist() == want["edits"][:n]
+    assert np.asarray(got.levels)[:n].tolist() == want["hashes"][:n]
+
+
 # ---------------------------------------------------------------------------------------------------
 # SFL: the same top-K buffer and sampling distribution
 # ---------------------------------------------------------------------------------------------------

@@ -209,6 +209,11 @@ def update_buffer(
     at the next free position while there is room (``C_i = c``), else it replaces the lowest-scored entry
     if its score is strictly higher (ties among the lowest: the stalest, then the first).
 
+    Cost: a sequential ``lax.scan`` over the batch (the rule depends on the order), O(1) per level after
+    one vectorised hash lookup, O(C + B log B); a level that would enter a full buffer with a score above a
+    running lower bound of the lowest score pays one O(C) search for the lowest entry (the Python class's
+    scheme).
+
     Args:
         levels: the scored levels ``[B, ...]``. hashes: ``u32[B]`` (:func:`hash_levels`).
         scores: ``f32[B]``. max_returns: ``f32[B]``, best return seen (default 0).
@@ -218,22 +223,45 @@ def update_buffer(
     b = scores.shape[0]
     cap = buffer.scores.shape[0]
     zeros = jnp.zeros(b, jnp.int32)
-    mr = jnp.zeros(b, jnp.float32) if max_returns is None else max_returns
-    gen = zeros if generation is None else generation
-    edits = zeros if num_edits is None else num_edits
+    hashes = hashes.astype(jnp.uint32)
+    scores = scores.astype(jnp.float32)
+    mr = jnp.zeros(b, jnp.float32) if max_returns is None else max_returns.astype(jnp.float32)
+    gen = zeros if generation is None else generation.astype(jnp.int32)
+    edits = zeros if num_edits is None else num_edits.astype(jnp.int32)
     mask = jnp.ones(b, bool) if mask is None else mask
     imax = jnp.iinfo(jnp.int32).max
 
-    def body(buf: LevelBuffer, x: tuple) -> tuple[LevelBuffer, None]:
-        level, h, s, r, g, e, m = x
-        valid = buf.valid
-        match = valid & (buf.hashes == h)
-        found = jnp.any(match)
+    # Where could level i's hash be buffered when its turn comes? Either at the position the latest
+    # earlier level of the batch with the same hash left it in (``prev``), or, without one, where it was
+    # before the batch (``before``). Both are looked up once, vectorised; each step then checks its one
+    # candidate position in O(1) (an eviction in between shows as a different hash there).
+    valid0 = buffer.valid
+    order = jnp.lexsort((~valid0, buffer.hashes))  # by hash, filled entries first among equal hashes
+    at = jnp.minimum(jnp.searchsorted(buffer.hashes[order], hashes, side="left"), cap - 1)
+    before = jnp.where((buffer.hashes[order[at]] == hashes) & valid0[order[at]], order[at], -1)
+    by_hash = jnp.argsort(hashes, stable=True)
+    sh = hashes[by_hash]
+    same_as_prev = jnp.concatenate([jnp.zeros(1, bool), sh[1:] == sh[:-1]])
+    prev = zeros.at[by_hash].set(jnp.where(same_as_prev, jnp.roll(by_hash, 1), -1).astype(jnp.int32))
+
+    def lowest(buf: LevelBuffer) -> tuple[jax.Array, jax.Array]:
+        """The lowest score of a full buffer and the entry to evict (the stalest, then the first)."""
+        low = jnp.min(buf.scores)
+        return low, jnp.argmin(jnp.where(buf.scores == low, buf.last_sampled, imax)).astype(jnp.int32)
+
+    def body(carry: tuple, x: tuple) -> tuple[tuple, None]:
+        buf, placed, bound = carry  # placed[j]: where level j's hash was after step j (-1: nowhere)
+        i, level, h, s, r, g, e, m, p_i, b_i = x
+        cand = jnp.where(p_i >= 0, placed[jnp.maximum(p_i, 0)], b_i)
+        safe = jnp.maximum(cand, 0)
+        found = (cand >= 0) & (cand < buf.size) & (buf.hashes[safe] == h)
         room = buf.size < cap
-        low = jnp.min(jnp.where(valid, buf.scores, jnp.inf))
-        victim = jnp.argmin(jnp.where(valid & (buf.scores == low), buf.last_sampled, imax))
-        insert = ~found & (room | (s > low))
-        pos = jnp.where(found, jnp.argmax(match), jnp.where(room, buf.size, victim))
+        # full and new: a running lower bound of the lowest score rejects most levels in O(1) (as the
+        # Python class's); otherwise find the lowest entry, O(C)
+        scan_low = ~found & ~room & (s > bound)
+        low, victim = jax.lax.cond(scan_low, lowest, lambda _: (bound, jnp.int32(0)), buf)
+        insert = ~found & (room | (scan_low & (s > low)))
+        pos = jnp.where(found, safe, jnp.where(room, buf.size, victim))
         do = m & (found | insert)
         ins = m & insert
 
@@ -241,7 +269,7 @@ def update_buffer(
             return arr.at[pos].set(jnp.where(when, value, arr[pos]))
 
         new_r = jnp.where(found, jnp.maximum(buf.max_return[pos], r), r)
-        return buf._replace(
+        buf = buf._replace(
             levels=jax.tree_util.tree_map(lambda a, v: put(a, v, ins), buf.levels, level),
             scores=put(buf.scores, s, do),
             last_sampled=put(buf.last_sampled, buf.clock, ins),
@@ -251,9 +279,14 @@ def update_buffer(
             num_edits=put(buf.num_edits, e, ins),
             size=buf.size + (ins & room).astype(jnp.int32),
             num_seen=buf.num_seen + ins.astype(jnp.int32),
-        ), None
+        )
+        bound = jnp.where(scan_low, low, bound)  # the true lowest (an eviction can only raise it)
+        bound = jnp.where(do, jnp.minimum(bound, s), bound)
+        placed = placed.at[i].set(jnp.where(found | ins, pos, -1))
+        return (buf, placed, bound), None
 
-    xs = (levels, hashes.astype(jnp.uint32), scores.astype(jnp.float32), mr.astype(jnp.float32),
-          gen.astype(jnp.int32), edits.astype(jnp.int32), mask)
-    buffer, _ = jax.lax.scan(body, buffer, xs)
+    bound0 = jnp.min(jnp.where(valid0, buffer.scores, jnp.inf))
+    xs = (jnp.arange(b, dtype=jnp.int32), levels, hashes, scores, mr, gen, edits, mask, prev,
+          before.astype(jnp.int32))
+    (buffer, _, _), _ = jax.lax.scan(body, (buffer, jnp.full(b, -1, jnp.int32), bound0), xs)
     return buffer
