@@ -204,7 +204,8 @@ PLOT_COMMAND = "python docs/scripts/curriculum_plots.py"
 
 
 def test_each_curriculum_page_has_its_plot_and_names_the_command():
-    pages = [p for p in (DOCS / "curricula").glob("*.md") if p.name != "index.md"]
+    # index.md and jax.md (the on-device functions, side by side with the classes) are overviews
+    pages = [p for p in (DOCS / "curricula").glob("*.md") if p.name not in ("index.md", "jax.md")]
     assert len(pages) >= 16
     for page in pages:
         text = page.read_text()

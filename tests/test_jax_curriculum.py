@@ -125,7 +125,7 @@ def test_sampling_frequencies_follow_distribution() -> None:
     cap, b = 5, 40000
     cfg = C.CurriculumConfig(buffer_size=cap, replay_prob=0.5, staleness_coef=0.1)
     buf = _buffer(np.array([0.1, 0.9, 0.5, 0.5, 0.2]), np.array([0, 3, 1, 2, 2]), 4, cap)
-    buf = buf._replace(problems=jnp.arange(cap, dtype=jnp.float32)[:, None])
+    buf = buf._replace(levels=jnp.arange(cap, dtype=jnp.float32)[:, None])
     p = np.asarray(_dist(buf, cfg))
     new = -jnp.ones((b, 1))
     buf2, smp = jax.jit(C.plr_sample, static_argnums=3)(jax.random.PRNGKey(0), buf, new, cfg)
@@ -201,7 +201,7 @@ def test_accel_children_come_first_and_are_evaluation_only() -> None:
     cap, b = 4, 6
     cfg = C.accel_config(buffer_size=cap, replay_prob=1.0)
     buf = _buffer(np.array([0.1, 0.2, 0.3, 0.4]), np.zeros(4), 1, cap)
-    buf = buf._replace(problems=jnp.arange(cap, dtype=jnp.float32)[:, None])
+    buf = buf._replace(levels=jnp.arange(cap, dtype=jnp.float32)[:, None])
     children = 100 + jnp.arange(b, dtype=jnp.float32)[:, None]
     has_child = jnp.array([True, False, True, False, False, True])
     sample = jax.jit(C.plr_sample, static_argnums=3)
