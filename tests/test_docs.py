@@ -138,6 +138,7 @@ def _ids() -> list[str]:
     return [f"{b.page.replace('/', '.')}:{b.line}" for b in blocks]
 
 
+@pytest.mark.timeout(600)  # the Ray and RLlib guides start a local Ray runtime (and RLlib builds PPO)
 @pytest.mark.parametrize("index", range(len(_ids())), ids=_ids())
 def test_docs_block_runs_as_written(index, tmp_path):
     scripts, needs = _scripts()
@@ -147,7 +148,7 @@ def test_docs_block_runs_as_written(index, tmp_path):
     script = scripts[index]
     path = tmp_path / f"docs_block_{script.blocks[0].line}.py"
     path.write_text(script.code)
-    run_script(path, _expect(script.code), script.where)
+    run_script(path, _expect(script.code), script.where, timeout=540 if "ray.init(" in script.code else 120)
 
 
 # -- the API reference covers every public name ---------------------------------------------------------

@@ -187,13 +187,13 @@ def test_every_fence_is_python_or_bash_and_every_python_snippet_is_run_or_marked
         assert sum(key in s.code for s in scripts) == 1, f"{key!r} should identify exactly one README snippet"
 
 
-def run_script(path: Path, checks: dict[str, str], where: str) -> list[str]:
+def run_script(path: Path, checks: dict[str, str], where: str, timeout: float = 120) -> list[str]:
     """Run the script at ``path`` in a fresh interpreter under :data:`HARNESS` and assert that it exits
     cleanly, leaves nothing open, no worker process and no magister thread behind, and that every named
     check (an expression evaluated in its namespace) is true; returns the lines it printed."""
     proc = subprocess.run(
         [sys.executable, "-c", HARNESS, str(path)], input=json.dumps(checks), cwd=path.parent,
-        capture_output=True, text=True, timeout=120,
+        capture_output=True, text=True, timeout=timeout,
     )
     assert proc.returncode == 0, f"{where} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
     *printed, report_line = proc.stdout.rstrip("\n").split("\n")
