@@ -185,10 +185,16 @@ def save(path: str | os.PathLike, state: Any) -> None:
         TypeError: ``state`` holds something other than plain data; the message says where. Nothing is
             written then.
     """
-    data = dumps(state)
+    write_atomic(path, dumps(state))
+
+
+def write_atomic(path: str | os.PathLike, data: bytes) -> None:
+    """Write ``data`` to ``path`` all at once or not at all: into a temporary file in the same folder,
+    flushed to disk, then renamed over ``path`` (a reader never sees half a file; a failure leaves the old
+    one)."""
     path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".magister-", suffix=".tmp", dir=folder)
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}-", suffix=".tmp", dir=folder)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)

@@ -29,14 +29,13 @@ from __future__ import annotations
 import hashlib
 import io
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
 
 import magister
-from magister.checkpoint import CheckpointError, dumps
+from magister.checkpoint import CheckpointError, dumps, write_atomic
 
 __all__ = ["write_checkpoint", "read_checkpoint", "state_path", "tensor_path"]
 
@@ -53,22 +52,6 @@ def tensor_path(path: str | os.PathLike) -> Path:
     """The tensor file named by ``path``: ``path`` itself, or the ``.pt`` next to a ``.state`` file."""
     path = Path(path)
     return path.with_suffix(".pt") if path.suffix == ".state" else path
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
 
 
 def write_checkpoint(path: str | os.PathLike, tensors: dict[str, Any], state: dict[str, Any]) -> None:
@@ -100,8 +83,8 @@ def write_checkpoint(path: str | os.PathLike, tensors: dict[str, Any], state: di
                          "values") from exc
     # the bytes magister.save would write, made first: a TypeError comes before anything is written
     state_data = dumps({**state, _HASH_KEY: hashlib.sha256(data).hexdigest()})
-    _atomic_write(path, data)
-    _atomic_write(state_path(path), state_data)
+    write_atomic(path, data)
+    write_atomic(state_path(path), state_data)
 
 
 def read_checkpoint(path: str | os.PathLike) -> dict[str, Any]:

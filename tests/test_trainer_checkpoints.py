@@ -77,14 +77,14 @@ def test_a_resumed_policy_optimiser_and_curriculum_continue_exactly(name, tmp_pa
 def test_a_stop_between_the_two_writes_leaves_a_pair_that_is_refused(tmp_path, monkeypatch):
     path = tmp_path / "checkpoint.pt"
     write_checkpoint(path, {"agent": {"w": torch.zeros(3)}}, {"update": 1})
-    real = _checkpoint._atomic_write
+    real = _checkpoint.write_atomic
 
     def stop_before_state(target, data):
         if target.suffix == ".state":
             raise KeyboardInterrupt  # the run is stopped after the tensor file was replaced
         real(target, data)
 
-    monkeypatch.setattr(_checkpoint, "_atomic_write", stop_before_state)
+    monkeypatch.setattr(_checkpoint, "write_atomic", stop_before_state)
     with pytest.raises(KeyboardInterrupt):
         write_checkpoint(path, {"agent": {"w": torch.ones(3)}}, {"update": 2})
     assert torch.load(path)["agent"]["w"].tolist() == [1.0, 1.0, 1.0]  # new tensors, old state
