@@ -16,7 +16,7 @@ from magister.examples.minigrid_rm.levels import is_solvable  # noqa: E402
 from magister.examples.minigrid_rm.probes import probe_problems  # noqa: E402
 from magister.examples.minigrid_rm.reward_machines import sequential_rm  # noqa: E402
 
-TINY = ppo.NetConfig(conv=(4,), embed=4, node_dim=8, edge_dim=4, gnn_layers=1, hidden=8, head=8,
+TINY = ppo.NetConfig(conv=(4,), view_dense=8, node_dim=8, edge_dim=4, gnn_layers=1, hidden=8, head=8,
                      action_embed=4)
 
 

@@ -7,8 +7,10 @@ The policy: a CNN over the 5x5 view (tile and colour embeddings; 2x2 kernels, st
 graph network over the RM with *reversed* edges (each state sees its future: mean aggregation of
 ``[h_j ; e_ji]``, separate self/neighbour weights, layer norm, ReLU; edge features = sum of literal
 embeddings through a linear map, the "domain independent" encoding), the current RM state's embedding, a
-previous-action embedding, a GRU, and actor/critic MLP heads. Sizes default small for CPU (the paper:
-CNN 32/64/64, GNN 5 layers of 128, GRU 512, heads 256).
+previous-action embedding, a GRU, and actor/critic MLP heads. Sizes default small for CPU (one 2x2
+convolution of 16 channels and a projection to 64 before a GRU of 64; the paper: CNN 32/64/64, GNN 5
+layers of 128, GRU 512, heads 256). Training computes the feed-forward part of the policy for a whole
+rollout in one batch and runs only the GRU recurrence step by step.
 
 One *update* (jitted end to end): the curriculum chooses ``num_envs`` problems; a rollout of
 ``rollout_len`` steps runs with each env restarting its own problem when an episode ends; GAE; scores
@@ -60,8 +62,14 @@ METHODS = ("dr", "plr", "accel", "accel0", "sfl")
 # ---------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class NetConfig:
-    conv: tuple[int, ...] = (16, 32)
-    embed: int = 8
+    """Sizes of the policy (CPU-sized; the paper: CNN 32/64/64, GNN 5 layers of 128, GRU 512, heads 256).
+
+    ``view_dense`` projects the flattened CNN features before the GRU (0: no projection, the GRU reads the
+    ``25 * conv[-1]`` features directly).
+    """
+
+    conv: tuple[int, ...] = (16,)
+    view_dense: int = 64
     node_dim: int = 32
     edge_dim: int = 16
     gnn_layers: int = 2
@@ -83,25 +91,29 @@ def init_params(key: jax.Array, cfg: NetConfig = NetConfig()) -> dict[str, Any]:
     """Parameters of the policy (a nested dict of arrays)."""
     ks = iter(jax.random.split(key, 64))
     p: dict[str, Any] = {
-        "tile_emb": jax.random.normal(next(ks), (NUM_TILES, cfg.embed)) * 0.5,
-        "col_emb": jax.random.normal(next(ks), (NUM_COLOURS, cfg.embed)) * 0.5,
         "lit_emb": jax.random.normal(next(ks), (2 * NUM_PROPS + 1, cfg.edge_dim)) * 0.1,
         "act_emb": jax.random.normal(next(ks), (NUM_ACTIONS + 1, cfg.action_embed)) * 0.5,
         "node_init": jax.random.normal(next(ks), (3, cfg.node_dim)) * np.sqrt(0.1),
     }
-    convs, c_in = [], 2 * cfg.embed
+    if not cfg.conv:
+        raise ValueError("NetConfig.conv needs at least one layer (the first reads the one-hot view)")
+    convs, c_in = [], NUM_TILES + NUM_COLOURS
     for c_out in cfg.conv:
         convs.append({"w": jax.random.normal(next(ks), (2, 2, c_in, c_out)) * np.sqrt(2.0 / (4 * c_in)),
                       "b": jnp.zeros(c_out)})
         c_in = c_out
     p["conv"] = convs
+    view_dim = 25 * cfg.conv[-1]
+    if cfg.view_dense:
+        p["view_dense"] = _dense(next(ks), view_dim, cfg.view_dense)
+        view_dim = cfg.view_dense
     p["lit_lin"] = _dense(next(ks), cfg.edge_dim, cfg.edge_dim)
     p["gnn"] = [{"self": _dense(next(ks), cfg.node_dim, cfg.node_dim),
                  "neigh": _dense(next(ks), cfg.node_dim + cfg.edge_dim, cfg.node_dim),
                  "ln_g": jnp.ones(cfg.node_dim), "ln_b": jnp.zeros(cfg.node_dim)}
                 for _ in range(cfg.gnn_layers)]
     p["gnn_last"] = _dense(next(ks), cfg.node_dim, cfg.node_dim)
-    x_dim = 25 * cfg.conv[-1] + cfg.node_dim + cfg.action_embed
+    x_dim = view_dim + cfg.node_dim + cfg.action_embed
     h = cfg.hidden
     p["gru"] = {"wx": jax.random.normal(next(ks), (x_dim, 3 * h)) * np.sqrt(1.0 / x_dim),
                 "wh": jax.random.normal(next(ks), (h, 3 * h)) * np.sqrt(1.0 / h),
@@ -133,31 +145,89 @@ def encode_rm(p: dict[str, Any], rm: RewardMachine) -> jax.Array:
     return _apply_dense(p["gnn_last"], h)
 
 
+def conv2x2(x: jax.Array, w: jax.Array, b: jax.Array) -> jax.Array:
+    """A 2x2 convolution, stride 1, ``SAME`` zero padding (one row/column after), as one matrix multiply.
+
+    ``x``: ``[..., H, W, C]``, ``w``: ``[2, 2, C, C_out]`` (HWIO). Equal to
+    ``lax.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC")) + b``
+    (tests/test_jax_ppo.py), but its gradient is two matrix multiplies, which XLA's CPU backend runs far
+    faster than a convolution's backward pass.
+    """
+    hh, ww = x.shape[-3], x.shape[-2]
+    pad = [(0, 0)] * (x.ndim - 3) + [(0, 1), (0, 1), (0, 0)]
+    xp = jnp.pad(x, pad)
+    patches = jnp.concatenate([xp[..., :hh, :ww, :], xp[..., :hh, 1:, :], xp[..., 1:, :ww, :],
+                               xp[..., 1:, 1:, :]], axis=-1)
+    return patches @ w.reshape(-1, w.shape[-1]) + b
+
+
+def _onehot_patches(view: jax.Array) -> jax.Array:
+    """``[..., 5, 5, 4 * (NUM_TILES + NUM_COLOURS)]``: for each cell, the one-hot tile and colour of the cell
+    and of its right, lower and lower-right neighbours (zeros beyond the view: ``SAME`` zero padding)."""
+    pad = [(0, 0)] * (view.ndim - 3) + [(0, 1), (0, 1), (0, 0)]
+    v = jnp.pad(view, pad, constant_values=-1)  # one_hot(-1) is all zeros
+    hh, ww = view.shape[-3], view.shape[-2]
+    parts = []
+    for di, dj in ((0, 0), (0, 1), (1, 0), (1, 1)):
+        cell = v[..., di:di + hh, dj:dj + ww, :]
+        parts += [jax.nn.one_hot(cell[..., 0], NUM_TILES), jax.nn.one_hot(cell[..., 1], NUM_COLOURS)]
+    return jnp.concatenate(parts, axis=-1)
+
+
 def encode_view(p: dict[str, Any], view: jax.Array) -> jax.Array:
-    """CNN features of a batch of views ``[B, 5, 5, 2]`` -> ``[B, 25 * conv[-1]]``."""
-    x = jnp.concatenate([p["tile_emb"][view[..., 0]], p["col_emb"][view[..., 1]]], axis=-1)
-    for layer in p["conv"]:
-        x = jax.lax.conv_general_dilated(x, layer["w"], (1, 1), "SAME",
-                                         dimension_numbers=("NHWC", "HWIO", "NHWC")) + layer["b"]
-        x = jax.nn.relu(x)
-    return x.reshape(x.shape[0], -1)
+    """CNN features of views ``[..., 5, 5, 2]`` -> ``[..., view_dense]`` (or ``[..., 25 * conv[-1]]``).
+
+    The first 2x2 convolution reads the one-hot tile and colour of each cell (a learned tile embedding
+    plus a colour embedding per kernel position), computed as one matrix multiply on the one-hot patches
+    (no gradient flows into the input); further layers are :func:`conv2x2`.
+    """
+    first, *rest = p["conv"]
+    x = jax.nn.relu(_onehot_patches(view) @ first["w"].reshape(-1, first["w"].shape[-1]) + first["b"])
+    for layer in rest:
+        x = jax.nn.relu(conv2x2(x, layer["w"], layer["b"]))
+    x = x.reshape(x.shape[:-3] + (-1,))
+    if "view_dense" in p:
+        x = jax.nn.relu(_apply_dense(p["view_dense"], x))
+    return x
+
+
+def policy_inputs(p: dict[str, Any], view: jax.Array, node: jax.Array, prev_action: jax.Array) -> jax.Array:
+    """The GRU's input gates ``x @ W_x + b`` for ``x = [CNN(view); RM-state node; action embedding]`` (any
+    leading batch dimensions): everything of a step that does not depend on the recurrent state, so that
+    training computes it for a whole rollout in one batch."""
+    act = jax.nn.one_hot(prev_action, NUM_ACTIONS + 1) @ p["act_emb"]
+    x = jnp.concatenate([encode_view(p, view), node, act], axis=-1)
+    return x @ p["gru"]["wx"] + p["gru"]["b"]
+
+
+def gru_cell(p: dict[str, Any], h: jax.Array, gx: jax.Array) -> jax.Array:
+    """One GRU step (Cho et al. 2014) from precomputed input gates ``gx`` (:func:`policy_inputs`)."""
+    hd = h.shape[-1]
+    gh = h @ p["gru"]["wh"]
+    z = jax.nn.sigmoid(gx[..., :hd] + gh[..., :hd])
+    r = jax.nn.sigmoid(gx[..., hd:2 * hd] + gh[..., hd:2 * hd])
+    n = jnp.tanh(gx[..., 2 * hd:] + r * gh[..., 2 * hd:])
+    return (1.0 - z) * n + z * h
+
+
+def policy_heads(p: dict[str, Any], h: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Actor logits and critic value from the GRU state (any leading batch dimensions)."""
+    a = jax.nn.relu(_apply_dense(p["actor"][0], h))
+    v = jax.nn.relu(_apply_dense(p["critic"][0], h))
+    return _apply_dense(p["actor"][1], a), _apply_dense(p["critic"][1], v)[..., 0]
+
+
+def _rm_node(nodes: jax.Array, rm_state: jax.Array) -> jax.Array:
+    """``nodes[b, rm_state[..., b]]``: the current RM state's embedding (``nodes``: ``[B, U, d]``)."""
+    return jnp.einsum("...bu,bud->...bd", jax.nn.one_hot(rm_state, nodes.shape[1]), nodes)
 
 
 def policy_apply(p: dict[str, Any], h: jax.Array, view: jax.Array, nodes: jax.Array, rm_state: jax.Array,
                  prev_action: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
     """One step for a batch: ``(h', logits, value)``. ``nodes``: ``[B, U, d]`` from :func:`encode_rm`."""
-    node = jnp.take_along_axis(nodes, rm_state[:, None, None], axis=1)[:, 0]
-    x = jnp.concatenate([encode_view(p, view), node, p["act_emb"][prev_action]], axis=-1)
-    g = p["gru"]
-    hd = h.shape[-1]
-    gx, gh = x @ g["wx"] + g["b"], h @ g["wh"]
-    z = jax.nn.sigmoid(gx[:, :hd] + gh[:, :hd])
-    r = jax.nn.sigmoid(gx[:, hd:2 * hd] + gh[:, hd:2 * hd])
-    n = jnp.tanh(gx[:, 2 * hd:] + r * gh[:, 2 * hd:])
-    h = (1.0 - z) * n + z * h
-    a = jax.nn.relu(_apply_dense(p["actor"][0], h))
-    v = jax.nn.relu(_apply_dense(p["critic"][0], h))
-    return h, _apply_dense(p["actor"][1], a), _apply_dense(p["critic"][1], v)[:, 0]
+    h = gru_cell(p, h, policy_inputs(p, view, _rm_node(nodes, rm_state), prev_action))
+    logits, v = policy_heads(p, h)
+    return h, logits, v
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -322,15 +392,16 @@ def init_train_state(cfg: TrainConfig) -> TrainState:
 def _ppo_loss(p: dict[str, Any], traj: Traj, nodes: jax.Array, adv: jax.Array, targets: jax.Array,
               mask: jax.Array, cfg: TrainConfig) -> tuple[jax.Array, dict[str, jax.Array]]:
     b = traj.action.shape[1]
+    # the feed-forward part for the whole [T, B] rollout at once; only the GRU recurrence is sequential
+    gx = policy_inputs(p, traj.view, _rm_node(nodes, traj.rm_state), traj.prev_action)
 
-    def one(h: jax.Array, x: tuple) -> tuple[jax.Array, tuple]:
-        view, u, pa, first = x
-        h = jnp.where(first[:, None], 0.0, h)
-        h, logits, v = policy_apply(p, h, view, nodes, u, pa)
-        return h, (logits, v)
+    def one(h: jax.Array, x: tuple) -> tuple[jax.Array, jax.Array]:
+        g, first = x
+        h = gru_cell(p, jnp.where(first[:, None], 0.0, h), g)
+        return h, h
 
-    _, (logits, values) = jax.lax.scan(one, jnp.zeros((b, cfg.net.hidden)),
-                                       (traj.view, traj.rm_state, traj.prev_action, traj.first))
+    _, hs = jax.lax.scan(one, jnp.zeros((b, cfg.net.hidden)), (gx, traj.first))
+    logits, values = policy_heads(p, hs)
     logp_all = jax.nn.log_softmax(logits)
     logp = jnp.take_along_axis(logp_all, traj.action[..., None], axis=-1)[..., 0]
     ratio = jnp.exp(logp - traj.logp)

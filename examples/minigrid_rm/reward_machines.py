@@ -54,14 +54,23 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .propositions import MATCH, NUM_PROPS, PROP_D1, PROP_D2, PROP_KIND, prop_id, prop_name
+from .propositions import (
+    MATCH,
+    NUM_PROPS,
+    PROP_D1,
+    PROP_D2,
+    PROP_KIND,
+    literals_from_label,
+    prop_id,
+    prop_name,
+)
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
     "IMPLIES", "MAX_EDGES", "MAX_LITERALS", "MAX_STATES", "RewardMachine", "is_sequential", "literal",
-    "rm_from_edges", "rm_paths_count", "rm_props", "rm_step", "rm_to_str", "sample_random_walk_rm",
-    "sample_sequential_rm", "sequential_rm",
+    "rm_from_edges", "rm_paths_count", "rm_props", "rm_step", "rm_step_literals", "rm_to_str",
+    "sample_random_walk_rm", "sample_sequential_rm", "sequential_rm",
 ]
 
 MAX_STATES = 8
@@ -167,10 +176,12 @@ def sequential_rm(props: Sequence[int | str]) -> RewardMachine:
 
 def rm_step(rm: RewardMachine, u: jax.Array, lab: jax.Array) -> tuple[jax.Array, jax.Array]:
     """``(delta(u, L), R(u, u'))``: the next RM state and the sparse reward, for label ``lab`` (bool[889])."""
-    ext = jnp.concatenate([jnp.ones(1, bool), lab])
-    lits = rm.edge_lits
-    truth = ext[jnp.abs(lits)]
-    val = jnp.where(lits >= 0, truth, ~truth)
+    return rm_step_literals(rm, u, literals_from_label(lab, rm.edge_lits))
+
+
+def rm_step_literals(rm: RewardMachine, u: jax.Array, val: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """:func:`rm_step` given the values ``val`` (``bool[MAX_EDGES, MAX_LITERALS]``, padding true) of the
+    RM's own literals, e.g. from :func:`~magister.examples.minigrid_rm.propositions.literal_truth`."""
     sat = (rm.edge_src == u) & (rm.edge_src >= 0) & jnp.all(val, axis=-1) & (u != rm.accepting)
     fire = jnp.any(sat)
     nxt = jnp.where(fire, rm.edge_dst[jnp.argmax(sat)], u)
