@@ -113,15 +113,17 @@ def test_sfl_refresh_updates_and_training_run(tmp_path, monkeypatch) -> None:
     ts = ppo.init_train_state(cfg)
     # refresh: 4 evaluations per candidate; success rates 0, 1/2, 1, 1/4, 3/4, 0, 1/2, 1 -> learnability
     # p (1 - p) = 0, 1/4, 0, 3/16, 3/16, 0, 1/4, 0: candidates 1 and 6, then 3 and 4 are kept
-    quarters = np.array([0, 2, 4, 1, 3, 0, 2, 4])
+    quarters = jnp.asarray([0, 2, 4, 1, 3, 0, 2, 4])
+    rep_keys = jax.random.split(jax.random.split(ts.key, 4)[2], 4)
     calls = []
 
-    def fake_eval(params, probs, key):
+    def fake_eval(params, probs, key):  # evaluation r (known by its key) succeeds on j iff r < quarters[j]
         calls.append(int(probs.rm.n_states.shape[0]))
-        return jnp.asarray(len(calls) - 1 < quarters)
+        r = jnp.argmax(jnp.all(rep_keys == key, axis=-1))
+        return r < quarters
 
-    ts = ppo._sfl_refresh(cfg, ts, fake_eval)
-    assert calls == [8, 8, 8, 8]
+    ts = ppo.make_sfl_refresh(cfg, success_fn=fake_eval)(ts)
+    assert calls == [8]  # traced once, vmapped over the 4 evaluations' keys
     np.testing.assert_allclose(np.asarray(ts.sfl.learnability), [0.25, 0.25, 0.1875, 0.1875])
     _, k1, _, _ = jax.random.split(ppo.init_train_state(cfg).key, 4)
     cands = jax.vmap(sample_problem, in_axes=(0, None))(jax.random.split(k1, 8), cfg.problem_sampler)
@@ -140,13 +142,18 @@ def test_sfl_refresh_updates_and_training_run(tmp_path, monkeypatch) -> None:
     # the whole loop: refreshes at updates 0 and 2, metrics, checkpoint and plot written
     monkeypatch.setattr(ppo, "make_update", lambda c: update)  # same config: reuse the compiled update
     refreshed = []
-    real_refresh = ppo._sfl_refresh
+    real_make = ppo.make_sfl_refresh
 
-    def counting_refresh(c, state, eval_fn):
-        refreshed.append(int(state.step))
-        return real_refresh(c, state, eval_fn)
+    def counting_make(c):
+        real = real_make(c)
 
-    monkeypatch.setattr(ppo, "_sfl_refresh", counting_refresh)
+        def counting_refresh(state):
+            refreshed.append(int(state.step))
+            return real(state)
+
+        return counting_refresh
+
+    monkeypatch.setattr(ppo, "make_sfl_refresh", counting_make)
     rows = ppo.train(cfg, tmp_path, log_every=1, ckpt_every=3, progress=False)
     assert refreshed == [0, 2]  # every update_period updates, before the update
     assert [r["update"] for r in rows] == [1, 2, 3] and rows[-1]["env_steps"] == 3 * 8 * 8

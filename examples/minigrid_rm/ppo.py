@@ -37,6 +37,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from jax.flatten_util import ravel_pytree
 
 from . import curriculum as C
 from .env import NUM_ACTIONS, NUM_COLOURS, NUM_TILES, observe
@@ -358,7 +359,7 @@ def method_curriculum(method: str, **overrides: Any) -> C.CurriculumConfig:
 
 class TrainState(NamedTuple):
     params: dict[str, Any]
-    opt_state: Any
+    opt_state: Any  # of the parameters as one flat vector (jax.flatten_util.ravel_pytree order)
     buffer: C.Buffer
     children: Problem
     has_child: jax.Array
@@ -384,7 +385,8 @@ def init_train_state(cfg: TrainConfig) -> TrainState:
     sfl_k = cfg.sfl.buffer_size
     sfl = C.SFLState(jax.tree_util.tree_map(
         lambda a: jnp.zeros((sfl_k,) + jnp.shape(a), jnp.asarray(a).dtype), example), jnp.zeros(sfl_k))
-    return TrainState(params, _optimizer(cfg).init(params), C.init_buffer(example, cap), batch,
+    opt_state = _optimizer(cfg).init(ravel_pytree(params)[0])
+    return TrainState(params, opt_state, C.init_buffer(example, cap), batch,
                       jnp.zeros(b, bool), jnp.zeros(b, jnp.int32), jnp.zeros(b, jnp.int32), sfl, key,
                       jnp.int32(0))
 
@@ -475,32 +477,36 @@ def make_update(cfg: TrainConfig) -> Any:
         # PPO on the train-flagged envs
         nodes = jax.vmap(encode_rm, in_axes=(None, 0))  # re-encoded inside the loss (gradients)
 
+        # the optimiser works on the parameters as one flat vector (the same arithmetic as per leaf: Adam is
+        # elementwise, the clip uses the global norm), one set of kernels instead of one per leaf
+        flat0, unravel = ravel_pytree(ts.params)
+
         def epoch(carry: tuple, k: jax.Array) -> tuple[tuple, dict[str, jax.Array]]:
-            params, opt_state = carry
             perm = jax.random.permutation(k, b).reshape(cfg.minibatches, mb)
 
             def minibatch(carry: tuple, idx: jax.Array) -> tuple[tuple, dict[str, jax.Array]]:
-                params, opt_state = carry
+                flat, opt_state = carry
                 sub = jax.tree_util.tree_map(lambda x: x[:, idx], traj)
                 rms = jax.tree_util.tree_map(lambda x: x[idx], problems.rm)
 
-                def loss_fn(pp: dict[str, Any]) -> tuple[jax.Array, dict[str, jax.Array]]:
+                def loss_fn(ff: jax.Array) -> tuple[jax.Array, dict[str, jax.Array]]:
+                    pp = unravel(ff)
                     return _ppo_loss(pp, sub, nodes(pp, rms), adv[:, idx], targets[:, idx],
                                      smp.train[idx], cfg)
 
-                (loss, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
+                (loss, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(flat)
                 any_train = smp.train[idx].any()
-                upd, new_opt = opt.update(grads, opt_state, params)
-                new_params = optax.apply_updates(params, upd)
-                params = jax.tree_util.tree_map(lambda a, c: jnp.where(any_train, a, c), new_params, params)
+                upd, new_opt = opt.update(grads, opt_state, flat)
+                flat = jnp.where(any_train, flat + upd, flat)
                 opt_state = jax.tree_util.tree_map(lambda a, c: jnp.where(any_train, a, c), new_opt,
                                                    opt_state)
-                return (params, opt_state), aux
+                return (flat, opt_state), aux
 
-            return jax.lax.scan(minibatch, (params, opt_state), perm)
+            return jax.lax.scan(minibatch, carry, perm)
 
-        (params, opt_state), aux = jax.lax.scan(epoch, (ts.params, ts.opt_state),
-                                                jax.random.split(k_ppo, cfg.epochs))
+        (flat, opt_state), aux = jax.lax.scan(epoch, (flat0, ts.opt_state),
+                                              jax.random.split(k_ppo, cfg.epochs))
+        params = unravel(flat)
         metrics.update({k: v.mean() for k, v in aux.items()})
         ts = TrainState(params, opt_state, buffer, children, has_child, child_gen, child_edits, ts.sfl, key,
                         ts.step + 1)
@@ -509,14 +515,30 @@ def make_update(cfg: TrainConfig) -> Any:
     return jax.jit(update)
 
 
-def _sfl_refresh(cfg: TrainConfig, ts: TrainState, eval_fn: Any) -> TrainState:
-    key, k1, k2, k3 = jax.random.split(ts.key, 4)
+#: a batch of problems from a sampler (compiled once per batch size and sampler, for the whole process)
+sample_problems = jax.jit(jax.vmap(sample_problem, in_axes=(0, None)), static_argnums=1)
+
+
+def make_sfl_refresh(cfg: TrainConfig, reps: int = 4, success_fn: Any = None) -> Any:
+    """The jitted SFL refresh ``(state) -> state`` (Rutherford et al. 2024): sample ``sfl.batch_size``
+    candidates, estimate each one's success rate from ``reps`` policy rollouts, keep the most learnable.
+
+    ``success_fn(params, problems, key) -> bool[n]`` replaces :func:`evaluate` (the default; the ``reps``
+    calls are vmapped over their keys). Built once per training run, so refreshes never recompile."""
     n = cfg.sfl.batch_size
-    cands = jax.jit(jax.vmap(sample_problem, in_axes=(0, None)), static_argnums=1)(
-        jax.random.split(k1, n), cfg.problem_sampler)
-    reps = [eval_fn(ts.params, cands, k) for k in jax.random.split(k2, 4)]
-    rates = jnp.mean(jnp.stack(reps).astype(jnp.float32), axis=0)
-    return ts._replace(sfl=C.sfl_refresh(k3, cands, rates, cfg.sfl), key=key)
+    sampler = cfg.problem_sampler
+    if success_fn is None:
+        def success_fn(params: dict[str, Any], problems: Problem, key: jax.Array) -> jax.Array:
+            return evaluate(params, problems, key, cfg.max_steps, cfg.net.hidden)
+
+    def refresh(ts: TrainState) -> TrainState:
+        key, k1, k2, k3 = jax.random.split(ts.key, 4)
+        cands = jax.vmap(sample_problem, in_axes=(0, None))(jax.random.split(k1, n), sampler)
+        ok = jax.vmap(lambda k: success_fn(ts.params, cands, k))(jax.random.split(k2, reps))
+        rates = jnp.mean(ok.astype(jnp.float32), axis=0)
+        return ts._replace(sfl=C.sfl_refresh(k3, cands, rates, cfg.sfl), key=key)
+
+    return jax.jit(refresh)
 
 
 def buffer_composition(cfg: TrainConfig, ts: TrainState, sampled: Problem) -> dict[str, float]:
@@ -524,14 +546,14 @@ def buffer_composition(cfg: TrainConfig, ts: TrainState, sampled: Problem) -> di
     buffer also the replay probability mass on solvable entries, the fraction ever solved and the mean
     score of solvable and of unsolvable entries."""
     buffered = cfg.method in ("plr", "accel", "accel0") and int(ts.buffer.size) > 0
-    if buffered:
+    if buffered:  # the whole buffer to the host, sliced there (a device slice would compile per size)
         n = int(ts.buffer.size)
-        probs = jax.tree_util.tree_map(lambda a: a[:n], ts.buffer.problems)
-        extra = {"buffer_mean_generation": float(np.asarray(ts.buffer.generation[:n]).mean()),
-                 "buffer_mean_edits": float(np.asarray(ts.buffer.num_edits[:n]).mean())}
+        buf = jax.device_get(ts.buffer)
+        host = jax.tree_util.tree_map(lambda a: a[:n], buf.problems)
+        extra = {"buffer_mean_generation": float(buf.generation[:n].mean()),
+                 "buffer_mean_edits": float(buf.num_edits[:n].mean())}
     else:
-        probs, extra = sampled, {}
-    host = jax.device_get(probs)
+        host, extra = jax.device_get(sampled), {}
     solvable = solvable_batch(host)
     out = {"solvable_fraction": float(solvable.mean()),
            "mean_rooms": float(np.asarray(host.level.n_rooms).mean()),
@@ -539,14 +561,17 @@ def buffer_composition(cfg: TrainConfig, ts: TrainState, sampled: Problem) -> di
     if buffered:
         # what PLR⊥/ACCEL actually train on: the replay distribution's mass on solvable entries; and how the
         # score separates solvable from unsolvable entries, and how many entries were ever solved (R_max > 0)
-        replay = np.asarray(C.replay_distribution(ts.buffer, cfg.curriculum))[:n]
-        scores = np.asarray(ts.buffer.scores)[:n]
+        replay = np.asarray(_replay_distribution(ts.buffer, cfg.curriculum))[:n]
+        scores = buf.scores[:n]
         out["replay_solvable_fraction"] = float((replay * solvable).sum() / max(replay.sum(), 1e-12))
-        out["ever_solved_fraction"] = float((np.asarray(ts.buffer.max_return)[:n] > 0).mean())
+        out["ever_solved_fraction"] = float((buf.max_return[:n] > 0).mean())
         out["score_solvable"] = float(scores[solvable].mean()) if solvable.any() else float("nan")
         out["score_unsolvable"] = float(scores[~solvable].mean()) if (~solvable).any() else float("nan")
     out.update(extra)
     return out
+
+
+_replay_distribution = jax.jit(C.replay_distribution, static_argnums=1)
 
 
 def cvar(success: np.ndarray, alpha: float) -> float:
@@ -587,10 +612,9 @@ def load_checkpoint(path: str | Path, cfg: TrainConfig) -> TrainState:
 def heldout_set(n: int, seed: int = 123) -> Problem:
     """Solvable level-conditioned problems for the CVaR evaluation (host-side filter)."""
     keys = jax.random.split(jax.random.PRNGKey(seed), 4 * n)
-    probs = jax.jit(jax.vmap(sample_problem, in_axes=(0, None)), static_argnums=1)(
-        keys, ProblemSampler(mode="level_conditioned"))
+    probs = jax.device_get(sample_problems(keys, ProblemSampler(mode="level_conditioned")))
     ok = np.flatnonzero(solvable_batch(probs))[:n]
-    return jax.tree_util.tree_map(lambda a: a[ok], probs)
+    return jax.tree_util.tree_map(lambda a: jnp.asarray(a[ok]), probs)
 
 
 def train(cfg: TrainConfig, out: str | Path | None = None, log_every: int = 5, eval_every: int = 0,
@@ -604,6 +628,7 @@ def train(cfg: TrainConfig, out: str | Path | None = None, log_every: int = 5, e
     ts = init_train_state(cfg)
     update = make_update(cfg)
     eval_fn = jax.jit(lambda p, probs, k: evaluate(p, probs, k, cfg.max_steps, cfg.net.hidden))
+    refresh = make_sfl_refresh(cfg) if cfg.method == "sfl" else None
     names, probes = probe_set() if eval_every else (None, None)
     held = heldout_set(heldout) if eval_every else None
     rows: list[dict[str, float]] = []
@@ -616,7 +641,7 @@ def train(cfg: TrainConfig, out: str | Path | None = None, log_every: int = 5, e
     steps = 0
     for u in it:
         if cfg.method == "sfl" and u % cfg.sfl.update_period == 0:
-            ts = _sfl_refresh(cfg, ts, eval_fn)
+            ts = refresh(ts)
         ts, (m, sampled) = update(ts)
         steps += cfg.num_envs * cfg.rollout_len
         row = {"update": u + 1, "env_steps": steps}

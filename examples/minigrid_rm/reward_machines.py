@@ -189,6 +189,25 @@ def rm_step_literals(rm: RewardMachine, u: jax.Array, val: jax.Array) -> tuple[j
     return nxt.astype(jnp.int32), reward
 
 
+def uniform_int(u: jax.Array, lo: jax.Array | int, hi: jax.Array | int) -> jax.Array:
+    """``U{lo .. hi}`` (inclusive) from uniforms ``u`` in ``[0, 1)`` (traceable, elementwise)."""
+    lo = jnp.asarray(lo, jnp.int32)
+    hi = jnp.asarray(hi, jnp.int32)
+    return jnp.minimum(lo + jnp.floor(u * (hi - lo + 1).astype(jnp.float32)).astype(jnp.int32), hi)
+
+
+def uniform_choice(u: jax.Array, mask: jax.Array) -> jax.Array:
+    """A uniform index among the true entries of ``mask`` (last axis) for each uniform in ``u``.
+
+    ``u``: ``[...]``, ``mask``: ``bool[n]``; all-false masks give index 0. (All the samplers draw their
+    random numbers as one ``jax.random.uniform`` array: each separate random call costs about a second of
+    XLA compilation on CPU.)
+    """
+    cum = jnp.cumsum(mask.astype(jnp.int32))
+    k = uniform_int(u, 0, jnp.maximum(cum[-1], 1) - 1)
+    return jnp.argmax(cum > k[..., None], axis=-1).astype(jnp.int32)
+
+
 def sample_sequential_rm(
     key: jax.Array,
     min_transitions: int = 1,
@@ -203,14 +222,13 @@ def sample_sequential_rm(
     if not 1 <= min_transitions <= max_transitions <= MAX_STATES - 1:
         raise ValueError(f"need 1 <= min_transitions <= max_transitions <= {MAX_STATES - 1}, "
                          f"got {min_transitions}, {max_transitions}")
-    k1, k2 = jax.random.split(key)
-    k = jax.random.randint(k1, (), min_transitions, max_transitions + 1)
+    u = jax.random.uniform(key, (MAX_EDGES + 1,))
+    k = uniform_int(u[0], min_transitions, max_transitions)
     if allowed is None:
-        props = jax.random.randint(k2, (MAX_EDGES,), 0, NUM_PROPS)
+        props = uniform_int(u[1:], 0, NUM_PROPS - 1)
     else:
         ok = jnp.where(jnp.any(allowed), allowed, True)
-        logits = jnp.where(ok, 0.0, -jnp.inf)
-        props = jax.random.categorical(k2, logits, shape=(MAX_EDGES,))
+        props = uniform_choice(u[1:], ok)
     return _sequential_arrays(props, k)
 
 
