@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 jax = pytest.importorskip("jax")
@@ -160,3 +162,46 @@ def test_sfl_refresh_updates_and_training_run(tmp_path, monkeypatch) -> None:
     assert all(r["train_fraction"] == 1.0 and 0.0 <= r["solvable_fraction"] <= 1.0 for r in rows)
     assert (tmp_path / "metrics.jsonl").read_text().count("\n") == 3
     assert (tmp_path / "ckpt_3.npz").exists() and (tmp_path / "buffer_composition.png").exists()
+
+
+def test_conv_as_matmul_equals_lax_convolution() -> None:
+    """conv2x2 and the first layer on one-hot patches are the 2x2 SAME convolution, exactly."""
+    k1, k2, k3 = jax.random.split(jax.random.PRNGKey(0), 3)
+    x = jax.random.normal(k1, (3, 5, 5, 6))
+    w = jax.random.normal(k2, (2, 2, 6, 4))
+    b = jax.random.normal(k3, (4,))
+
+    def ref(x, w):
+        dn = ("NHWC", "HWIO", "NHWC")
+        return jax.lax.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=dn) + b
+
+    np.testing.assert_allclose(np.asarray(ppo.conv2x2(x, w, b)), np.asarray(ref(x, w)), rtol=1e-5, atol=1e-5)
+    view = jax.random.randint(k1, (3, 5, 5, 2), 0, 6)
+    onehot = jnp.concatenate([jax.nn.one_hot(view[..., 0], 8), jax.nn.one_hot(view[..., 1], 6)], axis=-1)
+    w1 = jax.random.normal(k2, (2, 2, 14, 4))
+    got = ppo._onehot_patches(view) @ w1.reshape(-1, 4) + b
+    np.testing.assert_allclose(np.asarray(got), np.asarray(ref(onehot, w1)), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("method", ["sfl", "accel"])
+def test_training_run_never_recompiles(method, caplog) -> None:
+    """After the first two updates (which meet every code path: update, SFL refresh, logging, evaluation),
+    nothing compiles again, whatever the buffer holds (checked with jax.log_compiles)."""
+    from magister.examples.minigrid_rm import curriculum as C
+
+    sfl = C.SFLConfig(batch_size=8, buffer_size=4, update_period=2, sample_ratio=0.5)
+    cfg = ppo.TrainConfig(method=method, num_envs=8, rollout_len=8, max_steps=8, updates=6, epochs=1,
+                          minibatches=2, net=TINY, sfl=sfl,
+                          curriculum=ppo.method_curriculum(method, buffer_size=32, min_edits=1, max_edits=2))
+    caplog.set_level(logging.DEBUG)
+    with jax.log_compiles():
+        rows = ppo.train(cfg, None, log_every=1, eval_every=2, heldout=4, progress=False)
+    assert [r["update"] for r in rows] == [1, 2, 3, 4, 5, 6]
+    if method == "accel":
+        assert rows[-1]["buffer_size"] > rows[1]["buffer_size"]  # the buffer grew after warm-up
+    msgs = [r.getMessage() for r in caplog.records]
+    second = next(i for i, m in enumerate(msgs) if m.startswith("update 2:"))
+    compiled_before = [m for m in msgs[:second] if m.startswith("Compiling")]
+    compiled_after = [m[:120] for m in msgs[second:] if m.startswith("Compiling")]
+    assert compiled_before  # log_compiles is seen at all
+    assert compiled_after == []
