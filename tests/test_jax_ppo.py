@@ -164,8 +164,9 @@ def test_sfl_refresh_updates_and_training_run(tmp_path, monkeypatch) -> None:
     assert (tmp_path / "ckpt_3.npz").exists() and (tmp_path / "buffer_composition.png").exists()
 
 
-def test_conv_as_matmul_equals_lax_convolution() -> None:
-    """conv2x2 and the first layer on one-hot patches are the 2x2 SAME convolution, exactly."""
+@pytest.mark.parametrize("padding", ["VALID", "SAME"])
+def test_conv_as_matmul_equals_lax_convolution(padding) -> None:
+    """conv2x2 and the first layer on one-hot patches are the 2x2 convolution, exactly."""
     k1, k2, k3 = jax.random.split(jax.random.PRNGKey(0), 3)
     x = jax.random.normal(k1, (3, 5, 5, 6))
     w = jax.random.normal(k2, (2, 2, 6, 4))
@@ -173,14 +174,18 @@ def test_conv_as_matmul_equals_lax_convolution() -> None:
 
     def ref(x, w):
         dn = ("NHWC", "HWIO", "NHWC")
-        return jax.lax.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=dn) + b
+        return jax.lax.conv_general_dilated(x, w, (1, 1), padding, dimension_numbers=dn) + b
 
-    np.testing.assert_allclose(np.asarray(ppo.conv2x2(x, w, b)), np.asarray(ref(x, w)), rtol=1e-5, atol=1e-5)
+    got = ppo.conv2x2(x, w, b, padding)
+    assert got.shape == ((3, 4, 4, 4) if padding == "VALID" else (3, 5, 5, 4))
+    np.testing.assert_allclose(np.asarray(got), np.asarray(ref(x, w)), rtol=1e-5, atol=1e-5)
     view = jax.random.randint(k1, (3, 5, 5, 2), 0, 6)
     onehot = jnp.concatenate([jax.nn.one_hot(view[..., 0], 8), jax.nn.one_hot(view[..., 1], 6)], axis=-1)
     w1 = jax.random.normal(k2, (2, 2, 14, 4))
-    got = ppo._onehot_patches(view) @ w1.reshape(-1, 4) + b
+    got = ppo._onehot_patches(view, padding) @ w1.reshape(-1, 4) + b
     np.testing.assert_allclose(np.asarray(got), np.asarray(ref(onehot, w1)), rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="padding"):
+        ppo.conv2x2(x, w, b, "FULL")
 
 
 @pytest.mark.parametrize("method", ["sfl", "accel"])
@@ -205,3 +210,25 @@ def test_training_run_never_recompiles(method, caplog) -> None:
     compiled_after = [m[:120] for m in msgs[second:] if m.startswith("Compiling")]
     assert compiled_before  # log_compiles is seen at all
     assert compiled_after == []
+
+
+def test_evaluate_equals_first_episode_of_rollout() -> None:
+    """The lean evaluate gives exactly the first-episode successes of a rollout with the same key."""
+    from magister.examples.minigrid_rm.levels import ProblemSampler, sample_problem
+
+    params = ppo.init_params(jax.random.PRNGKey(0), TINY)
+    probs = jax.vmap(sample_problem, in_axes=(0, None))(jax.random.split(jax.random.PRNGKey(1), 256),
+                                                         ProblemSampler(mode="level_conditioned"))
+
+    @jax.jit
+    def both(key):
+        traj, _, _ = ppo.rollout(params, probs, key, 24, 24, TINY.hidden)
+        first_ep = jnp.cumsum(traj.done, axis=0) - traj.done == 0
+        return jnp.any(traj.term & first_ep, axis=0), ppo.evaluate(params, probs, key, 24, TINY.hidden)
+
+    solved = 0
+    for k in range(3):
+        ref, got = both(jax.random.PRNGKey(k))
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(ref))
+        solved += int(ref.sum())
+    assert solved > 0  # some problems were solved, so the comparison is not all-false

@@ -3,7 +3,7 @@
 Papers: Schulman et al. 2017 (PPO, clipped surrogate), ATLAS (Furelos-Blanco et al., Sec. 4.1 and
 Appendix C, E.1) for the architecture and settings, JaxUED-style on-device curricula (:mod:`.curriculum`).
 
-The policy: a CNN over the 5x5 view (tile and colour embeddings; 2x2 kernels, stride 1, zero padding), a
+The policy: a CNN over the 5x5 view (tile and colour embeddings; 2x2 kernels, stride 1, no padding), a
 graph network over the RM with *reversed* edges (each state sees its future: mean aggregation of
 ``[h_j ; e_ji]``, separate self/neighbour weights, layer norm, ReLU; edge features = sum of literal
 embeddings through a linear map, the "domain independent" encoding), the current RM state's embedding, a
@@ -43,7 +43,7 @@ from . import curriculum as C
 from .env import NUM_ACTIONS, NUM_COLOURS, NUM_TILES, observe
 from .levels import ACCEL0_SAMPLER, ProblemSampler, sample_problem, solvable_batch
 from .mutations import HindsightInfo, MutationConfig, mutate
-from .problem import Problem, ProblemState, auto_reset_step, reset
+from .problem import Problem, ProblemState, auto_reset_step, reset, step
 from .propositions import NUM_PROPS
 from .reward_machines import MAX_STATES, RewardMachine
 
@@ -104,7 +104,9 @@ def init_params(key: jax.Array, cfg: NetConfig = NetConfig()) -> dict[str, Any]:
                       "b": jnp.zeros(c_out)})
         c_in = c_out
     p["conv"] = convs
-    view_dim = 25 * cfg.conv[-1]
+    if len(cfg.conv) > 4:
+        raise ValueError(f"at most 4 convolutions fit the 5x5 view without padding, got {cfg.conv}")
+    view_dim = (5 - len(cfg.conv)) ** 2 * cfg.conv[-1]
     if cfg.view_dense:
         p["view_dense"] = _dense(next(ks), view_dim, cfg.view_dense)
         view_dim = cfg.view_dense
@@ -146,46 +148,54 @@ def encode_rm(p: dict[str, Any], rm: RewardMachine) -> jax.Array:
     return _apply_dense(p["gnn_last"], h)
 
 
-def conv2x2(x: jax.Array, w: jax.Array, b: jax.Array) -> jax.Array:
-    """A 2x2 convolution, stride 1, ``SAME`` zero padding (one row/column after), as one matrix multiply.
+_OFFSETS = ((0, 0), (0, 1), (1, 0), (1, 1))  # the 2x2 kernel's positions, HWIO order
 
-    ``x``: ``[..., H, W, C]``, ``w``: ``[2, 2, C, C_out]`` (HWIO). Equal to
-    ``lax.conv_general_dilated(x, w, (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC")) + b``
+
+def conv2x2(x: jax.Array, w: jax.Array, b: jax.Array, padding: str = "VALID") -> jax.Array:
+    """A 2x2 convolution, stride 1, as one matrix multiply on the 2x2 patches.
+
+    ``x``: ``[..., H, W, C]``, ``w``: ``[2, 2, C, C_out]`` (HWIO); ``padding`` ``"VALID"`` (output
+    ``H-1 x W-1``) or ``"SAME"`` (zero row/column after, output ``H x W``). Equal to
+    ``lax.conv_general_dilated(x, w, (1, 1), padding, dimension_numbers=("NHWC", "HWIO", "NHWC")) + b``
     (tests/test_jax_ppo.py), but its gradient is two matrix multiplies, which XLA's CPU backend runs far
     faster than a convolution's backward pass.
     """
+    return _patches(x, padding, 0.0) @ w.reshape(-1, w.shape[-1]) + b
+
+
+def _patches(x: jax.Array, padding: str, fill: Any) -> jax.Array:
+    """The 2x2 patches of ``x`` (``[..., H, W, C]``) concatenated on the last axis, ``fill`` as padding."""
+    if padding not in ("VALID", "SAME"):
+        raise ValueError(f"padding must be 'VALID' or 'SAME', got {padding!r}")
     hh, ww = x.shape[-3], x.shape[-2]
-    pad = [(0, 0)] * (x.ndim - 3) + [(0, 1), (0, 1), (0, 0)]
-    xp = jnp.pad(x, pad)
-    patches = jnp.concatenate([xp[..., :hh, :ww, :], xp[..., :hh, 1:, :], xp[..., 1:, :ww, :],
-                               xp[..., 1:, 1:, :]], axis=-1)
-    return patches @ w.reshape(-1, w.shape[-1]) + b
+    if padding == "SAME":
+        x = jnp.pad(x, [(0, 0)] * (x.ndim - 3) + [(0, 1), (0, 1), (0, 0)], constant_values=fill)
+    else:
+        hh, ww = hh - 1, ww - 1
+    return jnp.concatenate([x[..., di:di + hh, dj:dj + ww, :] for di, dj in _OFFSETS], axis=-1)
 
 
-def _onehot_patches(view: jax.Array) -> jax.Array:
-    """``[..., 5, 5, 4 * (NUM_TILES + NUM_COLOURS)]``: for each cell, the one-hot tile and colour of the cell
-    and of its right, lower and lower-right neighbours (zeros beyond the view: ``SAME`` zero padding)."""
-    pad = [(0, 0)] * (view.ndim - 3) + [(0, 1), (0, 1), (0, 0)]
-    v = jnp.pad(view, pad, constant_values=-1)  # one_hot(-1) is all zeros
-    hh, ww = view.shape[-3], view.shape[-2]
-    parts = []
-    for di, dj in ((0, 0), (0, 1), (1, 0), (1, 1)):
-        cell = v[..., di:di + hh, dj:dj + ww, :]
-        parts += [jax.nn.one_hot(cell[..., 0], NUM_TILES), jax.nn.one_hot(cell[..., 1], NUM_COLOURS)]
-    return jnp.concatenate(parts, axis=-1)
+def _onehot_patches(view: jax.Array, padding: str = "VALID") -> jax.Array:
+    """``[..., h, w, 4 * (NUM_TILES + NUM_COLOURS)]``: for each 2x2 patch of the view, the one-hot tile
+    and colour of its four cells (``SAME`` padding: zeros beyond the view)."""
+    onehot = jnp.concatenate([jax.nn.one_hot(view[..., 0], NUM_TILES),
+                              jax.nn.one_hot(view[..., 1], NUM_COLOURS)], axis=-1)
+    return _patches(onehot, padding, 0.0)
 
 
-def encode_view(p: dict[str, Any], view: jax.Array) -> jax.Array:
-    """CNN features of views ``[..., 5, 5, 2]`` -> ``[..., view_dense]`` (or ``[..., 25 * conv[-1]]``).
+def encode_view(p: dict[str, Any], view: jax.Array, padding: str = "VALID") -> jax.Array:
+    """CNN features of views ``[..., 5, 5, 2]`` -> ``[..., view_dense]`` (or the flattened conv output).
 
-    The first 2x2 convolution reads the one-hot tile and colour of each cell (a learned tile embedding
-    plus a colour embedding per kernel position), computed as one matrix multiply on the one-hot patches
-    (no gradient flows into the input); further layers are :func:`conv2x2`.
+    2x2 kernels, stride 1, no padding by default (as the usual Minigrid CNN: 5x5 -> 4x4 -> ...). The first
+    convolution reads the one-hot tile and colour of each cell (a learned tile embedding plus a colour
+    embedding per kernel position), computed as one matrix multiply on the one-hot patches (no gradient
+    flows into the input); further layers are :func:`conv2x2`.
     """
     first, *rest = p["conv"]
-    x = jax.nn.relu(_onehot_patches(view) @ first["w"].reshape(-1, first["w"].shape[-1]) + first["b"])
+    x = jax.nn.relu(_onehot_patches(view, padding) @ first["w"].reshape(-1, first["w"].shape[-1])
+                    + first["b"])
     for layer in rest:
-        x = jax.nn.relu(conv2x2(x, layer["w"], layer["b"]))
+        x = jax.nn.relu(conv2x2(x, layer["w"], layer["b"], padding))
     x = x.reshape(x.shape[:-3] + (-1,))
     if "view_dense" in p:
         x = jax.nn.relu(_apply_dense(p["view_dense"], x))
@@ -293,10 +303,27 @@ def gae(traj: Traj, last_v: jax.Array, gamma: float, lam: float) -> tuple[jax.Ar
 
 def evaluate(p: dict[str, Any], problems: Problem, key: jax.Array, max_steps: int, hidden: int,
              greedy: bool = False) -> jax.Array:
-    """Per problem: whether the first episode (at most ``max_steps`` steps) reached ``uA``."""
-    traj, _, _ = rollout(p, problems, key, max_steps, max_steps, hidden, greedy)
-    first_ep = jnp.cumsum(traj.done, axis=0) - traj.done == 0  # steps of the first episode
-    return jnp.any(traj.term & first_ep, axis=0)
+    """Per problem: whether the first episode (at most ``max_steps`` steps) reached ``uA``.
+
+    The same actions as the first episode of :func:`rollout` with the same key, but lean: no trajectory
+    is stored, no value computed, no reset (the steps after an episode's end are ignored).
+    """
+    b = problems.rm.n_states.shape[0]
+    nodes = jax.vmap(encode_rm, in_axes=(None, 0))(p, problems.rm)
+
+    def one(carry: tuple, k: jax.Array) -> tuple[tuple, None]:
+        s, h, prev_a, ended, solved = carry
+        view = jax.vmap(observe)(s.grid)
+        h = gru_cell(p, h, policy_inputs(p, view, _rm_node(nodes, s.rm_state), prev_a))
+        logits = _apply_dense(p["actor"][1], jax.nn.relu(_apply_dense(p["actor"][0], h)))
+        a = jnp.argmax(logits, -1) if greedy else jax.random.categorical(k, logits)
+        s2, _, term, trunc = jax.vmap(step, in_axes=(0, 0, None))(s, a, max_steps)
+        return (s2, h, a.astype(jnp.int32), ended | term | trunc, solved | (term & ~ended)), None
+
+    init = (jax.vmap(reset)(problems), jnp.zeros((b, hidden)), jnp.full(b, NUM_ACTIONS, jnp.int32),
+            jnp.zeros(b, bool), jnp.zeros(b, bool))
+    (_, _, _, _, solved), _ = jax.lax.scan(one, init, jax.random.split(key, max_steps))
+    return solved
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -405,7 +432,7 @@ def _ppo_loss(p: dict[str, Any], traj: Traj, nodes: jax.Array, adv: jax.Array, t
     _, hs = jax.lax.scan(one, jnp.zeros((b, cfg.net.hidden)), (gx, traj.first))
     logits, values = policy_heads(p, hs)
     logp_all = jax.nn.log_softmax(logits)
-    logp = jnp.take_along_axis(logp_all, traj.action[..., None], axis=-1)[..., 0]
+    logp = (logp_all * jax.nn.one_hot(traj.action, NUM_ACTIONS)).sum(-1)  # a gather's gradient is a scatter
     ratio = jnp.exp(logp - traj.logp)
     m = jnp.broadcast_to(mask[None, :], ratio.shape).astype(jnp.float32)
     denom = jnp.maximum(m.sum(), 1.0)
