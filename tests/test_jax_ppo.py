@@ -232,3 +232,28 @@ def test_evaluate_equals_first_episode_of_rollout() -> None:
         np.testing.assert_array_equal(np.asarray(got), np.asarray(ref))
         solved += int(ref.sum())
     assert solved > 0  # some problems were solved, so the comparison is not all-false
+
+
+def test_atlas_summary_and_cli(tmp_path, capsys) -> None:
+    """The ATLAS script's aggregation over seeds (mean and std at the end, rows every seed has) and plot."""
+    from magister.examples.minigrid_rm import atlas
+
+    def rows(vals, cvar):
+        return [{"env_steps": 100 * (i + 1), "solvable_fraction": v, "replay_solvable_fraction": v / 2,
+                 **({"cvar_1.0": cvar, "cvar_0.1": 0.0} if i == len(vals) - 1 else {})}
+                for i, v in enumerate(vals)]
+
+    res = {"accel": [rows([0.2, 0.6, 0.9], 0.5), rows([0.1, 0.5, 0.7], 0.3)],
+           "dr": [rows([0.03, 0.03], 0.1), rows([0.05, 0.03, 0.04], 0.2)]}
+    s = atlas.summarize(res)
+    np.testing.assert_allclose(s["accel"]["solvable_fraction"], [0.8, 0.1])
+    np.testing.assert_allclose(s["accel"]["replay_solvable_fraction"], [0.4, 0.05])
+    np.testing.assert_allclose(s["accel"]["cvar_1.0"], [0.4, 0.1])
+    np.testing.assert_allclose(s["dr"]["solvable_fraction"], [0.03, 0.0])  # the rows both seeds have
+    atlas.plot(res, tmp_path / "a.png")
+    assert (tmp_path / "a.png").stat().st_size > 0
+    with pytest.raises(SystemExit) as e:
+        atlas.main(["--help"])
+    assert e.value.code == 0 and "--seeds" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="method"):
+        atlas.run(["sfl"], [0], 1, 8, 8, 8, 8, 1, 0, 4, tmp_path)
