@@ -15,17 +15,34 @@ Prints, measured in one run on the current JAX backend (CPU unless a GPU is visi
 and standard deviation over batches of 4096), by task sampler (sequential, random-walk DAG) and problem
 sampler (independent, level-conditioned).
 
+``--speed`` prints the speed targets of the fast path against a same-run baseline instead: XLand-MiniGrid's
+DoorKey-8x8 (xminigrid, in the separate venv built by ``benchmarks/_xminigrid_env.sh``; env-only with random
+actions, and the minimal feed-forward PPO of ``benchmarks/_xminigrid_ppo.py``) at the same envs x steps,
+epochs and minibatches. Every measurement runs in its own subprocess (one thread: ``OMP_NUM_THREADS=1`` and
+XLA's single-thread flags), the baseline's and magister's alternating over ``--rounds`` rounds; each figure
+is the best of its rounds. Rows: env-only steps/s (magister: grid, literal-only labels, RM, auto-reset and
+the observation; xminigrid: its step with the observation), DR and SFL training steps/s (SFL with its
+refreshes, every ``update_period`` updates; compile excluded), the compile time of the first update, and
+the ratios the targets are stated in. ``--before DIR`` also measures another checkout of magister (``DIR``
+holds a ``magister`` folder, e.g. ``git archive <commit>`` unpacked) in the same rounds.
+
 Usage::
 
     python benchmarks/jax_minigrid_rm.py                    # defaults: 32 envs x 64 steps, 60 updates
     python benchmarks/jax_minigrid_rm.py --envs 256 --updates 100 --plot out.png
     python benchmarks/jax_minigrid_rm.py --solvability --batches 5 --batch-size 4096
+    bash benchmarks/_xminigrid_env.sh && python benchmarks/jax_minigrid_rm.py --speed [--before DIR]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import jax
 import numpy as np
@@ -116,6 +133,140 @@ def train_round_robin(methods: tuple[str, ...], envs: int, steps: int, updates: 
     return {m: (updates - 1) * envs * steps / timed[m] for m in methods}, curves
 
 
+# ---------------------------------------------------------------------------------------------------
+# --speed: the fast path's targets against xminigrid, each measurement in its own subprocess
+# ---------------------------------------------------------------------------------------------------
+_ONE_THREAD = {"OMP_NUM_THREADS": "1",
+               "XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"}
+
+
+def _worker_env(envs: int, steps: int, blocks: int = 3) -> dict:
+    """magister env-only: random actions, auto-reset, and the observation (as xminigrid computes it)."""
+    from magister.examples.minigrid_rm.env import observe
+
+    keys = jax.random.split(jax.random.PRNGKey(0), envs)
+    probs = jax.jit(jax.vmap(sample_problem, in_axes=(0, None)), static_argnums=1)(keys, ProblemSampler())
+
+    @jax.jit
+    def run(problems, key):
+        s = jax.vmap(reset)(problems)
+
+        def one(s, k):
+            a = jax.random.randint(k, (envs,), 0, NUM_ACTIONS)
+            s, r, term, trunc, _ = jax.vmap(auto_reset_step, in_axes=(0, 0, None))(s, a, 128)
+            return s, r.sum() + jax.vmap(observe)(s.grid).sum()
+
+        return jax.lax.scan(one, s, jax.random.split(key, steps))[1].sum()
+
+    t = time.perf_counter()
+    jax.block_until_ready(run(probs, jax.random.PRNGKey(1)))
+    compile_s = time.perf_counter() - t
+    best = 0.0
+    for b in range(blocks):
+        t = time.perf_counter()
+        for i in range(5):
+            jax.block_until_ready(run(probs, jax.random.PRNGKey(2 + 5 * b + i)))
+        best = max(best, 5 * envs * steps / (time.perf_counter() - t))
+    return {"steps_per_s": best, "compile_s": compile_s}
+
+
+def _worker_train(method: str, envs: int, steps: int, blocks: int = 3) -> dict:
+    """magister training steps/s (best of ``blocks`` blocks of ``sfl.update_period`` updates; SFL: each block
+    starts with a refresh, as in ``ppo.train``); compile = the first update's time less a later one's."""
+    cfg = ppo.TrainConfig(method=method, num_envs=envs, rollout_len=steps, minibatches=4, epochs=4)
+    period = cfg.sfl.update_period
+    ts = ppo.init_train_state(cfg)
+    if method == "sfl":
+        if hasattr(ppo, "make_sfl_refresh"):
+            refresh = ppo.make_sfl_refresh(cfg)
+        else:  # a checkout from before make_sfl_refresh: what its train() did
+            eval_fn = jax.jit(lambda p, probs, k: ppo.evaluate(p, probs, k, cfg.max_steps, cfg.net.hidden))
+
+            def refresh(ts):
+                return ppo._sfl_refresh(cfg, ts, eval_fn)
+    else:
+        def refresh(ts):
+            return ts
+    t = time.perf_counter()
+    update = ppo.make_update(cfg)
+    ts, _ = update(ts)
+    jax.block_until_ready(ts.params)
+    first = time.perf_counter() - t
+    ts = refresh(ts)  # the first refresh compiles too
+    jax.block_until_ready(ts.sfl.learnability)
+    t = time.perf_counter()
+    ts, _ = update(ts)
+    jax.block_until_ready(ts.params)
+    compile_s = first - (time.perf_counter() - t)
+    best = 0.0
+    for _ in range(blocks):
+        t = time.perf_counter()
+        ts = refresh(ts)
+        for _ in range(period):
+            ts, _ = update(ts)
+        jax.block_until_ready(ts.params)
+        best = max(best, period * envs * steps / (time.perf_counter() - t))
+    return {"steps_per_s": best, "compile_s": compile_s}
+
+
+def _run_json(cmd: list[str], extra_env: dict[str, str], timeout: float = 900.0) -> dict:
+    env = {**os.environ, **_ONE_THREAD, **extra_env}
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    if out.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({out.returncode}):\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def speed(envs: int, steps: int, rounds: int, xmg_python: str, before: str | None) -> None:
+    here = Path(__file__).resolve()
+    import magister
+
+    root = str(Path(magister.__file__).parent.parent)  # the folder holding the imported magister package
+    if not Path(xmg_python).exists():
+        raise SystemExit(f"{xmg_python} not found: build the baseline venv with "
+                         "bash benchmarks/_xminigrid_env.sh")
+    sides = {"after": root} if before is None else {"before": before, "after": root}
+    res: dict[str, dict[str, list[dict]]] = {k: {} for k in ("xmg", *sides)}
+    shape = ["--envs", str(envs), "--steps", str(steps)]
+    for r in range(rounds):
+        for what in ("env", "dr", "sfl"):
+            if what != "sfl":
+                x = _run_json([xmg_python, str(here.parent / "_xminigrid_ppo.py"),
+                               "env" if what == "env" else "ppo", *shape], {})
+                res["xmg"].setdefault(what, []).append(x)
+                print(f"round {r + 1}: xminigrid {what}: {x['steps_per_s']:,.0f} steps/s", flush=True)
+            for side, path in sides.items():
+                m = _run_json([sys.executable, str(here), "--worker", what, *shape], {"PYTHONPATH": path})
+                res[side].setdefault(what, []).append(m)
+                print(f"round {r + 1}: magister ({side}) {what}: {m['steps_per_s']:,.0f} steps/s, "
+                      f"compile {m['compile_s']:.1f} s", flush=True)
+
+    def best(side: str, what: str) -> float:
+        return max(x["steps_per_s"] for x in res[side][what])
+
+    def comp(side: str, what: str) -> float:
+        return min(x["compile_s"] for x in res[side][what])
+
+    print(f"\nspeed targets ({envs} envs x {steps} steps, 4 epochs x 4 minibatches; one thread; best of "
+          f"{rounds} rounds; backend {jax.default_backend()})")
+    print(f"xminigrid DoorKey-8x8 env-only: {best('xmg', 'env'):,.0f} steps/s; minimal PPO: "
+          f"{best('xmg', 'dr'):,.0f} steps/s (compile {comp('xmg', 'dr'):.1f} s)")
+    cols = list(sides)
+    print(f"{'':44s}" + "".join(f"{c:>12s}" for c in cols) + "   target")
+    rows = [
+        ("env-only steps/s", lambda s: f"{best(s, 'env'):,.0f}", ""),
+        ("  / xminigrid env-only", lambda s: f"{best(s, 'env') / best('xmg', 'env'):.2f}", ">= 1"),
+        ("DR training steps/s", lambda s: f"{best(s, 'dr'):,.0f}", ""),
+        ("  / xminigrid minimal PPO", lambda s: f"{best(s, 'dr') / best('xmg', 'dr'):.3f}", ">= 0.333"),
+        ("SFL training steps/s (refreshes included)", lambda s: f"{best(s, 'sfl'):,.0f}", ""),
+        ("  SFL / DR", lambda s: f"{best(s, 'sfl') / best(s, 'dr'):.2f}", ">= 0.95"),
+        ("compile of the DR update (s)", lambda s: f"{comp(s, 'dr'):.1f}", "<= 20"),
+        ("compile of the SFL update + refresh (s)", lambda s: f"{comp(s, 'sfl'):.1f}", ""),
+    ]
+    for name, f, target in rows:
+        print(f"{name:44s}" + "".join(f"{f(c):>12s}" for c in cols) + f"   {target}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--envs", type=int, default=32)
@@ -129,13 +280,26 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--plot", type=str, default=None)
     ap.add_argument("--skip-env", action="store_true")
+    ap.add_argument("--speed", action="store_true", help="the speed targets against xminigrid (see above)")
+    ap.add_argument("--rounds", type=int, default=2, help="--speed: alternating rounds")
+    ap.add_argument("--xmg-python", default="/work/bench-venv-xmg/bin/python",
+                    help="--speed: python of the xminigrid venv (benchmarks/_xminigrid_env.sh)")
+    ap.add_argument("--before", default=None, help="--speed: also measure the magister package under DIR")
+    ap.add_argument("--worker", choices=("env", "dr", "sfl"), help=argparse.SUPPRESS)
     ap.add_argument("--solvability", action="store_true", help="only the samplers' solvable fractions")
     ap.add_argument("--batches", type=int, default=5, help="--solvability: number of batches")
     ap.add_argument("--batch-size", type=int, default=4096, help="--solvability: problems per batch")
     ap.add_argument("--tasks", nargs="+", default=["sequential", "random_walk"],
                     choices=["sequential", "random_walk"], help="--solvability: task samplers")
     a = ap.parse_args()
+    if a.worker:
+        fn = _worker_env(a.envs, a.steps) if a.worker == "env" else _worker_train(a.worker, a.envs, a.steps)
+        print(json.dumps(fn))
+        return
     print(f"backend: {jax.default_backend()}  devices: {jax.devices()}")
+    if a.speed:
+        speed(a.envs, a.steps, a.rounds, a.xmg_python, a.before)
+        return
     if a.solvability:
         solvable_fractions(a.batches, a.batch_size, a.seed, tuple(a.tasks))
         return

@@ -63,7 +63,7 @@ from .propositions import (
     PROP_D2,
     PROP_KIND,
 )
-from .reward_machines import sample_random_walk_rm, sample_sequential_rm
+from .reward_machines import sample_random_walk_rm, sample_sequential_rm, uniform_choice, uniform_int
 from .solvability import is_solvable, solvable_batch
 
 logger = logging.getLogger(__name__)
@@ -117,28 +117,30 @@ def sample_level(
     mask = jnp.asarray(_layout_mask(rooms))
     if object_range is not None and not 0 <= object_range[0] <= object_range[1]:
         raise ValueError(f"object_range must be (lo, hi) with 0 <= lo <= hi, got {object_range!r}")
-    ks = jax.random.split(key, 8)
-    li = jax.random.categorical(ks[0], jnp.where(mask, 0.0, -jnp.inf))
+    # one uniform draw for everything (see reward_machines.uniform_choice): layout, door states and
+    # colours, object count, cell-order noise, object types and colours, agent direction
+    sizes = (1, MAX_DOORS, MAX_DOORS, 1, MAX_H * MAX_W, MAX_NONDOOR, MAX_NONDOOR, 1)
+    u = jnp.split(jax.random.uniform(key, (sum(sizes),)), np.cumsum(sizes)[:-1])
+    li = uniform_choice(u[0][0], mask)
     tiles = _TEMPLATES[li].astype(jnp.int32)
     colours = jnp.zeros((MAX_H, MAX_W), jnp.int32)
     nd = _NDOORS_J[li]
     dvalid = jnp.arange(MAX_DOORS) < nd
     dpos = _DOOR_POS_J[li]
-    dstate = _DOOR_TILES_J[jax.random.randint(ks[1], (MAX_DOORS,), 0, 3)]
-    dcol = jax.random.randint(ks[2], (MAX_DOORS,), 0, NUM_COLOURS)
+    dstate = _DOOR_TILES_J[uniform_int(u[1], 0, 2)]
+    dcol = uniform_int(u[2], 0, NUM_COLOURS - 1)
     tiles = tiles.at[dpos[:, 0], dpos[:, 1]].set(jnp.where(dvalid, dstate, tiles[dpos[:, 0], dpos[:, 1]]))
     colours = colours.at[dpos[:, 0], dpos[:, 1]].set(jnp.where(dvalid, dcol, 0))
     if object_range is None:
         lo, hi = _MIN_OBJ[li], _MAX_OBJ[li]
     else:
         lo, hi = jnp.int32(object_range[0]), jnp.int32(object_range[1])
-    n_obj = jax.random.randint(ks[3], (), lo, hi + 1)
+    n_obj = uniform_int(u[3][0], lo, hi)
     n_nd = jnp.clip(n_obj - nd, 0, MAX_NONDOOR)
     free = (tiles == FLOOR).reshape(-1)
-    noise = jax.random.uniform(ks[4], free.shape)
-    order = jnp.argsort(jnp.where(free, -noise, 1.0))[: MAX_NONDOOR + 1]
-    otype = _MOVABLE_J[jax.random.randint(ks[5], (MAX_NONDOOR,), 0, 3)]
-    ocol = jax.random.randint(ks[6], (MAX_NONDOOR,), 0, NUM_COLOURS)
+    order = jnp.argsort(jnp.where(free, -u[4], 1.0))[: MAX_NONDOOR + 1]
+    otype = _MOVABLE_J[uniform_int(u[5], 0, 2)]
+    ocol = uniform_int(u[6], 0, NUM_COLOURS - 1)
     place = jnp.arange(MAX_NONDOOR) < n_nd
     cells = order[:MAX_NONDOOR]
     ft, fc = tiles.reshape(-1), colours.reshape(-1)
@@ -146,7 +148,7 @@ def sample_level(
     fc = fc.at[cells].set(jnp.where(place, ocol, fc[cells]))
     acell = order[n_nd]
     agent = jnp.stack([acell // MAX_W, acell % MAX_W]).astype(jnp.int32)
-    adir = jax.random.randint(ks[7], (), 0, 4)
+    adir = uniform_int(u[7][0], 0, 3)
     return Level(ft.reshape(MAX_H, MAX_W).astype(jnp.uint8), fc.reshape(MAX_H, MAX_W).astype(jnp.uint8),
                  agent, adir.astype(jnp.int32), jnp.array([FLOOR, 0], jnp.int32), _ROOMS_J[li])
 

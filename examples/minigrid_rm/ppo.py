@@ -3,12 +3,14 @@
 Papers: Schulman et al. 2017 (PPO, clipped surrogate), ATLAS (Furelos-Blanco et al., Sec. 4.1 and
 Appendix C, E.1) for the architecture and settings, JaxUED-style on-device curricula (:mod:`.curriculum`).
 
-The policy: a CNN over the 5x5 view (tile and colour embeddings; 2x2 kernels, stride 1, zero padding), a
+The policy: a CNN over the 5x5 view (tile and colour embeddings; 2x2 kernels, stride 1, no padding), a
 graph network over the RM with *reversed* edges (each state sees its future: mean aggregation of
 ``[h_j ; e_ji]``, separate self/neighbour weights, layer norm, ReLU; edge features = sum of literal
 embeddings through a linear map, the "domain independent" encoding), the current RM state's embedding, a
-previous-action embedding, a GRU, and actor/critic MLP heads. Sizes default small for CPU (the paper:
-CNN 32/64/64, GNN 5 layers of 128, GRU 512, heads 256).
+previous-action embedding, a GRU, and actor/critic MLP heads. Sizes default small for CPU (one 2x2
+convolution of 16 channels and a projection to 64 before a GRU of 64; the paper: CNN 32/64/64, GNN 5
+layers of 128, GRU 512, heads 256). Training computes the feed-forward part of the policy for a whole
+rollout in one batch and runs only the GRU recurrence step by step.
 
 One *update* (jitted end to end): the curriculum chooses ``num_envs`` problems; a rollout of
 ``rollout_len`` steps runs with each env restarting its own problem when an episode ends; GAE; scores
@@ -35,12 +37,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from jax.flatten_util import ravel_pytree
 
 from . import curriculum as C
 from .env import NUM_ACTIONS, NUM_COLOURS, NUM_TILES, observe
 from .levels import ACCEL0_SAMPLER, ProblemSampler, sample_problem, solvable_batch
 from .mutations import HindsightInfo, MutationConfig, mutate
-from .problem import Problem, ProblemState, auto_reset_step, reset
+from .problem import Problem, ProblemState, auto_reset_step, reset, step
 from .propositions import NUM_PROPS
 from .reward_machines import MAX_STATES, RewardMachine
 
@@ -60,8 +63,14 @@ METHODS = ("dr", "plr", "accel", "accel0", "sfl")
 # ---------------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class NetConfig:
-    conv: tuple[int, ...] = (16, 32)
-    embed: int = 8
+    """Sizes of the policy (CPU-sized; the paper: CNN 32/64/64, GNN 5 layers of 128, GRU 512, heads 256).
+
+    ``view_dense`` projects the flattened CNN features before the GRU (0: no projection, the GRU reads the
+    ``25 * conv[-1]`` features directly).
+    """
+
+    conv: tuple[int, ...] = (16,)
+    view_dense: int = 64
     node_dim: int = 32
     edge_dim: int = 16
     gnn_layers: int = 2
@@ -83,25 +92,31 @@ def init_params(key: jax.Array, cfg: NetConfig = NetConfig()) -> dict[str, Any]:
     """Parameters of the policy (a nested dict of arrays)."""
     ks = iter(jax.random.split(key, 64))
     p: dict[str, Any] = {
-        "tile_emb": jax.random.normal(next(ks), (NUM_TILES, cfg.embed)) * 0.5,
-        "col_emb": jax.random.normal(next(ks), (NUM_COLOURS, cfg.embed)) * 0.5,
         "lit_emb": jax.random.normal(next(ks), (2 * NUM_PROPS + 1, cfg.edge_dim)) * 0.1,
         "act_emb": jax.random.normal(next(ks), (NUM_ACTIONS + 1, cfg.action_embed)) * 0.5,
         "node_init": jax.random.normal(next(ks), (3, cfg.node_dim)) * np.sqrt(0.1),
     }
-    convs, c_in = [], 2 * cfg.embed
+    if not cfg.conv:
+        raise ValueError("NetConfig.conv needs at least one layer (the first reads the one-hot view)")
+    convs, c_in = [], NUM_TILES + NUM_COLOURS
     for c_out in cfg.conv:
         convs.append({"w": jax.random.normal(next(ks), (2, 2, c_in, c_out)) * np.sqrt(2.0 / (4 * c_in)),
                       "b": jnp.zeros(c_out)})
         c_in = c_out
     p["conv"] = convs
+    if len(cfg.conv) > 4:
+        raise ValueError(f"at most 4 convolutions fit the 5x5 view without padding, got {cfg.conv}")
+    view_dim = (5 - len(cfg.conv)) ** 2 * cfg.conv[-1]
+    if cfg.view_dense:
+        p["view_dense"] = _dense(next(ks), view_dim, cfg.view_dense)
+        view_dim = cfg.view_dense
     p["lit_lin"] = _dense(next(ks), cfg.edge_dim, cfg.edge_dim)
     p["gnn"] = [{"self": _dense(next(ks), cfg.node_dim, cfg.node_dim),
                  "neigh": _dense(next(ks), cfg.node_dim + cfg.edge_dim, cfg.node_dim),
                  "ln_g": jnp.ones(cfg.node_dim), "ln_b": jnp.zeros(cfg.node_dim)}
                 for _ in range(cfg.gnn_layers)]
     p["gnn_last"] = _dense(next(ks), cfg.node_dim, cfg.node_dim)
-    x_dim = 25 * cfg.conv[-1] + cfg.node_dim + cfg.action_embed
+    x_dim = view_dim + cfg.node_dim + cfg.action_embed
     h = cfg.hidden
     p["gru"] = {"wx": jax.random.normal(next(ks), (x_dim, 3 * h)) * np.sqrt(1.0 / x_dim),
                 "wh": jax.random.normal(next(ks), (h, 3 * h)) * np.sqrt(1.0 / h),
@@ -133,31 +148,97 @@ def encode_rm(p: dict[str, Any], rm: RewardMachine) -> jax.Array:
     return _apply_dense(p["gnn_last"], h)
 
 
-def encode_view(p: dict[str, Any], view: jax.Array) -> jax.Array:
-    """CNN features of a batch of views ``[B, 5, 5, 2]`` -> ``[B, 25 * conv[-1]]``."""
-    x = jnp.concatenate([p["tile_emb"][view[..., 0]], p["col_emb"][view[..., 1]]], axis=-1)
-    for layer in p["conv"]:
-        x = jax.lax.conv_general_dilated(x, layer["w"], (1, 1), "SAME",
-                                         dimension_numbers=("NHWC", "HWIO", "NHWC")) + layer["b"]
-        x = jax.nn.relu(x)
-    return x.reshape(x.shape[0], -1)
+_OFFSETS = ((0, 0), (0, 1), (1, 0), (1, 1))  # the 2x2 kernel's positions, HWIO order
+
+
+def conv2x2(x: jax.Array, w: jax.Array, b: jax.Array, padding: str = "VALID") -> jax.Array:
+    """A 2x2 convolution, stride 1, as one matrix multiply on the 2x2 patches.
+
+    ``x``: ``[..., H, W, C]``, ``w``: ``[2, 2, C, C_out]`` (HWIO); ``padding`` ``"VALID"`` (output
+    ``H-1 x W-1``) or ``"SAME"`` (zero row/column after, output ``H x W``). Equal to
+    ``lax.conv_general_dilated(x, w, (1, 1), padding, dimension_numbers=("NHWC", "HWIO", "NHWC")) + b``
+    (tests/test_jax_ppo.py), but its gradient is two matrix multiplies, which XLA's CPU backend runs far
+    faster than a convolution's backward pass.
+    """
+    return _patches(x, padding, 0.0) @ w.reshape(-1, w.shape[-1]) + b
+
+
+def _patches(x: jax.Array, padding: str, fill: Any) -> jax.Array:
+    """The 2x2 patches of ``x`` (``[..., H, W, C]``) concatenated on the last axis, ``fill`` as padding."""
+    if padding not in ("VALID", "SAME"):
+        raise ValueError(f"padding must be 'VALID' or 'SAME', got {padding!r}")
+    hh, ww = x.shape[-3], x.shape[-2]
+    if padding == "SAME":
+        x = jnp.pad(x, [(0, 0)] * (x.ndim - 3) + [(0, 1), (0, 1), (0, 0)], constant_values=fill)
+    else:
+        hh, ww = hh - 1, ww - 1
+    return jnp.concatenate([x[..., di:di + hh, dj:dj + ww, :] for di, dj in _OFFSETS], axis=-1)
+
+
+def _onehot_patches(view: jax.Array, padding: str = "VALID") -> jax.Array:
+    """``[..., h, w, 4 * (NUM_TILES + NUM_COLOURS)]``: for each 2x2 patch of the view, the one-hot tile
+    and colour of its four cells (``SAME`` padding: zeros beyond the view)."""
+    onehot = jnp.concatenate([jax.nn.one_hot(view[..., 0], NUM_TILES),
+                              jax.nn.one_hot(view[..., 1], NUM_COLOURS)], axis=-1)
+    return _patches(onehot, padding, 0.0)
+
+
+def encode_view(p: dict[str, Any], view: jax.Array, padding: str = "VALID") -> jax.Array:
+    """CNN features of views ``[..., 5, 5, 2]`` -> ``[..., view_dense]`` (or the flattened conv output).
+
+    2x2 kernels, stride 1, no padding by default (as the usual Minigrid CNN: 5x5 -> 4x4 -> ...). The first
+    convolution reads the one-hot tile and colour of each cell (a learned tile embedding plus a colour
+    embedding per kernel position), computed as one matrix multiply on the one-hot patches (no gradient
+    flows into the input); further layers are :func:`conv2x2`.
+    """
+    first, *rest = p["conv"]
+    x = jax.nn.relu(_onehot_patches(view, padding) @ first["w"].reshape(-1, first["w"].shape[-1])
+                    + first["b"])
+    for layer in rest:
+        x = jax.nn.relu(conv2x2(x, layer["w"], layer["b"], padding))
+    x = x.reshape(x.shape[:-3] + (-1,))
+    if "view_dense" in p:
+        x = jax.nn.relu(_apply_dense(p["view_dense"], x))
+    return x
+
+
+def policy_inputs(p: dict[str, Any], view: jax.Array, node: jax.Array, prev_action: jax.Array) -> jax.Array:
+    """The GRU's input gates ``x @ W_x + b`` for ``x = [CNN(view); RM-state node; action embedding]`` (any
+    leading batch dimensions): everything of a step that does not depend on the recurrent state, so that
+    training computes it for a whole rollout in one batch."""
+    act = jax.nn.one_hot(prev_action, NUM_ACTIONS + 1) @ p["act_emb"]
+    x = jnp.concatenate([encode_view(p, view), node, act], axis=-1)
+    return x @ p["gru"]["wx"] + p["gru"]["b"]
+
+
+def gru_cell(p: dict[str, Any], h: jax.Array, gx: jax.Array) -> jax.Array:
+    """One GRU step (Cho et al. 2014) from precomputed input gates ``gx`` (:func:`policy_inputs`)."""
+    hd = h.shape[-1]
+    gh = h @ p["gru"]["wh"]
+    z = jax.nn.sigmoid(gx[..., :hd] + gh[..., :hd])
+    r = jax.nn.sigmoid(gx[..., hd:2 * hd] + gh[..., hd:2 * hd])
+    n = jnp.tanh(gx[..., 2 * hd:] + r * gh[..., 2 * hd:])
+    return (1.0 - z) * n + z * h
+
+
+def policy_heads(p: dict[str, Any], h: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Actor logits and critic value from the GRU state (any leading batch dimensions)."""
+    a = jax.nn.relu(_apply_dense(p["actor"][0], h))
+    v = jax.nn.relu(_apply_dense(p["critic"][0], h))
+    return _apply_dense(p["actor"][1], a), _apply_dense(p["critic"][1], v)[..., 0]
+
+
+def _rm_node(nodes: jax.Array, rm_state: jax.Array) -> jax.Array:
+    """``nodes[b, rm_state[..., b]]``: the current RM state's embedding (``nodes``: ``[B, U, d]``)."""
+    return jnp.einsum("...bu,bud->...bd", jax.nn.one_hot(rm_state, nodes.shape[1]), nodes)
 
 
 def policy_apply(p: dict[str, Any], h: jax.Array, view: jax.Array, nodes: jax.Array, rm_state: jax.Array,
                  prev_action: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
     """One step for a batch: ``(h', logits, value)``. ``nodes``: ``[B, U, d]`` from :func:`encode_rm`."""
-    node = jnp.take_along_axis(nodes, rm_state[:, None, None], axis=1)[:, 0]
-    x = jnp.concatenate([encode_view(p, view), node, p["act_emb"][prev_action]], axis=-1)
-    g = p["gru"]
-    hd = h.shape[-1]
-    gx, gh = x @ g["wx"] + g["b"], h @ g["wh"]
-    z = jax.nn.sigmoid(gx[:, :hd] + gh[:, :hd])
-    r = jax.nn.sigmoid(gx[:, hd:2 * hd] + gh[:, hd:2 * hd])
-    n = jnp.tanh(gx[:, 2 * hd:] + r * gh[:, 2 * hd:])
-    h = (1.0 - z) * n + z * h
-    a = jax.nn.relu(_apply_dense(p["actor"][0], h))
-    v = jax.nn.relu(_apply_dense(p["critic"][0], h))
-    return h, _apply_dense(p["actor"][1], a), _apply_dense(p["critic"][1], v)[:, 0]
+    h = gru_cell(p, h, policy_inputs(p, view, _rm_node(nodes, rm_state), prev_action))
+    logits, v = policy_heads(p, h)
+    return h, logits, v
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -222,10 +303,27 @@ def gae(traj: Traj, last_v: jax.Array, gamma: float, lam: float) -> tuple[jax.Ar
 
 def evaluate(p: dict[str, Any], problems: Problem, key: jax.Array, max_steps: int, hidden: int,
              greedy: bool = False) -> jax.Array:
-    """Per problem: whether the first episode (at most ``max_steps`` steps) reached ``uA``."""
-    traj, _, _ = rollout(p, problems, key, max_steps, max_steps, hidden, greedy)
-    first_ep = jnp.cumsum(traj.done, axis=0) - traj.done == 0  # steps of the first episode
-    return jnp.any(traj.term & first_ep, axis=0)
+    """Per problem: whether the first episode (at most ``max_steps`` steps) reached ``uA``.
+
+    The same actions as the first episode of :func:`rollout` with the same key, but lean: no trajectory
+    is stored, no value computed, no reset (the steps after an episode's end are ignored).
+    """
+    b = problems.rm.n_states.shape[0]
+    nodes = jax.vmap(encode_rm, in_axes=(None, 0))(p, problems.rm)
+
+    def one(carry: tuple, k: jax.Array) -> tuple[tuple, None]:
+        s, h, prev_a, ended, solved = carry
+        view = jax.vmap(observe)(s.grid)
+        h = gru_cell(p, h, policy_inputs(p, view, _rm_node(nodes, s.rm_state), prev_a))
+        logits = _apply_dense(p["actor"][1], jax.nn.relu(_apply_dense(p["actor"][0], h)))
+        a = jnp.argmax(logits, -1) if greedy else jax.random.categorical(k, logits)
+        s2, _, term, trunc = jax.vmap(step, in_axes=(0, 0, None))(s, a, max_steps)
+        return (s2, h, a.astype(jnp.int32), ended | term | trunc, solved | (term & ~ended)), None
+
+    init = (jax.vmap(reset)(problems), jnp.zeros((b, hidden)), jnp.full(b, NUM_ACTIONS, jnp.int32),
+            jnp.zeros(b, bool), jnp.zeros(b, bool))
+    (_, _, _, _, solved), _ = jax.lax.scan(one, init, jax.random.split(key, max_steps))
+    return solved
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -288,7 +386,7 @@ def method_curriculum(method: str, **overrides: Any) -> C.CurriculumConfig:
 
 class TrainState(NamedTuple):
     params: dict[str, Any]
-    opt_state: Any
+    opt_state: Any  # of the parameters as one flat vector (jax.flatten_util.ravel_pytree order)
     buffer: C.Buffer
     children: Problem
     has_child: jax.Array
@@ -314,7 +412,8 @@ def init_train_state(cfg: TrainConfig) -> TrainState:
     sfl_k = cfg.sfl.buffer_size
     sfl = C.SFLState(jax.tree_util.tree_map(
         lambda a: jnp.zeros((sfl_k,) + jnp.shape(a), jnp.asarray(a).dtype), example), jnp.zeros(sfl_k))
-    return TrainState(params, _optimizer(cfg).init(params), C.init_buffer(example, cap), batch,
+    opt_state = _optimizer(cfg).init(ravel_pytree(params)[0])
+    return TrainState(params, opt_state, C.init_buffer(example, cap), batch,
                       jnp.zeros(b, bool), jnp.zeros(b, jnp.int32), jnp.zeros(b, jnp.int32), sfl, key,
                       jnp.int32(0))
 
@@ -322,17 +421,18 @@ def init_train_state(cfg: TrainConfig) -> TrainState:
 def _ppo_loss(p: dict[str, Any], traj: Traj, nodes: jax.Array, adv: jax.Array, targets: jax.Array,
               mask: jax.Array, cfg: TrainConfig) -> tuple[jax.Array, dict[str, jax.Array]]:
     b = traj.action.shape[1]
+    # the feed-forward part for the whole [T, B] rollout at once; only the GRU recurrence is sequential
+    gx = policy_inputs(p, traj.view, _rm_node(nodes, traj.rm_state), traj.prev_action)
 
-    def one(h: jax.Array, x: tuple) -> tuple[jax.Array, tuple]:
-        view, u, pa, first = x
-        h = jnp.where(first[:, None], 0.0, h)
-        h, logits, v = policy_apply(p, h, view, nodes, u, pa)
-        return h, (logits, v)
+    def one(h: jax.Array, x: tuple) -> tuple[jax.Array, jax.Array]:
+        g, first = x
+        h = gru_cell(p, jnp.where(first[:, None], 0.0, h), g)
+        return h, h
 
-    _, (logits, values) = jax.lax.scan(one, jnp.zeros((b, cfg.net.hidden)),
-                                       (traj.view, traj.rm_state, traj.prev_action, traj.first))
+    _, hs = jax.lax.scan(one, jnp.zeros((b, cfg.net.hidden)), (gx, traj.first))
+    logits, values = policy_heads(p, hs)
     logp_all = jax.nn.log_softmax(logits)
-    logp = jnp.take_along_axis(logp_all, traj.action[..., None], axis=-1)[..., 0]
+    logp = (logp_all * jax.nn.one_hot(traj.action, NUM_ACTIONS)).sum(-1)  # a gather's gradient is a scatter
     ratio = jnp.exp(logp - traj.logp)
     m = jnp.broadcast_to(mask[None, :], ratio.shape).astype(jnp.float32)
     denom = jnp.maximum(m.sum(), 1.0)
@@ -404,32 +504,36 @@ def make_update(cfg: TrainConfig) -> Any:
         # PPO on the train-flagged envs
         nodes = jax.vmap(encode_rm, in_axes=(None, 0))  # re-encoded inside the loss (gradients)
 
+        # the optimiser works on the parameters as one flat vector (the same arithmetic as per leaf: Adam is
+        # elementwise, the clip uses the global norm), one set of kernels instead of one per leaf
+        flat0, unravel = ravel_pytree(ts.params)
+
         def epoch(carry: tuple, k: jax.Array) -> tuple[tuple, dict[str, jax.Array]]:
-            params, opt_state = carry
             perm = jax.random.permutation(k, b).reshape(cfg.minibatches, mb)
 
             def minibatch(carry: tuple, idx: jax.Array) -> tuple[tuple, dict[str, jax.Array]]:
-                params, opt_state = carry
+                flat, opt_state = carry
                 sub = jax.tree_util.tree_map(lambda x: x[:, idx], traj)
                 rms = jax.tree_util.tree_map(lambda x: x[idx], problems.rm)
 
-                def loss_fn(pp: dict[str, Any]) -> tuple[jax.Array, dict[str, jax.Array]]:
+                def loss_fn(ff: jax.Array) -> tuple[jax.Array, dict[str, jax.Array]]:
+                    pp = unravel(ff)
                     return _ppo_loss(pp, sub, nodes(pp, rms), adv[:, idx], targets[:, idx],
                                      smp.train[idx], cfg)
 
-                (loss, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
+                (loss, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(flat)
                 any_train = smp.train[idx].any()
-                upd, new_opt = opt.update(grads, opt_state, params)
-                new_params = optax.apply_updates(params, upd)
-                params = jax.tree_util.tree_map(lambda a, c: jnp.where(any_train, a, c), new_params, params)
+                upd, new_opt = opt.update(grads, opt_state, flat)
+                flat = jnp.where(any_train, flat + upd, flat)
                 opt_state = jax.tree_util.tree_map(lambda a, c: jnp.where(any_train, a, c), new_opt,
                                                    opt_state)
-                return (params, opt_state), aux
+                return (flat, opt_state), aux
 
-            return jax.lax.scan(minibatch, (params, opt_state), perm)
+            return jax.lax.scan(minibatch, carry, perm)
 
-        (params, opt_state), aux = jax.lax.scan(epoch, (ts.params, ts.opt_state),
-                                                jax.random.split(k_ppo, cfg.epochs))
+        (flat, opt_state), aux = jax.lax.scan(epoch, (flat0, ts.opt_state),
+                                              jax.random.split(k_ppo, cfg.epochs))
+        params = unravel(flat)
         metrics.update({k: v.mean() for k, v in aux.items()})
         ts = TrainState(params, opt_state, buffer, children, has_child, child_gen, child_edits, ts.sfl, key,
                         ts.step + 1)
@@ -438,14 +542,30 @@ def make_update(cfg: TrainConfig) -> Any:
     return jax.jit(update)
 
 
-def _sfl_refresh(cfg: TrainConfig, ts: TrainState, eval_fn: Any) -> TrainState:
-    key, k1, k2, k3 = jax.random.split(ts.key, 4)
+#: a batch of problems from a sampler (compiled once per batch size and sampler, for the whole process)
+sample_problems = jax.jit(jax.vmap(sample_problem, in_axes=(0, None)), static_argnums=1)
+
+
+def make_sfl_refresh(cfg: TrainConfig, reps: int = 4, success_fn: Any = None) -> Any:
+    """The jitted SFL refresh ``(state) -> state`` (Rutherford et al. 2024): sample ``sfl.batch_size``
+    candidates, estimate each one's success rate from ``reps`` policy rollouts, keep the most learnable.
+
+    ``success_fn(params, problems, key) -> bool[n]`` replaces :func:`evaluate` (the default; the ``reps``
+    calls are vmapped over their keys). Built once per training run, so refreshes never recompile."""
     n = cfg.sfl.batch_size
-    cands = jax.jit(jax.vmap(sample_problem, in_axes=(0, None)), static_argnums=1)(
-        jax.random.split(k1, n), cfg.problem_sampler)
-    reps = [eval_fn(ts.params, cands, k) for k in jax.random.split(k2, 4)]
-    rates = jnp.mean(jnp.stack(reps).astype(jnp.float32), axis=0)
-    return ts._replace(sfl=C.sfl_refresh(k3, cands, rates, cfg.sfl), key=key)
+    sampler = cfg.problem_sampler
+    if success_fn is None:
+        def success_fn(params: dict[str, Any], problems: Problem, key: jax.Array) -> jax.Array:
+            return evaluate(params, problems, key, cfg.max_steps, cfg.net.hidden)
+
+    def refresh(ts: TrainState) -> TrainState:
+        key, k1, k2, k3 = jax.random.split(ts.key, 4)
+        cands = jax.vmap(sample_problem, in_axes=(0, None))(jax.random.split(k1, n), sampler)
+        ok = jax.vmap(lambda k: success_fn(ts.params, cands, k))(jax.random.split(k2, reps))
+        rates = jnp.mean(ok.astype(jnp.float32), axis=0)
+        return ts._replace(sfl=C.sfl_refresh(k3, cands, rates, cfg.sfl), key=key)
+
+    return jax.jit(refresh)
 
 
 def buffer_composition(cfg: TrainConfig, ts: TrainState, sampled: Problem) -> dict[str, float]:
@@ -453,14 +573,14 @@ def buffer_composition(cfg: TrainConfig, ts: TrainState, sampled: Problem) -> di
     buffer also the replay probability mass on solvable entries, the fraction ever solved and the mean
     score of solvable and of unsolvable entries."""
     buffered = cfg.method in ("plr", "accel", "accel0") and int(ts.buffer.size) > 0
-    if buffered:
+    if buffered:  # the whole buffer to the host, sliced there (a device slice would compile per size)
         n = int(ts.buffer.size)
-        probs = jax.tree_util.tree_map(lambda a: a[:n], ts.buffer.problems)
-        extra = {"buffer_mean_generation": float(np.asarray(ts.buffer.generation[:n]).mean()),
-                 "buffer_mean_edits": float(np.asarray(ts.buffer.num_edits[:n]).mean())}
+        buf = jax.device_get(ts.buffer)
+        host = jax.tree_util.tree_map(lambda a: a[:n], buf.problems)
+        extra = {"buffer_mean_generation": float(buf.generation[:n].mean()),
+                 "buffer_mean_edits": float(buf.num_edits[:n].mean())}
     else:
-        probs, extra = sampled, {}
-    host = jax.device_get(probs)
+        host, extra = jax.device_get(sampled), {}
     solvable = solvable_batch(host)
     out = {"solvable_fraction": float(solvable.mean()),
            "mean_rooms": float(np.asarray(host.level.n_rooms).mean()),
@@ -468,14 +588,17 @@ def buffer_composition(cfg: TrainConfig, ts: TrainState, sampled: Problem) -> di
     if buffered:
         # what PLR⊥/ACCEL actually train on: the replay distribution's mass on solvable entries; and how the
         # score separates solvable from unsolvable entries, and how many entries were ever solved (R_max > 0)
-        replay = np.asarray(C.replay_distribution(ts.buffer, cfg.curriculum))[:n]
-        scores = np.asarray(ts.buffer.scores)[:n]
+        replay = np.asarray(_replay_distribution(ts.buffer, cfg.curriculum))[:n]
+        scores = buf.scores[:n]
         out["replay_solvable_fraction"] = float((replay * solvable).sum() / max(replay.sum(), 1e-12))
-        out["ever_solved_fraction"] = float((np.asarray(ts.buffer.max_return)[:n] > 0).mean())
+        out["ever_solved_fraction"] = float((buf.max_return[:n] > 0).mean())
         out["score_solvable"] = float(scores[solvable].mean()) if solvable.any() else float("nan")
         out["score_unsolvable"] = float(scores[~solvable].mean()) if (~solvable).any() else float("nan")
     out.update(extra)
     return out
+
+
+_replay_distribution = jax.jit(C.replay_distribution, static_argnums=1)
 
 
 def cvar(success: np.ndarray, alpha: float) -> float:
@@ -516,10 +639,9 @@ def load_checkpoint(path: str | Path, cfg: TrainConfig) -> TrainState:
 def heldout_set(n: int, seed: int = 123) -> Problem:
     """Solvable level-conditioned problems for the CVaR evaluation (host-side filter)."""
     keys = jax.random.split(jax.random.PRNGKey(seed), 4 * n)
-    probs = jax.jit(jax.vmap(sample_problem, in_axes=(0, None)), static_argnums=1)(
-        keys, ProblemSampler(mode="level_conditioned"))
+    probs = jax.device_get(sample_problems(keys, ProblemSampler(mode="level_conditioned")))
     ok = np.flatnonzero(solvable_batch(probs))[:n]
-    return jax.tree_util.tree_map(lambda a: a[ok], probs)
+    return jax.tree_util.tree_map(lambda a: jnp.asarray(a[ok]), probs)
 
 
 def train(cfg: TrainConfig, out: str | Path | None = None, log_every: int = 5, eval_every: int = 0,
@@ -533,6 +655,7 @@ def train(cfg: TrainConfig, out: str | Path | None = None, log_every: int = 5, e
     ts = init_train_state(cfg)
     update = make_update(cfg)
     eval_fn = jax.jit(lambda p, probs, k: evaluate(p, probs, k, cfg.max_steps, cfg.net.hidden))
+    refresh = make_sfl_refresh(cfg) if cfg.method == "sfl" else None
     names, probes = probe_set() if eval_every else (None, None)
     held = heldout_set(heldout) if eval_every else None
     rows: list[dict[str, float]] = []
@@ -545,7 +668,7 @@ def train(cfg: TrainConfig, out: str | Path | None = None, log_every: int = 5, e
     steps = 0
     for u in it:
         if cfg.method == "sfl" and u % cfg.sfl.update_period == 0:
-            ts = _sfl_refresh(cfg, ts, eval_fn)
+            ts = refresh(ts)
         ts, (m, sampled) = update(ts)
         steps += cfg.num_envs * cfg.rollout_len
         row = {"update": u + 1, "env_steps": steps}

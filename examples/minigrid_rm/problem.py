@@ -1,10 +1,14 @@
 """A *problem* = (level, reward machine): the environment the policy acts in.
 
 One step: the grid moves (:func:`~magister.examples.minigrid_rm.env.grid_step`), the labelling function
-reads the new state (:func:`~magister.examples.minigrid_rm.propositions.label`) and the RM steps on that
-label (:func:`~magister.examples.minigrid_rm.reward_machines.rm_step`); the reward is the RM's (1 on
+reads the new state and the RM steps on that label; the reward is the RM's (1 on
 reaching ``uA``). The episode terminates in ``uA`` and is truncated after ``max_steps`` (512 in the ATLAS
 paper). The label is read after each step, not at reset, so no problem is solved with zero actions.
+Only the RM's own literals are evaluated
+(:func:`~magister.examples.minigrid_rm.propositions.literal_truth`, then
+:func:`~magister.examples.minigrid_rm.reward_machines.rm_step_literals`): the same transitions as
+:func:`~magister.examples.minigrid_rm.reward_machines.rm_step` on the full 889-proposition
+:func:`~magister.examples.minigrid_rm.propositions.label`, at a fraction of the cost.
 
 The policy observes :class:`Observation`: the ``5 x 5 x 2`` view, the RM arrays and the current RM state.
 
@@ -28,8 +32,8 @@ import jax
 import jax.numpy as jnp
 
 from .env import GridState, Level, grid_step, observe
-from .propositions import label
-from .reward_machines import RewardMachine, rm_step
+from .propositions import literal_truth
+from .reward_machines import RewardMachine, rm_step_literals
 
 logger = logging.getLogger(__name__)
 
@@ -72,7 +76,7 @@ def step(s: ProblemState, action: jax.Array, max_steps: int = 512
          ) -> tuple[ProblemState, jax.Array, jax.Array, jax.Array]:
     """``(state', reward, terminated, truncated)``; no automatic reset (see :func:`auto_reset_step`)."""
     g = grid_step(s.grid, action)
-    u, r = rm_step(s.problem.rm, s.rm_state, label(g))
+    u, r = rm_step_literals(s.problem.rm, s.rm_state, literal_truth(g, s.problem.rm.edge_lits))
     t = s.t + 1
     term = u == s.problem.rm.accepting
     trunc = (t >= max_steps) & ~term

@@ -17,6 +17,10 @@ The alphabet (889 propositions, the paper's count):
 
 The labelling function maps a grid state to the boolean vector of active propositions (all generalisations
 at once, e.g. a blue ball in front makes ``front_ball`` and ``front_ball_blue`` true).
+:func:`label` computes that vector; the environment step uses :func:`literal_truth` instead, which
+evaluates only the (at most 30) literals a reward machine reads, with the view as 25-bit masks, and gives
+the same values as reading them from :func:`label` (tests/test_jax_env.py checks this on random
+trajectories).
 
 >>> NUM_PROPS
 889
@@ -53,7 +57,7 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "CARRYING", "DESCRIPTORS", "FRONT", "MATCH", "NEXT", "NUM_DESCRIPTORS", "NUM_MOVABLE_DESCRIPTORS",
     "NUM_PROPS", "PROP_D1", "PROP_D2", "PROP_KIND", "PROP_NAMES", "descriptor_matches", "label",
-    "object_descriptor_counts", "prop_id", "prop_name",
+    "literal_truth", "literals_from_label", "object_descriptor_counts", "prop_id", "prop_name",
 ]
 
 FRONT, CARRYING, NEXT = 0, 1, 2
@@ -180,6 +184,61 @@ def label(g: GridState) -> jax.Array:
     val_carry = jnp.concatenate([carrying, jnp.zeros(NUM_DESCRIPTORS - NUM_MOVABLE_DESCRIPTORS, bool)])[_D1_J]
     val_next = pair[_D1_J, _D2_J]
     return jnp.where(_KIND_J == FRONT, val_front, jnp.where(_KIND_J == CARRYING, val_carry, val_next))
+
+
+# A descriptor matches a set of tiles and either any colour or one colour (by construction of MATCH).
+_DESC_TILE_BITS = np.array([sum(1 << t for t in range(NUM_TILES) if _MATCH_NP[d, t].any())
+                            for d in range(NUM_DESCRIPTORS)], np.int32)
+_DESC_COLOUR = np.array([-1 if _MATCH_NP[d].any(axis=0).all()
+                         else int(np.flatnonzero(_MATCH_NP[d].any(axis=0))[0])
+                         for d in range(NUM_DESCRIPTORS)], np.int32)
+_REBUILT = (((_DESC_TILE_BITS[:, None] >> np.arange(NUM_TILES)) & 1).astype(bool)[:, :, None]
+            & ((_DESC_COLOUR[:, None] < 0) | (np.arange(NUM_COLOURS) == _DESC_COLOUR[:, None]))[:, None, :])
+assert (_REBUILT == _MATCH_NP).all(), "a descriptor is not a tile set times one or any colour"
+_DESC_TILE_BITS_J, _DESC_COLOUR_J = jnp.asarray(_DESC_TILE_BITS), jnp.asarray(_DESC_COLOUR)
+_CELL_BIT = jnp.asarray(1 << np.arange(VIEW * VIEW), jnp.int32)  # view cell r * VIEW + c -> bit
+_ALL_CELLS = (1 << (VIEW * VIEW)) - 1
+_NOT_COL0 = _ALL_CELLS & ~sum(1 << (r * VIEW) for r in range(VIEW))
+_NOT_LAST_COL = _ALL_CELLS & ~sum(1 << (r * VIEW + VIEW - 1) for r in range(VIEW))
+
+
+def _neighbours(m: jax.Array) -> jax.Array:
+    """25-bit mask of the view cells 4-adjacent to a cell of ``m`` (bit ``r * VIEW + c``)."""
+    return (((m << 1) & _NOT_COL0) | ((m >> 1) & _NOT_LAST_COL) | ((m << VIEW) & _ALL_CELLS)
+            | (m >> VIEW))
+
+
+def literal_truth(g: GridState, lits: jax.Array) -> jax.Array:
+    """Values of signed literal codes (``+(p+1)``, ``-(p+1)``, ``0`` = padding, true) in grid state ``g``.
+
+    Equal to reading the literals from :func:`label` (:func:`literals_from_label`) but evaluates only the
+    given ones: each descriptor becomes a 25-bit mask of the view cells it matches; ``front`` tests the
+    front cell's bit, ``next_<d1>_<d2>`` tests ``mask(d1) & neighbours(mask(d2))`` (adjacent distinct
+    cells), ``carrying`` tests the carried object. ``lits`` may have any shape (e.g. an RM's
+    ``edge_lits``, ``[MAX_EDGES, MAX_LITERALS]``).
+    """
+    t, c = view_cells(g)
+    t, c = t.reshape(-1), c.reshape(-1)
+    p = jnp.maximum(jnp.abs(lits) - 1, 0)
+    d = jnp.stack([_D1_J[p], _D2_J[p]])  # [2, *lits.shape]
+    tb, col = _DESC_TILE_BITS_J[d][..., None], _DESC_COLOUR_J[d][..., None]
+    hit = (((tb >> t) & 1) > 0) & ((col < 0) | (col == c))  # [2, *lits.shape, 25]
+    m = jnp.sum(jnp.where(hit, _CELL_BIT, 0), axis=-1)  # distinct bits: the sum is the OR
+    m1, m2 = m[0], m[1]
+    front = ((m1 >> _FRONT_CELL) & 1) > 0
+    ct, cc = g.carry[0], g.carry[1]
+    tb1, col1 = tb[0, ..., 0], col[0, ..., 0]
+    carrying = (((tb1 >> ct) & 1) > 0) & ((col1 < 0) | (col1 == cc)) & (ct != FLOOR)
+    nxt = (m1 & _neighbours(m2)) != 0
+    kind = _KIND_J[p]
+    val = jnp.where(kind == FRONT, front, jnp.where(kind == CARRYING, carrying, nxt))
+    return jnp.where(lits == 0, True, jnp.where(lits > 0, val, ~val))
+
+
+def literals_from_label(lab: jax.Array, lits: jax.Array) -> jax.Array:
+    """Values of signed literal codes read from a full label ``bool[889]`` (``0`` = padding, true)."""
+    truth = jnp.concatenate([jnp.ones(1, bool), lab])[jnp.abs(lits)]
+    return jnp.where(lits >= 0, truth, ~truth)
 
 
 def object_descriptor_counts(tiles: np.ndarray, colours: np.ndarray, carry: np.ndarray | None = None

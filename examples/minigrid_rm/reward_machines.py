@@ -54,14 +54,23 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .propositions import MATCH, NUM_PROPS, PROP_D1, PROP_D2, PROP_KIND, prop_id, prop_name
+from .propositions import (
+    MATCH,
+    NUM_PROPS,
+    PROP_D1,
+    PROP_D2,
+    PROP_KIND,
+    literals_from_label,
+    prop_id,
+    prop_name,
+)
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
     "IMPLIES", "MAX_EDGES", "MAX_LITERALS", "MAX_STATES", "RewardMachine", "is_sequential", "literal",
-    "rm_from_edges", "rm_paths_count", "rm_props", "rm_step", "rm_to_str", "sample_random_walk_rm",
-    "sample_sequential_rm", "sequential_rm",
+    "rm_from_edges", "rm_paths_count", "rm_props", "rm_step", "rm_step_literals", "rm_to_str",
+    "sample_random_walk_rm", "sample_sequential_rm", "sequential_rm",
 ]
 
 MAX_STATES = 8
@@ -167,15 +176,36 @@ def sequential_rm(props: Sequence[int | str]) -> RewardMachine:
 
 def rm_step(rm: RewardMachine, u: jax.Array, lab: jax.Array) -> tuple[jax.Array, jax.Array]:
     """``(delta(u, L), R(u, u'))``: the next RM state and the sparse reward, for label ``lab`` (bool[889])."""
-    ext = jnp.concatenate([jnp.ones(1, bool), lab])
-    lits = rm.edge_lits
-    truth = ext[jnp.abs(lits)]
-    val = jnp.where(lits >= 0, truth, ~truth)
+    return rm_step_literals(rm, u, literals_from_label(lab, rm.edge_lits))
+
+
+def rm_step_literals(rm: RewardMachine, u: jax.Array, val: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """:func:`rm_step` given the values ``val`` (``bool[MAX_EDGES, MAX_LITERALS]``, padding true) of the
+    RM's own literals, e.g. from :func:`~magister.examples.minigrid_rm.propositions.literal_truth`."""
     sat = (rm.edge_src == u) & (rm.edge_src >= 0) & jnp.all(val, axis=-1) & (u != rm.accepting)
     fire = jnp.any(sat)
     nxt = jnp.where(fire, rm.edge_dst[jnp.argmax(sat)], u)
     reward = ((nxt == rm.accepting) & (u != rm.accepting)).astype(jnp.float32)
     return nxt.astype(jnp.int32), reward
+
+
+def uniform_int(u: jax.Array, lo: jax.Array | int, hi: jax.Array | int) -> jax.Array:
+    """``U{lo .. hi}`` (inclusive) from uniforms ``u`` in ``[0, 1)`` (traceable, elementwise)."""
+    lo = jnp.asarray(lo, jnp.int32)
+    hi = jnp.asarray(hi, jnp.int32)
+    return jnp.minimum(lo + jnp.floor(u * (hi - lo + 1).astype(jnp.float32)).astype(jnp.int32), hi)
+
+
+def uniform_choice(u: jax.Array, mask: jax.Array) -> jax.Array:
+    """A uniform index among the true entries of ``mask`` (last axis) for each uniform in ``u``.
+
+    ``u``: ``[...]``, ``mask``: ``bool[n]``; all-false masks give index 0. (All the samplers draw their
+    random numbers as one ``jax.random.uniform`` array: each separate random call costs about a second of
+    XLA compilation on CPU.)
+    """
+    cum = jnp.cumsum(mask.astype(jnp.int32))
+    k = uniform_int(u, 0, jnp.maximum(cum[-1], 1) - 1)
+    return jnp.argmax(cum > k[..., None], axis=-1).astype(jnp.int32)
 
 
 def sample_sequential_rm(
@@ -192,14 +222,13 @@ def sample_sequential_rm(
     if not 1 <= min_transitions <= max_transitions <= MAX_STATES - 1:
         raise ValueError(f"need 1 <= min_transitions <= max_transitions <= {MAX_STATES - 1}, "
                          f"got {min_transitions}, {max_transitions}")
-    k1, k2 = jax.random.split(key)
-    k = jax.random.randint(k1, (), min_transitions, max_transitions + 1)
+    u = jax.random.uniform(key, (MAX_EDGES + 1,))
+    k = uniform_int(u[0], min_transitions, max_transitions)
     if allowed is None:
-        props = jax.random.randint(k2, (MAX_EDGES,), 0, NUM_PROPS)
+        props = uniform_int(u[1:], 0, NUM_PROPS - 1)
     else:
         ok = jnp.where(jnp.any(allowed), allowed, True)
-        logits = jnp.where(ok, 0.0, -jnp.inf)
-        props = jax.random.categorical(k2, logits, shape=(MAX_EDGES,))
+        props = uniform_choice(u[1:], ok)
     return _sequential_arrays(props, k)
 
 
