@@ -281,6 +281,8 @@ def main() -> None:
     ap.add_argument("--plot", type=str, default=None)
     ap.add_argument("--skip-env", action="store_true")
     ap.add_argument("--speed", action="store_true", help="the speed targets against xminigrid (see above)")
+    ap.add_argument("--write-results", action="store_true",
+                    help="--speed: write the output into docs/results.md and benchmarks/README.md")
     ap.add_argument("--rounds", type=int, default=2, help="--speed: alternating rounds")
     ap.add_argument("--xmg-python", default="/work/bench-venv-xmg/bin/python",
                     help="--speed: python of the xminigrid venv (benchmarks/_xminigrid_env.sh)")
@@ -297,8 +299,14 @@ def main() -> None:
         print(json.dumps(fn))
         return
     print(f"backend: {jax.default_backend()}  devices: {jax.devices()}")
+    if a.write_results and not a.speed:
+        raise ValueError("--write-results writes the speed comparison: pass --speed with it")
     if a.speed:
-        speed(a.envs, a.steps, a.rounds, a.xmg_python, a.before)
+        from magister.examples.results import BENCHMARKS_README, RESULTS_PAGE, machine, recording
+
+        with recording("jax-minigrid-rm", enabled=a.write_results, pages=(RESULTS_PAGE, BENCHMARKS_README)):
+            print(f"start: {machine()}")
+            speed(a.envs, a.steps, a.rounds, a.xmg_python, a.before)
         return
     if a.solvability:
         solvable_fractions(a.batches, a.batch_size, a.seed, tuple(a.tasks))
