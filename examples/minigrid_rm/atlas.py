@@ -133,9 +133,15 @@ def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, list[float]]]
     ap.add_argument("--eval-every", type=int, default=50)
     ap.add_argument("--heldout", type=int, default=128, help="held-out solvable level-conditioned problems")
     ap.add_argument("--out", type=str, default="atlas_out")
+    ap.add_argument("--write-results", action="store_true",
+                    help="write the table and plot into docs/results.md and docs/img/ (a source checkout)")
     a = ap.parse_args(argv)
     if a.seeds < 1:
         raise SystemExit(f"--seeds must be >= 1, got {a.seeds}")
+    if a.write_results:
+        from magister.examples import results as results_page
+
+        results_page.check_section(results_page.RESULTS_PAGE, "atlas")  # before the run, not after
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     logging.getLogger(ppo.__name__).setLevel(logging.WARNING)  # one line per run, not per log row
     out = Path(a.out)
@@ -152,6 +158,14 @@ def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, list[float]]]
     logger.info("end of training, mean ± std over %d seeds (%d env steps each):\n%s", a.seeds,
                 a.updates * a.envs * a.steps, "\n".join(lines))
     logger.info("written: %s, %s", out / "summary.json", out / "atlas.png")
+    if a.write_results:
+        text = (f"end of training, mean ± std over {a.seeds} seeds ({a.updates * a.envs * a.steps} env steps "
+                "each):\n" + "\n".join(lines))
+        command = results_page.command_line(None if argv is None else ["", *argv],
+                                            module="magister.examples.minigrid_rm.atlas")
+        images = [results_page.save_image(out / "atlas.png", "atlas.png")]
+        results_page.write_section(results_page.RESULTS_PAGE, "atlas", results_page.text_block(text), command,
+                                   images=images)
     return summary
 
 
