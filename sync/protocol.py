@@ -847,19 +847,22 @@ def _decode(frames: Sequence[Any], max_header_bytes: int, kinds: dict[int, type[
 
 # -- the sequencing envelope of the ZeroMQ transport ---------------------------------------------------
 #
-# A client that wants its messages delivered exactly once across reconnects puts one small frame in front of
-# each message: ``ENVELOPE_MAGIC, kind, seq, ack`` (:func:`pack_envelope`). A msgpack header never starts
-# with the magic, so a message without the frame is still read as before (unsequenced: a hello, or a peer
-# that does not sequence). ``DATA`` frames carry a message: ``seq`` numbers it (1, 2, ... per sender and
-# registration), ``ack`` is the highest ``seq`` received in order from the other side. ``PING`` (client ->
-# server, no message) asks the server to send again its replies after ``ack`` and to answer ``PONG``, whose
-# ``ack`` tells the client from where to send its own again. Each side drops what it already has (``seq`` at
-# or below what it received) and what comes after a gap (it answers, or sends, a ``PONG`` / ``PING``).
+# A client that wants its messages delivered exactly once across reconnects puts 21 bytes in front of each
+# message's first frame: ``ENVELOPE_MAGIC, kind, seq, ack`` (:func:`pack_envelope`; in the same frame, so a
+# message costs no extra frame). A msgpack header never starts with the magic, so a message without it is
+# still read as before (unsequenced: a hello, or a peer that does not sequence). ``DATA`` carries a message:
+# ``seq`` numbers it (1, 2, ... per sender and registration), ``ack`` is the highest ``seq`` received in
+# order from the other side. ``PING`` (client -> server, no message) asks the server to send again its
+# replies after ``ack`` and to answer ``PONG``, whose ``ack`` tells the client from where to send its own
+# again. Each side drops what it already has (``seq`` at or below what it received) and what comes after a
+# gap (it answers, or sends, a ``PONG`` / ``PING``).
 
 ENVELOPE_MAGIC = b"MGSQ"
 #: Envelope kinds: a sequenced message, a request for a resend (and a liveness probe), the answer to one.
 DATA, PING, PONG = 0, 1, 2
 _ENVELOPE = struct.Struct("<4sBqq")
+#: Bytes the envelope takes at the start of a message's first frame.
+ENVELOPE_SIZE = _ENVELOPE.size
 
 
 def pack_envelope(kind: int, seq: int, ack: int) -> bytes:
@@ -872,19 +875,22 @@ def pack_envelope(kind: int, seq: int, ack: int) -> bytes:
 
 
 def unpack_envelope(frame: Any) -> tuple[int, int, int] | None:
-    """``(kind, seq, ack)`` of an envelope frame; ``None`` when ``frame`` is not one (a message's header).
+    """``(kind, seq, ack)`` of the envelope at the start of ``frame``; ``None`` when it has none (it starts
+    with a message's header). The message, if any, follows in the same frame from :data:`ENVELOPE_SIZE`.
 
     Raises :class:`ProtocolError` for a frame that starts like an envelope but is not a valid one.
 
     >>> unpack_envelope(encode(TaskRequest(0, 1))[0]) is None
     True
+    >>> unpack_envelope(pack_envelope(DATA, 4, 2) + encode(TaskRequest(0, 1))[0])
+    (0, 4, 2)
     """
     buf = frame.buffer if hasattr(frame, "buffer") else frame
     if len(buf) < 4 or bytes(buf[:4]) != ENVELOPE_MAGIC:
         return None
-    if len(buf) != _ENVELOPE.size:
-        raise ProtocolError(f"malformed envelope frame: {len(buf)} bytes, expected {_ENVELOPE.size}")
-    _, kind, seq, ack = _ENVELOPE.unpack(buf)
+    if len(buf) < ENVELOPE_SIZE:
+        raise ProtocolError(f"malformed envelope: {len(buf)} bytes, expected at least {ENVELOPE_SIZE}")
+    _, kind, seq, ack = _ENVELOPE.unpack_from(buf)
     if kind not in (DATA, PING, PONG) or seq < 0 or ack < 0:
         raise ProtocolError(f"malformed envelope frame: kind {kind}, seq {seq}, ack {ack}")
     return kind, seq, ack

@@ -827,7 +827,7 @@ class CurriculumServer(ServedCurriculum):
         frames = P.encode(msg)
         if peer is not None and peer.sequenced:  # numbered, and kept until the env acknowledges it
             peer.tx += 1
-            frames = [P.pack_envelope(P.DATA, peer.tx, peer.rx), *frames]
+            frames = [P.pack_envelope(P.DATA, peer.tx, peer.rx) + frames[0], *frames[1:]]
             peer.sent.append((peer.tx, frames))
             if len(peer.sent) > MAX_UNACKED_REPLIES:
                 peer.sent.popleft()
@@ -901,8 +901,10 @@ class CurriculumServer(ServedCurriculum):
             if envelope is not None:
                 if not self._sequence(identity, peer, envelope):
                     return
-                frames = frames[1:]
-            msg = P.decode(frames[1:], max_header_bytes=self._max_header)
+                body = [frames[1].buffer[P.ENVELOPE_SIZE:], *frames[2:]]
+            else:
+                body = frames[1:]
+            msg = P.decode(body, max_header_bytes=self._max_header)
         except P.ProtocolVersionError as exc:
             self.core.note_malformed(env_id)
             self._error(identity, "version", str(exc), -1 if env_id is None else env_id)

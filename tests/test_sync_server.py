@@ -838,7 +838,7 @@ def test_server_applies_a_batch_in_order_and_answers_its_requests_once():
             assert sock.poll(5000), "no reply from the server"
             frames = sock.recv_multipart()
             assert P.unpack_envelope(frames[0])[0] == P.DATA  # replies to this client are numbered
-            replies.append(P.decode(frames[1:]))
+            replies.append(P.decode([frames[0][P.ENVELOPE_SIZE:], *frames[1:]]))
         err, tasks = replies
         assert isinstance(err, P.Error) and err.code == "unknown_task"
         assert isinstance(tasks, P.Tasks) and len(tasks.task_ids) == 3  # 2 + 1, in one reply

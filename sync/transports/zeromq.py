@@ -183,7 +183,7 @@ class ZmqTransport(Transport):
         if len(unacked) > MAX_UNACKED:  # a server that far behind is gone: the feed finds out waiting
             unacked.popleft()
         self._write(
-            [P.pack_envelope(P.DATA, seq, self.rx), *frames],
+            [P.pack_envelope(P.DATA, seq, self.rx) + frames[0], *frames[1:]],
             f"batch of {len(items)} messages" if len(items) > 1 else "message",
         )
 
@@ -203,7 +203,7 @@ class ZmqTransport(Transport):
     def _write(self, frames: list[Any], what: str) -> None:
         sock = self.socket
         assert sock is not None
-        copy = len(frames) <= 2  # zero-copy only pays off for large array frames
+        copy = len(frames) == 1  # zero-copy only pays off for large array frames
         self.last_send = time.monotonic()
         try:
             sock.send_multipart(frames, zmq.NOBLOCK, copy=copy)
@@ -253,7 +253,7 @@ class ZmqTransport(Transport):
             unacked.popleft()
         if kind == P.PONG:  # what is still unacknowledged was sent before this and never arrived
             for n, sent in list(unacked):
-                self._write([P.pack_envelope(P.DATA, n, self.rx), *sent], "message sent again")
+                self._write([P.pack_envelope(P.DATA, n, self.rx) + sent[0], *sent[1:]], "message sent again")
                 self.resent += 1
             return []
         if seq <= self.rx:
@@ -265,7 +265,7 @@ class ZmqTransport(Transport):
                 self.ping()
             return []
         self.rx, self._reported_gap = seq, False
-        return [P.decode(frames[1:])]
+        return [P.decode([frames[0].buffer[P.ENVELOPE_SIZE:], *frames[1:]])]
 
     def close(self, wait: bool = True, linger: float | None = None) -> None:
         """Close the socket: letting queued messages go out for at most ``linger`` seconds (default the
