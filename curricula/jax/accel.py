@@ -43,11 +43,12 @@ MutateFn = Callable[[jax.Array, Level], Level]
 
 @dataclass(frozen=True)
 class ACCELConfig(RobustPLRConfig):
-    """ACCEL settings: PLR⊥'s plus the edit count; defaults: ``ACCEL``'s.
+    """ACCEL settings: PLR⊥'s plus the edit count; defaults: ``ACCEL``'s. The other fields are as for
+    :class:`~magister.curricula.jax.plr.PLRConfig`.
 
     Args:
-        min_edits, max_edits: edits per child, ``n ~ U{min_edits .. max_edits}``.
-        Others: as :class:`~magister.curricula.jax.plr.PLRConfig`.
+        min_edits: fewest edits per child (``n ~ U{min_edits .. max_edits}``).
+        max_edits: most edits per child.
     """
 
     replay_prob: float | None = 0.9

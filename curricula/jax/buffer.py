@@ -215,9 +215,12 @@ def update_buffer(
     scheme).
 
     Args:
-        levels: the scored levels ``[B, ...]``. hashes: ``u32[B]`` (:func:`hash_levels`).
-        scores: ``f32[B]``. max_returns: ``f32[B]``, best return seen (default 0).
-        generation, num_edits: ACCEL provenance of inserted levels (default 0).
+        levels: the scored levels ``[B, ...]``.
+        hashes: ``u32[B]`` (:func:`hash_levels`).
+        scores: ``f32[B]``.
+        max_returns: ``f32[B]``, best return seen (default 0).
+        generation: ACCEL provenance of inserted levels: their generation (default 0).
+        num_edits: ACCEL provenance of inserted levels: their edit count (default 0).
         mask: ``bool[B]``, the entries to apply (default all).
     """
     b = scores.shape[0]

@@ -86,7 +86,8 @@ class PLRConfig:
         min_fill_ratio: replay only once ``size >= min_fill_ratio * capacity``.
         score: the score :func:`~magister.curricula.jax.scoring.rollout_scores` computes.
         robust: PLR⊥, new levels are evaluation-only (``train=False``).
-        gamma, gae_lambda: for the GAE advantages your learner computes the scores from.
+        gamma: discount of the GAE advantages your learner computes the scores from.
+        gae_lambda: lambda of those GAE advantages.
         num_levels: the number of distinct levels when finite (the Python class reads it from the task
             space; ``None``: unbounded).
     """
