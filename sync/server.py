@@ -71,7 +71,7 @@ import time
 import weakref
 from collections import OrderedDict, deque
 from collections.abc import Hashable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
@@ -656,12 +656,9 @@ class _Peer:
     last_seen: float
     rx: int = 0  # the highest sequence number applied from the env
     tx: int = 0  # the sequence number of the last reply sent to it
-    sent: deque = None  # type: ignore[assignment]  # (seq, frames) of replies it has not acknowledged
+    sent: deque = field(default_factory=deque)  # (seq, frames) of replies it has not acknowledged
     sequenced: bool = False  # it sends envelopes (so replies carry them)
     gap: bool = False  # a gap was reported to it since its last in-order message
-
-    def __post_init__(self) -> None:
-        self.sent = deque()
 
 
 #: Most replies a server keeps per env for a resend (older ones are dropped: a client that far behind
