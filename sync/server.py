@@ -507,6 +507,9 @@ class SyncCore:
         return replies
 
     def _apply_update(self, c: EnvCounters, msg: P.Message) -> P.Message | None:
+        if msg.__class__ is P.EpisodeUpdate:  # (the most frequent update first)
+            self._apply_episode(c, msg)  # type: ignore[arg-type]
+            return None
         cur = self.curriculum
         if isinstance(msg, P.StepUpdate):
             total = float(msg.rewards.sum())  # finite for finite rewards (unless they overflow the sum)
@@ -549,24 +552,8 @@ class SyncCore:
                 self._call("update_on_step_batch", batch, msg.env_id)
             c.steps_applied += len(batch)
             return None
-        if isinstance(msg, P.EpisodeUpdate):
-            if not math.isfinite(msg.episode_return):
-                raise SyncRejected("non_finite", f"episode return must be finite, got {msg.episode_return!r}")
-            self._check_progress("episode progress", msg.progress)
-            task = self._resolve(msg.env_id, msg.task_id, msg.task)
-            if msg.ended and getattr(cur, "requires_episode_updates", True):
-                args = (msg.episode_return, msg.length, task, msg.progress, msg.env_id)
-                kwargs = self._metadata(msg.env_id, msg.task_id, self.episode_metadata)
-                if self.episode_takes_extras and msg.extras:
-                    kwargs["extras"] = msg.extras
-                self._call("update_on_episode", *args, **kwargs)
-            if msg.task_id != -1:
-                del self._in_flight[msg.env_id][msg.task_id]
-                c.tasks_consumed += 1
-            if msg.ended:
-                c.episodes_applied += 1
-            else:  # cut short by an early reset or a close: the task was used, no episode ended
-                c.episodes_abandoned += 1
+        if isinstance(msg, P.EpisodeUpdate):  # (a subclass: the class check above takes the others)
+            self._apply_episode(c, msg)
             return None
         if isinstance(msg, P.ProgressUpdate):
             self._check_progress("task progress", msg.progress)
@@ -590,6 +577,26 @@ class SyncCore:
             c.tasks_returned += len(msg.returned_task_ids)
             return P.Goodbye(msg.env_id, msg.returned_task_ids)
         raise SyncRejected("bad_request", f"an env may not send {type(msg).__name__} messages")
+
+    def _apply_episode(self, c: EnvCounters, msg: P.EpisodeUpdate) -> None:
+        if not math.isfinite(msg.episode_return):
+            raise SyncRejected("non_finite", f"episode return must be finite, got {msg.episode_return!r}")
+        self._check_progress("episode progress", msg.progress)
+        env_id, task_id = msg.env_id, msg.task_id
+        task = self._resolve(env_id, task_id, msg.task)
+        if msg.ended and getattr(self.curriculum, "requires_episode_updates", True):
+            kwargs = self._metadata(env_id, task_id, self.episode_metadata) if self.episode_metadata else {}
+            if self.episode_takes_extras and msg.extras:
+                kwargs["extras"] = msg.extras
+            self._call("update_on_episode", msg.episode_return, msg.length, task, msg.progress, env_id,
+                       **kwargs)
+        if task_id != -1:
+            del self._in_flight[env_id][task_id]
+            c.tasks_consumed += 1
+        if msg.ended:
+            c.episodes_applied += 1
+        else:  # cut short by an early reset or a close: the task was used, no episode ended
+            c.episodes_abandoned += 1
 
     def _call(self, method: str, *args: Any, **kwargs: Any) -> None:
         try:

@@ -189,6 +189,44 @@ def test_episode_update_roundtrip(env_id, task_id, task, ret, length, progress, 
     assert out.episode_return == ret or (math.isinf(ret) and out.episode_return == ret)
 
 
+_any_field = st.one_of(
+    st.integers(-3, 3), st.booleans(), st.floats(-2, 2), st.none(), st.text(max_size=2),
+    st.dictionaries(st.text(max_size=2), st.integers(-9, 9), max_size=2),
+    st.lists(st.integers(-9, 9), max_size=2),
+)
+
+
+@given(st.lists(_any_field, min_size=7, max_size=10))
+def test_episode_update_decoding_checks_like_the_constructor(values):
+    """Decoding takes a shortcut for the fields a client sends (exact types, in range): on any field values
+    it gives what the checked constructor gives, and refuses what it refuses."""
+    frames = [msgpack.packb((P.PROTOCOL_VERSION, P.EpisodeUpdate.KIND, tuple(values)), use_bin_type=True)]
+    try:
+        expected = P.EpisodeUpdate(*values)
+    except (P.ProtocolError, TypeError, ValueError):
+        expected = None
+    if expected is None:
+        with pytest.raises(P.ProtocolError):
+            P.decode(frames)
+        return
+    out = P.decode(frames)
+    assert out == expected
+    assert [type(getattr(out, f)) for f in ("env_id", "task_id", "episode_return", "length", "ended")] == [
+        type(getattr(expected, f)) for f in ("env_id", "task_id", "episode_return", "length", "ended")
+    ]
+
+
+def test_episode_update_decoding_refuses_near_misses():
+    ok = (0, 5, 1, 2.0, 10, 0.5, True, {}, 0)
+    assert P.decode(P.encode(P.EpisodeUpdate(*ok))) == P.EpisodeUpdate(*ok)
+    for i, bad in ((0, -1), (0, True), (1, -2), (4, -1), (8, -1), (6, 1), (7, [])):
+        values = list(ok)
+        values[i] = bad
+        frames = [msgpack.packb((P.PROTOCOL_VERSION, P.EpisodeUpdate.KIND, tuple(values)), use_bin_type=True)]
+        with pytest.raises(P.ProtocolError):
+            P.decode(frames)
+
+
 @given(env_ids, st.integers(-1, 2**40), tasks, st.floats(0, 1), st.booleans(), st.integers(0, 4096))
 def test_progress_update_roundtrip(env_id, task_id, task, progress, done, request):
     out = _roundtrip(P.ProgressUpdate(env_id, task_id, task, progress, done, request))

@@ -26,8 +26,10 @@ PLR⊥/ACCEL ``buffer_size`` 1000                4000 (``RobustPLR``;        a C
 SFL ``batch_size`` (N)     64                  200                         each refresh evaluates N
                                                                             candidates 4 times on the
                                                                             CPU
-SFL ``update_period`` (T)  5                   25                          a 50-update run refreshes
-                                                                            10 times, not twice
+SFL ``update_period`` (T)  10                  25                          a 50-update run refreshes
+                                                                            5 times, not twice (each
+                                                                            refresh costs about a third
+                                                                            of an update)
 SFL ``buffer_size`` (K)    16                  10                          half of a 32-env batch
                                                                             comes from the buffer
 SFL ``sample_ratio`` (rho) 0.5                 1.0                         keeps half of each batch on
@@ -87,7 +89,7 @@ SCORES = ("max_mc", "positive_value_loss", "learnability")
 #: ``{config: {field: (trainer default, library default)}}``.
 CPU_SCALE: dict[str, dict[str, tuple[Any, Any]]] = {
     "curriculum": {"buffer_size": (1000, 4000)},
-    "sfl": {"batch_size": (64, 200), "update_period": (5, 25), "buffer_size": (16, 10),
+    "sfl": {"batch_size": (64, 200), "update_period": (10, 25), "buffer_size": (16, 10),
             "sample_ratio": (0.5, 1.0)},
 }
 

@@ -351,7 +351,7 @@ class TrainConfig:
     max_grad_norm: float = 0.5
     curriculum: C.CurriculumConfig = field(default_factory=lambda: C.CurriculumConfig(buffer_size=1000))
     sfl: C.SFLConfig = field(default_factory=lambda: C.SFLConfig(batch_size=64, buffer_size=16,
-                                                                 update_period=5, sample_ratio=0.5))
+                                                                 update_period=10, sample_ratio=0.5))
     mutation: MutationConfig = MutationConfig()
     net: NetConfig = NetConfig()
     seed: int = 0
