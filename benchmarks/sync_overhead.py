@@ -61,9 +61,11 @@ divides.
 A last section (``--paired N``, default 400 episodes per stack) measures the overhead without the drift
 of a shared machine: the bare env, the episodic stack, the per-step stack, ``info-keys-only`` (a bare
 wrapper that only adds the sync wrapper's four keys to every step's info: what the per-step annotation
-alone costs, the floor of any stack that makes it) and, unless ``--no-reference``, syllabus-rl's
-episodic and per-step stacks (their curriculum's update thread in this process) play *alternating*
-episodes on one NetHack env in this process (each magister stack's curriculum server in its own
+alone costs, the floor of any stack that makes it), ``info-keys-twice`` (two such wrappers: the floor of a
+stack with two frames per step, as the episodic stack has, a task wrapper's and the sync wrapper's; with
+the episodic stack's server column it is printed as that stack's floor) and, unless ``--no-reference``,
+syllabus-rl's episodic and per-step stacks (their curriculum's update thread in this process) play
+*alternating* episodes on one NetHack env in this process (each magister stack's curriculum server in its own
 process). It reports each stack's CPU per episode, its difference to the bare env (with its standard
 error), its server's CPU per episode and the resulting ratio, then each magister overhead as a share of
 the reference's. Unless ``--no-ray``, a second alternation does the same for the episodic stack on the
@@ -744,6 +746,18 @@ def _paired_lines(cpu: dict[str, list[float]], server_cpu: dict[str, float]) -> 
     return lines
 
 
+def _floor_line(cpu: dict[str, list[float]], server_cpu: dict[str, float]) -> str:
+    """The floor of the episodic stack in this alternation: its two frames per step (the task wrapper's and
+    the sync wrapper's, each at least an annotating frame: ``info-keys-twice``) plus its server's share,
+    with no reset, report or feed work at all."""
+    none = float(np.mean(cpu["none"]))
+    floor = float(np.mean(np.subtract(cpu["info-keys-twice"], cpu["none"]))) + server_cpu["magister-episodic"]
+    return (
+        f"floor of magister-episodic (info-keys-twice + its server column): {1e6 * floor:+.0f} µs per "
+        f"episode, {1 + floor / none:.3f}x"
+    )
+
+
 def _paired_reference(
     ours_cpu: dict[str, list[float]], ours_server: dict[str, float], episodes: int, max_steps: int
 ) -> list[str]:
@@ -800,7 +814,11 @@ def paired_report(
     CPU is the "server" column; Ray runs only during that alternation).
     """
     base = _make_env(max_steps)
-    stacks: dict[str, gym.Env] = {"none": base, "info-keys-only": InfoKeysOnly(base)}
+    stacks: dict[str, gym.Env] = {
+        "none": base,
+        "info-keys-only": InfoKeysOnly(base),
+        "info-keys-twice": InfoKeysOnly(InfoKeysOnly(base)),
+    }
     servers = []
     for name, steps in (("magister-episodic", False), ("magister-step", True)):
         out, stop = ctx.Queue(), ctx.Event()
@@ -821,6 +839,7 @@ def paired_report(
         f"{'stack':22s} {'env process':>12s} {'+ vs none':>10s} {'(se)':>6s} {'server':>8s} {'total +':>9s} "
         f"{'ratio':>7s}",
         *_paired_lines(cpu, server_cpu),
+        _floor_line(cpu, server_cpu),
     ]
     if with_reference:
         lines += _paired_reference(cpu, server_cpu, episodes, max_steps)
@@ -861,7 +880,9 @@ def paired_report(
         "thread, the flusher, Ray's threads); server: the curriculum server process's (or Ray actor's) CPU "
         "over the run / episodes; ratio: (none + total extra) / none. info-keys-only: a bare wrapper that "
         "only adds the sync wrapper's four info keys to every step's info (the floor of any stack that "
-        "annotates each step with its task, train flag and progress, as the sync wrappers must)."
+        "annotates each step with its task, train flag and progress, as the sync wrappers must); "
+        "info-keys-twice: two of them (the floor of two wrapper frames per step: the task wrapper's and the "
+        "sync wrapper's)."
     )
     return lines
 
