@@ -11,8 +11,8 @@ dependency); ``jax_minigrid_rm.py`` calls it through a subprocess and reads the 
   minibatches. The same settings as magister's trainer (gamma 0.99, lambda 0.9, lr 3e-4, clip 0.2, value
   coefficient 0.5, entropy 0.01, gradient norm 0.5).
 
-Both print ``{"mode": ..., "steps_per_s": ..., "compile_s": ...}`` (compile = first call, excluded from the
-rate; the rate is the best of ``--repeats`` timed blocks).
+Both print ``{"mode": ..., "steps_per_s": ..., "compile_s": ..., "backend": ..., "device": ...}`` (compile =
+first call, excluded from the rate; the rate is the best of ``--repeats`` timed blocks).
 
 Usage: ``/work/bench-venv-xmg/bin/python benchmarks/_xminigrid_ppo.py ppo --envs 128 --steps 64``
 """
@@ -168,7 +168,8 @@ def main() -> None:
             jax.block_until_ready(run(jax.random.PRNGKey(1 + r * a.calls + i)))
         best = max(best, a.calls * per_call / (time.perf_counter() - t))
     print(json.dumps({"mode": a.mode, "env": ENV_ID, "envs": a.envs, "steps": a.steps, "steps_per_s": best,
-                      "compile_s": compile_s, "backend": jax.default_backend()}))
+                      "compile_s": compile_s, "backend": jax.default_backend(),
+                      "device": jax.devices()[0].device_kind}))
 
 
 if __name__ == "__main__":

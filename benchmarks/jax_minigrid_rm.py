@@ -29,6 +29,14 @@ ratios of all rounds (the machine's drift between subprocesses would otherwise m
 target's margin). ``--before DIR`` also measures another checkout of magister (``DIR``
 holds a ``magister`` folder, e.g. ``git archive <commit>`` unpacked) in the same rounds.
 
+``--speed`` runs on whatever backend JAX finds (a GPU when one is visible; nothing here pins the CPU): the
+parent process only starts subprocesses and never initializes a backend itself (on a GPU it would hold the
+memory its workers need), a probe subprocess names the backend and device first, every worker reports its
+own, and the output names them. The one-thread settings (``OMP_NUM_THREADS``, XLA's CPU flags) stay on
+every backend; on a GPU they leave the device's work as it is. With ``--write-results`` the output goes
+into the section ``jax-minigrid-rm`` on the CPU, ``jax-minigrid-rm-gpu`` on a GPU (so a GPU run does not
+replace the CPU figures).
+
 Usage::
 
     python benchmarks/jax_minigrid_rm.py                    # defaults: 32 envs x 64 steps, 60 updates
@@ -50,13 +58,15 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from magister.examples.minigrid_rm import ppo
-from magister.examples.minigrid_rm.env import NUM_ACTIONS
-from magister.examples.minigrid_rm.levels import ProblemSampler, sample_problem, solvable_batch
-from magister.examples.minigrid_rm.problem import auto_reset_step, reset
+# The magister.examples.minigrid_rm modules are imported inside the functions that use them: importing them
+# initializes JAX's backend (module-level constants), which the --speed parent must not do.
 
 
 def env_steps_per_s(n_envs: int, n_steps: int, repeats: int = 3) -> float:
+    from magister.examples.minigrid_rm.env import NUM_ACTIONS
+    from magister.examples.minigrid_rm.levels import ProblemSampler, sample_problem
+    from magister.examples.minigrid_rm.problem import auto_reset_step, reset
+
     keys = jax.random.split(jax.random.PRNGKey(0), n_envs)
     probs = jax.jit(jax.vmap(sample_problem, in_axes=(0, None)), static_argnums=1)(keys, ProblemSampler())
 
@@ -82,6 +92,8 @@ def env_steps_per_s(n_envs: int, n_steps: int, repeats: int = 3) -> float:
 def solvable_fractions(batches: int, batch_size: int, seed: int = 0,
                        tasks: tuple[str, ...] = ("sequential", "random_walk")) -> None:
     """Print ATLAS's Table 3: solvable % per (task sampler, problem sampler), mean +- std over batches."""
+    from magister.examples.minigrid_rm.levels import ProblemSampler, sample_problem, solvable_batch
+
     sample = jax.jit(jax.vmap(sample_problem, in_axes=(0, None)), static_argnums=1)
     print(f"solvable fraction (%), {batches} batches of {batch_size} (paper, Table 3: sequential 2.7 / 83.4, "
           "DAG 3.9 / 84.8)")
@@ -102,6 +114,9 @@ def train_round_robin(methods: tuple[str, ...], envs: int, steps: int, updates: 
                       ) -> tuple[dict[str, float], dict[str, list]]:
     """Train every method for ``updates`` updates, one update of each in turn (so that load changes on a
     shared machine hit all methods alike); returns steps/s (compile excluded) and composition curves."""
+    from magister.examples.minigrid_rm import ppo
+    from magister.examples.minigrid_rm.levels import solvable_batch
+
     states, fns, cfgs = {}, {}, {}
     for m in methods:
         cfgs[m] = ppo.TrainConfig(method=m, num_envs=envs, rollout_len=steps, max_steps=steps,
@@ -143,9 +158,22 @@ _ONE_THREAD = {"OMP_NUM_THREADS": "1",
                "XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"}
 
 
+def backend_info() -> dict[str, str]:
+    """``{"backend": "cpu" | "gpu" | ..., "device": the first device's kind}`` of this process."""
+    return {"backend": jax.default_backend(), "device": jax.devices()[0].device_kind}
+
+
+def section_name(backend: str) -> str:
+    """The results section a ``--speed --write-results`` run on ``backend`` writes: ``jax-minigrid-rm`` on
+    the CPU, ``jax-minigrid-rm-<backend>`` elsewhere (a GPU run adds its figures beside the CPU's)."""
+    return "jax-minigrid-rm" if backend == "cpu" else f"jax-minigrid-rm-{backend}"
+
+
 def _worker_env(envs: int, steps: int, blocks: int = 3) -> dict:
     """magister env-only: random actions, auto-reset, and the observation (as xminigrid computes it)."""
-    from magister.examples.minigrid_rm.env import observe
+    from magister.examples.minigrid_rm.env import NUM_ACTIONS, observe
+    from magister.examples.minigrid_rm.levels import ProblemSampler, sample_problem
+    from magister.examples.minigrid_rm.problem import auto_reset_step, reset
 
     keys = jax.random.split(jax.random.PRNGKey(0), envs)
     probs = jax.jit(jax.vmap(sample_problem, in_axes=(0, None)), static_argnums=1)(keys, ProblemSampler())
@@ -170,13 +198,15 @@ def _worker_env(envs: int, steps: int, blocks: int = 3) -> dict:
         for i in range(5):
             jax.block_until_ready(run(probs, jax.random.PRNGKey(2 + 5 * b + i)))
         best = max(best, 5 * envs * steps / (time.perf_counter() - t))
-    return {"steps_per_s": best, "compile_s": compile_s}
+    return {"steps_per_s": best, "compile_s": compile_s, **backend_info()}
 
 
 def _trainer(method: str, envs: int, steps: int) -> tuple[int, dict]:
     """A compiled training loop of ``method``: ``(period, state)`` where ``state`` holds the train state
     (``ts``), ``block`` (``ts -> ts``: a refresh for SFL, as in ``ppo.train``, then ``period`` updates,
     blocking until done) and ``compile_s`` (the first update's time less a later one's)."""
+    from magister.examples.minigrid_rm import ppo
+
     cfg = ppo.TrainConfig(method=method, num_envs=envs, rollout_len=steps, minibatches=4, epochs=4)
     period = cfg.sfl.update_period
     ts = ppo.init_train_state(cfg)
@@ -221,7 +251,7 @@ def _worker_train(method: str, envs: int, steps: int, blocks: int = 3) -> dict:
         t = time.perf_counter()
         ts = tr["block"](ts)
         best = max(best, period * envs * steps / (time.perf_counter() - t))
-    return {"steps_per_s": best, "compile_s": tr["compile_s"]}
+    return {"steps_per_s": best, "compile_s": tr["compile_s"], **backend_info()}
 
 
 def _worker_sfl(envs: int, steps: int, pairs: int = 4) -> dict:
@@ -238,7 +268,19 @@ def _worker_sfl(envs: int, steps: int, pairs: int = 4) -> dict:
             tr["ts"] = tr["block"](tr["ts"])
             rate[name].append(period * envs * steps / (time.perf_counter() - t))
     return {"steps_per_s": max(rate["sfl"]), "compile_s": sfl["compile_s"],
-            "ratios": [s / d for s, d in zip(rate["sfl"], rate["dr"])]}
+            "ratios": [s / d for s, d in zip(rate["sfl"], rate["dr"])], **backend_info()}
+
+
+def _python_path(first: str) -> str:
+    """``first``, then the caller's own PYTHONPATH (where magister's dependencies may come from)."""
+    return os.pathsep.join(p for p in (first, os.environ.get("PYTHONPATH", "")) if p)
+
+
+def probe_backend(python: str = sys.executable) -> dict[str, str]:
+    """The backend and device a subprocess of ``python`` gets (the parent keeps its own backend unstarted)."""
+    code = "import json, jax; print(json.dumps({'backend': jax.default_backend(), " \
+           "'device': jax.devices()[0].device_kind}))"
+    return _run_json([python, "-c", code], {})
 
 
 def _run_json(cmd: list[str], extra_env: dict[str, str], timeout: float = 900.0) -> dict:
@@ -249,7 +291,10 @@ def _run_json(cmd: list[str], extra_env: dict[str, str], timeout: float = 900.0)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def speed(envs: int, steps: int, rounds: int, xmg_python: str, before: str | None) -> None:
+def speed(envs: int, steps: int, rounds: int, xmg_python: str, before: str | None,
+          backend: str = "cpu") -> None:
+    """Print the rounds and the targets' table (see the module's docstring); every worker must report
+    ``backend`` (the probe's), so that no figure silently comes from another device."""
     here = Path(__file__).resolve()
     import magister
 
@@ -265,10 +310,13 @@ def speed(envs: int, steps: int, rounds: int, xmg_python: str, before: str | Non
             if what != "sfl":
                 x = _run_json([xmg_python, str(here.parent / "_xminigrid_ppo.py"),
                                "env" if what == "env" else "ppo", *shape], {})
+                _same_backend(x, backend, "xminigrid")
                 res["xmg"].setdefault(what, []).append(x)
                 print(f"round {r + 1}: xminigrid {what}: {x['steps_per_s']:,.0f} steps/s", flush=True)
             for side, path in sides.items():
-                m = _run_json([sys.executable, str(here), "--worker", what, *shape], {"PYTHONPATH": path})
+                m = _run_json([sys.executable, str(here), "--worker", what, *shape],
+                              {"PYTHONPATH": _python_path(path)})
+                _same_backend(m, backend, f"magister ({side}) {what}")
                 res[side].setdefault(what, []).append(m)
                 pairs = (f"; SFL/DR per pair {', '.join(f'{x:.3f}' for x in m['ratios'])}"
                          if "ratios" in m else "")
@@ -287,8 +335,9 @@ def speed(envs: int, steps: int, rounds: int, xmg_python: str, before: str | Non
             return f"{best(side, 'sfl') / best(side, 'dr'):.2f}"
         return f"{float(np.median(ratios)):.3f}"
 
-    print(f"\nspeed targets ({envs} envs x {steps} steps, 4 epochs x 4 minibatches; one thread; best of "
-          f"{rounds} rounds; backend {jax.default_backend()})")
+    threads = "one thread" if backend == "cpu" else "XLA's CPU flags at one thread"
+    print(f"\nspeed targets ({envs} envs x {steps} steps, 4 epochs x 4 minibatches; {threads}; best of "
+          f"{rounds} rounds; backend {backend})")
     print(f"xminigrid DoorKey-8x8 env-only: {best('xmg', 'env'):,.0f} steps/s; minimal PPO: "
           f"{best('xmg', 'dr'):,.0f} steps/s (compile {comp('xmg', 'dr'):.1f} s)")
     cols = list(sides)
@@ -305,6 +354,12 @@ def speed(envs: int, steps: int, rounds: int, xmg_python: str, before: str | Non
     ]
     for name, f, target in rows:
         print(f"{name:44s}" + "".join(f"{f(c):>12s}" for c in cols) + f"   {target}")
+
+
+def _same_backend(result: dict, backend: str, what: str) -> None:
+    got = result.get("backend", backend)  # (a --before checkout's worker may not report it)
+    if got != backend:
+        raise RuntimeError(f"{what} ran on {got}, not on the probed backend {backend}: pin both or neither")
 
 
 def main() -> None:
@@ -343,16 +398,22 @@ def main() -> None:
             fn = _worker_train(a.worker, a.envs, a.steps)
         print(json.dumps(fn))
         return
-    print(f"backend: {jax.default_backend()}  devices: {jax.devices()}")
     if a.write_results and not a.speed:
         raise ValueError("--write-results writes the speed comparison: pass --speed with it")
-    if a.speed:
+    if a.speed:  # this process starts no backend: the workers measure, each in its own subprocess
         from magister.examples.results import BENCHMARKS_README, RESULTS_PAGE, machine, recording
 
-        with recording("jax-minigrid-rm", enabled=a.write_results, pages=(RESULTS_PAGE, BENCHMARKS_README)):
+        probe = probe_backend()
+        with recording(section_name(probe["backend"]), enabled=a.write_results,
+                       pages=(RESULTS_PAGE, BENCHMARKS_README)):
             print(f"start: {machine()}")
-            speed(a.envs, a.steps, a.rounds, a.xmg_python, a.before)
+            print(f"backend: {probe['backend']}, device: {probe['device']}")
+            speed(a.envs, a.steps, a.rounds, a.xmg_python, a.before, probe["backend"])
         return
+    from magister.examples.minigrid_rm import ppo
+    from magister.examples.minigrid_rm.levels import ProblemSampler, sample_problem, solvable_batch
+
+    print(f"backend: {jax.default_backend()}  devices: {jax.devices()}")
     if a.solvability:
         solvable_fractions(a.batches, a.batch_size, a.seed, tuple(a.tasks))
         return

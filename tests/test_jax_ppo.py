@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
 import pytest
 
@@ -257,3 +258,85 @@ def test_atlas_summary_and_cli(tmp_path, capsys) -> None:
     assert e.value.code == 0 and "--seeds" in capsys.readouterr().out
     with pytest.raises(ValueError, match="method"):
         atlas.run(["sfl"], [0], 1, 8, 8, 8, 8, 1, 0, 4, tmp_path)
+
+
+def test_runs_that_differ_only_in_seed_share_one_compile(monkeypatch) -> None:
+    """ATLAS's seeds reuse their method's jitted functions (one compile per method, not per seed), and a
+    run with shared functions logs exactly what a run with its own does."""
+    cfg = ppo.TrainConfig(method="dr", num_envs=4, rollout_len=4, max_steps=4, updates=1, epochs=1,
+                          minibatches=2, net=TINY)
+    alone = ppo.train(cfg, log_every=1, progress=False)
+    made = []
+    real = ppo.make_update
+
+    def counting(c):
+        made.append(c.seed)
+        return real(c)
+
+    monkeypatch.setattr(ppo, "make_update", counting)
+    compiled: dict = {}
+    a = ppo.train(replace(cfg, seed=1, updates=2), log_every=1, progress=False, compiled=compiled)
+    b = ppo.train(cfg, log_every=1, progress=False, compiled=compiled)
+    assert made == [1] and len(compiled) == 1  # compiled once, for the first seed
+    assert [r["update"] for r in a] == [1, 2]
+    assert b == [{**alone[0], "steps_per_s_wall": b[0]["steps_per_s_wall"]}]  # only the wall rate differs
+    assert ppo.train_functions(replace(cfg, method="plr"), compiled) is not compiled[replace(cfg, seed=0)]
+
+
+def _benchmark():
+    import importlib.util
+
+    from magister.examples import results as R
+
+    path = R.ROOT / "benchmarks" / "jax_minigrid_rm.py"
+    spec = importlib.util.spec_from_file_location("jax_minigrid_rm", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    return bench
+
+
+def test_results_sections_follow_the_backend() -> None:
+    """A GPU run writes its own sections (the CPU's figures stay): jax-minigrid-rm-gpu, atlas-gpu."""
+    from magister.examples import results as R
+    from magister.examples.minigrid_rm import atlas
+
+    bench = _benchmark()
+    assert bench.section_name("cpu") == "jax-minigrid-rm"
+    assert bench.section_name("gpu") == "jax-minigrid-rm-gpu"
+    assert (atlas.section_name("cpu"), atlas.section_name("gpu")) == ("atlas", "atlas-gpu")
+    results_page = R.RESULTS_PAGE.read_text()
+    for name in ("jax-minigrid-rm", "jax-minigrid-rm-gpu", "atlas", "atlas-gpu"):
+        R.read_section(results_page, name)  # the markers are there
+    R.read_section(R.BENCHMARKS_README.read_text(), "jax-minigrid-rm-gpu")
+
+
+def test_speed_parent_starts_no_backend_and_workers_keep_the_python_path(tmp_path, monkeypatch) -> None:
+    """``--speed``'s parent process never initializes a JAX backend (on a GPU it would hold the memory its
+    workers measure with); its workers get magister's folder first, then the caller's PYTHONPATH."""
+    import os
+    import subprocess
+    import sys
+
+    from magister.examples import results as R
+
+    script = R.ROOT / "benchmarks" / "jax_minigrid_rm.py"
+    code = f"""
+import sys, runpy
+from jax._src import xla_bridge
+sys.argv = ["jax_minigrid_rm.py", "--speed", "--xmg-python", {str(tmp_path / "absent")!r}]
+try:
+    runpy.run_path({str(script)!r}, run_name="__main__")
+except SystemExit as e:
+    print("exit:", e)
+print("backends:", sorted(xla_bridge._backends))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "not found: build the baseline venv" in out.stdout and "backends: []" in out.stdout, out.stdout
+    bench = _benchmark()
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(["/deps/a", "/deps/b"]))
+    assert bench._python_path("/src") == os.pathsep.join(["/src", "/deps/a", "/deps/b"])
+    monkeypatch.delenv("PYTHONPATH")
+    assert bench._python_path("/src") == "/src"
+    probe = bench.probe_backend()
+    assert probe == {"backend": jax.default_backend(), "device": jax.devices()[0].device_kind}

@@ -13,7 +13,10 @@ PPO settings) for each seed; the run reports, over training and as mean ± stand
 * the solve rate and CVaR (10%, 50%) on held-out solvable level-conditioned problems.
 
 It writes ``summary.json``, ``atlas.png`` (the curves) and each run's ``metrics.jsonl`` under ``--out``.
-The defaults take about 30 minutes on 2 CPU cores; ``--updates`` and ``--envs`` scale it.
+The defaults take about 30 minutes on 2 CPU cores; ``--updates`` and ``--envs`` scale it. The seeds of a
+method share its compiled functions (one compile per method). It runs on JAX's default backend and prints
+it; with ``--write-results`` it writes the section ``atlas`` of the results page on the CPU and
+``atlas-<backend>`` elsewhere (``atlas-gpu``, plot ``atlas-gpu.png``), so GPU figures sit beside the CPU's.
 
 Run ``python -m magister.examples.minigrid_rm.atlas --help``.
 """
@@ -52,6 +55,7 @@ def run(methods: Sequence[str], seeds: Sequence[int], updates: int, envs: int, s
         if m not in METHODS:
             raise ValueError(f"method must be one of {METHODS}, got {m!r}")
     results: dict[str, list[list[dict]]] = {m: [] for m in methods}
+    compiled: dict = {}  # one compile per method, shared by its seeds
     for seed in seeds:
         for m in methods:
             cfg = ppo.TrainConfig(method=m, num_envs=envs, rollout_len=steps, max_steps=max_steps,
@@ -59,7 +63,7 @@ def run(methods: Sequence[str], seeds: Sequence[int], updates: int, envs: int, s
                                   curriculum=ppo.method_curriculum(m, buffer_size=buffer))
             t = time.perf_counter()
             rows = ppo.train(cfg, out / f"{m}_seed{seed}", log_every=log_every, eval_every=eval_every,
-                             heldout=heldout, progress=False)
+                             heldout=heldout, progress=False, compiled=compiled)
             if m == "dr":  # DR's solvable fraction: over all its logged training batches so far
                 fr = np.cumsum([r["solvable_fraction"] for r in rows]) / np.arange(1, len(rows) + 1)
                 for r, f in zip(rows, fr):
@@ -119,6 +123,12 @@ def plot(results: dict[str, list[list[dict]]], path: str | Path) -> None:
     plt.close(fig)
 
 
+def section_name(backend: str) -> str:
+    """The results section (and plot name) of a ``--write-results`` run on ``backend``: ``atlas`` on the
+    CPU, ``atlas-<backend>`` elsewhere."""
+    return "atlas" if backend == "cpu" else f"atlas-{backend}"
+
+
 def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, list[float]]]:
     ap = argparse.ArgumentParser(prog="python -m magister.examples.minigrid_rm.atlas", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -138,16 +148,24 @@ def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, list[float]]]
     a = ap.parse_args(argv)
     if a.seeds < 1:
         raise SystemExit(f"--seeds must be >= 1, got {a.seeds}")
+    import jax
+
+    backend = jax.default_backend()
+    name = section_name(backend)
     if a.write_results:
         from magister.examples import results as results_page
 
-        results_page.check_section(results_page.RESULTS_PAGE, "atlas")  # before the run, not after
+        results_page.check_section(results_page.RESULTS_PAGE, name)  # before the run, not after
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     logging.getLogger(ppo.__name__).setLevel(logging.WARNING)  # one line per run, not per log row
+    device = f"backend {backend}, device {jax.devices()[0].device_kind}"
+    logger.info("%s", device)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
     results = run(a.methods, range(a.seeds), a.updates, a.envs, a.steps, a.max_steps, a.buffer, a.log_every,
                   a.eval_every, a.heldout, out)
+    wall = time.perf_counter() - t0
     summary = summarize(results)
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     plot(results, out / "atlas.png")
@@ -155,16 +173,19 @@ def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, list[float]]]
     for m, vals in summary.items():
         lines.append(f"{m:8s}" + "".join(
             f"{vals[k][0]:>20.3f} ± {vals[k][1]:5.3f}" if k in vals else f"{'-':>28s}" for k in CURVES))
+    runs = len(a.methods) * a.seeds
     logger.info("end of training, mean ± std over %d seeds (%d env steps each):\n%s", a.seeds,
                 a.updates * a.envs * a.steps, "\n".join(lines))
+    logger.info("%s; %d runs in %.0f s (compiles included)", device, runs, wall)
     logger.info("written: %s, %s", out / "summary.json", out / "atlas.png")
     if a.write_results:
         text = (f"end of training, mean ± std over {a.seeds} seeds ({a.updates * a.envs * a.steps} env steps "
-                "each):\n" + "\n".join(lines))
+                "each):\n" + "\n".join(lines)
+                + f"\n{device}; {runs} runs in {wall:.0f} s (compiles included)")
         command = results_page.command_line(None if argv is None else ["", *argv],
                                             module="magister.examples.minigrid_rm.atlas")
-        images = [results_page.save_image(out / "atlas.png", "atlas.png")]
-        results_page.write_section(results_page.RESULTS_PAGE, "atlas", results_page.text_block(text), command,
+        images = [results_page.save_image(out / "atlas.png", f"{name}.png")]
+        results_page.write_section(results_page.RESULTS_PAGE, name, results_page.text_block(text), command,
                                    images=images)
     return summary
 

@@ -29,7 +29,7 @@ import json
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -53,6 +53,7 @@ __all__ = [
     "NetConfig", "TrainConfig", "TrainState", "cvar", "evaluate", "init_params", "init_train_state",
     "method_curriculum",
     "load_checkpoint", "main", "make_update", "policy_apply", "rollout", "save_checkpoint", "train",
+    "train_functions",
 ]
 
 METHODS = ("dr", "plr", "accel", "accel0", "sfl")
@@ -644,18 +645,36 @@ def heldout_set(n: int, seed: int = 123) -> Problem:
     return jax.tree_util.tree_map(lambda a: jnp.asarray(a[ok]), probs)
 
 
+def train_functions(cfg: TrainConfig, compiled: dict | None = None) -> tuple[Any, Any, Any]:
+    """``(update, evaluate, refresh)`` jitted for ``cfg`` (``refresh``: SFL's, else None).
+
+    ``compiled``: a dict shared by several runs; runs whose configurations differ only in ``seed`` and
+    ``updates`` (nothing the jitted functions see) then share one set of functions, so each is compiled
+    once, not once per seed (on a GPU a compile takes longer than a short run's updates)."""
+    key = replace(cfg, seed=0, updates=1)
+    if compiled is not None and key in compiled:
+        return compiled[key]
+    fns = (make_update(cfg),
+           jax.jit(lambda p, probs, k: evaluate(p, probs, k, cfg.max_steps, cfg.net.hidden)),
+           make_sfl_refresh(cfg) if cfg.method == "sfl" else None)
+    if compiled is not None:
+        compiled[key] = fns
+    return fns
+
+
 def train(cfg: TrainConfig, out: str | Path | None = None, log_every: int = 5, eval_every: int = 0,
-          ckpt_every: int = 0, heldout: int = 64, progress: bool = True) -> list[dict[str, float]]:
-    """Run ``cfg.updates`` updates; returns the logged metrics (also written to ``out/metrics.jsonl``)."""
+          ckpt_every: int = 0, heldout: int = 64, progress: bool = True,
+          compiled: dict | None = None) -> list[dict[str, float]]:
+    """Run ``cfg.updates`` updates; returns the logged metrics (also written to ``out/metrics.jsonl``).
+
+    ``compiled``: see :func:`train_functions` (pass one dict to the runs of several seeds)."""
     from .probes import probe_set
 
     out_dir = Path(out) if out is not None else None
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
     ts = init_train_state(cfg)
-    update = make_update(cfg)
-    eval_fn = jax.jit(lambda p, probs, k: evaluate(p, probs, k, cfg.max_steps, cfg.net.hidden))
-    refresh = make_sfl_refresh(cfg) if cfg.method == "sfl" else None
+    update, eval_fn, refresh = train_functions(cfg, compiled)
     names, probes = probe_set() if eval_every else (None, None)
     held = heldout_set(heldout) if eval_every else None
     rows: list[dict[str, float]] = []
