@@ -118,6 +118,22 @@ def _check_reset_task(reported: Any, assigned: Any, env: Any) -> None:
         )
 
 
+def _bad_step(env: Any, out: Any, episode: _Episode) -> TypeError:
+    """The error for a step result that is not ``(obs, reward, terminated, truncated, info)`` with an info
+    dict and a numeric reward."""
+    if not isinstance(out, (tuple, list)) or len(out) != 5:
+        what = repr(out)
+        if isinstance(out, (tuple, list)):
+            what = f"a {type(out).__name__} of length {len(out)}"
+        return TypeError(
+            f"{type(env).__name__}.step must return (obs, reward, terminated, truncated, info), "
+            f"got {what:.200}"
+        )
+    if not isinstance(out[4], dict):
+        return TypeError(f"{type(env).__name__}.step returned an info that is not a dict: {out[4]!r:.200}")
+    return TypeError(f"reward must be a real number, got {out[1]!r} (task {episode.info_task!r})")
+
+
 def _progress(value: Any, task: Any) -> float:
     v = _finite("task_progress", value, task)
     if not 0.0 <= v <= 1.0:
@@ -154,6 +170,8 @@ class _Episode:
         self._feed: TaskFeed | None = None
         self.assignment: Assignment | None = None
         self.info_task: Any = None  # the encoded task the env plays
+        self.train = True  # the assignment's train and control flags (what every step's info gets)
+        self.control = False
         self.info_fields: dict[str, Any] = {}
         self.ret = 0.0
         self.agent_returns: dict[Any, float] = {}
@@ -161,6 +179,9 @@ class _Episode:
         self.progress = NO_PROGRESS  # the last step's progress (this very object while the env reports none)
         self.ended = False
         self.record: Callable[..., Any] | None = None  # records one step (None: no step updates wanted)
+        # whether a step needs more than the common path: before the first reset, while recording steps, and
+        # while the env reports a progress (see GymnasiumSyncWrapper.step)
+        self.watch = True
         # multi-agent additions (used by PettingZooSyncWrapper): per-agent lengths and progress, whether each
         # agent's trajectory is reported as its own episode, and a hook adding the env's episode extras
         self.agent_lengths: dict[Any, int] = {}
@@ -192,24 +213,26 @@ class _Episode:
         self, explicit: Any | None, task_space: TaskSpace, has_explicit: bool, seed: int | None = None
     ) -> Assignment:
         """The assignment for a new episode (see the module docstring for the rules)."""
-        feed = self._connect(seed)
+        feed = self._feed if self._feed is not None else self._connect(seed)
         cur = self.assignment
-        unused = cur is not None and self.length == 0 and not self.ended
-        if cur is not None and not unused and not self.ended:  # reset in the middle of an episode
-            self._report(cur, self.progress, ended=False)
-        if has_explicit:
-            if unused and cur is not None:
+        a = None
+        if cur is not None and not self.ended:
+            if self.length:  # reset in the middle of an episode: it is reported, cut short
+                self._report(cur, self.progress, ended=False)
+            elif has_explicit:  # the current task was not used: back to the feed
                 feed.give_back(cur)
+            else:  # ... or kept for this episode
+                a = cur
+        if has_explicit:
             if not task_space.contains(explicit):
                 raise ValueError(f"options['task'] = {explicit!r} is not a task of {task_space!r}")
             a = Assignment(-1, task_space.encode(explicit), True)
-        elif unused and cur is not None:
-            a = cur
-        else:
+        elif a is None:
             a = feed.next_task()
         self._assign(a)
         self.ret, self.length, self.progress, self.ended = 0.0, 0, NO_PROGRESS, False
-        self.record = feed.step_recorder()  # read once per episode, not per step
+        record = self.record = feed.step_recorder()  # read once per episode, not per step
+        self.watch = record is not None
         if self.agent_returns or self.agent_lengths or self.agent_progress:  # (single-agent: never)
             self._clear_agents()
         return a
@@ -290,6 +313,7 @@ class _Episode:
         new = self.feed.next_task()
         self._assign(new)
         self.ret, self.length, self.progress = 0.0, 0, NO_PROGRESS
+        self.watch = self.record is not None
         self._clear_agents()
         return new
 
@@ -299,6 +323,7 @@ class _Episode:
         (what every step's info gets)."""
         self.assignment = a
         self.info_task = a.task if a.variant is None else a.variant
+        self.train, self.control = a.train, a.control
         self.info_fields = {
             "task": self.info_task,
             "task_train": a.train,
@@ -455,40 +480,66 @@ class GymnasiumSyncWrapper(gym.Wrapper):
         """
         if options is not None and not isinstance(options, dict):
             raise TypeError(f"options must be a dict or None, got {type(options).__name__}")
-        opts = dict(options) if options else {}
-        has_explicit = "task" in opts
         episode = self._episode
-        episode.start(opts.get("task"), self.task_space, has_explicit, seed)
-        if not has_explicit:
-            opts["task"] = self.task_space.decode(episode.info_task)  # the task played: variant or task
+        if options:
+            opts = dict(options)
+            has_explicit = "task" in opts
+            episode.start(opts.get("task"), self.task_space, has_explicit, seed)
+            if not has_explicit:
+                opts["task"] = self.task_space.decode(episode.info_task)  # the task played: variant or task
+        else:
+            episode.start(None, self.task_space, False, seed)
+            opts = {"task": self.task_space.decode(episode.info_task)}
         obs, info = self.env.reset(seed=seed, options=opts)
         info = dict(info)
-        _check_reset_task(info.get("task", episode.info_task), episode.info_task, self.env)
-        info.update(episode.info_fields)  # the task, its flags and progress 0
+        task = episode.info_task
+        reported = info.get("task", task)
+        if reported is not task:
+            _check_reset_task(reported, task, self.env)
+        info["task"] = task
+        info["task_train"] = episode.train
+        info["task_control"] = episode.control
+        info["task_progress"] = NO_PROGRESS
         return obs, info
 
     def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
         """Step, record feedback, and switch tasks on completion when enabled."""
         # This runs on every step of every env, next to the env's own step, which leaves the CPU's caches
         # cold for it: every distinct operation here costs more than its count suggests. So the common step
-        # does little: the info dict annotated in place with one update, the reward added to the running
-        # return (checked when the episode is reported: a sum is finite only if every reward was), and the
-        # progress the env below reports (``info["task_progress"]``, as a task wrapper writes it) compared
-        # by identity with NO_PROGRESS, the value of an env that reports none; any other progress takes
-        # _stepped_progress, which converts or raises with a message naming the value and the task.
-        obs, rew, term, trunc, info = self.env.step(action)
+        # does little: three keys written into the info dict (item assignments: cheaper than an update), the
+        # reward added to the running return (checked when the episode is reported: a sum is finite only if
+        # every reward was), the length counted, and the env's own tuple returned. Everything else - the end
+        # of the episode, a progress the env below reports in ``info["task_progress"]`` (any value but the
+        # NO_PROGRESS object of an env that reports none), step records, a step before reset - takes
+        # _step_more.
+        out = self.env.step(action)
         episode = self._episode
+        try:
+            info = out[4]
+            info["task"] = episode.info_task
+            info["task_train"] = episode.train
+            info["task_control"] = episode.control
+            episode.ret += out[1]
+        except (TypeError, IndexError, KeyError):
+            raise _bad_step(self.env, out, episode) from None
+        episode.length += 1
+        if (
+            out[2]
+            or out[3]
+            or episode.watch
+            or info.setdefault("task_progress", NO_PROGRESS) is not NO_PROGRESS
+        ):
+            return self._step_more(out, info, episode)
+        return out
+
+    def _step_more(
+        self, out: Any, info: dict, episode: _Episode
+    ) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
+        """A step that ends the episode, reports a progress, is recorded, or comes before any reset."""
         if episode.assignment is None:
             raise RuntimeError("GymnasiumSyncWrapper.step() called before reset()")
-        progress = info.get("task_progress", NO_PROGRESS)
-        info.update(episode.info_fields)
-        try:
-            episode.ret += rew
-        except TypeError:
-            raise TypeError(
-                f"reward must be a real number, got {rew!r} (task {episode.info_task!r})"
-            ) from None
-        episode.length += 1
+        obs, rew, term, trunc = out[0], out[1], out[2], out[3]
+        progress = info.setdefault("task_progress", NO_PROGRESS)
         end = term or trunc
         if progress is not NO_PROGRESS or episode.progress is not NO_PROGRESS:
             progress = self._stepped_progress(progress, info, episode)
@@ -497,7 +548,7 @@ class GymnasiumSyncWrapper(gym.Wrapper):
             episode.record(episode.assignment, obs, rew, term, trunc, info, progress)
         if end:
             return self._finish_step(obs, rew, term, trunc, info, progress, episode)
-        return obs, rew, term, trunc, info
+        return out
 
     @staticmethod
     def _stepped_progress(progress: Any, info: dict, episode: _Episode) -> float:
@@ -506,6 +557,7 @@ class GymnasiumSyncWrapper(gym.Wrapper):
             progress = _progress(progress, episode.info_task)
         info["task_progress"] = progress
         episode.progress = progress if progress else NO_PROGRESS  # back at 0: the short path again
+        episode.watch = episode.progress is not NO_PROGRESS or episode.record is not None
         return progress
 
     def _finish_step(

@@ -78,6 +78,19 @@ __all__ = ["TaskSwitching", "TaskWrapper", "check_progress"]
 NO_PROGRESS = 0.0
 
 
+def _bad_step(env: Any, out: Any) -> TypeError:
+    """The error for a step result that is not ``(obs, reward, terminated, truncated, info)`` with a dict."""
+    if not isinstance(out, (tuple, list)) or len(out) != 5:
+        what = repr(out)
+        if isinstance(out, (tuple, list)):
+            what = f"a {type(out).__name__} of length {len(out)}"
+        return TypeError(
+            f"{type(env).__name__}.step must return (obs, reward, terminated, truncated, info), "
+            f"got {what:.200}"
+        )
+    return TypeError(f"{type(env).__name__}.step returned an info that is not a dict: {out[4]!r:.200}")
+
+
 def check_progress(value: Any, *, source: str = "task_progress") -> float:
     """Validate a progress value: a real number, NaN rejected, clipped to ``[0, 1]``.
 
@@ -189,7 +202,9 @@ class TaskSwitching:
         if options is not None and not isinstance(options, dict):
             raise TypeError(f"options must be a dict or None, got {type(options).__name__}")
         inner: dict[str, Any] | None = None
-        if options:
+        if options and len(options) == 1 and "task" in options:  # (a sync wrapper's reset: nothing else)
+            self.set_task(options["task"])
+        elif options:
             inner = dict(options)  # never modify the caller's dict: vector envs share it between envs
             if "task" in inner:
                 self.set_task(inner.pop("task"))
@@ -247,6 +262,9 @@ class TaskWrapper(TaskSwitching, gym.Wrapper, gym.utils.RecordConstructorArgs):
         self._init_task_state(task_space, task_observation)
         gym.Wrapper.__init__(self, env)
         self._default_progress = type(self).task_progress is TaskWrapper.task_progress
+        # a step whose progress is a subclass's task_progress, or whose observation carries the task, takes
+        # the general path (_step_general); the common step only annotates the info dict
+        self._general_step = not self._default_progress or self.task_observation
         self._inner_info: Any = None  # the info dict the env returned last (to see whether it reuses it)
 
     def task_progress(
@@ -285,8 +303,10 @@ class TaskWrapper(TaskSwitching, gym.Wrapper, gym.utils.RecordConstructorArgs):
         obs, info = self._reset_inner(seed=seed, options=inner_options)
         info = dict(info)
         info["task"] = self._current_task
-        info["task_progress"] = 0.0
-        return self._observe(obs), info
+        info["task_progress"] = NO_PROGRESS
+        if self.task_observation:
+            obs = self._observe(obs)
+        return obs, info
 
     def _reset_inner(self, *, seed: int | None, options: dict[str, Any] | None) -> tuple[Any, dict[str, Any]]:
         """Reset the inner env (a hook for subclasses that must pass extra reset options)."""
@@ -294,12 +314,31 @@ class TaskWrapper(TaskSwitching, gym.Wrapper, gym.utils.RecordConstructorArgs):
 
     def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
         """Step the inner env and add ``info["task"]`` and ``info["task_progress"]``."""
-        obs, rew, term, trunc, info = self.env.step(action)
+        # Runs on every step, next to the env's own step: the common case (the default progress, a fresh
+        # info dict, no task observation) annotates the info in place and returns the env's own tuple.
+        out = self.env.step(action)
+        try:
+            info = out[4]
+            if info is self._inner_info or self._general_step:
+                return self._step_general(out)
+            self._inner_info = info
+            progress = info.get("success", NO_PROGRESS)
+        except (TypeError, IndexError, KeyError, AttributeError):
+            raise _bad_step(self.env, out) from None
+        info["task"] = self._current_task
+        if progress is not NO_PROGRESS and (progress.__class__ is not float or not 0.0 <= progress <= 1.0):
+            progress = self._checked_progress(progress)
+        info["task_progress"] = progress
+        return out
+
+    def _step_general(self, out: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
+        """The step of a subclass's progress or task observation, or of an env that reuses its info dict."""
+        obs, rew, term, trunc, info = out
         if info is self._inner_info:  # the env reuses its info dict: leave it as it was
             info = dict(info)
         else:  # annotated in place, as Gymnasium's own wrappers do
             self._inner_info = info
-        if self._default_progress:  # (saves a method call on every step)
+        if self._default_progress:
             progress = info.get("success", NO_PROGRESS)
         else:
             progress = self.task_progress(obs, rew, term, trunc, info)

@@ -522,13 +522,20 @@ class TaskFeed:
         if not self._active() or self.env_id is None:
             return
         held, asked = self._held, self._held_request
-        if request > 0:
-            held.append(self._pack(P.TaskRequest(self.env_id, request)))
-            asked += request
-        elif not held:
+        if not held and request <= 0:
             return
         self._held, self._held_request, self._send_by = [], 0, math.inf
-        self._send(held, len(held) - (request > 0), asked)
+        updates = len(held)
+        if updates > 1 and held[0].__class__ is tuple:
+            held = _columns(held, self.env_id)
+        if request > 0:
+            last = held[-1] if held else None
+            if last.__class__ is tuple and last[0] in _REQUESTING:  # ask in the last update itself
+                held[-1] = (last[0], (*last[1][:-1], last[1][-1] + request))
+            else:
+                held.append(self._pack(P.TaskRequest(self.env_id, request)))
+            asked += request
+        self._send(held, updates, asked)
 
     def _clock(self) -> float:
         """Now, by the clock of this module (``_now``, which tests replace)."""
@@ -657,7 +664,7 @@ class TaskFeed:
 
     def next_task(self) -> Assignment:
         """The next task: from the prefetch buffer, or requested and awaited (at most ``timeout``)."""
-        if self._ensure():
+        if (self._transport is not None and self._pid == _pid) or self._ensure():  # (connected here, or now)
             with self._lock:
                 now = _now()
                 self._note_reset(now)
@@ -763,7 +770,7 @@ class TaskFeed:
         ``refill``: a next task will be wanted (the env resets next), so the update may also ask for it
         (:meth:`_refill_request`); false when the env is closing.
         """
-        if not self._active():
+        if self._transport is None or self._pid != _pid:  # (not _active(): closed, fallback, forked)
             return
         if self.requires_step_updates and self._steps is not None and len(self._steps):
             self._flush_steps()
@@ -880,6 +887,33 @@ class TaskFeed:
 
 
 # -- step records ------------------------------------------------------------------------------------
+
+
+#: Deferred updates whose last field is a task request.
+_REQUESTING = (P.EpisodeUpdate, P.Episodes, P.ProgressUpdate)
+
+
+def _columns(held: list[Any], env_id: int) -> list[Any]:
+    """``held`` with each run of two or more deferred episode updates (``(EpisodeUpdate, fields)``, no
+    extras) made one :class:`~magister.sync.protocol.Episodes` item asking for the tasks they asked for."""
+    out: list[Any] = []
+    run: list[tuple] = []
+    for item in held:
+        if item.__class__ is tuple and item[0] is P.EpisodeUpdate:
+            run.append(item[1])
+            continue
+        _flush_run(run, out, env_id)
+        out.append(item)
+    _flush_run(run, out, env_id)
+    return out
+
+
+def _flush_run(run: list[tuple], out: list[Any], env_id: int) -> None:
+    if len(run) > 1:
+        out.append((P.Episodes, P.Episodes.fields_of(env_id, run, sum(f[-1] for f in run))))
+    elif run:
+        out.append((P.EpisodeUpdate, run[0]))
+    run.clear()
 
 
 def _strip(value: Any, keys: frozenset[str]) -> Any:

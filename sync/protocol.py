@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import logging
 import math
+import operator
 import struct
 from collections.abc import Sequence
 from dataclasses import MISSING, dataclass, field, fields
@@ -61,6 +62,7 @@ __all__ = [
     "StepUpdate",
     "StackedObs",
     "EpisodeUpdate",
+    "Episodes",
     "ProgressUpdate",
     "Error",
     "Goodbye",
@@ -83,7 +85,7 @@ __all__ = [
 ]
 
 #: Bumped whenever a message layout changes or a kind is added; both ends must agree.
-PROTOCOL_VERSION = 6
+PROTOCOL_VERSION = 7
 #: Arrays with at least this many bytes travel as separate zero-copy frames.
 DEFAULT_OOB_THRESHOLD = 64 * 1024
 #: Upper bound on one msgpack header (the out-of-band frames are bounded by the socket's MAXMSGSIZE).
@@ -211,6 +213,16 @@ def pack_value(
     return msgpack.packb(value, default=_default(frames, oob_threshold), use_bin_type=True)
 
 
+def _ext(code: int, payload: bytes, frames: Sequence[Any]) -> Any:
+    if code == _EXT_ARRAY or code == _EXT_ARRAY_FRAME:
+        return _array_from(code, payload, frames)
+    raise ProtocolError(f"unknown msgpack extension type {code}")
+
+
+def _ext_inline(code: int, payload: bytes) -> Any:
+    return _ext(code, payload, ())
+
+
 def unpack_value(
     data: Any, frames: Sequence[Any] = (), *, max_buffer_size: int = DEFAULT_MAX_HEADER_BYTES
 ) -> Any:
@@ -219,11 +231,13 @@ def unpack_value(
     if nbytes > max_buffer_size:
         raise ProtocolError(f"message header of {nbytes} bytes exceeds the limit of {max_buffer_size} bytes")
 
-    def ext_hook(code: int, payload: bytes) -> Any:
-        if code == _EXT_ARRAY or code == _EXT_ARRAY_FRAME:
-            return _array_from(code, payload, frames)
-        raise ProtocolError(f"unknown msgpack extension type {code}")
+    if frames:
 
+        def ext_hook(code: int, payload: bytes) -> Any:
+            return _ext(code, payload, frames)
+
+    else:  # (most messages: nothing out of band, and no closure to make)
+        ext_hook = _ext_inline
     try:
         return msgpack.unpackb(
             data,
@@ -314,13 +328,14 @@ class Message:
         object.__setattr__(self, name, value)
 
     def _fields(self) -> tuple:
-        names = _FIELD_NAMES.get(type(self))
-        if names is None:
-            names = _FIELD_NAMES[type(self)] = tuple(f.name for f in fields(self))  # type: ignore[arg-type]
-        return tuple(getattr(self, n) for n in names)
+        get = _FIELD_GETTERS.get(self.__class__)
+        if get is None:  # one C-level getter of every field, per class
+            names = [f.name for f in fields(self)]  # type: ignore[arg-type]
+            get = _FIELD_GETTERS[self.__class__] = operator.attrgetter(*names, names[0])
+        return get(self)[:-1]  # (the repeated first name makes even a one-field getter return a tuple)
 
 
-_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+_FIELD_GETTERS: dict[type, Any] = {}
 
 
 @dataclass(frozen=True)
@@ -445,6 +460,19 @@ class Tasks(Message):
         self._set("train", train)
         self._set("control", control)
         self._set("variants", variants)
+
+    @classmethod
+    def of(
+        cls, env_id: int, task_ids: tuple, tasks: tuple, train: tuple, control: tuple, variants: tuple
+    ) -> Tasks:
+        """A :class:`Tasks` from fields that already have the types and lengths the checks leave (a server
+        answering with what its curriculum sampled: ids it numbered, flags a ``TaskSample`` checked),
+        built without running them (its receiver checks them when it decodes the message)."""
+        msg = object.__new__(cls)
+        msg.__dict__.update(
+            env_id=env_id, task_ids=task_ids, tasks=tasks, train=train, control=control, variants=variants
+        )
+        return msg
 
 
 @dataclass(frozen=True, eq=False)
@@ -606,6 +634,74 @@ class ProgressUpdate(Message):
 
 
 @dataclass(frozen=True)
+class Episodes(Message):
+    """Client -> server: several finished (or abandoned) episodes of one env, as columns.
+
+    Row ``i`` is what an :class:`EpisodeUpdate` without extras would carry: ``task_ids[i]`` (``-1``: a task
+    the env chose), ``tasks[i]``, ``returns[i]``, ``lengths[i]``, ``progress[i]`` and ``ended[i]``. A client
+    that holds its updates for a moment sends the episodes of a few short ones in one message: one
+    encode, one decode and one message for all of them instead of one each, which is most of what an
+    episode costs the server. ``request > 0`` also asks for that many new tasks (answered with
+    :class:`Tasks` once every row was applied). Rows are applied in order; a refused row does not stop the
+    others.
+
+    >>> m = Episodes(0, (3, 4), (1, 1), (2.0, 0.5), (10, 7), (1.0, 0.0), (True, True), request=2)
+    >>> decode(encode(m)) == m, m.rows()[1]
+    (True, (4, 1, 0.5, 7, 0.0, True))
+    """
+
+    KIND: ClassVar[int] = 11
+    env_id: int
+    task_ids: tuple[int, ...]
+    tasks: tuple[Any, ...]
+    returns: tuple[float, ...]
+    lengths: tuple[int, ...]
+    progress: tuple[float, ...]
+    ended: tuple[bool, ...]
+    request: int = 0
+
+    def __post_init__(self) -> None:
+        self._set("env_id", _int("env_id", self.env_id, 0))
+        self._set("request", _int("request", self.request, 0))
+        names = ("task_ids", "tasks", "returns", "lengths", "progress", "ended")
+        cols = [getattr(self, name) for name in names]
+        if set(map(type, cols)) != {tuple}:
+            cols = [_tuple(name, col) for name, col in zip(names, cols)]
+        n = len(cols[0])
+        if not 1 <= n <= MAX_BATCH:
+            raise ProtocolError(f"field task_ids must hold 1..{MAX_BATCH} episodes, got {n}")
+        for name, col in zip(names, cols):
+            if len(col) != n:
+                raise ProtocolError(f"field {name} has {len(col)} entries, task_ids {n}")
+        ids, _, returns, lengths, progress, ended = cols
+        # each column checked at C speed when its values have the exact type (what a magister client sends)
+        if set(map(type, ids)) != {int} or min(ids) < -1:
+            cols[0] = tuple(_int("task_ids", t, -1) for t in ids)
+        if set(map(type, returns)) != {float}:
+            cols[2] = tuple(_float("returns", v) for v in returns)
+        if set(map(type, lengths)) != {int} or min(lengths) < 0:
+            cols[3] = tuple(_int("lengths", v, 0) for v in lengths)
+        if set(map(type, progress)) != {float}:
+            cols[4] = tuple(_float("progress", v) for v in progress)
+        if set(map(type, ended)) != {bool}:
+            cols[5] = tuple(_bool("ended", v) for v in ended)
+        for name, col in zip(names, cols):
+            self._set(name, col)
+
+    def rows(self) -> list[tuple[int, Any, float, int, float, bool]]:
+        """``(task_id, task, return, length, progress, ended)`` per episode, in order."""
+        return list(zip(self.task_ids, self.tasks, self.returns, self.lengths, self.progress, self.ended))
+
+    @staticmethod
+    def fields_of(env_id: int, rows: Sequence[tuple], request: int) -> tuple:
+        """The fields of an :class:`Episodes` message from ``EpisodeUpdate`` fields without extras (what a
+        client holds for each finished episode: ``(env_id, task_id, task, return, length, progress, ended,
+        extras, request)``), asking for ``request`` tasks: for :func:`encode_fields`."""
+        _, ids, tasks, returns, lengths, progress, ended, _, _ = zip(*rows)
+        return (env_id, ids, tasks, returns, lengths, progress, ended, request)
+
+
+@dataclass(frozen=True)
 class Error(Message):
     """Either direction: a request or update was refused. ``code`` is a short machine-readable tag."""
 
@@ -636,7 +732,7 @@ class Goodbye(Message):
 
 
 #: The kinds a :class:`Batch` may carry: what an env sends between its hello and its goodbye.
-BATCHABLE: tuple[type[Message], ...] = (TaskRequest, StepUpdate, EpisodeUpdate, ProgressUpdate)
+BATCHABLE: tuple[type[Message], ...] = (TaskRequest, StepUpdate, EpisodeUpdate, Episodes, ProgressUpdate)
 
 
 @dataclass(frozen=True)
@@ -686,12 +782,14 @@ _INLINE = 1 << 62  # an oob_threshold no array reaches: every array inline
 MESSAGE_TYPES: dict[int, type[Message]] = {
     cls.KIND: cls
     for cls in (
-        Hello, Welcome, TaskRequest, Tasks, StepUpdate, EpisodeUpdate, ProgressUpdate, Error, Goodbye, Batch
+        Hello, Welcome, TaskRequest, Tasks, StepUpdate, EpisodeUpdate, ProgressUpdate, Error, Goodbye, Batch,
+        Episodes,
     )
 }
 
 
 _BATCHABLE_KINDS: dict[int, type[Message]] = {cls.KIND: cls for cls in BATCHABLE}
+_MESSAGE_CLASSES = frozenset(MESSAGE_TYPES.values())
 
 _ARITY: dict[type, tuple[int, int]] = {
     cls: (
@@ -726,7 +824,7 @@ def encode(msg: Message, *, oob_threshold: int = DEFAULT_OOB_THRESHOLD) -> list[
     Raises ``TypeError`` naming the offending object when a field holds something that cannot travel
     (e.g. an arbitrary Python object in an info dict).
     """
-    if not isinstance(msg, Message) or type(msg) not in MESSAGE_TYPES.values():
+    if msg.__class__ not in _MESSAGE_CLASSES:
         raise TypeError(f"expected a protocol Message, got {type(msg).__name__}")
     frames: list[Any] = []
     header = pack_value((PROTOCOL_VERSION, msg.KIND, msg._fields()), frames, oob_threshold)
@@ -838,6 +936,14 @@ def _decode(frames: Sequence[Any], max_header_bytes: int, kinds: dict[int, type[
         fast = _episode_update(values)
         if fast is not None:
             return fast
+    elif cls is Episodes:
+        fast = _episodes(values)
+        if fast is not None:
+            return fast
+    elif cls is Tasks:
+        fast = _tasks(values)
+        if fast is not None:
+            return fast
     n_required, n_fields = _ARITY[cls]
     if not n_required <= len(values) <= n_fields:
         raise ProtocolError(f"malformed {cls.__name__}: got {len(values)} fields, expected {n_fields}")
@@ -869,6 +975,52 @@ def _episode_update(values: tuple) -> EpisodeUpdate | None:
         msg = object.__new__(EpisodeUpdate)
         msg.__dict__.update(zip(_EPISODE_FIELDS, values))
         return msg
+    return None
+
+
+_EPISODES_FIELDS = tuple(f.name for f in fields(Episodes))
+
+
+def _episodes(values: tuple) -> Episodes | None:
+    """The :class:`Episodes` of decoded ``values`` when every column already has the exact type, range and
+    length its checks leave (what a magister client sends), built without running them (checked at C
+    speed); ``None`` otherwise, and the constructor checks and names what is wrong."""
+    if len(values) != 8:
+        return None
+    env_id, ids, tasks, returns, lengths, progress, ended, request = values
+    n = len(ids) if ids.__class__ is tuple else 0
+    if (
+        env_id.__class__ is int and env_id >= 0 and request.__class__ is int and request >= 0
+        and 1 <= n <= MAX_BATCH
+        and set(map(type, (tasks, returns, lengths, progress, ended))) == {tuple}
+        and len(tasks) == len(returns) == len(lengths) == len(progress) == len(ended) == n
+        and set(map(type, ids)) == {int} and min(ids) >= -1
+        and set(map(type, returns)) == {float} and set(map(type, progress)) == {float}
+        and set(map(type, lengths)) == {int} and min(lengths) >= 0
+        and set(map(type, ended)) == {bool}
+    ):
+        msg = object.__new__(Episodes)
+        msg.__dict__.update(zip(_EPISODES_FIELDS, values))
+        return msg
+    return None
+
+
+def _tasks(values: tuple) -> Tasks | None:
+    """The :class:`Tasks` of decoded ``values`` when every field already has the exact type, range and
+    length its checks leave (what a magister server sends), built without running them (checked at C
+    speed); ``None`` otherwise, and the constructor checks and names what is wrong."""
+    if len(values) != 6:
+        return None
+    env_id, ids, tasks, train, control, variants = values
+    if (
+        env_id.__class__ is int and env_id >= 0
+        and ids.__class__ is tuple and tasks.__class__ is tuple and train.__class__ is tuple
+        and control.__class__ is tuple and variants.__class__ is tuple
+        and len(ids) == len(tasks) == len(train) == len(control) == len(variants) > 0
+        and set(map(type, ids)) == {int} and min(ids) >= 0
+        and set(map(type, train)) == {bool} and set(map(type, control)) == {bool}
+    ):
+        return Tasks.of(env_id, ids, tasks, train, control, variants)
     return None
 
 
@@ -945,6 +1097,8 @@ def rebase(msg: Message, env_id: int) -> Message | None:
         return Batch(env_id, tuple(kept)) if kept else None
     if isinstance(msg, (EpisodeUpdate, ProgressUpdate)):
         return replace(msg, env_id=env_id, task_id=-1, request=0)
+    if isinstance(msg, Episodes):
+        return replace(msg, env_id=env_id, task_ids=(-1,) * len(msg.task_ids), request=0)
     if isinstance(msg, StepUpdate):
         return replace(msg, env_id=env_id, task_ids=np.full(len(msg.task_ids), -1, dtype=np.int64))
     if isinstance(msg, (TaskRequest, Goodbye)):

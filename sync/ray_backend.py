@@ -136,7 +136,7 @@ __all__ = [
 #: Name of the curriculum actor when none is given.
 DEFAULT_ACTOR_NAME = "magister_curriculum"
 #: Messages an env may send to the actor.
-_ENV_MESSAGES = (P.TaskRequest, P.StepUpdate, P.EpisodeUpdate, P.ProgressUpdate, P.Goodbye)
+_ENV_MESSAGES = (P.TaskRequest, P.StepUpdate, P.EpisodeUpdate, P.Episodes, P.ProgressUpdate, P.Goodbye)
 # (the transport's encoding and lookup, under the names this module and its tests use)
 _pack = pack
 _unpack = unpack

@@ -62,6 +62,7 @@ import atexit
 import inspect
 import logging
 import math
+import operator
 import os
 import secrets
 import shutil
@@ -102,6 +103,9 @@ MAX_TASKS_PER_REQUEST = 4096
 #: Seconds between two log records of one kind of fault (the rest are counted, see
 #: :class:`~magister.sync.ratelimit.RateLimitedLogger`): a peer sending garbage cannot flood the log.
 LOG_INTERVAL = 10.0
+
+
+_TASK, _TRAIN, _CONTROL, _VARIANT = (operator.attrgetter(f) for f in ("task", "train", "control", "variant"))
 
 
 def _accepts(method: Any, name: str) -> bool:
@@ -332,36 +336,37 @@ class SyncCore:
                 "bad_request", f"task request for {count} tasks; expected 1..{MAX_TASKS_PER_REQUEST}"
             )
         with self.lock:
+            cur = self.curriculum
             try:
                 stream = self._streams.get(env_id)
                 if stream is None:
-                    samples = self.curriculum.sample_tasks(count)
+                    samples = cur.sample_tasks(count)
                 else:
-                    cur = self.curriculum
                     samples = cur.sample_tasks_with(cur.stream_rng(stream), count)
             except Exception as exc:
                 self.log.exception("sample_failed", "curriculum.sample_tasks(%d) failed", count)
                 raise SyncRejected("sample_failed", f"curriculum.sample_tasks failed: {exc!r}") from exc
-            if len(samples) != count or not all(isinstance(s, TaskSample) for s in samples):
+            if len(samples) != count or (
+                set(map(type, samples)) != {TaskSample}
+                and not all(isinstance(s, TaskSample) for s in samples)
+            ):
                 raise SyncRejected(
                     "sample_failed",
-                    f"{type(self.curriculum).__name__}.sample_tasks({count}) must return {count} TaskSamples",
+                    f"{type(cur).__name__}.sample_tasks({count}) must return {count} TaskSamples",
                 )
-            ids = tuple(range(self._next_task, self._next_task + count))
-            self._next_task += count
+            first = self._next_task
+            self._next_task = first + count
+            ids = tuple(range(first, first + count))
+            tasks = tuple(map(_TASK, samples))
+            control = tuple(map(_CONTROL, samples))
+            variants = tuple(map(_VARIANT, samples))
             flight = self._in_flight[env_id]
-            for i, s in zip(ids, samples):
-                flight[i] = (task_key(s.task), s.task, s.control, s.variant)
+            for i, t, ctl, v in zip(ids, tasks, control, variants):
+                flight[i] = (task_key(t), t, ctl, v)
             c.tasks_sampled += count
             c.tasks_sent += count
-        return P.Tasks(
-            env_id,
-            ids,
-            tuple(s.task for s in samples),
-            tuple(s.train for s in samples),
-            tuple(s.control for s in samples),
-            tuple(s.variant for s in samples),
-        )
+        # (the flags were checked by TaskSample, the ids numbered here: the env checks the message it decodes)
+        return P.Tasks.of(env_id, ids, tasks, tuple(map(_TRAIN, samples)), control, variants)
 
     def mark_unsent(self, msg: P.Tasks) -> None:
         """The tasks of ``msg`` could not be delivered (the env is gone): count them as unsent."""
@@ -448,6 +453,8 @@ class SyncCore:
         """
         if isinstance(msg, P.TaskRequest):
             return self.assign_tasks(msg.env_id, msg.count)
+        if msg.__class__ is P.Episodes:
+            return self._apply_episodes(msg)  # type: ignore[arg-type]
         env_id = getattr(msg, "env_id", -1)
         c = self._env(env_id)
         request = getattr(msg, "request", 0)
@@ -469,6 +476,38 @@ class SyncCore:
             if msg.__class__ is P.Goodbye:
                 self.depart(env_id, "goodbye")
             return reply
+
+    def _apply_episodes(self, msg: P.Episodes) -> P.Tasks | None:
+        """Apply the rows of an :class:`~magister.sync.protocol.Episodes` message in order (each counted as
+        one update, a refused one not stopping the others), then answer its request. Raises
+        :class:`SyncRejected` naming the first refused row when any was (its ``reply`` holds the tasks)."""
+        env_id, request = msg.env_id, msg.request
+        c = self._env(env_id)
+        refused: list[SyncRejected] = []
+        n = len(msg.task_ids)
+        with self.lock:
+            c.updates_received += n
+            for task_id, task, ret, length, progress, ended in zip(
+                msg.task_ids, msg.tasks, msg.returns, msg.lengths, msg.progress, msg.ended
+            ):
+                try:
+                    self._episode(c, env_id, task_id, task, ret, length, progress, ended, None)
+                except SyncRejected as exc:
+                    refused.append(exc)
+            c.updates_rejected += len(refused)
+            c.updates_applied += n - len(refused)
+            if not refused:
+                return self.assign_tasks(env_id, request) if request else None
+            exc = SyncRejected(
+                refused[0].code,
+                f"{len(refused)} of {n} episode updates refused; the first: {refused[0]}",
+            )
+            if request:  # the tasks asked for are still owed (or the reason they cannot be sampled)
+                try:
+                    exc.reply = self.assign_tasks(env_id, request)
+                except SyncRejected as failed:
+                    exc.reply = P.Error(failed.code, str(failed)[:2000], env_id)
+            raise exc
 
     def apply_batch(self, batch: P.Batch) -> list[P.Message]:
         """Apply the messages of a :class:`~magister.sync.protocol.Batch` in order, under one lock.
@@ -495,7 +534,7 @@ class SyncCore:
             replies.append(tasks[0])
         elif tasks:
             replies.append(
-                P.Tasks(
+                P.Tasks.of(
                     batch.env_id,
                     tuple(i for t in tasks for i in t.task_ids),
                     tuple(x for t in tasks for x in t.tasks),
@@ -579,21 +618,45 @@ class SyncCore:
         raise SyncRejected("bad_request", f"an env may not send {type(msg).__name__} messages")
 
     def _apply_episode(self, c: EnvCounters, msg: P.EpisodeUpdate) -> None:
-        if not math.isfinite(msg.episode_return):
-            raise SyncRejected("non_finite", f"episode return must be finite, got {msg.episode_return!r}")
-        self._check_progress("episode progress", msg.progress)
-        env_id, task_id = msg.env_id, msg.task_id
-        task = self._resolve(env_id, task_id, msg.task)
-        if msg.ended and getattr(self.curriculum, "requires_episode_updates", True):
+        self._episode(
+            c, msg.env_id, msg.task_id, msg.task, msg.episode_return, msg.length, msg.progress, msg.ended,
+            msg.extras,
+        )
+
+    def _episode(
+        self,
+        c: EnvCounters,
+        env_id: int,
+        task_id: int,
+        task: EncodedTask,
+        episode_return: float,
+        length: int,
+        progress: float,
+        ended: bool,
+        extras: dict | None,
+    ) -> None:
+        """Apply one episode update (of an :class:`~magister.sync.protocol.EpisodeUpdate`, or one row of an
+        :class:`~magister.sync.protocol.Episodes` message)."""
+        if episode_return - episode_return != 0.0:  # (0 for every finite float: one check for inf and NaN)
+            raise SyncRejected("non_finite", f"episode return must be finite, got {episode_return!r}")
+        if progress.__class__ is not float or not 0.0 <= progress <= 1.0:
+            self._check_progress("episode progress", progress)
+        if task_id == -1:
+            task = self._resolve(env_id, task_id, task)
+        else:
+            entry = self._in_flight[env_id].get(task_id)
+            if entry is None or task_key(task) != entry[0]:
+                self._resolve(env_id, task_id, task)  # raises, naming what is wrong
+            task = entry[1]  # type: ignore[index]
+        if ended and getattr(self.curriculum, "requires_episode_updates", True):
             kwargs = self._metadata(env_id, task_id, self.episode_metadata) if self.episode_metadata else {}
-            if self.episode_takes_extras and msg.extras:
-                kwargs["extras"] = msg.extras
-            self._call("update_on_episode", msg.episode_return, msg.length, task, msg.progress, env_id,
-                       **kwargs)
+            if self.episode_takes_extras and extras:
+                kwargs["extras"] = extras
+            self._call("update_on_episode", episode_return, length, task, progress, env_id, **kwargs)
         if task_id != -1:
             del self._in_flight[env_id][task_id]
             c.tasks_consumed += 1
-        if msg.ended:
+        if ended:
             c.episodes_applied += 1
         else:  # cut short by an early reset or a close: the task was used, no episode ended
             c.episodes_abandoned += 1
@@ -797,19 +860,16 @@ class CurriculumServer(ServedCurriculum):
                     self._sweep()
                 if not poller.poll(self._poll_ms):
                     continue
-                for _ in range(256):  # drain a burst, then re-check the stop flag
-                    try:
-                        frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
-                    except zmq.Again:
-                        break
-                    try:
-                        self._handle(frames)
-                    except Exception:  # the thread must never die on one bad message
-                        self._log.exception(
-                            "handler", "curriculum server: unexpected error handling a message"
-                        )
-                    if not sock.get(zmq.EVENTS) & zmq.POLLIN:  # cheaper than a failing recv
-                        break
+                # one message per wake-up: poll returns at once while more are waiting (as cheap as asking
+                # the socket whether one is, and no failing recv at the end of a burst)
+                try:
+                    frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
+                except zmq.Again:  # (the wake-up was for the close, or a message was taken back)
+                    continue
+                try:
+                    self._handle(frames)
+                except Exception:  # the thread must never die on one bad message
+                    self._log.exception("handler", "curriculum server: unexpected error handling a message")
         except zmq.ContextTerminated:  # pragma: no cover - only if the context is destroyed under us
             pass
         finally:

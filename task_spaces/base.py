@@ -34,6 +34,10 @@ T = TypeVar("T")
 EncodedTask = Any
 
 
+#: Types that are their own task key.
+_SCALARS = frozenset((int, float, str, bytes, bool, type(None)))
+
+
 def task_key(encoded: EncodedTask) -> Hashable:
     """Canonical hashable key for an encoded task.
 
@@ -45,6 +49,8 @@ def task_key(encoded: EncodedTask) -> Hashable:
     >>> task_key({"b": 1, "a": [0]})
     (('a', (0,)), ('b', 1))
     """
+    if encoded.__class__ in _SCALARS:  # (the common case: an int task, checked once per episode and task)
+        return encoded
     if isinstance(encoded, (list, tuple)):
         return tuple(task_key(x) for x in encoded)
     if isinstance(encoded, dict):

@@ -120,6 +120,8 @@ class Discrete(TaskSpace[Any]):
                     )
                 self._lookup[key] = i
             self._n = len(self._list)
+        #: Range mode, not a view: decoded task ``i`` is the int ``i`` (the short paths below).
+        self._range = n is not None
         self._names: list[str] | None = None
         if names is not None:
             if isinstance(names, (str, bytes)) or len(names) != self._n:
@@ -142,6 +144,7 @@ class Discrete(TaskSpace[Any]):
         if m < 1:
             raise ValueError(f"split of {parent!r} would leave an empty subspace")
         self = cls(m, seed=seed)
+        self._range = False
         self._parent = parent
         self._parent_n = parent_n
         self._idx = idx
@@ -247,16 +250,24 @@ class Discrete(TaskSpace[Any]):
             return int(task)
         return None
 
+    # (contains, encode and decode run at every reset of every env: a plain int of a range space, the
+    # common case, is answered without the general lookup)
     def contains(self, task: Any) -> bool:
+        if task.__class__ is int and self._range:
+            return 0 <= task < self._n
         return self._find(task) is not None
 
     def encode(self, task: Any) -> int:
+        if task.__class__ is int and self._range and 0 <= task < self._n:
+            return task
         i = self._find(task)
         if i is None:
             raise ValueError(f"task {task!r} is not in {self!r}")
         return i
 
     def decode(self, encoded: EncodedTask) -> Any:
+        if encoded.__class__ is int and self._range and 0 <= encoded < self._n:
+            return encoded
         j = self._check_index(encoded)
         if self._parent is not None:
             return self._parent.decode(self.parent_index(j))

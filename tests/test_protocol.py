@@ -227,6 +227,116 @@ def test_episode_update_decoding_refuses_near_misses():
             P.decode(frames)
 
 
+_episode_rows = st.lists(
+    st.tuples(
+        st.integers(-1, 2**40), tasks, st.floats(allow_nan=False), st.integers(0, 10**9), st.floats(0, 1),
+        st.booleans(),
+    ),
+    min_size=1,
+    max_size=8,
+)
+
+
+@given(env_ids, _episode_rows, st.integers(0, 4096))
+def test_episodes_roundtrip(env_id, rows, request):
+    """Several episodes as columns: each row comes back as the EpisodeUpdate (without extras) it stands
+    for."""
+    fields = [(env_id, tid, task, ret, n, prog, ended, {}, 0) for tid, task, ret, n, prog, ended in rows]
+    msg = P.Episodes(*P.Episodes.fields_of(env_id, fields, request))
+    out = _roundtrip(msg)
+    assert isinstance(out, P.Episodes) and (out.env_id, out.request) == (env_id, request)
+    assert len(out.rows()) == len(rows)
+    for got, (tid, task, ret, length, prog, ended) in zip(out.rows(), rows):
+        assert (got[0], got[3], got[4], got[5]) == (tid, length, prog, ended) and _same(got[1], task)
+        assert got[2] == ret or (math.isinf(ret) and got[2] == ret)
+    assert [type(v) for v in out.task_ids + out.returns + out.lengths + out.ended] == (
+        [int] * len(rows) + [float] * len(rows) + [int] * len(rows) + [bool] * len(rows)
+    )
+
+
+_column = st.one_of(
+    st.lists(_any_field, min_size=0, max_size=3).map(tuple), _any_field,
+)
+
+
+@given(st.lists(_column, min_size=7, max_size=9))
+def test_episodes_decoding_checks_every_row(values):
+    """An Episodes message is refused unless every column is a tuple of one length (1..MAX_BATCH) and every
+    entry has the type and range an EpisodeUpdate's field must have; what is accepted is what the rows,
+    checked one by one, would be."""
+    frames = [msgpack.packb((P.PROTOCOL_VERSION, P.Episodes.KIND, tuple(values)), use_bin_type=True)]
+    try:
+        out = P.decode(frames)
+    except P.ProtocolError:
+        out = None
+    env_id, *cols = values[:7]
+    request = values[7] if len(values) > 7 else 0
+    ok = (
+        len(values) <= 8
+        and all(isinstance(c, (tuple, list)) for c in cols)
+        and len({len(c) for c in cols}) == 1
+        and len(cols[0]) >= 1
+    )
+    if ok:
+        try:
+            rows = [
+                P.EpisodeUpdate(env_id, t, task, r, n, p, e, {}, request)
+                for t, task, r, n, p, e in zip(*cols)
+            ]
+        except P.ProtocolError:
+            ok = False
+    if not ok:
+        assert out is None
+        return
+    assert out is not None and out.request == request and out.env_id == env_id
+    checked = P.Episodes(*values)  # the shortcut of decoding gives what the checked constructor gives
+    assert out == checked and [type(v) for v in out.returns + out.ended] == [
+        type(v) for v in checked.returns + checked.ended
+    ]
+    assert [(u.task_id, u.episode_return, u.length, u.progress, u.ended) for u in rows] == [
+        (r[0], r[2], r[3], r[4], r[5]) for r in out.rows()
+    ]
+
+
+@given(st.lists(st.one_of(_column, st.lists(st.integers(0, 9), min_size=1, max_size=3).map(tuple)),
+                min_size=4, max_size=6))
+def test_tasks_decoding_checks_like_the_constructor(values):
+    """Decoding takes a shortcut for the Tasks a server sends (exact types, in range, one length): on any
+    field values it gives what the checked constructor gives, and refuses what it refuses."""
+    frames = [msgpack.packb((P.PROTOCOL_VERSION, P.Tasks.KIND, tuple(values)), use_bin_type=True)]
+    try:
+        expected = P.Tasks(*values)
+    except (P.ProtocolError, TypeError, ValueError):
+        expected = None
+    if expected is None:
+        with pytest.raises(P.ProtocolError):
+            P.decode(frames)
+        return
+    out = P.decode(frames)
+    assert out == expected
+    assert [type(v) for v in out.task_ids + out.train + out.control] == [
+        type(v) for v in expected.task_ids + expected.train + expected.control
+    ]
+
+
+def test_tasks_of_a_server_decode_through_the_shortcut():
+    msg = P.Tasks(3, (7, 8), (1, (2, 3)), (True, False), (False, True), (None, 5))
+    out = P.decode(P.encode(P.Tasks.of(3, (7, 8), (1, (2, 3)), (True, False), (False, True), (None, 5))))
+    assert out == msg and P._tasks((3, (7, 8), (1, (2, 3)), (True, False), (False, True), (None, 5))) == msg
+    for bad in ((3, (7, -1), (1, 1), (True, True), (False, False), (None, None)),  # a negative id
+                (3, (7, 8), (1, 1), (True, 1), (False, False), (None, None)),  # a flag that is not a bool
+                (3, (7, 8), (1,), (True, True), (False, False), (None, None))):  # lengths differ
+        assert P._tasks(bad) is None
+        with pytest.raises(P.ProtocolError):
+            P.decode([msgpack.packb((P.PROTOCOL_VERSION, P.Tasks.KIND, bad), use_bin_type=True)])
+
+
+def test_episodes_rebase_to_a_new_registration():
+    m = P.Episodes(3, (17, 18), (2, 2), (1.0, 0.0), (5, 6), (1.0, 0.0), (True, False), request=2)
+    out = P.rebase(m, 0)
+    assert (out.env_id, out.task_ids, out.request, out.returns) == (0, (-1, -1), 0, (1.0, 0.0))
+
+
 @given(env_ids, st.integers(-1, 2**40), tasks, st.floats(0, 1), st.booleans(), st.integers(0, 4096))
 def test_progress_update_roundtrip(env_id, task_id, task, progress, done, request):
     out = _roundtrip(P.ProgressUpdate(env_id, task_id, task, progress, done, request))
@@ -311,7 +421,7 @@ def test_batch_refuses_what_it_may_not_carry():
 
 
 def test_every_kind_is_covered_and_codes_are_unique():
-    assert sorted(P.MESSAGE_TYPES) == list(range(1, 11))
+    assert sorted(P.MESSAGE_TYPES) == list(range(1, 12))
     assert {c.__name__ for c in P.MESSAGE_TYPES.values()} == {
         "Hello",
         "Welcome",
@@ -323,6 +433,7 @@ def test_every_kind_is_covered_and_codes_are_unique():
         "Error",
         "Goodbye",
         "Batch",
+        "Episodes",
     }
 
 

@@ -743,13 +743,15 @@ def test_fast_episodes_are_reported_in_batches_with_their_task_requests(clock):
         assert [ep[1] for ep in server.curriculum.episodes] == [float(e) for e in range(40)]
         assert m["sync/env0/tasks_consumed"] == 40 and m["sync/env0/tasks_in_flight"] == 0
         assert m["sync/env0/updates_applied"] == 40 + 1  # + the goodbye
-        batches = [s for s in sent if isinstance(s, P.Batch)]
-        # once the pace is known, updates go out several at a time, a task request riding on the last one
-        assert len(sent) <= 20 and max(len(b.messages) for b in batches) >= 6  # vs 40 updates + goodbye
-        for b in batches:  # a request sends what is held: it can only be the last message of a batch
-            assert all(isinstance(x, P.EpisodeUpdate) for x in b.messages)
-            assert all(x.request == 0 for x in b.messages[:-1])
-        assert sum(b.messages[-1].request > 0 for b in batches) >= 2
+        # once the pace is known, the episodes go out several at a time as one Episodes message (columns),
+        # asking in it for the tasks they need; never a Batch of single updates
+        columns = [s for s in sent if isinstance(s, P.Episodes)]
+        assert not any(isinstance(s, P.Batch) for s in sent)
+        assert len(sent) <= 20 and max(len(m.task_ids) for m in columns) >= 6  # vs 40 updates + goodbye
+        assert sum(m.request > 0 for m in columns) >= 2
+        rows = [r for s in sent if isinstance(s, (P.Episodes, P.EpisodeUpdate)) for r in (
+            s.rows() if isinstance(s, P.Episodes) else [(s.task_id, s.task, s.episode_return)])]
+        assert [r[2] for r in rows] == [float(e) for e in range(40)]  # every episode once, in order
         # every send but the goodbye is counted, also the task request made at connect (before `sent` began)
         assert c.stats["updates_sent"] == 40 and c.stats["sends"] == len(sent)
 
@@ -814,7 +816,7 @@ def test_no_holding_sends_every_update_on_its_own():
             assert not c.holds_updates
             sent = _sent_kinds(c)
             _play(c, 5)
-            assert not any(isinstance(s, P.Batch) for s in sent)
+            assert not any(isinstance(s, (P.Batch, P.Episodes)) for s in sent)
             c.close()
 
 
@@ -846,6 +848,44 @@ def test_server_applies_a_batch_in_order_and_answers_its_requests_once():
         m = server.metrics()
         assert m[f"sync/env{env}/updates_rejected"] == 1 and m[f"sync/env{env}/tasks_consumed"] == 2
         assert m[f"sync/env{env}/tasks_in_flight"] == 3
+
+
+def test_server_applies_episode_columns_row_by_row():
+    """An Episodes message: every row applied in order as its own update; a refused row (a task id the env
+    never held, a non-finite return) reaches no curriculum, is counted, is named in one Error reply, and
+    does not stop the rows after it; the request is answered after all of them."""
+    cur = Recorder()
+    with serve(cur) as server:
+        c = CurriculumClient(server.address, prefetch=0)
+        a, b, d = c.next_task(), c.next_task(), c.next_task()
+        env = c.env_id
+        msg = P.Episodes(
+            env,
+            (a.task_id, 999, b.task_id, d.task_id),
+            (a.task, 5, b.task, d.task),
+            (1.0, 2.0, 3.0, float("inf")),
+            (3, 3, 4, 5),
+            (1.0, 1.0, 0.5, 1.0),
+            (True, True, False, True),
+            request=2,
+        )
+        sock = c.transport.socket
+        sock.send_multipart(P.encode(msg))
+        replies = []
+        while len(replies) < 2:
+            assert sock.poll(5000), "no reply from the server"
+            frames = sock.recv_multipart()
+            replies.append(P.decode([frames[0][P.ENVELOPE_SIZE:], *frames[1:]]))
+        err, tasks = replies
+        assert isinstance(err, P.Error) and err.code == "unknown_task"
+        assert "2 of 4 episode updates" in err.message
+        assert isinstance(tasks, P.Tasks) and len(tasks.task_ids) == 2
+        # a's episode reached the curriculum; b's was cut short (ended False): consumed, no episode
+        assert [e[:3] for e in cur.episodes] == [(a.task, 1.0, 3)]
+        m = server.metrics()
+        assert m[f"sync/env{env}/updates_received"] == 4 and m[f"sync/env{env}/updates_rejected"] == 2
+        assert m[f"sync/env{env}/updates_applied"] == 2 and m[f"sync/env{env}/episodes_abandoned"] == 1
+        assert m[f"sync/env{env}/tasks_consumed"] == 2 and m[f"sync/env{env}/tasks_in_flight"] == 1 + 2
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
