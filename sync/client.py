@@ -6,8 +6,10 @@ env-side client does, once, whatever carries the messages:
 * **Prefetch.** It keeps tasks ready so ``reset`` rarely waits: as many as the env plays in
   ``max_update_delay`` seconds (by its recent pace), at least one and at most ``prefetch``.
 * **Held updates.** A message costs far more than the few bytes of an episode's feedback (a send and a
-  wake-up on each side), so updates are held for a moment and sent together, as one
-  :class:`~magister.sync.protocol.Batch` (one actor call on Ray): at most ``update_batch`` of them and about
+  wake-up on each side), so updates are held for a moment and sent together, as one message (one actor
+  call on Ray; consecutive finished episodes as the columns of one
+  :class:`~magister.sync.protocol.Episodes` message, other updates with them in a
+  :class:`~magister.sync.protocol.Batch`): at most ``update_batch`` of them and about
   ``max_update_delay`` seconds; the update after which at most one task would be left ready asks for the
   next tasks and goes out at once with those held before it. An env with fast episodes (NetHack, ~12 ms)
   so sends one message per ~7 episodes; one whose episodes take longer than ``max_update_delay`` sends one

@@ -41,6 +41,7 @@ import logging
 import math
 import operator
 import struct
+import threading
 from collections.abc import Sequence
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, ClassVar
@@ -210,7 +211,30 @@ def pack_value(
     >>> unpack_value(pack_value({"a": (1, 2.5, None)}))
     {'a': (1, 2.5, None)}
     """
-    return msgpack.packb(value, default=_default(frames, oob_threshold), use_bin_type=True)
+    packing = _packing  # this thread's packer, made once (msgpack.packb makes one and its buffer per call)
+    if packing.busy:  # (re-entered from a default hook: a packer of its own)
+        return msgpack.packb(value, default=_default(frames, oob_threshold), use_bin_type=True)
+    packing.busy, packing.frames, packing.threshold = True, frames, oob_threshold
+    try:
+        return packing.packer.pack(value)  # (a failed pack leaves the packer empty)
+    finally:
+        packing.busy, packing.frames = False, None
+
+
+class _Packing(threading.local):
+    """A msgpack packer per thread, whose numpy hook reads the frames and threshold of the current call."""
+
+    def __init__(self) -> None:
+        self.busy = False
+        self.frames: list[Any] | None = None
+        self.threshold = DEFAULT_OOB_THRESHOLD
+        self.packer = msgpack.Packer(default=self._default, use_bin_type=True)
+
+    def _default(self, obj: Any) -> Any:
+        return _default(self.frames, self.threshold)(obj)
+
+
+_packing = _Packing()
 
 
 def _ext(code: int, payload: bytes, frames: Sequence[Any]) -> Any:
