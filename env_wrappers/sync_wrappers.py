@@ -83,7 +83,7 @@ from ..curricula.base import Curriculum
 from ..sync.client import DEFAULT_TIMEOUT, Assignment, CurriculumClient, TaskFeed, connect, feed_class
 from ..sync.server import CurriculumServer, ServedCurriculum, ServerHandle
 from ..task_spaces.base import TaskSpace, task_key
-from .task_wrapper import NO_PROGRESS
+from .task_wrapper import NO_PROGRESS, step_result_error
 
 logger = logging.getLogger(__name__)
 
@@ -121,17 +121,9 @@ def _check_reset_task(reported: Any, assigned: Any, env: Any) -> None:
 def _bad_step(env: Any, out: Any, episode: _Episode) -> TypeError:
     """The error for a step result that is not ``(obs, reward, terminated, truncated, info)`` with an info
     dict and a numeric reward."""
-    if not isinstance(out, (tuple, list)) or len(out) != 5:
-        what = repr(out)
-        if isinstance(out, (tuple, list)):
-            what = f"a {type(out).__name__} of length {len(out)}"
-        return TypeError(
-            f"{type(env).__name__}.step must return (obs, reward, terminated, truncated, info), "
-            f"got {what:.200}"
-        )
-    if not isinstance(out[4], dict):
-        return TypeError(f"{type(env).__name__}.step returned an info that is not a dict: {out[4]!r:.200}")
-    return TypeError(f"reward must be a real number, got {out[1]!r} (task {episode.info_task!r})")
+    if isinstance(out, (tuple, list)) and len(out) == 5 and isinstance(out[4], dict):
+        return TypeError(f"reward must be a real number, got {out[1]!r} (task {episode.info_task!r})")
+    return step_result_error(env, out)
 
 
 def _progress(value: Any, task: Any) -> float:

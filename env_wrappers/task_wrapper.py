@@ -78,7 +78,7 @@ __all__ = ["TaskSwitching", "TaskWrapper", "check_progress"]
 NO_PROGRESS = 0.0
 
 
-def _bad_step(env: Any, out: Any) -> TypeError:
+def step_result_error(env: Any, out: Any) -> TypeError:
     """The error for a step result that is not ``(obs, reward, terminated, truncated, info)`` with a dict."""
     if not isinstance(out, (tuple, list)) or len(out) != 5:
         what = repr(out)
@@ -324,7 +324,7 @@ class TaskWrapper(TaskSwitching, gym.Wrapper, gym.utils.RecordConstructorArgs):
             self._inner_info = info
             progress = info.get("success", NO_PROGRESS)
         except (TypeError, IndexError, KeyError, AttributeError):
-            raise _bad_step(self.env, out) from None
+            raise step_result_error(self.env, out) from None
         info["task"] = self._current_task
         if progress is not NO_PROGRESS and (progress.__class__ is not float or not 0.0 <= progress <= 1.0):
             progress = self._checked_progress(progress)

@@ -607,6 +607,43 @@ def test_non_numeric_reward_raises_naming_it():
         env.step(0)
 
 
+class BadStep(gym.Env):
+    """Steps with what it is given: not a Gymnasium step result."""
+
+    observation_space = gym.spaces.Discrete(2)
+    action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, result):
+        self.result = result
+
+    def reset(self, *, seed=None, options=None):
+        return 0, {}
+
+    def step(self, action):
+        return self.result
+
+
+@pytest.mark.parametrize(
+    ("result", "message"),
+    [
+        ((0, 1.0, False, False), r"BadStep.step must return \(obs, reward, terminated, truncated, info\), "
+                                 "got a tuple of length 4"),
+        ((0, 1.0, False, False, None), "BadStep.step returned an info that is not a dict: None"),
+        (None, r"BadStep.step must return .* got None"),
+    ],
+)
+@pytest.mark.parametrize("stack", ["task", "sync"])
+def test_a_step_result_that_is_not_gymnasium_s_raises_naming_the_env(result, message, stack):
+    """The common step path reads the env's tuple by position: anything else is a TypeError naming the env
+    and what it returned, from the task wrapper or the sync wrapper, not an IndexError."""
+    env = Goal(BadStep(result))
+    if stack == "sync":
+        env = GymnasiumSyncWrapper(env, Recorder())
+    env.reset()
+    with pytest.raises(TypeError, match=message):
+        env.step(0)
+
+
 class SharedResetInfo(Scripted):
     """Returns the same info dict from every reset."""
 
