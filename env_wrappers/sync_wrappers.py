@@ -223,11 +223,16 @@ class _Episode:
             a = feed.next_task()
         self._assign(a)
         self.ret, self.length, self.progress, self.ended = 0.0, 0, NO_PROGRESS, False
-        record = self.record = feed.step_recorder()  # read once per episode, not per step
-        self.watch = record is not None
+        self.record = feed.step_recorder()  # read once per episode, not per step
+        self.rewatch()
         if self.agent_returns or self.agent_lengths or self.agent_progress:  # (single-agent: never)
             self._clear_agents()
         return a
+
+    def rewatch(self) -> None:
+        """Set :attr:`watch`: a step needs more than the common path while steps are recorded or the env
+        reports a progress (it starts True: before the first reset)."""
+        self.watch = self.record is not None or self.progress is not NO_PROGRESS
 
     def _clear_agents(self) -> None:
         self.agent_returns = {}
@@ -305,7 +310,7 @@ class _Episode:
         new = self.feed.next_task()
         self._assign(new)
         self.ret, self.length, self.progress = 0.0, 0, NO_PROGRESS
-        self.watch = self.record is not None
+        self.rewatch()
         self._clear_agents()
         return new
 
@@ -549,7 +554,7 @@ class GymnasiumSyncWrapper(gym.Wrapper):
             progress = _progress(progress, episode.info_task)
         info["task_progress"] = progress
         episode.progress = progress if progress else NO_PROGRESS  # back at 0: the short path again
-        episode.watch = episode.progress is not NO_PROGRESS or episode.record is not None
+        episode.rewatch()
         return progress
 
     def _finish_step(

@@ -326,9 +326,7 @@ class TaskWrapper(TaskSwitching, gym.Wrapper, gym.utils.RecordConstructorArgs):
         except (TypeError, IndexError, KeyError, AttributeError):
             raise step_result_error(self.env, out) from None
         info["task"] = self._current_task
-        if progress is not NO_PROGRESS and (progress.__class__ is not float or not 0.0 <= progress <= 1.0):
-            progress = self._checked_progress(progress)
-        info["task_progress"] = progress
+        info["task_progress"] = progress if progress is NO_PROGRESS else self._step_progress(progress)
         return out
 
     def _step_general(self, out: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
@@ -342,13 +340,17 @@ class TaskWrapper(TaskSwitching, gym.Wrapper, gym.utils.RecordConstructorArgs):
             progress = info.get("success", NO_PROGRESS)
         else:
             progress = self.task_progress(obs, rew, term, trunc, info)
-        if progress is not NO_PROGRESS and (progress.__class__ is not float or not 0.0 <= progress <= 1.0):
-            progress = self._checked_progress(progress)
         info["task"] = self._current_task
-        info["task_progress"] = progress
+        info["task_progress"] = progress if progress is NO_PROGRESS else self._step_progress(progress)
         if self.task_observation:
             obs = self._observe(obs)
         return obs, rew, term, trunc, info
+
+    def _step_progress(self, progress: Any) -> float:
+        """A step's progress other than NO_PROGRESS: a float in [0, 1] as it is, anything else checked."""
+        if progress.__class__ is float and 0.0 <= progress <= 1.0:
+            return progress
+        return self._checked_progress(progress)
 
     def _observe(self, obs: Any) -> Any:
         if not self.task_observation:

@@ -464,11 +464,7 @@ class SyncCore:
                 reply = self._apply_update(c, msg)
             except SyncRejected as exc:
                 c.updates_rejected += 1
-                if request:  # the tasks asked for are still owed (or the reason they cannot be sampled)
-                    try:
-                        exc.reply = self.assign_tasks(env_id, request)
-                    except SyncRejected as failed:
-                        exc.reply = P.Error(failed.code, str(failed)[:2000], env_id)
+                self._owe(exc, env_id, request)
                 raise
             c.updates_applied += 1
             if request:
@@ -502,12 +498,17 @@ class SyncCore:
                 refused[0].code,
                 f"{len(refused)} of {n} episode updates refused; the first: {refused[0]}",
             )
-            if request:  # the tasks asked for are still owed (or the reason they cannot be sampled)
-                try:
-                    exc.reply = self.assign_tasks(env_id, request)
-                except SyncRejected as failed:
-                    exc.reply = P.Error(failed.code, str(failed)[:2000], env_id)
+            self._owe(exc, env_id, request)
             raise exc
+
+    def _owe(self, exc: SyncRejected, env_id: int, request: int) -> None:
+        """A refused update asked for ``request`` tasks: they are still owed, on ``exc.reply`` (or the reason
+        they cannot be sampled)."""
+        if request:
+            try:
+                exc.reply = self.assign_tasks(env_id, request)
+            except SyncRejected as failed:
+                exc.reply = P.Error(failed.code, str(failed)[:2000], env_id)
 
     def apply_batch(self, batch: P.Batch) -> list[P.Message]:
         """Apply the messages of a :class:`~magister.sync.protocol.Batch` in order, under one lock.
