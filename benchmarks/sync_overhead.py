@@ -621,7 +621,7 @@ def _sync_latency_module() -> Any:
 
 def _nle_steps_client(address: str, n: int, max_steps: int, out: Any) -> None:
     """Worker: send ``n`` step records carrying real NetHack observations as fast as the client can."""
-    from magister.sync.client import CurriculumClient
+    from magister.sync.feed import CurriculumClient
 
     env = _make_env(max_steps)
     obs, _ = env.reset(seed=0)

@@ -27,7 +27,7 @@ import numpy as np
 
 from magister.curricula.base import Curriculum
 from magister.examples.results import BENCHMARKS_README, RESULTS_PAGE, machine, recording
-from magister.sync.client import CurriculumClient
+from magister.sync.feed import CurriculumClient
 from magister.sync.server import serve
 from magister.sync.tcp_proxy import TcpProxy
 from magister.task_spaces.discrete import Discrete

@@ -1,7 +1,7 @@
 """Curricula: one algorithm per file. ``base.py`` holds the Curriculum and Agent APIs."""
 
 from .accel import ACCEL
-from .base import AgentCurriculum, Curriculum, StepBatch, TaskSample
+from .base import AgentCurriculum, Curriculum, Episode, StepBatch, TaskSample
 from .constant import Constant
 from .domain_randomization import DomainRandomization
 from .dual import DualCurriculum
@@ -32,6 +32,7 @@ __all__ = [
     "DTGThresholds",
     "DomainRandomization",
     "DualCurriculum",
+    "Episode",
     "EmbeddingJudge",
     "ExpandingBox",
     "FSP",

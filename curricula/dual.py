@@ -25,8 +25,8 @@ Routing
   explicit opponent return records a result: use it when results are reported separately through
   :meth:`DualCurriculum.update_winrate`, so that no episode is counted twice. An episode with
   ``control=True`` (played by the trainer's control policy, not the learner) goes to the task curriculum
-  only: it is never a result against the opponent. ``control`` and the variant's task half are passed on
-  to the task curriculum when its ``update_on_episode`` accepts those keywords.
+  only: it is never a result against the opponent. The task curriculum gets the episode's record
+  (:class:`~magister.curricula.base.Episode`) with the task half, and the variant's task half.
 * Step updates, task progress and on-demand metrics go to each curriculum (with its half of the task);
   step data is only requested when one of them wants it.
 * The Agent API (``get_opponent``, ``update_agent``, ``update_winrate``) is the opponent curriculum's.
@@ -43,32 +43,19 @@ Routing
 
 from __future__ import annotations
 
-import inspect
 import logging
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
 from ..task_spaces.base import EncodedTask
 from ..task_spaces.product import Product
-from .base import AgentCurriculum, Curriculum, StepBatch, TaskSample
+from .base import AgentCurriculum, Curriculum, Episode, StepBatch, TaskSample
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["DualCurriculum"]
-
-
-def _takes(method: Any, name: str) -> bool:
-    """Whether a bound ``update_on_episode`` accepts the keyword ``name`` (as the sync server checks too)."""
-    try:
-        params = inspect.signature(method).parameters
-    except (TypeError, ValueError):  # pragma: no cover - builtins without a signature
-        return False
-    return name in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
-
-
-def _takes_extras(method: Any) -> bool:
-    return _takes(method, "extras")
 
 
 class DualCurriculum(AgentCurriculum):
@@ -186,42 +173,39 @@ class DualCurriculum(AgentCurriculum):
     ) -> None:
         """The learner's episode on ``task = (task, opponent_id)``; see the module docstring for routing.
 
-        ``extras`` are the sync layer's episode extras: they reach the task curriculum if its
-        ``update_on_episode`` takes ``extras``, and the opponent curriculum's outcome rule (which reads
-        ``"opponent_return"`` or ``"agent_returns"``). ``opponent_return=x`` is the same as
+        The arguments make one :class:`~magister.curricula.base.Episode` record for :meth:`on_episode`.
+        ``extras`` reach both curricula's records; the opponent curriculum's outcome rule reads
+        ``"opponent_return"`` or ``"agent_returns"`` in them. ``opponent_return=x`` is the same as
         ``extras={"opponent_return": x}``. ``control`` and ``variant`` are the fields of the pair's
-        :class:`~magister.curricula.base.TaskSample` (the sync server passes them): the task curriculum
-        gets ``control`` and the variant's task half when it accepts them, and a control episode records
-        no result for the opponent.
+        :class:`~magister.curricula.base.TaskSample`; a control episode records no result for the
+        opponent.
         """
-        t, o = self._split(task)
+        if opponent_return is not None:
+            extras = {**(extras or {}), "opponent_return": opponent_return}
+        self.on_episode(
+            Episode(task, episode_return, length, progress, env_id, control=control, variant=variant,
+                    extras=extras or {})
+        )
+
+    def on_episode(self, episode: Episode) -> None:
+        """Route one episode record (see :meth:`update_on_episode`): the task curriculum gets it with the
+        task half (and the variant's task half), the opponent curriculum with the opponent half unless
+        ``control`` is set or no outcome is to be derived."""
+        t, o = self._split(episode.task)
+        control = episode.control
         if control.__class__ is not bool:
             if not isinstance(control, np.bool_):
                 raise TypeError(f"control must be a bool, got {type(control).__name__} {control!r:.100}")
             control = bool(control)
-        if opponent_return is not None:
-            extras = {**(extras or {}), "opponent_return": opponent_return}
-        explicit = extras is not None and extras.get("opponent_return") is not None
+        extras = episode.extras
+        explicit = extras.get("opponent_return") is not None
         self.num_episodes += 1
-        self.num_steps += int(length)
-        method = self.task_curriculum.update_on_episode
-        kwargs: dict[str, Any] = {}
-        if extras and _takes_extras(method):
-            kwargs["extras"] = extras
-        if control and _takes(method, "control"):
-            kwargs["control"] = True
-        if variant is not None and _takes(method, "variant"):
-            kwargs["variant"] = self._split(variant)[0]
-        method(episode_return, length, t, progress, env_id, **kwargs)
+        self.num_steps += int(episode.length)
+        variant = None if episode.variant is None else self._split(episode.variant)[0]
+        self.task_curriculum.on_episode(replace(episode, task=t, control=control, variant=variant))
         if control or not (explicit or self.derive_outcomes):
             return  # a control episode is not the learner's: no result against the opponent
-        opp = self.opponent_curriculum
-        if _takes_extras(opp.update_on_episode):
-            opp.update_on_episode(episode_return, length, o, progress, env_id, extras=extras)
-        elif extras and extras.get("opponent_return") is not None:
-            opp.update_winrate(o, extras["opponent_return"])
-        else:
-            opp.update_on_episode(episode_return, length, o, progress, env_id)
+        self.opponent_curriculum.on_episode(replace(episode, task=o, control=False, variant=None))
 
     def update_on_step(
         self,

@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from ..task_spaces.base import EncodedTask, TaskSpace
-from .base import Curriculum
+from .base import Curriculum, Episode
 from .interestingness import EmbeddingJudge, InterestingnessJudge, JudgeError
 from .learning_progress import LearningProgress
 from .sfl import SFL
@@ -145,7 +145,11 @@ class OMNI(Curriculum):
         env_id: int | None = None,
     ) -> None:
         """Forwarded to the base curriculum; counts towards ``judge_period``."""
-        self.base.update_on_episode(episode_return, length, task, progress, env_id)
+        self.on_episode(Episode(task, episode_return, length, progress, env_id))
+
+    def on_episode(self, episode: Episode) -> None:
+        """The record goes to the base curriculum whole; counts towards ``judge_period``."""
+        self.base.on_episode(episode)
         self.num_episodes += 1
         self._tick()
 

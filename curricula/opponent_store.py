@@ -71,7 +71,7 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from ..task_spaces.base import TaskSpace, _check_k
-from .base import AgentCurriculum, check_finite
+from .base import AgentCurriculum, Episode, check_finite
 
 try:  # POSIX file locks; on other platforms the store still works for a single writer process.
     import fcntl
@@ -1007,6 +1007,13 @@ class OpponentCurriculum(AgentCurriculum):
         self.num_episodes += 1
         self.num_steps += int(length)
         self._record(task, score)
+
+    def on_episode(self, episode: Episode) -> None:
+        """:meth:`update_on_episode` with the record's ``extras``."""
+        self.update_on_episode(
+            episode.episode_return, episode.length, episode.task, episode.progress, episode.env_id,
+            extras=episode.extras,
+        )
 
     def _record(self, opponent_id: Any, score: float) -> None:
         i = _check_id(opponent_id)

@@ -51,7 +51,7 @@ from typing import Any
 import numpy as np
 
 from ..task_spaces.base import EncodedTask, TaskSpace, task_key
-from .base import Curriculum, StepBatch, TaskSample, check_finite
+from .base import Curriculum, Episode, StepBatch, TaskSample, check_finite
 from .constant import Constant
 from .domain_randomization import DomainRandomization
 from .stopping import Condition, parse_condition
@@ -356,11 +356,17 @@ class Sequential(Curriculum):
         progress: float,
         env_id: int | None = None,
     ) -> None:
-        ret = check_finite("episode_return", episode_return)
-        prog = check_finite("progress", progress)
+        self.on_episode(Episode(task, episode_return, length, progress, env_id))
+
+    def on_episode(self, episode: Episode) -> None:
+        """The record goes to the current stage whole; its return, length and progress count towards the
+        stopping conditions."""
+        ret = check_finite("episode_return", episode.episode_return)
+        prog = check_finite("progress", episode.progress)
+        length = episode.length
         if isinstance(length, bool) or not isinstance(length, (int, np.integer)) or length < 0:
             raise ValueError(f"length must be a non-negative int, got {length!r}")
-        self.current.update_on_episode(episode_return, length, task, progress, env_id)
+        self.current.on_episode(episode)
         self.stage_episodes += 1
         self.num_episodes += 1
         if not self._count_step_updates:

@@ -38,7 +38,7 @@ How it runs as a curriculum:
   control=True)``; a training replay on a variant is ``TaskSample(task, True, variant=v)`` (below). The
   encoded task is always the plain task the filter credits. The sync layer carries ``control`` and
   ``variant`` next to the task (:class:`~magister.sync.protocol.Tasks`,
-  :class:`~magister.sync.client.Assignment`) and hands them back with the episode's feedback:
+  :class:`~magister.sync.feed.Assignment`) and hands them back with the episode's feedback:
   :meth:`TaskFilter.update_on_episode` takes ``control=`` and ``variant=`` keywords (the sync server
   passes them to curricula that accept them), so the route of a return never depends on the shape of
   the encoded task. A caller that drives the filter by hand passes ``control=sample.control,
@@ -112,7 +112,7 @@ from typing import Any
 import numpy as np
 
 from ..task_spaces.base import EncodedTask, TaskSpace, task_key
-from .base import Curriculum, TaskSample, check_finite
+from .base import Curriculum, Episode, TaskSample, check_finite
 
 logger = logging.getLogger(__name__)
 
@@ -514,7 +514,8 @@ class TaskFilter(Curriculum):
     ) -> None:
         """Route a return: candidate evaluation (agent, or control with ``control=True``), or an accepted
         task's window. ``task`` is the credited task of the :class:`~magister.curricula.base.TaskSample`
-        played; ``control`` and ``variant`` are its fields (the sync server passes them). A replay on a
+        played; ``control`` and ``variant`` are its fields (:meth:`on_episode` passes the record's). A replay
+        on a
         ``variant`` is credited to ``task`` (the variant itself is not recorded)."""
         r = check_finite("episode_return", episode_return)
         if control.__class__ is not bool:
@@ -548,6 +549,13 @@ class TaskFilter(Curriculum):
         self._fresh[key] += 1
         if self._fresh[key] >= self.window:
             self._revalidate(key)
+
+    def on_episode(self, episode: Episode) -> None:
+        """:meth:`update_on_episode` with the record's ``control`` and ``variant``."""
+        self.update_on_episode(
+            episode.episode_return, episode.length, episode.task, episode.progress, episode.env_id,
+            control=episode.control, variant=episode.variant,
+        )
 
     # -- introspection and checkpointing ------------------------------------------------------------
     def metrics(self) -> dict[str, float]:

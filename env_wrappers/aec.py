@@ -43,15 +43,15 @@ AEC API (classic board and card games, most turn-based envs). The task arrives t
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
 from typing import Any
 
 from pettingzoo.utils.env import AECEnv
 from pettingzoo.utils.wrappers import BaseWrapper
 
-from ..sync.client import DEFAULT_TIMEOUT, Assignment
+from ..sync.feed import Assignment
+from ..sync.options import FeedOptions
 from ..task_spaces.base import TaskSpace
-from .sync_wrappers import Source, _check_reset_task, _Episode, _find_task_space, _finite, _options, _progress
+from .sync_wrappers import EpisodeTracker, Source, check_reset_task, checked_progress, find_task_space, finite
 from .task_wrapper import TaskSwitching
 
 logger = logging.getLogger(__name__)
@@ -123,9 +123,8 @@ class PettingZooAECSyncWrapper(BaseWrapper):
         env: An AEC env that takes its task through ``reset(options={"task": decoded})`` and exposes
             ``task_space`` (a :class:`PettingZooAECTaskWrapper`, possibly inside other AEC wrappers).
 
-    ``source``, ``prefetch``, ``timeout``, ``strip_keys``, ``send_obs``, ``send_infos``,
-    ``change_task_on_completion``, ``fallback_task_space``, ``curve_server_key``, ``max_update_delay`` and
-    ``curve_client_keys`` are as for :class:`~magister.env_wrappers.sync_wrappers.PettingZooSyncWrapper`.
+    ``source``, ``options`` (or its fields as keyword arguments) and ``change_task_on_completion`` are as
+    for :class:`~magister.env_wrappers.sync_wrappers.GymnasiumSyncWrapper`.
     Step records (only sent when the curriculum wants them) carry no observation: an AEC step is one agent's
     move.
     """
@@ -134,31 +133,17 @@ class PettingZooAECSyncWrapper(BaseWrapper):
         self,
         env: AECEnv,
         source: Source,
+        options: FeedOptions | None = None,
         *,
-        prefetch: int | None = None,
-        timeout: float = DEFAULT_TIMEOUT,
-        strip_keys: Iterable[str] = (),
-        send_obs: bool = True,
-        send_infos: bool = True,
         change_task_on_completion: bool = False,
-        fallback_task_space: TaskSpace | None = None,
-        curve_server_key: bytes | str | None = None,
-        max_update_delay: float | None = None,
-        curve_client_keys: tuple[bytes | str, bytes | str] | None = None,
+        **feed_options: Any,
     ) -> None:
         if not isinstance(env, AECEnv):
             raise TypeError(f"env must be a pettingzoo AECEnv, got {type(env).__name__}")
-        if isinstance(strip_keys, str):
-            raise TypeError("strip_keys must be an iterable of keys, not a single str")
         BaseWrapper.__init__(self, env)
-        self.task_space: TaskSpace = _find_task_space(env)
-        self._episode = _Episode(
-            source,
-            _options(
-                prefetch, timeout, strip_keys, send_obs, send_infos, fallback_task_space, curve_server_key,
-                max_update_delay, task_space=self.task_space, curve_client_keys=curve_client_keys,
-            ),
-            change_task_on_completion,
+        self.task_space: TaskSpace = find_task_space(env)
+        self._episode = EpisodeTracker(
+            source, FeedOptions.of(options, **feed_options), self.task_space, change_task_on_completion
         )
         self._infos: dict[AgentID, dict[str, Any]] = {}
         self._terminated = False  # whether an agent of this episode terminated (else it was truncated)
@@ -179,24 +164,19 @@ class PettingZooAECSyncWrapper(BaseWrapper):
         return self._infos
 
     def _annotate(self, progress: float) -> None:
-        fields = self._episode.info_fields
-        self._infos = {a: {**i, **fields, "task_progress": progress} for a, i in self.env.infos.items()}
+        fields = self._episode.info_fields(progress)
+        self._infos = {a: {**i, **fields} for a, i in self.env.infos.items()}
 
     def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> None:
         """Reset on the next task of the curriculum (or on ``options["task"]`` when given)."""
-        if options is not None and not isinstance(options, dict):
-            raise TypeError(f"options must be a dict or None, got {type(options).__name__}")
-        opts = dict(options) if options else {}
-        has_explicit = "task" in opts
         ep = self._episode
-        ep.start(opts.get("task"), self.task_space, has_explicit, seed)
-        if not has_explicit:
-            opts["task"] = self.task_space.decode(ep.info_task)  # the task played: variant or task
+        ep.start(options, seed)
+        opts = {**(options or {}), "task": self.task_space.decode(ep.info_task)}  # the task played
         self.env.reset(seed=seed, options=opts)
         self._terminated = False
         for info in self.env.infos.values():
             if isinstance(info, dict) and "task" in info:
-                _check_reset_task(info["task"], ep.info_task, self.env)
+                check_reset_task(info["task"], ep.info_task, self.env)
         self._annotate(0.0)
 
     def step(self, action: Any) -> None:
@@ -208,11 +188,11 @@ class PettingZooAECSyncWrapper(BaseWrapper):
         self.env.step(action)
         total = 0.0
         for agent, r in self.env.rewards.items():
-            v = _finite(f"reward of agent {agent!r}", r, a.task)
+            v = finite(f"reward of agent {agent!r}", r, a.task)
             ep.agent_returns[agent] = ep.agent_returns.get(agent, 0.0) + v
             total += v
         for agent, info in self.env.infos.items():  # (an agent that has left keeps its last progress)
-            ep.agent_progress[agent] = _progress(info.get("task_progress", 0.0), a.task)
+            ep.agent_progress[agent] = checked_progress(info.get("task_progress", 0.0), a.task)
         progress = max(ep.agent_progress.values(), default=0.0)
         self._terminated = self._terminated or any(self.env.terminations.values())
         over = not self.env.agents

@@ -73,11 +73,6 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["TaskSwitching", "TaskWrapper", "check_progress"]
 
-#: The progress of a step whose env says nothing about it. The step paths (here and in the sync wrappers)
-#: compare a progress with this object by identity, so the common step costs no float checks.
-NO_PROGRESS = 0.0
-
-
 def step_result_error(env: Any, out: Any) -> TypeError:
     """The error for a step result that is not ``(obs, reward, terminated, truncated, info)`` with a dict."""
     if not isinstance(out, (tuple, list)) or len(out) != 5:
@@ -303,7 +298,7 @@ class TaskWrapper(TaskSwitching, gym.Wrapper, gym.utils.RecordConstructorArgs):
         obs, info = self._reset_inner(seed=seed, options=inner_options)
         info = dict(info)
         info["task"] = self._current_task
-        info["task_progress"] = NO_PROGRESS
+        info["task_progress"] = 0.0
         if self.task_observation:
             obs = self._observe(obs)
         return obs, info
@@ -314,19 +309,19 @@ class TaskWrapper(TaskSwitching, gym.Wrapper, gym.utils.RecordConstructorArgs):
 
     def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
         """Step the inner env and add ``info["task"]`` and ``info["task_progress"]``."""
-        # Runs on every step, next to the env's own step: the common case (the default progress, a fresh
-        # info dict, no task observation) annotates the info in place and returns the env's own tuple.
+        # the common case (the default progress, a fresh info dict, no task observation) annotates the info
+        # in place and returns the env's own tuple
         out = self.env.step(action)
         try:
             info = out[4]
             if info is self._inner_info or self._general_step:
                 return self._step_general(out)
             self._inner_info = info
-            progress = info.get("success", NO_PROGRESS)
+            progress = info.get("success")
         except (TypeError, IndexError, KeyError, AttributeError):
             raise step_result_error(self.env, out) from None
         info["task"] = self._current_task
-        info["task_progress"] = progress if progress is NO_PROGRESS else self._step_progress(progress)
+        info["task_progress"] = 0.0 if progress is None else self._step_progress(progress)
         return out
 
     def _step_general(self, out: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
@@ -337,18 +332,18 @@ class TaskWrapper(TaskSwitching, gym.Wrapper, gym.utils.RecordConstructorArgs):
         else:  # annotated in place, as Gymnasium's own wrappers do
             self._inner_info = info
         if self._default_progress:
-            progress = info.get("success", NO_PROGRESS)
+            progress = info.get("success")
         else:
             progress = self.task_progress(obs, rew, term, trunc, info)
         info["task"] = self._current_task
-        info["task_progress"] = progress if progress is NO_PROGRESS else self._step_progress(progress)
+        info["task_progress"] = 0.0 if progress is None else self._step_progress(progress)
         if self.task_observation:
             obs = self._observe(obs)
         return obs, rew, term, trunc, info
 
     def _step_progress(self, progress: Any) -> float:
-        """A step's progress other than NO_PROGRESS: a float in [0, 1] as it is, anything else checked."""
-        if progress.__class__ is float and 0.0 <= progress <= 1.0:
+        """A step's progress: a float in [0, 1] as it is, anything else checked."""
+        if isinstance(progress, float) and 0.0 <= progress <= 1.0:
             return progress
         return self._checked_progress(progress)
 

@@ -1,9 +1,18 @@
-"""The sender–receiver layer: wire protocol, curriculum server, env-side client (ZeroMQ + msgpack).
+"""The sender–receiver layer between a curriculum and its environments.
 
-The Ray backend lives in :mod:`magister.sync.ray_backend` (imported only when Ray is installed).
+* :mod:`~magister.sync.protocol` — the wire messages (msgpack, no pickle);
+* :mod:`~magister.sync.core` — the transport-agnostic core: registration, leases, accounting, applying
+  updates;
+* the endpoints, side by side: :mod:`~magister.sync.server` (ZeroMQ), :mod:`~magister.sync.ray_backend`
+  (a Ray actor; imported only when Ray is installed), :mod:`~magister.sync.local` (in-process);
+* the env side: :mod:`~magister.sync.feed` (one feed of tasks and feedback) over
+  :mod:`~magister.sync.transports`, its settings in :mod:`~magister.sync.options`, its step records in
+  :mod:`~magister.sync.steps`;
+* :mod:`~magister.sync.security` (CURVE keys, addresses) and :mod:`~magister.sync.ratelimit` (log limits).
 """
 
-from .client import (
+from .core import EnvCounters, ServerHandle, SyncCore, SyncRejected
+from .feed import (
     DEFAULT_PREFETCH,
     Assignment,
     CurriculumClient,
@@ -13,9 +22,10 @@ from .client import (
     TaskFeed,
     connect,
 )
+from .options import FeedOptions
 from .protocol import PROTOCOL_VERSION, ProtocolError, ProtocolVersionError
-from .security import CurveKeyPair, generate_keypair, load_keypair
-from .server import CurriculumServer, SyncCore, SyncRejected, serve
+from .security import CurveKeyPair, check_address, generate_keypair, load_keypair
+from .server import CurriculumServer, serve
 
 __all__ = [
     "DEFAULT_PREFETCH",
@@ -24,14 +34,18 @@ __all__ = [
     "CurriculumClient",
     "CurriculumServer",
     "CurveKeyPair",
+    "EnvCounters",
+    "FeedOptions",
     "LocalClient",
     "ProtocolError",
     "ProtocolVersionError",
+    "ServerHandle",
     "ServerUnavailableError",
     "SyncCore",
     "SyncError",
     "SyncRejected",
     "TaskFeed",
+    "check_address",
     "connect",
     "generate_keypair",
     "load_keypair",

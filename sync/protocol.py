@@ -71,7 +71,6 @@ __all__ = [
     "MESSAGE_TYPES",
     "BATCHABLE",
     "encode_batch",
-    "encode_step_update",
     "encode_fields",
     "encode",
     "decode",
@@ -286,7 +285,7 @@ def unpack_value(
 
 # (each checks the exact built-in type first: what msgpack decodes to, on every field of every message)
 def _int(name: str, v: Any, lo: int | None = None) -> int:
-    if v.__class__ is not int:
+    if type(v) is not int:
         if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
             raise ProtocolError(f"field {name} must be an int, got {type(v).__name__}")
         v = int(v)
@@ -296,7 +295,7 @@ def _int(name: str, v: Any, lo: int | None = None) -> int:
 
 
 def _float(name: str, v: Any) -> float:
-    if v.__class__ is float:
+    if type(v) is float:
         return v
     if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
         raise ProtocolError(f"field {name} must be a number, got {type(v).__name__}")
@@ -304,7 +303,7 @@ def _float(name: str, v: Any) -> float:
 
 
 def _bool(name: str, v: Any) -> bool:
-    if v.__class__ is bool:
+    if type(v) is bool:
         return v
     if not isinstance(v, np.bool_):
         raise ProtocolError(f"field {name} must be a bool, got {type(v).__name__}")
@@ -855,50 +854,6 @@ def encode(msg: Message, *, oob_threshold: int = DEFAULT_OOB_THRESHOLD) -> list[
     return [header, *frames]
 
 
-_TYPECODES = {"q": "<i8", "d": "<f8", "b": "|b1"}  # array.array columns of a step update, as numpy dtypes
-
-
-def _typed_column(col: Any) -> Any:
-    """An ``array.array`` column as the array extension type (no numpy round trip); others unchanged."""
-    code = _TYPECODES.get(getattr(col, "typecode", ""))
-    if code is None or col.itemsize != int(code[2:]):
-        return col
-    dt = code.encode("ascii")
-    head = bytes((len(dt),)) + dt + b"\x01" + struct.pack("<Q", len(col))
-    return msgpack.ExtType(_EXT_ARRAY, head + col.tobytes())
-
-
-def encode_step_update(
-    env_id: int,
-    task_ids: Any,
-    tasks: tuple,
-    rewards: Any,
-    terminated: Any,
-    truncated: Any,
-    progress: Any,
-    obs: Any = None,
-    infos: tuple[dict, ...] | None = None,
-    *,
-    oob_threshold: int = DEFAULT_OOB_THRESHOLD,
-) -> list[Any]:
-    """The frames of ``StepUpdate(env_id, task_ids, ...)`` without building the message: for a client
-    sending the columns it recorded itself (typed ``array.array`` columns: ``"q"`` ids, ``"d"`` rewards and
-    progress, ``"b"`` 0/1 flags, or numpy arrays). Nothing is validated here; the receiver validates on
-    :func:`decode` as for every message.
-
-    >>> from array import array
-    >>> frames = encode_step_update(0, array("q", [4, 4]), (1, 1), array("d", [1.0, 0.5]),
-    ...                             array("b", [0, 1]), array("b", [0, 0]), array("d", [0, 1]))
-    >>> decode(frames).terminated.tolist()
-    [False, True]
-    """
-    fields = (
-        env_id, _typed_column(task_ids), tasks, _typed_column(rewards), _typed_column(terminated),
-        _typed_column(truncated), _typed_column(progress), obs, infos,
-    )
-    return encode_fields(StepUpdate, fields, oob_threshold=oob_threshold)
-
-
 def encode_fields(
     cls: type[Message], fields: tuple, *, oob_threshold: int = DEFAULT_OOB_THRESHOLD
 ) -> list[Any]:
@@ -956,18 +911,6 @@ def _decode(frames: Sequence[Any], max_header_bytes: int, kinds: dict[int, type[
         raise ProtocolError(f"unknown message kind {kind!r}")
     if not isinstance(values, tuple):
         raise ProtocolError(f"malformed {cls.__name__}: fields must be a tuple")
-    if cls is EpisodeUpdate:
-        fast = _episode_update(values)
-        if fast is not None:
-            return fast
-    elif cls is Episodes:
-        fast = _episodes(values)
-        if fast is not None:
-            return fast
-    elif cls is Tasks:
-        fast = _tasks(values)
-        if fast is not None:
-            return fast
     n_required, n_fields = _ARITY[cls]
     if not n_required <= len(values) <= n_fields:
         raise ProtocolError(f"malformed {cls.__name__}: got {len(values)} fields, expected {n_fields}")
@@ -977,75 +920,6 @@ def _decode(frames: Sequence[Any], max_header_bytes: int, kinds: dict[int, type[
         raise ProtocolError(f"malformed {cls.__name__}: {exc}") from None
     except (TypeError, ValueError) as exc:
         raise ProtocolError(f"malformed {cls.__name__}: {exc}") from None
-
-
-_EPISODE_FIELDS = tuple(f.name for f in fields(EpisodeUpdate))
-
-
-def _episode_update(values: tuple) -> EpisodeUpdate | None:
-    """The :class:`EpisodeUpdate` of decoded ``values`` when every field already has the exact type and
-    range its checks leave it with (what a magister client sends), built without running them; ``None``
-    otherwise, and the constructor checks and names what is wrong. (The server decodes one per episode;
-    a frozen dataclass's constructor and checks cost several times the message's own decoding.)"""
-    if len(values) != 9:
-        return None
-    env_id, task_id, _, ret, length, progress, ended, extras, request = values
-    if (
-        env_id.__class__ is int and task_id.__class__ is int and ret.__class__ is float
-        and length.__class__ is int and progress.__class__ is float and ended.__class__ is bool
-        and extras.__class__ is dict and request.__class__ is int
-        and env_id >= 0 and task_id >= -1 and length >= 0 and request >= 0
-    ):
-        msg = object.__new__(EpisodeUpdate)
-        msg.__dict__.update(zip(_EPISODE_FIELDS, values))
-        return msg
-    return None
-
-
-_EPISODES_FIELDS = tuple(f.name for f in fields(Episodes))
-
-
-def _episodes(values: tuple) -> Episodes | None:
-    """The :class:`Episodes` of decoded ``values`` when every column already has the exact type, range and
-    length its checks leave (what a magister client sends), built without running them (checked at C
-    speed); ``None`` otherwise, and the constructor checks and names what is wrong."""
-    if len(values) != 8:
-        return None
-    env_id, ids, tasks, returns, lengths, progress, ended, request = values
-    n = len(ids) if ids.__class__ is tuple else 0
-    if (
-        env_id.__class__ is int and env_id >= 0 and request.__class__ is int and request >= 0
-        and 1 <= n <= MAX_BATCH
-        and set(map(type, (tasks, returns, lengths, progress, ended))) == {tuple}
-        and len(tasks) == len(returns) == len(lengths) == len(progress) == len(ended) == n
-        and set(map(type, ids)) == {int} and min(ids) >= -1
-        and set(map(type, returns)) == {float} and set(map(type, progress)) == {float}
-        and set(map(type, lengths)) == {int} and min(lengths) >= 0
-        and set(map(type, ended)) == {bool}
-    ):
-        msg = object.__new__(Episodes)
-        msg.__dict__.update(zip(_EPISODES_FIELDS, values))
-        return msg
-    return None
-
-
-def _tasks(values: tuple) -> Tasks | None:
-    """The :class:`Tasks` of decoded ``values`` when every field already has the exact type, range and
-    length its checks leave (what a magister server sends), built without running them (checked at C
-    speed); ``None`` otherwise, and the constructor checks and names what is wrong."""
-    if len(values) != 6:
-        return None
-    env_id, ids, tasks, train, control, variants = values
-    if (
-        env_id.__class__ is int and env_id >= 0
-        and ids.__class__ is tuple and tasks.__class__ is tuple and train.__class__ is tuple
-        and control.__class__ is tuple and variants.__class__ is tuple
-        and len(ids) == len(tasks) == len(train) == len(control) == len(variants) > 0
-        and set(map(type, ids)) == {int} and min(ids) >= 0
-        and set(map(type, train)) == {bool} and set(map(type, control)) == {bool}
-    ):
-        return Tasks.of(env_id, ids, tasks, train, control, variants)
-    return None
 
 
 # -- the sequencing envelope of the ZeroMQ transport ---------------------------------------------------

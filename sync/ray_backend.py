@@ -1,16 +1,16 @@
 """The Ray backend of the sync layer: the curriculum in a named Ray actor.
 
-This is the ZeroMQ server/client pair of :mod:`magister.sync.server` and :mod:`magister.sync.client`
+This is the ZeroMQ server/client pair of :mod:`magister.sync.server` and :mod:`magister.sync.feed`
 with Ray as the transport, for environments that run in Ray workers (RLlib env runners, Ray tasks and
 actors) on one machine or across a Ray cluster.
 
 * :func:`serve_ray` starts a named Ray actor holding the curriculum inside a
-  :class:`~magister.sync.server.SyncCore`, the same object the ZeroMQ server feeds, so validation,
+  :class:`~magister.sync.core.SyncCore`, the same object the ZeroMQ server feeds, so validation,
   accounting and metrics are identical on both paths. It returns a :class:`RayCurriculumServer`, the
   learner-side proxy (``sample``, ``update_on_demand``, ``metrics``, ``state_dict``, ...) whose
   :attr:`~RayCurriculumServer.address` is ``"ray://<name>"`` (``"ray://<namespace>/<name>"`` when a
   namespace is given).
-* :class:`RayClient` is the env side. :func:`magister.sync.client.connect` returns one for any
+* :class:`RayClient` is the env side. :func:`magister.sync.feed.connect` returns one for any
   ``"ray://..."`` source, so ``GymnasiumSyncWrapper(env, server.address)`` works unchanged. The client
   looks the actor up by name lazily, in the process that first uses it (``ray.get_actor``); it prefetches
   tasks as object refs (the replies of earlier calls) and blocks (``ray.get`` with a timeout) only when a
@@ -18,25 +18,16 @@ actors) on one machine or across a Ray cluster.
   later, in order, when it needs the tasks they carry (refusals are logged then); and it returns unused
   tasks when it closes.
 
-**Calls, and what they cost.** An actor call costs a few hundred µs of CPU on each side (measured on
-the 2-core development machine: ~150-400 µs to submit, ~200-400 µs to run in the actor, ~200 µs more for a
-``ray.wait`` poll), against a few µs for a ZeroMQ message, so the client makes as few as the semantics
-allow: one call carries every message the env has for the actor (:meth:`CurriculumActor.handle_batch`),
-and the client polls nothing. Tasks are asked for only when none is left ready or on its way, for as many
-as the env plays in ``max_update_delay`` (at least 1, at most ``prefetch``, default 32), in the call of the
-episode update that precedes the reset taking the last one; episode and progress updates are held until
-the next call. **Bounds:** an update is held at most ``update_batch`` updates (default 32) and about
-``max_update_delay`` seconds (default 0.5 s; a per-process background thread sends what is due every
-quarter of it, also while the env is idle); a large update (step records carrying observations, 64 KB or
-more) goes out at once with the held ones rather than be kept in memory; :meth:`RayClient.flush` and
-``close`` send everything. A task is
-sampled at most ``prefetch`` episodes, and for episodes longer than ``max_update_delay`` one episode,
-before it is played. An env with fast episodes (NetHack, ~13 ms; ~25 ms of wall time with four such envs
-on two cores) so makes one call per ~20 episodes instead of three calls and a ``ray.wait`` per episode
-(the time bound, not the count, sets the batch; the defaults are larger than the socket client's, 8,
-because a call costs far more than a message); one with episodes longer than ``max_update_delay`` makes
-one per episode, its task sampled one episode ahead, as over sockets. ``max_update_delay=0`` holds
-nothing (one call per update).
+**Calls, and what they cost.** An actor call costs far more CPU on each side than a ZeroMQ message
+(``benchmarks/sync_overhead.py`` measures both), so the feed makes as few as the semantics allow: one call
+carries every message the env has for the actor (:meth:`CurriculumActor.handle_batch`), and it polls
+nothing. Tasks are asked for only when none is left ready or on its way, for as many as the env plays in
+``max_update_delay`` (at least 1, at most ``prefetch``), in the call of the episode update that precedes the
+reset taking the last one; updates are held until the next call, at most ``update_batch`` of them and about
+``max_update_delay`` seconds (a per-process background thread sends what is due while the env is idle); a
+large update (step records carrying observations) goes out at once with the held ones.
+``max_update_delay=0`` holds nothing (one call per update). The defaults are the transport's
+:class:`~magister.sync.transports.base.Capabilities`.
 
 **Messages.** Every message is encoded by :func:`magister.sync.protocol.encode` into a single ``bytes``
 frame (arrays inline), and the actor decodes it with :func:`~magister.sync.protocol.decode`: the message
@@ -52,7 +43,7 @@ its episode (or completion) update or returns it unused at close, so the actor's
 show every task sampled, consumed, returned and still in flight.
 
 **Faults.** A client that cannot find the actor (wrong name or namespace, not started yet) or whose
-actor died raises :class:`~magister.sync.client.ServerUnavailableError` naming the actor after its
+actor died raises :class:`~magister.sync.feed.ServerUnavailableError` naming the actor after its
 timeout, unless ``fallback_task_space`` opts into local sampling (logged once, feedback dropped; held
 updates are counted in ``stats["updates_dropped"]``). A worker killed while holding updates loses them
 with it: the tasks they reported stay "in flight" in the actor's counters, next to its unplayed
@@ -97,15 +88,8 @@ except ImportError as _exc:  # pragma: no cover - exercised only without ray
 from ..curricula.base import Curriculum, TaskSample
 from ..task_spaces.base import EncodedTask
 from . import protocol as P
-from .client import (
-    DEFAULT_MAX_PENDING,
-    DEFAULT_RAY_PREFETCH,
-    DEFAULT_RAY_UPDATE_BATCH,
-    RayClient,
-    ServerUnavailableError,
-    SyncError,
-)
-from .server import DEFAULT_STEP_BATCH_SIZE, ServedCurriculum, ServerHandle, SyncCore, SyncRejected
+from .core import DEFAULT_STEP_BATCH_SIZE, ServedCurriculum, ServerHandle, SyncCore, SyncRejected
+from .feed import RayClient, ServerUnavailableError, SyncError
 from .transports.ray_actor import (
     ADDRESS_PREFIX,
     Frame,
@@ -122,9 +106,6 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "ADDRESS_PREFIX",
     "DEFAULT_ACTOR_NAME",
-    "DEFAULT_MAX_PENDING",
-    "DEFAULT_RAY_PREFETCH",
-    "DEFAULT_RAY_UPDATE_BATCH",
     "CurriculumActor",
     "RayClient",
     "RayCurriculumServer",
@@ -307,9 +288,6 @@ class CurriculumActor:
                 raise AttributeError(f"{type(self.curriculum).__name__} has no method {method!r}")
             return fn(*args, **(kwargs or {}))
 
-    def curriculum_type(self) -> str:
-        return type(self.curriculum).__name__
-
 
 # -- learner-side proxy ------------------------------------------------------------------------------
 
@@ -320,7 +298,7 @@ class RayCurriculumServer(ServedCurriculum):
     The curriculum lives in the actor: the object given to :func:`serve_ray` was *copied* into it, so
     read and change it only through these methods. The actor runs one call at a time, so a call waits
     behind the env messages already queued. Each blocks for the actor's reply, at most
-    ``timeout`` seconds (then :class:`~magister.sync.client.ServerUnavailableError`); exceptions the
+    ``timeout`` seconds (then :class:`~magister.sync.feed.ServerUnavailableError`); exceptions the
     curriculum raises are re-raised here (as Ray's subclass of the original exception type).
 
     Attributes:
@@ -377,7 +355,7 @@ class RayCurriculumServer(ServedCurriculum):
 
     def wait(self, ref: Any, what: str = "a call") -> Any:
         """The result of a call made with ``wait=False`` (its object ref), waiting at most ``timeout``:
-        the curriculum's exception re-raised, :class:`~magister.sync.client.ServerUnavailableError` when the
+        the curriculum's exception re-raised, :class:`~magister.sync.feed.ServerUnavailableError` when the
         actor does not answer or is dead (``what`` names the call in the message)."""
         return self._get(ref, what)
 

@@ -19,7 +19,7 @@ a key pair of its own and the server the list of their public keys, ``curve_allo
 directory of ZeroMQ certificate files (``*.key``, as written by :func:`zmq.auth.create_certificates`; read
 again when the directory changes). The server then runs a ZAP handler (ZeroMQ's authentication protocol,
 RFC 27) that refuses every other key during the handshake: a refused client never reaches the curriculum,
-and its feed raises :class:`~magister.sync.client.ServerUnavailableError` when its timeout runs out. The
+and its feed raises :class:`~magister.sync.feed.ServerUnavailableError` when its timeout runs out. The
 refusals are logged (rate-limited) and counted in ``server.metrics()["sync/clients_refused"]``. Without an
 allow-list, an exposed address logs a warning that any holder of the public key can join.
 
@@ -148,6 +148,51 @@ def _host_of(address: str) -> str:
     if not sep:
         raise ValueError(f"malformed tcp address {address!r}: expected tcp://host:port")
     return host.split(";")[-1]  # "tcp://src;host:port" form: the host is the bind target
+
+
+#: The address forms a server binds and a worker connects to, for error messages.
+ADDRESS_FORMS = (
+    "'ipc:///path/to/socket', 'ipc://@name' (Linux abstract socket), 'tcp://host:port' (port '*' to bind "
+    "a free one), or 'ray://name' / 'ray://namespace/name' (a serve_ray() actor)"
+)
+
+
+def check_address(address: object, bind: bool = False) -> str:
+    """``address`` if it is a well-formed server address, else ``ValueError`` naming it and the accepted
+    forms (:data:`ADDRESS_FORMS`); ``bind``: the server side (a tcp port may be ``*``; no ``ray://``).
+
+    >>> check_address("tcp://127.0.0.1:5555")
+    'tcp://127.0.0.1:5555'
+    >>> check_address("tcp://localhost")
+    Traceback (most recent call last):
+    ...
+    ValueError: malformed address 'tcp://localhost': a tcp address needs a port; expected ...
+    """
+
+    def bad(why: str) -> ValueError:
+        forms = ADDRESS_FORMS.replace(", or 'ray://name' / 'ray://namespace/name' (a serve_ray() actor)", "")
+        forms = forms if bind else ADDRESS_FORMS
+        return ValueError(f"malformed address {address!r}: {why}; expected {forms}")
+
+    if not isinstance(address, str):
+        raise TypeError(f"address must be a str, got {type(address).__name__} {address!r:.100}")
+    if address != address.strip() or any(c.isspace() for c in address):
+        raise bad("it contains whitespace")
+    scheme, sep, rest = address.partition("://")
+    schemes = ("ipc", "tcp") if bind else ("ipc", "tcp", "ray")
+    if not sep or scheme not in schemes:
+        raise bad(f"unknown scheme {scheme + sep!r}" if sep else "no scheme")
+    if not rest:
+        raise bad("nothing after the scheme")
+    if scheme == "tcp":
+        host, colon, port = rest.rpartition(":")
+        if rest.startswith("[") and not host.endswith("]"):
+            host, colon, port = rest, "", ""
+        if not colon or not host:
+            raise bad("a tcp address needs a host and a port")
+        if not (port.isdigit() and 0 < int(port) < 65536) and not (bind and port in ("*", "0")):
+            raise bad(f"port {port!r} is not a port number in 1..65535" + (" or '*'" if bind else ""))
+    return address
 
 
 def _is_abstract_ipc(address: str) -> bool:

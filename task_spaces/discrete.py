@@ -253,12 +253,12 @@ class Discrete(TaskSpace[Any]):
     # (contains, encode and decode run at every reset of every env: a plain int of a range space, the
     # common case, is answered without the general lookup)
     def contains(self, task: Any) -> bool:
-        if task.__class__ is int and self._range:
+        if type(task) is int and self._range:
             return 0 <= task < self._n
         return self._find(task) is not None
 
     def encode(self, task: Any) -> int:
-        if task.__class__ is int and self._range and 0 <= task < self._n:
+        if type(task) is int and self._range and 0 <= task < self._n:
             return task
         i = self._find(task)
         if i is None:
@@ -266,7 +266,7 @@ class Discrete(TaskSpace[Any]):
         return i
 
     def decode(self, encoded: EncodedTask) -> Any:
-        if encoded.__class__ is int and self._range and 0 <= encoded < self._n:
+        if type(encoded) is int and self._range and 0 <= encoded < self._n:
             return encoded
         j = self._check_index(encoded)
         if self._parent is not None:

@@ -61,7 +61,7 @@ class FakeClock:
 
 @pytest.fixture
 def fake_clock():
-    """``fake_clock(module, monkeypatch)``: give ``module`` (``magister.sync.client``, whose clock every
+    """``fake_clock(module, monkeypatch)``: give ``module`` (``magister.sync.feed``, whose clock every
     feed reads) a :class:`FakeClock` and no background flusher (it would race)."""
 
     def install(module, monkeypatch: pytest.MonkeyPatch) -> FakeClock:

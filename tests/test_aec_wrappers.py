@@ -23,8 +23,10 @@ class Cycle(Curriculum):
         self.next += k
         return out
 
-    def update_on_episode(self, episode_return, length, task, progress, env_id=None, extras=None) -> None:
-        self.episodes.append((task, episode_return, length, progress, extras))
+    def on_episode(self, episode) -> None:  # the record, extras included
+        self.episodes.append(
+            (episode.task, episode.episode_return, episode.length, episode.progress, episode.extras or None)
+        )
 
 
 def play(env, moves: int | None = None) -> int:

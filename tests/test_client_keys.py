@@ -13,7 +13,7 @@ import zmq
 import zmq.auth
 
 from magister.curricula.base import Curriculum
-from magister.sync.client import CurriculumClient, ServerUnavailableError
+from magister.sync.feed import CurriculumClient, ServerUnavailableError
 from magister.sync.security import (
     ClientAllowList,
     check_bind_address,
@@ -51,7 +51,7 @@ def _play(client: CurriculumClient, episodes: int = 2) -> None:
 
 
 def _client(address: str, server_public: bytes, keys=None, timeout: float = 5.0) -> CurriculumClient:
-    mine = {} if keys is None else {"curve_public_key": keys.public_key, "curve_secret_key": keys.secret_key}
+    mine = {} if keys is None else {"curve_client_keys": (keys.public_key, keys.secret_key)}
     return CurriculumClient(
         address, curve_server_key=server_public, timeout=timeout, close_timeout=0.2, **mine
     )

@@ -273,7 +273,7 @@ def test_signatures_survive_the_wrapping() -> None:
 
 
 def test_sync_core_can_share_the_curriculum_lock() -> None:
-    from magister.sync.server import SyncCore
+    from magister.sync.core import SyncCore
 
     cur = PLR(Discrete(4), score="max_mc")
     core = SyncCore(cur, lock=cur.lock)
@@ -352,7 +352,7 @@ def test_a_served_curriculum_shares_its_lock_with_the_server_thread():
     holds (not the server's proxies) is serialised with the server thread."""
     from magister import serve
     from magister.curricula.plr import PLR
-    from magister.sync.client import CurriculumClient
+    from magister.sync.feed import CurriculumClient
     from magister.task_spaces.discrete import Discrete
 
     cur = PLR(Discrete(50), seed=0)

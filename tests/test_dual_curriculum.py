@@ -197,8 +197,8 @@ def test_metrics_merge_with_prefixes(pfsp):
 
 
 class ExtrasRecorder(Recorder):
-    def update_on_episode(self, episode_return, length, task, progress, env_id=None, *, extras=None):
-        self.calls.append(("episode", task, extras))
+    def on_episode(self, episode):  # reads the record's extras
+        self.calls.append(("episode", episode.task, episode.extras))
 
 
 def test_extras_reach_both_curricula(tmp_path):
@@ -223,7 +223,7 @@ def test_extras_reach_both_curricula(tmp_path):
 def test_through_the_sync_core_unchanged(pfsp):
     """The sync layer's own message path: sample, ship over msgpack frames, report an episode with extras."""
     from magister.sync import protocol as P
-    from magister.sync.server import SyncCore
+    from magister.sync.core import SyncCore
 
     pfsp.outcome_rule = OutcomeRule(opponent_agent="p1")
     dual = DualCurriculum(DomainRandomization(Discrete(4), seed=0), pfsp)
@@ -251,9 +251,8 @@ class Flagging(Recorder):
         return [TaskSample(t, False, control=True) if t == 0 else TaskSample(t, True, variant=t + 10)
                 for t in self.rng.integers(2, size=k).tolist()]
 
-    def update_on_episode(self, episode_return, length, task, progress, env_id=None, *, control=False,
-                          variant=None):
-        self.calls.append(("episode", episode_return, task, control, variant))
+    def on_episode(self, episode):  # reads the record's control flag and variant
+        self.calls.append(("episode", episode.episode_return, episode.task, episode.control, episode.variant))
 
 
 def test_pairs_carry_the_task_halfs_control_flag_and_variant(pfsp):
@@ -279,7 +278,7 @@ def test_control_and_variant_reach_the_task_curriculum_and_control_never_scores_
     assert pfsp.num_results == 1 and pfsp.winrate(0) == 1.0
     assert rec.calls == [("episode", 1.0, 0, True, None), ("episode", 0.0, 0, True, None),
                          ("episode", 1.0, 1, False, 11)]
-    plain = Recorder()  # a task curriculum without the keywords gets none
+    plain = Recorder()  # a task curriculum reading only update_on_episode gets the five fields
     DualCurriculum(plain, pfsp).update_on_episode(1.0, 5, (1, 0), 0.0, control=True, variant=(3, 0))
     assert plain.calls == [("episode", 1.0, 5, 1, 0.0, None)] and pfsp.num_results == 1
     with pytest.raises(TypeError, match="control must be a bool"):

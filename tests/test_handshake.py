@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from magister import GymnasiumSyncWrapper, serve
 from magister.curricula.domain_randomization import DomainRandomization
 from magister.examples.cartpole import CartPoleTask
-from magister.sync.client import CurriculumClient, SyncError, connect
+from magister.sync.feed import CurriculumClient, SyncError, connect
 from magister.task_spaces.base import fingerprint_digest
 from magister.task_spaces.box import Box
 from magister.task_spaces.config import ConfigSpace

@@ -25,10 +25,10 @@ ray = pytest.importorskip("ray")
 from magister.curricula.base import Curriculum, TaskSample  # noqa: E402
 from magister.env_wrappers.sync_wrappers import GymnasiumSyncWrapper  # noqa: E402
 from magister.env_wrappers.task_wrapper import TaskWrapper  # noqa: E402
-from magister.sync import client as client_module  # noqa: E402
+from magister.sync import feed as client_module  # noqa: E402
 from magister.sync import protocol as P  # noqa: E402
 from magister.sync import ray_backend  # noqa: E402
-from magister.sync.client import ServerUnavailableError, SyncError, connect  # noqa: E402
+from magister.sync.feed import ServerUnavailableError, SyncError, connect  # noqa: E402
 from magister.sync.ray_backend import (  # noqa: E402
     RayClient,
     RayCurriculumServer,

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from magister.curricula.base import Curriculum
 from magister.sync import protocol as P
-from magister.sync.client import CurriculumClient, ServerUnavailableError, SyncError
+from magister.sync.feed import CurriculumClient, ServerUnavailableError, SyncError
 from magister.sync.server import serve
 from magister.task_spaces.discrete import Discrete
 
@@ -328,7 +328,7 @@ def test_no_server_raises_a_clear_error_after_the_timeout(tmp_path):
 def test_fallback_samples_locally_and_warns_once(tmp_path, caplog):
     space = Discrete(4, seed=0)
     c = CurriculumClient(f"ipc://{tmp_path}/nobody.sock", timeout=0.2, fallback_task_space=space)
-    with caplog.at_level(logging.WARNING, logger="magister.sync.client"):
+    with caplog.at_level(logging.WARNING, logger="magister.sync.feed"):
         tasks = [c.next_task() for _ in range(20)]
     assert all(a.task_id == -1 and 0 <= a.task < 4 and a.train for a in tasks)
     assert len({a.task for a in tasks}) > 1

@@ -26,16 +26,29 @@ def _imports(path: Path) -> list[tuple[str, list[str]]]:
     return out
 
 
-def test_transports_never_import_the_feed():
+ENDPOINTS = ("magister.sync.server", "magister.sync.ray_backend")
+
+
+def test_transports_never_import_the_feed_nor_an_endpoint():
     for path in sorted((SYNC / "transports").glob("*.py")):
         for module, names in _imports(path):
-            assert module not in ("magister.sync.client", "magister.sync.ray_backend"), (path.name, module)
+            assert module not in ("magister.sync.feed", *ENDPOINTS), (path.name, module)
             if module == "magister.sync":
-                assert not {"client", "ray_backend"} & set(names), (path.name, names)
+                assert not {"feed", "server", "ray_backend"} & set(names), (path.name, names)
+
+
+def test_the_env_side_never_imports_an_endpoint():
+    """The feed, its options and step records, and the env wrappers reach the curriculum side only through
+    the core (and the in-process endpoint's registry): never through the ZeroMQ or Ray endpoint modules."""
+    paths = [SYNC / "feed.py", SYNC / "options.py", SYNC / "steps.py", SYNC / "core.py", SYNC / "local.py",
+             *(SYNC.parent / "env_wrappers").glob("*.py")]
+    for path in paths:
+        for module, _ in _imports(path):
+            assert module not in ENDPOINTS, (path.name, module)
 
 
 def test_the_feed_module_imports_neither_ray_nor_the_ray_backend_at_module_level():
-    tree = ast.parse((SYNC / "client.py").read_text())
+    tree = ast.parse((SYNC / "feed.py").read_text())
     top = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
     for node in top:
         names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
@@ -56,7 +69,7 @@ def test_ray_backend_imports_no_private_name_from_another_sync_module():
 def test_the_feed_imports_and_works_in_process_without_ray():
     code = (
         "import sys; sys.modules['ray'] = None\n"
-        "import magister.sync.client as c\n"
+        "import magister.sync.feed as c\n"
         "from magister.curricula.base import Curriculum\n"
         "from magister.task_spaces.discrete import Discrete\n"
         "class C(Curriculum):\n"

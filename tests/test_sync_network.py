@@ -16,7 +16,7 @@ import pytest
 
 from magister.curricula.base import Curriculum
 from magister.sync import protocol as P
-from magister.sync.client import CurriculumClient, ServerUnavailableError
+from magister.sync.feed import CurriculumClient, ServerUnavailableError
 from magister.sync.server import serve
 from magister.sync.tcp_proxy import TcpProxy
 from magister.task_spaces.discrete import Discrete

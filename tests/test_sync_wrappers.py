@@ -84,10 +84,12 @@ class Recorder(Curriculum):
     def update_on_step_batch(self, batch, env_id=None):
         self.batches.append(batch)
 
-    def update_on_episode(self, episode_return, length, task, progress, env_id=None, extras=None):
-        self.episodes.append((task, episode_return, length, progress, env_id))
-        if extras:
-            self.extras.append(extras)
+    def on_episode(self, episode):  # the record, extras included
+        self.episodes.append(
+            (episode.task, episode.episode_return, episode.length, episode.progress, episode.env_id)
+        )
+        if episode.extras:
+            self.extras.append(episode.extras)
 
     def update_task_progress(self, task, progress, env_id=None):
         self.progress.append((task, progress))
@@ -158,7 +160,7 @@ def test_explicit_task_option_is_played_and_reported_as_untracked():
     assert info["task"] == 7 and env.assignment.task_id == -1
     _run_episode(env)
     assert cur.episodes[-1][0] == 7 and cur.next == 0  # nothing was sampled
-    with pytest.raises(ValueError, match="not a task"):
+    with pytest.raises(ValueError, match="neither a task of .* nor an encoded task"):
         env.reset(options={"task": -3})
     env.close()
 
@@ -213,9 +215,9 @@ def test_episode_update_refills_the_prefetch_buffer_in_the_same_message():
         kinds: list[str] = []
         transport = feed.transport
         send = transport.send
-        transport.send = lambda items: kinds.append(type(P.decode(transport.frames(items))).__name__) or send(
-            items
-        )
+        transport.send = lambda items: kinds.append(
+            (items[0][0] if type(items[0]) is tuple else type(items[0])).__name__ if len(items) == 1 else "Batch"
+        ) or send(items)
         for _ in range(5):
             _run_episode(env)
             env.reset()
@@ -499,7 +501,7 @@ def test_pettingzoo_sync_wrapper_with_the_real_pettingzoo_task_wrapper():
 
 
 def test_a_ready_made_feed_is_used_as_is():
-    from magister.sync.client import connect
+    from magister.sync.feed import connect
 
     cur = Recorder()
     feed = connect(cur, prefetch=2)
@@ -689,10 +691,9 @@ class Flagged(Recorder):
         self.next += k
         return out
 
-    def update_on_episode(self, episode_return, length, task, progress, env_id=None, extras=None, *,
-                          control=False, variant=None):
-        super().update_on_episode(episode_return, length, task, progress, env_id, extras)
-        self.episodes[-1] += (control, variant)
+    def on_episode(self, episode):  # the record's control flag and variant
+        super().on_episode(episode)
+        self.episodes[-1] += (episode.control, episode.variant)
 
 
 @pytest.mark.parametrize("remote", [False, True])

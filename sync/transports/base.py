@@ -1,29 +1,29 @@
 """What a feed needs from a transport, and the errors both raise.
 
 A :class:`Transport` moves protocol messages between one env-side feed
-(:class:`magister.sync.client.TaskFeed`) and the curriculum's :class:`~magister.sync.server.SyncCore`. It
+(:class:`magister.sync.feed.TaskFeed`) and the curriculum's :class:`~magister.sync.core.SyncCore`. It
 decides nothing: prefetch, held updates, accounting and the fallback are the feed's. It is made in the
 process that uses it (the feed keeps only its class and options, which pickle) and serves one env.
 
-The messages a feed hands to :meth:`Transport.send` are *items*, in the form the transport asked for with
-:attr:`Transport.encodes`:
+The messages a feed hands to :meth:`Transport.send` are *items*: protocol message objects, or
+``(message class, fields)`` tuples for updates the feed held as their fields; the transport encodes them
+(ZeroMQ, Ray) or builds and applies them (in-process).
 
-* an encoding transport (ZeroMQ, Ray) gets ``bytes`` (one encoded single-frame message), a ``list`` of
-  frames (a message with out-of-band arrays, :func:`magister.sync.protocol.encode`), or a tuple
-  ``(message class, fields)`` it encodes itself when it sends (updates whose encoding was deferred);
-* the in-process transport gets the message objects.
+What differs between transports, as far as the feed is concerned, is declared once, in the transport's
+:class:`Capabilities`.
 
-Transports import :mod:`~magister.sync.protocol`, :mod:`~magister.sync.server` and
-:mod:`~magister.sync.security` only, never the feed.
+Transports import :mod:`~magister.sync.protocol`, :mod:`~magister.sync.core` and
+:mod:`~magister.sync.security` only: never the feed, never an endpoint.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from .. import protocol as P
 
-__all__ = ["ServerUnavailableError", "SyncError", "Transport"]
+__all__ = ["Capabilities", "ServerUnavailableError", "SyncError", "Transport"]
 
 
 class ServerUnavailableError(TimeoutError):
@@ -34,33 +34,43 @@ class SyncError(RuntimeError):
     """The server refused a request (e.g. the curriculum failed to sample)."""
 
 
+@dataclass(frozen=True)
+class Capabilities:
+    """What a transport is, to the feed: its option defaults and what a send costs.
+
+    Args:
+        prefetch: Default most tasks a feed keeps ready.
+        update_batch: Default most updates a feed holds for one send.
+        replies_with_send: A send's replies are there when it returns (in-process): the feed asks for
+            tasks when it needs one, never ahead, and never along with an update.
+        cheap_receive: Replies can be polled at no cost (a socket): the feed reads them whenever some may
+            be waiting, and the transport can send heartbeats and register again (``ping``, ``rejoin``).
+        costly_send: A send costs far more than a message (an actor call): the feed asks for tasks only
+            when none is left ready, holds large updates with the others, and lets the goodbye carry the
+            last held updates.
+        unit: The ``stats`` key counting sends.
+        hint: Appended to a :class:`ServerUnavailableError` raised without the fallback.
+    """
+
+    prefetch: int
+    update_batch: int
+    replies_with_send: bool = False
+    cheap_receive: bool = False
+    costly_send: bool = False
+    unit: str = "sends"
+    hint: str = ""
+
+
 class Transport:
     """One env's connection to the curriculum: ``open``, ``send``, ``receive``, ``close``.
 
-    Class attributes describe the transport to the feed: its default options, and what a send costs, which
-    sets how eagerly the feed asks for tasks and reads replies (see :class:`magister.sync.client.TaskFeed`).
-
     Errors: a peer that does not answer (or is gone) raises :class:`ServerUnavailableError` with a
-    description (the feed then falls back or raises it with :attr:`hint` appended); a refusal of the
-    hello raises :class:`SyncError`.
+    description (the feed then falls back or raises it with the capabilities' ``hint`` appended); a
+    refusal of the hello raises :class:`SyncError`.
     """
 
-    #: Option defaults of feeds over this transport (e.g. ``prefetch``, ``update_batch``).
-    defaults: ClassVar[dict[str, Any]] = {}
-    #: The ``stats`` key counting sends.
-    unit: ClassVar[str] = "sends"
-    #: Whether :meth:`send` takes encoded items (False: message objects).
-    encodes: ClassVar[bool] = True
-    #: A send costs far more than a message (an actor call): the feed asks for tasks only when none is
-    #: left, reads replies only when it needs a task, holds large updates with the others and lets the
-    #: goodbye carry the last held updates.
-    costly: ClassVar[bool] = False
-    #: Replies come with the send (in-process): the feed asks for nothing ahead of need.
-    synchronous: ClassVar[bool] = False
-    #: Whether the feed reads replies whenever some may be waiting (cheap: a socket poll).
-    reads_ahead: ClassVar[bool] = False
-    #: Appended to a :class:`ServerUnavailableError` raised without the fallback.
-    hint: ClassVar[str] = ""
+    #: What this transport is, to the feed.
+    caps: ClassVar[Capabilities]
 
     #: Times a send waited for room (back-pressure).
     waits: int = 0

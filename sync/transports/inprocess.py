@@ -1,4 +1,4 @@
-"""The in-process transport: :meth:`SyncCore.apply <magister.sync.server.SyncCore.apply>` called directly.
+"""The in-process transport: :meth:`SyncCore.apply <magister.sync.core.SyncCore.apply>` called directly.
 
 Same messages, validation and accounting as over a socket, without encoding them: a send applies the
 message objects under the core's lock and queues their replies for :meth:`InProcessTransport.receive`.
@@ -9,8 +9,8 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from .. import protocol as P
-from ..server import SyncCore, SyncRejected
-from .base import SyncError, Transport
+from ..core import SyncCore, SyncRejected
+from .base import Capabilities, SyncError, Transport
 
 __all__ = ["InProcessTransport"]
 
@@ -19,9 +19,7 @@ class InProcessTransport(Transport):
     """Feeds ``core`` (a server's, or one made for a bare curriculum) in this process."""
 
     # in-process sampling is cheap and always fresh: nothing sampled ahead, nothing held
-    defaults: ClassVar[dict[str, Any]] = {"prefetch": 0, "update_batch": 1}
-    encodes: ClassVar[bool] = False
-    synchronous: ClassVar[bool] = True
+    caps: ClassVar[Capabilities] = Capabilities(prefetch=0, update_batch=1, replies_with_send=True)
 
     def __init__(self, core: SyncCore) -> None:
         self.core = core
@@ -46,6 +44,8 @@ class InProcessTransport(Transport):
         """Apply the messages in order (a refused one raises: :class:`SyncError` when the curriculum could
         not sample, else the server's ``SyncRejected``)."""
         for msg in items:
+            if type(msg) is tuple:  # an update held as its fields
+                msg = msg[0](*msg[1])
             try:
                 reply = self.core.apply(msg)
             except SyncRejected as exc:

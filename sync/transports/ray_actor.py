@@ -31,7 +31,7 @@ except ImportError as _exc:  # pragma: no cover - exercised only without ray
     ) from _exc
 
 from .. import protocol as P
-from .base import ServerUnavailableError, SyncError, Transport
+from .base import Capabilities, ServerUnavailableError, SyncError, Transport
 
 logger = logging.getLogger(__name__)
 
@@ -160,24 +160,23 @@ def lookup_actor(name: str, namespace: str | None, timeout: float) -> Any:
 
 
 def _item_frame(item: Any) -> Frame:
-    if item.__class__ is bytes:
-        return item
-    if item.__class__ is tuple:  # (message class, fields): encoded now
+    """The frame of an item: a message, or an update held as ``(message class, fields)``."""
+    if type(item) is tuple:
         return as_frame(P.encode_fields(*item, oob_threshold=OOB_BYTES))
-    return as_frame(item)
+    return pack(item)
 
 
 class RayTransport(Transport):
     """Calls to the curriculum actor at ``address`` (see the module docstring)."""
 
-    # a call costs far more than a socket message (a few hundred µs of CPU on each side): more tasks per
-    # request and more updates per call than over sockets
-    defaults: ClassVar[dict[str, Any]] = {"prefetch": 32, "update_batch": 32}
-    unit: ClassVar[str] = "calls"
-    costly: ClassVar[bool] = True
-    hint: ClassVar[str] = (
-        ". Is serve_ray() running, and is the actor alive? Pass fallback_task_space=... to sample locally "
-        "instead"
+    # a call costs far more than a socket message: more tasks per request and more updates per call
+    caps: ClassVar[Capabilities] = Capabilities(
+        prefetch=32,
+        update_batch=32,
+        costly_send=True,
+        unit="calls",
+        hint=". Is serve_ray() running, and is the actor alive? Pass fallback_task_space=... to sample "
+        "locally instead",
     )
 
     def __init__(

@@ -29,7 +29,7 @@ import zmq
 
 from .. import protocol as P
 from ..security import configure_client_socket
-from .base import ServerUnavailableError, SyncError, Transport
+from .base import Capabilities, ServerUnavailableError, SyncError, Transport
 
 logger = logging.getLogger(__name__)
 
@@ -69,11 +69,12 @@ class ZmqTransport(Transport):
         rejoins: Times the transport registered again with a server that no longer knew it.
     """
 
-    defaults: ClassVar[dict[str, Any]] = {"prefetch": 8, "update_batch": 32}
-    reads_ahead: ClassVar[bool] = True
-    hint: ClassVar[str] = (
-        "; is the server running (and are CURVE keys right)? Pass fallback_task_space=... to sample locally "
-        "instead"
+    caps: ClassVar[Capabilities] = Capabilities(
+        prefetch=8,
+        update_batch=32,
+        cheap_receive=True,
+        hint="; is the server running (and are CURVE keys right)? Pass fallback_task_space=... to sample "
+        "locally instead",
     )
 
     def __init__(
@@ -137,7 +138,7 @@ class ZmqTransport(Transport):
         for msg in old:
             msg = P.rebase(msg, welcome.env_id)
             if msg is not None:
-                self.send([_frames_of(msg)])
+                self.send([msg])
                 self.resent += 1
         return welcome
 
@@ -162,30 +163,25 @@ class ZmqTransport(Transport):
                         f"{self.peer} refused (waiting for a welcome): {msg.code}: {msg.message}"
                     )
 
-    def frames(self, items: list[Any]) -> list[Any]:
-        """The frames of one send of ``items``: the message's own, or a batch of single-frame ones."""
-        if len(items) == 1:
-            item = items[0]
-            if item.__class__ is bytes:
-                return [item]
-            if item.__class__ is tuple:
-                return P.encode_fields(*item)
-            return item
-        return P.encode_batch(
-            self.env_id, [h if h.__class__ is bytes else P.encode_fields(*h)[0] for h in items]
-        )
-
     def send(self, items: list[Any]) -> None:
-        frames = self.frames(items)
+        """One message: the item's own, or a :class:`~magister.sync.protocol.Batch` of several (items with
+        out-of-band arrays, which a batch cannot carry, go as messages of their own, in order)."""
+        encoded = [_encode(item) for item in items]
+        if len(encoded) > 1 and any(len(f) > 1 for f in encoded):
+            for frames in encoded:
+                self._send_frames(frames, "message")
+        elif len(encoded) == 1:
+            self._send_frames(encoded[0], "message")
+        else:
+            self._send_frames(P.encode_batch(self.env_id, [f[0] for f in encoded]), f"batch of {len(items)}")
+
+    def _send_frames(self, frames: list[Any], what: str) -> None:
         self.seq = seq = self.seq + 1
         unacked = self.unacked
         unacked.append((seq, frames))
         if len(unacked) > MAX_UNACKED:  # a server that far behind is gone: the feed finds out waiting
             unacked.popleft()
-        self._write(
-            [P.pack_envelope(P.DATA, seq, self.rx) + frames[0], *frames[1:]],
-            f"batch of {len(items)} messages" if len(items) > 1 else "message",
-        )
+        self._write([P.pack_envelope(P.DATA, seq, self.rx) + frames[0], *frames[1:]], what)
 
     def ping(self) -> None:
         """Ask the server for the replies this env missed and where to resend from (also a heartbeat: the
@@ -284,7 +280,8 @@ class ZmqTransport(Transport):
             self.socket = None
 
 
-def _frames_of(msg: P.Message) -> Any:
-    """``msg`` as an item of :meth:`ZmqTransport.send` (one frame, or the list of its frames)."""
-    frames = P.encode(msg)
-    return frames[0] if len(frames) == 1 else frames
+def _encode(item: Any) -> list[Any]:
+    """The frames of an item: a message, or an update held as ``(message class, fields)``."""
+    if type(item) is tuple:
+        return P.encode_fields(*item)
+    return P.encode(item)

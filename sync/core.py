@@ -1,0 +1,665 @@
+"""The transport-agnostic core of the sync layer: registration, leases, accounting, applying updates.
+
+A :class:`SyncCore` holds one curriculum and everything the curriculum side knows about its envs. The three
+endpoints feed it the same protocol messages, so validation and accounting are identical on every path:
+
+* :class:`magister.sync.server.CurriculumServer` — a ZeroMQ ROUTER socket served by a thread;
+* :class:`magister.sync.ray_backend.CurriculumActor` — a named Ray actor;
+* :func:`magister.sync.local.local_core` — the in-process path (envs in the learner's process).
+
+**Leases.** Each task the core hands out gets a core-unique id and stays *in flight* until the env
+acknowledges it: with the episode played on it, with a completion (progress) update, by returning it at
+close, or by leaving (its tasks are then abandoned and passed to ``on_task_abandoned``). Per env the core
+counts tasks sampled, sent, consumed, returned, abandoned and in flight, updates received, applied and
+rejected; :meth:`SyncCore.sync_metrics` reports them as ``sync/env<i>/<counter>`` and ``sync/total/...``.
+
+**Episodes.** Each finished episode reaches the curriculum as one
+:class:`~magister.curricula.base.Episode` record through
+:meth:`~magister.curricula.base.Curriculum.on_episode`: the return, length, credited task and progress the
+env reported, and the ``train``/``control``/``variant`` fields the core recorded when it handed the task out
+(the env never sends them back, so it cannot mislabel them).
+
+**Refusals.** A malformed update, one naming a task the env does not hold, non-finite rewards or progress,
+and an update the curriculum raises on are refused with :class:`SyncRejected` (the endpoint sends the
+env an error reply); the curriculum is not touched by a refused update. An update the curriculum raised on
+is counted (``curriculum_errors``) and logged with the curriculum's name.
+
+>>> from magister.curricula.domain_randomization import DomainRandomization
+>>> from magister.task_spaces.discrete import Discrete
+>>> from magister.sync import protocol as P
+>>> core = SyncCore(DomainRandomization(Discrete(3), seed=0))
+>>> env = core.register_env().env_id
+>>> tasks = core.apply(P.TaskRequest(env, 2))
+>>> len(tasks.task_ids), core.counters(env).tasks_in_flight
+(2, 2)
+>>> core.apply(P.EpisodeUpdate(env, tasks.task_ids[0], tasks.tasks[0], 1.0, 10, 1.0))
+>>> core.counters(env).tasks_consumed, core.counters(env).episodes_applied
+(1, 1)
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import secrets
+from collections import OrderedDict
+from collections.abc import Hashable
+from dataclasses import dataclass, fields
+from typing import Any
+
+import numpy as np
+
+from ..curricula.base import Curriculum, Episode, StepBatch, TaskSample
+from ..task_spaces.base import EncodedTask, TaskSpace, fingerprint_digest, task_key
+from . import protocol as P
+from .ratelimit import RateLimitedLogger
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["EnvCounters", "ServedCurriculum", "ServerHandle", "SyncCore", "SyncRejected"]
+
+#: Default number of steps a client batches into one step update.
+DEFAULT_STEP_BATCH_SIZE = 64
+#: Largest number of tasks one request may ask for.
+MAX_TASKS_PER_REQUEST = 4096
+#: Seconds between two log records of one kind of fault (the rest are counted, see
+#: :class:`~magister.sync.ratelimit.RateLimitedLogger`): a peer sending garbage cannot flood the log.
+LOG_INTERVAL = 10.0
+
+
+class SyncRejected(ValueError):
+    """An update or request refused by the core; ``code`` is the tag sent in the Error reply.
+
+    ``reply`` is a message still owed to the env despite the refusal (the
+    :class:`~magister.sync.protocol.Tasks` an update's ``request`` asked for), sent after the error.
+    """
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.reply: P.Message | None = None
+
+
+@dataclass
+class EnvCounters:
+    """Per-env accounting (all monotone counts except ``connected``)."""
+
+    tasks_sampled: int = 0
+    tasks_sent: int = 0
+    tasks_unsent: int = 0
+    tasks_consumed: int = 0
+    tasks_returned: int = 0
+    updates_received: int = 0
+    updates_applied: int = 0
+    updates_rejected: int = 0
+    curriculum_errors: int = 0
+    steps_applied: int = 0
+    episodes_applied: int = 0
+    episodes_abandoned: int = 0
+    progress_applied: int = 0
+    malformed_frames: int = 0
+    tasks_abandoned: int = 0
+    duplicates_dropped: int = 0
+    connected: int = 1
+
+    @property
+    def tasks_in_flight(self) -> int:
+        """Tasks sent but neither consumed, returned nor abandoned: what the env still holds."""
+        return self.tasks_sent - self.tasks_consumed - self.tasks_returned - self.tasks_abandoned
+
+    def add(self, other: EnvCounters) -> None:
+        """Add ``other``'s counts to these (the totals of envs no longer listed one by one)."""
+        for f in fields(self):
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+
+
+def _check_progress(name: str, value: Any) -> None:
+    """Progress must be finite and in [0, 1]: one number, or an array of them (a step update's)."""
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise SyncRejected("non_finite", f"{name} must be finite, got {value!r}")
+        if not 0.0 <= value <= 1.0:
+            raise SyncRejected("bad_progress", f"{name} must be in [0, 1], got {value!r}")
+        return
+    arr = np.asarray(value, dtype=np.float64)
+    if not np.isfinite(arr).all():
+        raise SyncRejected("non_finite", f"{name} must be finite, got {value!r:.200}")
+    if ((arr < 0.0) | (arr > 1.0)).any():
+        raise SyncRejected("bad_progress", f"{name} must be in [0, 1], got {value!r:.200}")
+
+
+class SyncCore:
+    """Curriculum + lock + leases and accounting, without any transport (see the module docstring).
+
+    Args:
+        curriculum: The curriculum to serve.
+        step_batch_size: Steps per step update that clients are told to batch.
+        validate_tasks: Check tasks the core did not hand out (task id ``-1``) against the task space.
+        lock: The lock to share; by default the curriculum's own
+            (:attr:`~magister.curricula.base.Curriculum.lock`), so a learner reading the curriculum
+            directly is serialised with the endpoint.
+        keep_departed: Counters of this many envs that left (goodbye, or declared gone) stay listed one by
+            one (``sync/env<i>/...``); older ones are only counted in the totals. Nothing else is kept of an
+            env that left, so the memory a core holds is bounded by its live envs.
+    """
+
+    def __init__(
+        self,
+        curriculum: Curriculum,
+        *,
+        step_batch_size: int = DEFAULT_STEP_BATCH_SIZE,
+        validate_tasks: bool = True,
+        lock: Any = None,
+        keep_departed: int = 64,
+    ) -> None:
+        if not isinstance(curriculum, Curriculum):
+            raise TypeError(f"curriculum must be a magister Curriculum, got {type(curriculum).__name__}")
+        if isinstance(step_batch_size, bool) or not isinstance(step_batch_size, int) or step_batch_size < 1:
+            raise ValueError(f"step_batch_size must be a positive int, got {step_batch_size!r}")
+        self.curriculum = curriculum
+        self.step_batch_size = step_batch_size
+        self.validate_tasks = bool(validate_tasks)
+        self.lock = lock if lock is not None else curriculum.lock
+        self.pid = os.getpid()
+        self._counters: dict[int, EnvCounters] = {}  # live envs
+        self._departed: OrderedDict[int, EnvCounters] = OrderedDict()  # the last envs that left
+        self._evicted = EnvCounters(connected=0)  # the totals of envs that left before those
+        self.keep_departed = int(keep_departed)
+        self.departed_envs = 0
+        #: Seconds between heartbeats asked of idle envs (set by a server with an ``env_timeout``; 0: none).
+        self.heartbeat = 0.0
+        #: Names this core in every welcome (a client that registers again compares it).
+        self.token = secrets.token_hex(8)
+        #: The open leases: per env, by task id, the task's key and the sample handed out.
+        self._in_flight: dict[int, dict[int, tuple[Hashable, TaskSample]]] = {}
+        self._next_env = 0
+        self._next_task = 0
+        self.malformed_frames = 0  # frames from peers that never said hello
+        self.log = RateLimitedLogger(logger, LOG_INTERVAL)
+        space = getattr(curriculum, "task_space", None)
+        #: The fingerprint of the curriculum's task space (``""``: it has none), sent in every Welcome and
+        #: compared with the env's at connect.
+        self.task_space_fingerprint = space.fingerprint() if isinstance(space, TaskSpace) else ""
+        # Per-env random streams: an env that names one (the seed of its first seeded reset) has its tasks
+        # sampled from the curriculum's generator of that stream (Curriculum.stream_rng), so its task
+        # sequence does not depend on how the other envs' requests interleave with its own.
+        self._streams: dict[int, int] = {}
+
+    # -- envs ---------------------------------------------------------------------------------------
+    def register_env(self, hello: P.Hello | None = None) -> P.Welcome:
+        """A new env joins; returns its :class:`~magister.sync.protocol.Welcome`.
+
+        ``hello`` (what the env said when it connected) may carry the fingerprint of the env's task space,
+        checked against the curriculum's, and the env's random stream.
+
+        Raises:
+            SyncRejected: ``"task_space_mismatch"``, naming both spaces, when the fingerprints differ.
+        """
+        if hello is not None and hello.task_space and self.task_space_fingerprint:
+            theirs, ours = hello.task_space, self.task_space_fingerprint
+            if fingerprint_digest(theirs) != fingerprint_digest(ours):
+                raise SyncRejected(
+                    "task_space_mismatch",
+                    f"the env's task space {theirs} is not the curriculum's task space {ours}: it would "
+                    "decode the curriculum's tasks to other tasks. Build the env's task wrapper with the "
+                    "same space as the curriculum (same kind, size, parameters and order)",
+                )
+        with self.lock:
+            env_id = self._next_env
+            self._next_env += 1
+            self._counters[env_id] = EnvCounters()
+            self._in_flight[env_id] = {}
+            if hello is not None and hello.stream >= 0:
+                self._streams[env_id] = hello.stream
+        cur = self.curriculum
+        return P.Welcome(
+            env_id=env_id,
+            requires_step_updates=bool(cur.requires_step_updates),
+            requires_episode_updates=bool(cur.requires_episode_updates),
+            step_batch_size=self.step_batch_size,
+            step_obs=bool(cur.requires_step_observations),
+            step_infos=bool(cur.requires_step_infos),
+            task_space=self.task_space_fingerprint,
+            heartbeat=float(self.heartbeat),
+            server_token=self.token,
+        )
+
+    def counters(self, env_id: int) -> EnvCounters:
+        """The counters of ``env_id``, live or among the last that left (``KeyError`` otherwise)."""
+        c = self._counters.get(env_id)
+        if c is None:
+            c = self._departed.get(env_id)
+        if c is None:
+            raise KeyError(f"unknown env id {env_id!r}; known: {self.env_ids}")
+        return c
+
+    def depart(self, env_id: int, reason: str = "goodbye") -> int:
+        """Env ``env_id`` left (``reason``: ``"goodbye"``, or ``"timeout"`` when it stayed silent past the
+        server's ``env_timeout``): the tasks it still held are abandoned (counted, and reported to the
+        curriculum's :meth:`~magister.curricula.base.Curriculum.on_task_abandoned`), and its state is
+        freed but for its counters (see ``keep_departed``). Returns the number of tasks abandoned; a no-op
+        (0) for an env that is not live."""
+        with self.lock:
+            c = self._counters.pop(env_id, None)
+            if c is None:
+                return 0
+            flight = self._in_flight.pop(env_id, {})
+            self._streams.pop(env_id, None)
+            for _, sample in flight.values():
+                try:
+                    self.curriculum.on_task_abandoned(sample.task, env_id)
+                except Exception:
+                    self.log.log(logging.ERROR, "abandoned_hook", "%s.on_task_abandoned failed",
+                                 type(self.curriculum).__name__, exc_info=True)
+            c.tasks_abandoned += len(flight)
+            c.connected = 0
+            self.departed_envs += 1
+            self._departed[env_id] = c
+            while len(self._departed) > self.keep_departed:
+                self._evicted.add(self._departed.popitem(last=False)[1])
+        if flight or reason != "goodbye":
+            logger.info("env %d left (%s); %d tasks it held abandoned", env_id, reason, len(flight))
+        return len(flight)
+
+    def is_live(self, env_id: int) -> bool:
+        """Whether ``env_id`` is registered and has not departed."""
+        return env_id in self._counters
+
+    @property
+    def live_envs(self) -> int:
+        """Envs registered and not yet departed."""
+        return len(self._counters)
+
+    def _env(self, env_id: int) -> EnvCounters:
+        c = self._counters.get(env_id)
+        if c is None:
+            raise SyncRejected("unknown_env", f"env id {env_id} never said hello to this server")
+        return c
+
+    # -- tasks --------------------------------------------------------------------------------------
+    def assign_tasks(self, env_id: int, count: int) -> P.Tasks:
+        """Sample ``count`` tasks for ``env_id`` and open a lease for each."""
+        c = self._env(env_id)
+        if not 1 <= count <= MAX_TASKS_PER_REQUEST:
+            raise SyncRejected(
+                "bad_request", f"task request for {count} tasks; expected 1..{MAX_TASKS_PER_REQUEST}"
+            )
+        with self.lock:
+            cur = self.curriculum
+            try:
+                stream = self._streams.get(env_id)
+                if stream is None:
+                    samples = cur.sample_tasks(count)
+                else:
+                    samples = cur.sample_tasks_with(cur.stream_rng(stream), count)
+            except Exception as exc:
+                self.log.exception("sample_failed", "%s.sample_tasks(%d) failed", type(cur).__name__, count)
+                raise SyncRejected("sample_failed", f"curriculum.sample_tasks failed: {exc!r}") from exc
+            if len(samples) != count or not all(isinstance(s, TaskSample) for s in samples):
+                raise SyncRejected(
+                    "sample_failed",
+                    f"{type(cur).__name__}.sample_tasks({count}) must return {count} TaskSamples",
+                )
+            first = self._next_task
+            self._next_task = first + count
+            ids = tuple(range(first, first + count))
+            flight = self._in_flight[env_id]
+            for i, s in zip(ids, samples):
+                flight[i] = (task_key(s.task), s)
+            c.tasks_sampled += count
+            c.tasks_sent += count
+        return P.Tasks.of(
+            env_id,
+            ids,
+            tuple(s.task for s in samples),
+            tuple(s.train for s in samples),
+            tuple(s.control for s in samples),
+            tuple(s.variant for s in samples),
+        )
+
+    def mark_unsent(self, msg: P.Tasks) -> None:
+        """The tasks of ``msg`` could not be delivered (the env is gone): their leases end unsent."""
+        with self.lock:
+            c = self._counters.get(msg.env_id)
+            flight = self._in_flight.get(msg.env_id)
+            if c is None or flight is None:  # the env left meanwhile: its tasks were abandoned with it
+                return
+            for i in msg.task_ids:
+                flight.pop(i, None)
+            c.tasks_sent -= len(msg.task_ids)
+            c.tasks_unsent += len(msg.task_ids)
+
+    def note_malformed(self, env_id: int | None) -> None:
+        """Count one malformed frame (attributed to ``env_id`` when the sender is known)."""
+        with self.lock:
+            if env_id is not None and env_id in self._counters:
+                self._counters[env_id].malformed_frames += 1
+            else:
+                self.malformed_frames += 1
+
+    def _resolve(self, env_id: int, task_id: int, task: EncodedTask) -> TaskSample:
+        """The sample the curriculum handed out as ``task_id`` (checked against the task the env reports);
+        for a task the env chose (``-1``), the task itself, checked against the task space."""
+        if task_id == -1:
+            if self.validate_tasks and not self.curriculum.task_space.contains_encoded(task):
+                raise SyncRejected(
+                    "invalid_task",
+                    f"task {task!r:.200} is not an encoded task of {self.curriculum.task_space!r}",
+                )
+            return TaskSample(task)
+        entry = self._in_flight[env_id].get(task_id)
+        if entry is None:
+            raise SyncRejected(
+                "unknown_task",
+                f"env {env_id} reported task id {task_id}, which it does not hold (never sent, "
+                "or already consumed/returned)",
+            )
+        if task_key(task) != entry[0]:
+            raise SyncRejected(
+                "task_mismatch",
+                f"env {env_id} reported task {task!r:.200} for task id {task_id}, "
+                f"but that id is task {entry[1].task!r:.200}",
+            )
+        return entry[1]
+
+    # -- updates ------------------------------------------------------------------------------------
+    def apply(self, msg: P.Message) -> P.Message | None:
+        """Apply one message from an env; returns the reply to send, if any.
+
+        An update with ``request > 0`` is applied first, then answered with that many new tasks (also when
+        the update itself is refused: the tasks then ride on the exception's ``reply``).
+
+        Raises:
+            SyncRejected: the message was refused (the curriculum was not touched).
+        """
+        cls = type(msg)
+        if cls is P.TaskRequest:
+            return self.assign_tasks(msg.env_id, msg.count)  # type: ignore[attr-defined]
+        if cls is P.Batch:
+            raise SyncRejected("bad_request", "a Batch is applied with apply_batch")
+        env_id = getattr(msg, "env_id", -1)
+        c = self._env(env_id)
+        if cls is P.Episodes:
+            rows = list(zip(msg.task_ids, msg.tasks, msg.returns, msg.lengths, msg.progress,  # type: ignore
+                            msg.ended, [None] * len(msg.task_ids)))  # type: ignore[attr-defined]
+        elif cls is P.EpisodeUpdate:
+            m = msg
+            rows = [(m.task_id, m.task, m.episode_return, m.length, m.progress, m.ended, m.extras)]  # type: ignore
+        else:
+            rows = None
+        request = getattr(msg, "request", 0)
+        with self.lock:
+            if rows is not None:  # episodes: each row one update, a refused row not stopping the others
+                refused = []
+                for row in rows:
+                    try:
+                        self._episode(c, env_id, *row)
+                    except SyncRejected as exc:
+                        refused.append(exc)
+                c.updates_received += len(rows)
+                c.updates_applied += len(rows) - len(refused)
+                c.updates_rejected += len(refused)
+                if refused:
+                    first = refused[0]
+                    what = f"{len(refused)} of {len(rows)} episode updates refused; the first: {first}"
+                    exc = first if len(rows) == 1 else SyncRejected(first.code, what)
+                    self._owe(exc, env_id, request)
+                    raise exc
+            else:
+                c.updates_received += 1
+                try:
+                    reply = self._apply_other(c, msg)
+                except SyncRejected as exc:
+                    c.updates_rejected += 1
+                    self._owe(exc, env_id, request)
+                    raise
+                c.updates_applied += 1
+                if reply is not None:
+                    return reply
+            return self.assign_tasks(env_id, request) if request else None
+
+    def _owe(self, exc: SyncRejected, env_id: int, request: int) -> None:
+        """A refused update asked for ``request`` tasks: they are still owed, on ``exc.reply`` (or the reason
+        they cannot be sampled)."""
+        if request:
+            try:
+                exc.reply = self.assign_tasks(env_id, request)
+            except SyncRejected as failed:
+                exc.reply = P.Error(failed.code, str(failed)[:2000], env_id)
+
+    def apply_batch(self, batch: P.Batch) -> list[P.Message]:
+        """Apply the messages of a :class:`~magister.sync.protocol.Batch` in order, under one lock.
+
+        Returns the replies to send, in order: an :class:`~magister.sync.protocol.Error` for each refused
+        message, then one :class:`~magister.sync.protocol.Tasks` with every task the batch asked for (also
+        those owed to refused updates). A refused message does not stop the ones after it.
+        """
+        self._env(batch.env_id)
+        replies: list[P.Message] = []
+        tasks: list[P.Tasks] = []
+        with self.lock:
+            for msg in batch.messages:
+                try:
+                    reply = self.apply(msg)
+                except SyncRejected as exc:
+                    replies.append(P.Error(exc.code, str(exc)[:2000], batch.env_id))
+                    reply = exc.reply
+                if isinstance(reply, P.Tasks):
+                    tasks.append(reply)
+                elif reply is not None:
+                    replies.append(reply)
+        if tasks:
+            replies.append(
+                P.Tasks.of(
+                    batch.env_id,
+                    tuple(i for t in tasks for i in t.task_ids),
+                    tuple(x for t in tasks for x in t.tasks),
+                    tuple(b for t in tasks for b in t.train),
+                    tuple(b for t in tasks for b in t.control),
+                    tuple(v for t in tasks for v in t.variants),
+                )
+            )
+        return replies
+
+    def _episode(
+        self,
+        c: EnvCounters,
+        env_id: int,
+        task_id: int,
+        task: EncodedTask,
+        episode_return: float,
+        length: int,
+        progress: float,
+        ended: bool,
+        extras: dict | None,
+    ) -> None:
+        """Apply one episode update: end its lease, and hand a finished episode to the curriculum as an
+        :class:`~magister.curricula.base.Episode` record (``ended=False``: cut short by an early reset or a
+        close, the task used but no episode finished)."""
+        if not math.isfinite(episode_return):
+            raise SyncRejected("non_finite", f"episode return must be finite, got {episode_return!r}")
+        _check_progress("episode progress", progress)
+        sample = self._resolve(env_id, task_id, task)
+        cur = self.curriculum
+        if ended and cur.requires_episode_updates:
+            episode = Episode(sample.task, episode_return, length, progress, env_id, sample.train,
+                              sample.control, sample.variant, extras or {})
+            try:
+                cur.on_episode(episode)
+            except Exception as exc:
+                raise self._curriculum_error(c, "on_episode", exc) from exc
+        if task_id != -1:
+            del self._in_flight[env_id][task_id]
+            c.tasks_consumed += 1
+        if ended:
+            c.episodes_applied += 1
+        else:
+            c.episodes_abandoned += 1
+
+    def _curriculum_error(self, c: EnvCounters, method: str, exc: Exception) -> SyncRejected:
+        """The curriculum raised on an update: counted, logged with its name, and refused."""
+        c.curriculum_errors += 1
+        name = type(self.curriculum).__name__
+        self.log.warning(f"refused:{method}", "%s.%s refused an update: %r", name, method, exc)
+        return SyncRejected("curriculum_error", f"{name}.{method}: {exc!r}")
+
+    def _apply_other(self, c: EnvCounters, msg: P.Message) -> P.Message | None:
+        """Apply a step, progress or goodbye message."""
+        cur = self.curriculum
+        if isinstance(msg, P.StepUpdate):
+            if not np.isfinite(msg.rewards).all():
+                raise SyncRejected(
+                    "non_finite", f"step rewards must be finite, got {msg.rewards.tolist()!r:.200}"
+                )
+            _check_progress("step progress", msg.progress)
+            resolved: dict[int, TaskSample] = {}
+            tasks = []
+            for tid, task in zip(msg.task_ids.tolist(), msg.tasks):
+                if tid == -1:
+                    tasks.append(self._resolve(msg.env_id, tid, task).task)
+                    continue
+                sample = resolved.get(tid)
+                if sample is None:
+                    sample = resolved[tid] = self._resolve(msg.env_id, tid, task)
+                elif task_key(task) != task_key(sample.task):  # one id reported with several tasks
+                    self._resolve(msg.env_id, tid, task)  # raises, naming the mismatch
+                tasks.append(sample.task)
+            batch = StepBatch(
+                tasks,
+                msg.rewards,
+                msg.terminated,
+                msg.truncated,
+                msg.progress,
+                obs=P.StackedObs(msg.obs) if isinstance(msg.obs, dict) else msg.obs,
+                infos=msg.infos,
+                env_id=msg.env_id,
+            )
+            if cur.requires_step_updates:
+                try:
+                    cur.update_on_step_batch(batch, msg.env_id)
+                except Exception as exc:
+                    raise self._curriculum_error(c, "update_on_step_batch", exc) from exc
+            c.steps_applied += len(batch)
+            return None
+        if isinstance(msg, P.ProgressUpdate):
+            _check_progress("task progress", msg.progress)
+            sample = self._resolve(msg.env_id, msg.task_id, msg.task)
+            try:
+                cur.update_task_progress(sample.task, msg.progress, msg.env_id)
+            except Exception as exc:
+                raise self._curriculum_error(c, "update_task_progress", exc) from exc
+            if msg.done and msg.task_id != -1:
+                del self._in_flight[msg.env_id][msg.task_id]
+                c.tasks_consumed += 1
+            c.progress_applied += 1
+            return None
+        if isinstance(msg, P.Goodbye):
+            flight = self._in_flight[msg.env_id]
+            unknown = [i for i in msg.returned_task_ids if i not in flight]
+            if unknown:
+                raise SyncRejected(
+                    "unknown_task", f"env {msg.env_id} returned task ids it does not hold: {unknown}"
+                )
+            for i in msg.returned_task_ids:
+                del flight[i]
+            c.tasks_returned += len(msg.returned_task_ids)
+            self.depart(msg.env_id, "goodbye")
+            return P.Goodbye(msg.env_id, msg.returned_task_ids)
+        raise SyncRejected("bad_request", f"an env may not send {type(msg).__name__} messages")
+
+    # -- learner side -------------------------------------------------------------------------------
+    def in_flight(self, env_id: int) -> dict[int, EncodedTask]:
+        """Tasks sent to ``env_id`` and not yet consumed, returned or abandoned, by task id (``{}`` for an
+        env that left)."""
+        with self.lock:
+            return {i: entry[1].task for i, entry in self._in_flight.get(env_id, {}).items()}
+
+    @property
+    def env_ids(self) -> list[int]:
+        """Ids of the live envs and of the last ones that left (see ``keep_departed``)."""
+        return sorted((*self._counters, *self._departed))
+
+    def sync_metrics(self) -> dict[str, float]:
+        """Flat accounting metrics: ``sync/env<i>/<counter>`` per live env (and per env among the last that
+        left), ``sync/total/<counter>`` over every env that ever connected, ``sync/envs`` (envs that ever
+        registered), ``sync/envs_live`` and ``sync/envs_departed``."""
+        out: dict[str, float] = {}
+        with self.lock:
+            totals = EnvCounters(connected=0)
+            totals.add(self._evicted)
+            for env_id, c in sorted((*self._counters.items(), *self._departed.items())):
+                for f in fields(c):
+                    out[f"sync/env{env_id}/{f.name}"] = float(getattr(c, f.name))
+                out[f"sync/env{env_id}/tasks_in_flight"] = float(c.tasks_in_flight)
+                totals.add(c)
+            for f in fields(totals):
+                out[f"sync/total/{f.name}"] = float(getattr(totals, f.name))
+            out["sync/total/tasks_in_flight"] = float(totals.tasks_in_flight)
+            out["sync/envs"] = float(len(self._counters) + self.departed_envs)  # ever registered
+            out["sync/envs_live"] = float(len(self._counters))
+            out["sync/envs_departed"] = float(self.departed_envs)
+            out["sync/malformed_frames_unattributed"] = float(self.malformed_frames)
+        return out
+
+
+class ServedCurriculum:
+    """Base of the learner-side endpoint objects (:class:`~magister.sync.server.CurriculumServer`, the Ray
+    backend's ``RayCurriculumServer``): each has an ``address`` that env-side feeds connect to, and is
+    accepted wherever an address is (sent to another process, it arrives as a :class:`ServerHandle`).
+
+    :meth:`local_core` is how the env side reaches an endpoint of its own process without sockets."""
+
+    address: str
+
+    def local_core(self) -> SyncCore | None:
+        """The core to feed directly when the caller is in this endpoint's process (``None``: connect to
+        :attr:`address`)."""
+        return None
+
+
+class ServerHandle:
+    """A curriculum server as another process sees it: its :attr:`address`, and nothing else.
+
+    A server object sent to a worker process, e.g. inside the closure of
+    ``SubprocVecEnv([lambda: GymnasiumSyncWrapper(env, server.address)] * 8)`` under the spawn or forkserver
+    start method, arrives as one of these, so ``server.address`` and ``GymnasiumSyncWrapper(env, server)``
+    work in the worker as written. The curriculum itself stays in the process that served it: learner-side
+    calls (``metrics()``, ``state_dict()`` ...) raise ``AttributeError`` here, saying where to make them.
+
+    >>> import copy
+    >>> handle = copy.deepcopy(ServerHandle("ipc:///tmp/x.sock"))  # (pickling gives the same)
+    >>> handle.address, handle
+    ('ipc:///tmp/x.sock', ServerHandle('ipc:///tmp/x.sock'))
+    """
+
+    __slots__ = ("address",)
+
+    def __init__(self, address: str) -> None:
+        if not isinstance(address, str) or "://" not in address:
+            raise TypeError(f"a server handle needs the server's address (a str), got {address!r}")
+        object.__setattr__(self, "address", address)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise AttributeError(
+            f"{name!r}: this is a handle to the curriculum server at {self.address} in another process; it "
+            "has only .address (give it, or the handle, to GymnasiumSyncWrapper). Call the server's "
+            "learner-side methods in the process that called serve()"
+        )
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("a ServerHandle is read-only")
+
+    def __reduce__(self) -> Any:
+        return (ServerHandle, (self.address,))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ServerHandle) and other.address == self.address
+
+    def __hash__(self) -> int:
+        return hash(self.address)
+
+    def __repr__(self) -> str:
+        return f"ServerHandle({self.address!r})"

@@ -1,0 +1,946 @@
+"""The environment side of the sync layer: one feed of tasks and feedback, over one of three transports.
+
+A :class:`TaskFeed` is where an env's tasks come from and where its feedback goes. It does, once, whatever
+carries the messages:
+
+* **Prefetch.** It keeps tasks ready so ``reset`` rarely waits: as many as the env plays in
+  ``max_update_delay`` seconds (by its recent pace), at least one and at most ``prefetch``.
+* **Held updates.** Updates are held for a moment and sent together as one message (consecutive finished
+  episodes as the columns of one :class:`~magister.sync.protocol.Episodes`, other updates with them in a
+  :class:`~magister.sync.protocol.Batch`; one actor call on Ray): at most ``update_batch`` of them and
+  about ``max_update_delay`` seconds. The update after which at most one task would be left ready asks for
+  the next tasks and goes out at once. A per-process background thread sends what is due while an env is
+  idle; :meth:`TaskFeed.flush` and :meth:`TaskFeed.close` send everything.
+* **Step records** are batched (:class:`~magister.sync.steps.StepBuffer`; none when the curriculum wants
+  none; observations and infos only when it reads them).
+* **Accounting** (``stats``), **fork safety** (the transport is made lazily in the process that uses the
+  feed; after a fork the child makes its own and registers as a new env), **give back** and **close**
+  (flush, wait for tasks on their way, return unused ones with the goodbye, wait for its ack; all bounded).
+* **Fallback.** Every wait has a timeout: then :class:`ServerUnavailableError` is raised, or, when
+  ``fallback_task_space`` is given, tasks are sampled locally from then on (logged once; feedback dropped).
+
+A transport (:mod:`magister.sync.transports`) only opens, sends, receives and closes; what differs between
+transports is declared in its :class:`~magister.sync.transports.base.Capabilities`. Every setting is a
+field of :class:`~magister.sync.options.FeedOptions`. :func:`connect` picks the transport from the source;
+:class:`CurriculumClient`, :class:`RayClient` and :class:`LocalClient` name the feed over each transport.
+
+A task handed to an env is an :class:`Assignment`: the encoded task, its train and control flags, the
+variant it plays (if any) and the id the curriculum side uses for its lease.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import threading
+import time
+import weakref
+from collections import deque
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from ..curricula.base import Curriculum
+from ..task_spaces.base import EncodedTask, TaskSpace
+from . import protocol as P
+from .core import ServedCurriculum, ServerHandle, SyncCore
+from .local import local_core
+from .options import DEFAULT_MAX_UPDATE_DELAY, DEFAULT_TIMEOUT, FeedOptions
+from .security import check_address
+from .steps import StepBuffer
+from .transports.base import ServerUnavailableError, SyncError, Transport
+from .transports.inprocess import InProcessTransport
+from .transports.zeromq import ZmqTransport
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "Assignment",
+    "CurriculumClient",
+    "DEFAULT_MAX_UPDATE_DELAY",
+    "DEFAULT_PREFETCH",
+    "DEFAULT_TIMEOUT",
+    "FeedOptions",
+    "LocalClient",
+    "RayClient",
+    "ServerUnavailableError",
+    "SyncError",
+    "TaskFeed",
+    "connect",
+]
+
+#: Most tasks an env keeps ready over sockets (:class:`~magister.sync.transports.zeromq.ZmqTransport`'s).
+DEFAULT_PREFETCH = ZmqTransport.caps.prefetch
+#: The clock of the feeds' time bounds (a module attribute, so tests can replace it).
+_now = time.monotonic
+#: Whether feeds register with the per-process background flusher (tests with a fake clock turn it off).
+_background_flush = True
+#: This process's id, kept current across ``os.fork`` by an at-fork hook (read on every episode).
+_pid = os.getpid()
+
+
+def _update_pid() -> None:
+    global _pid
+    _pid = os.getpid()
+
+
+os.register_at_fork(after_in_child=_update_pid)
+
+
+class Assignment(NamedTuple):
+    """A task handed to one env: ``task_id`` is the id of its lease (``-1``: not from the curriculum side).
+
+    ``task`` is the task the curriculum credits; ``control`` asks for the trainer's control policy;
+    ``variant`` (``None``: none) is the task the env plays instead of ``task`` (the fields of
+    :class:`~magister.curricula.base.TaskSample`).
+    """
+
+    task_id: int
+    task: EncodedTask
+    train: bool = True
+    control: bool = False
+    variant: Any = None
+
+
+#: Held updates whose last field is a task request.
+_REQUESTING = (P.EpisodeUpdate, P.Episodes, P.ProgressUpdate)
+_PROCESS_STATE = ("_pid", "_transport", "_buffer", "_steps", "_held", "_lock", "_issued", "_void")
+
+
+class TaskFeed:
+    """Tasks for one env, and its feedback to the curriculum, over a :class:`Transport` (see the module
+    docstring). Built by :func:`connect`, or as :class:`CurriculumClient`, :class:`RayClient` or
+    :class:`LocalClient`; one env thread per feed (a background thread may send its held updates).
+
+    Serialisable to worker processes: only the transport's class and the options travel; the transport is
+    made on first use in the process that uses the feed.
+
+    Args:
+        transport: The transport class, made with ``transport_options`` in the process that uses the feed.
+        transport_options: Its keyword arguments.
+        options: The feed's settings (:class:`~magister.sync.options.FeedOptions`).
+        address: Where the curriculum is (for messages and ``repr``).
+        task_space: The env's task space: its fingerprint is checked against the curriculum's when the
+            feed connects (a mismatch raises :class:`SyncError` naming both spaces).
+        stream: The env's random stream (the seed of its first seeded reset): the curriculum side samples
+            this env's tasks from a generator of its own; ``None``: the curriculum's shared one.
+    """
+
+    env_id: int | None
+
+    def __init__(
+        self,
+        transport: type[Transport],
+        transport_options: dict[str, Any],
+        options: FeedOptions | None = None,
+        *,
+        address: str = "",
+        task_space: TaskSpace | None = None,
+        stream: int | None = None,
+    ) -> None:
+        opts = self.options = FeedOptions.of(options)
+        caps = self.caps = transport.caps
+        if task_space is not None and not isinstance(task_space, TaskSpace):
+            raise TypeError(f"task_space must be a TaskSpace or None, got {type(task_space).__name__}")
+        if stream is not None and (
+            isinstance(stream, (bool, np.bool_)) or not isinstance(stream, (int, np.integer)) or stream < 0
+        ):
+            raise ValueError(f"stream must be an int >= 0 (a reset seed) or None, got {stream!r}")
+        self.task_space = task_space
+        self.stream = -1 if stream is None else int(stream) % (1 << 63)
+        self.address = address
+        self.prefetch = caps.prefetch if opts.prefetch is None else opts.prefetch
+        self.update_batch = caps.update_batch if opts.update_batch is None else opts.update_batch
+        self.max_update_delay = opts.max_update_delay
+        self.timeout, self.close_timeout = opts.timeout, opts.close_timeout
+        self.fallback_task_space = opts.fallback_task_space
+        self.name = opts.name
+        #: Whether updates are held for a batched send (``update_batch > 1`` and ``max_update_delay > 0``).
+        self.holds_updates = self.update_batch > 1 and self.max_update_delay > 0
+        self._transport_class = transport
+        self._transport_options = transport_options
+        self._reset_process_state()
+
+    def _reset_process_state(self) -> None:
+        """The state of a feed that belongs to one process (fresh after a fork or an unpickling)."""
+        self._pid: int | None = None
+        self._transport: Transport | None = None
+        self.env_id = None
+        self.requires_step_updates = False
+        self.requires_episode_updates = True
+        self.step_batch_size = 1
+        self._buffer: deque[Assignment] = deque()
+        self._outstanding = 0  # tasks asked for, not yet received
+        self._steps: StepBuffer | None = None
+        self._fallback = False
+        self._closed = False
+        self._closing = False
+        self._goodbye_acked = False
+        self._refusal: str | None = None
+        self._held: list[Any] = []  # updates waiting for the next send: messages or (class, fields)
+        self._held_request = 0  # tasks asked for by held updates
+        self._send_by = math.inf  # when the oldest held update must go out
+        self._lock = threading.RLock()  # the env's thread and the background flusher
+        self._last_reset: float | None = None
+        self._episode_s: float | None = None  # running mean of the time between two tasks
+        self._issued: dict[int, Assignment] = {}  # tasks handed to the env and not yet reported, by id
+        # tasks of a previous registration still being played (reported as tasks the env chose, id -1)
+        self._void: dict[int, Assignment] = {}
+        self.heartbeat = 0.0  # seconds of silence after which the background thread sends a heartbeat
+        counters = ("tasks_received", "updates_sent", "updates_dropped", "errors_received", "send_waits",
+                    "rejoins")
+        self.stats = dict.fromkeys((*counters, self.caps.unit), 0)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        for k in _PROCESS_STATE:
+            state.pop(k, None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._reset_process_state()
+
+    @property
+    def held_updates(self) -> int:
+        """Updates waiting for the next send."""
+        return len(self._held)
+
+    @property
+    def transport(self) -> Transport | None:
+        """The transport of this process (``None`` until the feed connects, and once it closed)."""
+        return self._transport
+
+    # -- connection ---------------------------------------------------------------------------------
+    def _hello(self, rejoin: int = -1) -> P.Hello:
+        space = self.task_space.fingerprint() if self.task_space is not None else ""
+        return P.Hello(os.getpid(), self.name, space, self.stream, rejoin)
+
+    def _ensure(self) -> bool:
+        """Connect in this process if needed; False when running on the local fallback."""
+        if self._pid != _pid and self._pid is not None:  # forked: the parent's transport is not ours
+            if self._transport is not None:
+                self._transport.abandon()
+            logger.debug("feed: process forked (pid %s -> %s); reconnecting", self._pid, os.getpid())
+            self._reset_process_state()
+        if self._closed:
+            raise SyncError("this client is closed")
+        if self._fallback:
+            return False
+        if self._transport is not None:
+            return True
+        self._pid = _pid
+        transport = self._transport = self._transport_class(**self._transport_options)
+        try:
+            welcome = transport.open(self._hello())
+        except ServerUnavailableError as exc:
+            return self._go_fallback("a welcome", str(exc))
+        except BaseException:
+            self._transport = None
+            transport.close(wait=False)
+            raise
+        self._take_welcome(welcome)
+        if self.prefetch and not self.caps.replies_with_send:
+            # prefetch right away: over sockets the first reset takes one task and leaves the others ready
+            extra = 1 if self.holds_updates and not self.caps.costly_send else 0
+            self._send_held(self._depth() + extra)
+        beats = self.heartbeat > 0 and self.caps.cheap_receive
+        if _background_flush and ((self.holds_updates and self.max_update_delay < math.inf) or beats):
+            _register_for_flushing(self)
+        return True
+
+    def _rejoin(self) -> None:
+        """The curriculum side no longer knows this env (it restarted, or declared the env gone after a
+        silence): register again. What is still to be delivered goes to the new registration (the
+        transport sends it again); the tasks of the old one still held are played and reported as tasks
+        the env chose (id ``-1``: their ids meant nothing to the new registration)."""
+        transport = self._transport
+        old = self.env_id
+        logger.warning("%s no longer knows env %s (restarted, or it declared the env gone): registering "
+                       "again", transport.peer, old)  # type: ignore[union-attr]
+        self._flush_steps()  # everything of the old registration into the transport's resend queue
+        self._send_held()
+        self._void.update(self._issued)
+        self._issued = {}
+        self._buffer = deque(a._replace(task_id=-1) for a in self._buffer)
+        self._outstanding = 0  # the old registration's requests were dropped with it
+        welcome = transport.rejoin(self._hello(-1 if old is None else old))  # type: ignore[union-attr]
+        self.stats["rejoins"] += 1
+        self._take_welcome(welcome)
+        need = self._depth() + 1 - len(self._buffer)
+        if need > 0:  # what the old registration was asked for and never sent
+            self._send_held(need)
+
+    def _take_welcome(self, welcome: P.Welcome) -> None:
+        """Adopt the settings of the welcome: env id, which updates to send, the step buffer."""
+        opts = self.options
+        self.env_id = welcome.env_id
+        self.heartbeat = welcome.heartbeat
+        self.requires_step_updates = welcome.requires_step_updates
+        self.requires_episode_updates = welcome.requires_episode_updates
+        self.step_batch_size = welcome.step_batch_size
+        self._steps = StepBuffer(
+            opts.send_obs and welcome.step_obs,
+            opts.send_infos and welcome.step_infos,
+            frozenset(opts.strip_keys),
+            capacity=welcome.step_batch_size,
+            on_full=self._flush_steps,
+            void=self._void,
+        )
+
+    def _go_fallback(self, what: str, reason: str | None = None) -> bool:
+        """The curriculum did not answer (while waiting for ``what``): raise, or sample locally from now
+        on."""
+        if reason is None:
+            reason = self._transport.no_reply(what)  # type: ignore[union-attr]
+        if self.fallback_task_space is None:
+            raise ServerUnavailableError(reason + self.caps.hint)
+        logger.warning("%s; sampling tasks locally from %r from now on (feedback is dropped)", reason,
+                       self.fallback_task_space)
+        self._fallback = True
+        self.requires_step_updates = False  # feedback is dropped from now on: do not even buffer it
+        self.stats["updates_dropped"] += len(self._held)
+        self._held, self._held_request, self._send_by = [], 0, math.inf
+        self._outstanding = 0
+        if self._transport is not None:
+            self._transport.close(wait=False)
+            self._transport = None
+        return False
+
+    def _active(self) -> bool:
+        """Whether updates can be delivered now (connected in this process, not closed, no fallback)."""
+        return self._transport is not None and self._pid == _pid and not self._fallback
+
+    # -- sending ------------------------------------------------------------------------------------
+    def _send(self, items: list[Any], updates: int, asked: int) -> bool:
+        """One send of ``items`` (``updates`` of them updates, asking for ``asked`` tasks in all)."""
+        transport = self._transport
+        try:
+            transport.send(items)  # type: ignore[union-attr]
+        except ServerUnavailableError as exc:
+            self.stats["updates_dropped"] += updates
+            self.stats["send_waits"] = transport.waits  # type: ignore[union-attr]
+            return self._go_fallback("room to send", str(exc))
+        self.stats["updates_sent"] += updates
+        self.stats[self.caps.unit] += 1
+        self.stats["send_waits"] = transport.waits  # type: ignore[union-attr]
+        self._outstanding += asked
+        return True
+
+    def _deliver(self, item: Any, request: int) -> None:
+        """Send an update (a message, or ``(message class, fields)``), or hold it for a batched send.
+
+        Held updates go out together once ``update_batch`` are held, the oldest has waited
+        ``max_update_delay``, one asks for tasks, or a large update (step records with observations) comes
+        (over a costly transport it goes with them, otherwise after them); and on :meth:`flush`,
+        :meth:`close`, a :meth:`next_task` with no task ready, and from the background flusher.
+        """
+        large = type(item) is P.StepUpdate and item.obs is not None
+        with self._lock:
+            if self.holds_updates and (self.caps.costly_send or not large):
+                now = _now()
+                if not self._held:
+                    self._send_by = now + self.max_update_delay
+                self._held.append(item)
+                self._held_request += request
+                if request or large or len(self._held) >= self.update_batch or now >= self._send_by:
+                    self._send_held()
+                return
+            if self._held:
+                self._send_held()  # the held updates first, in order
+            if self._active():
+                self._send([item], 1, request)
+            else:
+                self.stats["updates_dropped"] += 1
+
+    def _send_held(self, request: int = 0) -> None:
+        """Send the held updates (one message; a batch when several), with a request for ``request``
+        more tasks."""
+        if not self._active() or self.env_id is None:
+            return
+        held, asked = self._held, self._held_request
+        if not held and request <= 0:
+            return
+        self._held, self._held_request, self._send_by = [], 0, math.inf
+        updates = len(held)
+        if updates > 1:
+            held = _columns(held, self.env_id)
+        if request > 0:
+            last = held[-1] if held else None
+            if type(last) is tuple and last[0] in _REQUESTING:  # ask in the last update itself
+                held[-1] = (last[0], (*last[1][:-1], last[1][-1] + request))
+            else:
+                held.append(P.TaskRequest(self.env_id, request))
+            asked += request
+        self._send(held, updates, asked)
+
+    def _send_due(self) -> None:
+        """Send the held updates if they are due, and a heartbeat after ``heartbeat`` seconds of silence
+        (called by the background flusher's thread; a feed the env's thread is using is skipped until the
+        next wake-up)."""
+        transport = self._transport
+        beat = (
+            self.heartbeat > 0
+            and transport is not None
+            and time.monotonic() - getattr(transport, "last_send", math.inf) >= self.heartbeat
+        )
+        if not beat and (not self._held or _now() < self._send_by):
+            return
+        if transport is None or not transport.can_send_now():  # back-pressure: the env's thread handles it
+            return
+        if self._lock.acquire(blocking=False):
+            try:
+                if self._pid != _pid or self._transport is not transport:
+                    return
+                if self._held and _now() >= self._send_by:
+                    self._send_held()
+                elif beat and not self._closing:
+                    transport.ping()  # type: ignore[attr-defined]
+            finally:
+                self._lock.release()
+
+    # -- receiving ----------------------------------------------------------------------------------
+    def _receive(self, timeout: float) -> bool:
+        """Take in the replies that arrived (waiting at most ``timeout`` seconds); False when none did."""
+        msgs = self._transport.receive(timeout)  # type: ignore[union-attr]
+        for msg in msgs:
+            if isinstance(msg, P.Tasks):
+                n = len(msg.task_ids)
+                self._buffer.extend(
+                    map(Assignment, msg.task_ids, msg.tasks, msg.train, msg.control, msg.variants)
+                )
+                self._outstanding = max(0, self._outstanding - n)
+                self.stats["tasks_received"] += n
+            elif isinstance(msg, P.Goodbye):
+                self._goodbye_acked = True
+            elif isinstance(msg, P.Error):
+                if msg.code == "unknown_env" and not self._closing and self.caps.cheap_receive:
+                    self._rejoin()
+                    continue
+                self.stats["errors_received"] += 1
+                if msg.code == "version":
+                    raise P.ProtocolVersionError(msg.message)
+                if msg.code in ("sample_failed", "bad_request") and self._outstanding:
+                    self._outstanding = 0
+                    self._refusal = f"{msg.code}: {msg.message}"
+                logger.error("%s refused a message from env %s (%s): %s", self._transport.peer,  # type: ignore
+                             self.env_id, msg.code, msg.message)
+        return bool(msgs)
+
+    def _drain(self) -> None:
+        """Take in every reply that already arrived."""
+        while self._transport is not None and self._receive(0):
+            pass
+
+    def _wait_for_tasks(self) -> bool:
+        """Wait for a task (at most ``timeout``); False when the fallback took over."""
+        deadline = time.monotonic() + self.timeout
+        while not self._buffer:
+            if self._refusal is not None:
+                err, self._refusal = self._refusal, None
+                raise SyncError(f"{self._transport.peer} refused (waiting for tasks): {err}")  # type: ignore
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return self._go_fallback("tasks")
+            try:
+                self._receive(left)
+            except ServerUnavailableError as exc:
+                return self._go_fallback("tasks", str(exc))
+        return True
+
+    # -- tasks --------------------------------------------------------------------------------------
+    def _request_size(self) -> int:
+        """Tasks to keep ready: as many as the env plays in ``max_update_delay`` seconds (by its recent
+        pace; 1 until that is known), at least 1 and at most ``prefetch`` (``prefetch`` itself when
+        ``max_update_delay`` is infinite)."""
+        if self.prefetch <= 1:
+            return 1
+        if self.max_update_delay == math.inf:
+            return self.prefetch
+        if self._episode_s is None:
+            return 1
+        if self._episode_s <= 0.0:
+            return self.prefetch
+        return max(1, min(self.prefetch, int(self.max_update_delay / self._episode_s)))
+
+    def _depth(self) -> int:
+        """Tasks to keep ready beyond the one the next reset takes (0 with ``prefetch=0``)."""
+        return self._request_size() if self.prefetch else 0
+
+    def _refill_request(self) -> int:
+        """Tasks an episode (or completed task) update asks for along the way, the reset that follows
+        taking one task. In-process: none (tasks are asked for when needed). Over sockets: what keeps the
+        depth ready, asked once at most one task would be left after that reset (when holding updates).
+        Over a costly transport: the next ``request_size`` tasks once none would be left."""
+        if self.env_id is None or self.caps.replies_with_send:
+            return 0
+        ready = len(self._buffer) + self._outstanding + self._held_request
+        if self.caps.costly_send:
+            return self._request_size() if self.prefetch and ready <= 1 else 0
+        if self.holds_updates and ready > 2:
+            return 0
+        return max(0, self._depth() + 1 - ready)
+
+    def next_task(self) -> Assignment:
+        """The next task: from the prefetch buffer, or requested and awaited (at most ``timeout``)."""
+        if not ((self._transport is not None and self._pid == _pid) or self._ensure()):
+            (task,) = self.fallback_task_space.sample_encoded(1)  # type: ignore[union-attr]
+            return Assignment(-1, task, True)
+        caps = self.caps
+        with self._lock:
+            now = _now()
+            if self._last_reset is not None:  # the running mean of the time between two tasks
+                dt = now - self._last_reset
+                self._episode_s = dt if self._episode_s is None else 0.75 * self._episode_s + 0.25 * dt
+            self._last_reset = now
+            if caps.cheap_receive and (self._outstanding or not self.holds_updates):
+                self._drain()  # (a feed holding updates reads error replies with the next tasks)
+            if not self._buffer:
+                if not self._outstanding:  # ask, sending what is held along
+                    self._send_held(1 if caps.cheap_receive else self._request_size())
+                elif not caps.costly_send:
+                    self._send_held()
+                if not self._wait_for_tasks():
+                    return self.next_task()  # the fallback took over
+            a = self._buffer.popleft()
+            if a.task_id >= 0:
+                self._issued[a.task_id] = a
+            if caps.replies_with_send:
+                return a
+            if not self.holds_updates and caps.cheap_receive:  # top up what is kept ready
+                need = self._depth() - len(self._buffer) - self._outstanding
+                if need > 0:
+                    self._send_held(need)
+            elif self.prefetch and not (self._buffer or self._outstanding or self._held_request):
+                self._send_held(self._depth())  # a reset without an update before it
+            elif caps.costly_send and self._held and now >= self._send_by:
+                self._send_held()
+            return a
+
+    def give_back(self, assignment: Assignment) -> None:
+        """Return an unused task: :meth:`next_task` hands it out again (or :meth:`close` returns it)."""
+        if assignment.task_id >= 0 and self._active():
+            with self._lock:
+                self._issued.pop(assignment.task_id, None)
+                if self._void.get(assignment.task_id) is assignment:
+                    del self._void[assignment.task_id]  # its registration is gone: nothing to return
+                else:
+                    self._buffer.appendleft(assignment)
+
+    # -- feedback -----------------------------------------------------------------------------------
+    def record_step(
+        self,
+        assignment: Assignment,
+        obs: Any,
+        reward: float,
+        terminated: bool,
+        truncated: bool,
+        info: dict | None,
+        progress: float,
+    ) -> None:
+        """Buffer one step (a no-op unless the curriculum wants step updates); sends full batches."""
+        if self.requires_step_updates and self._steps is not None:
+            self._steps.add(assignment, obs, reward, terminated, truncated, info, progress)
+
+    def step_recorder(self) -> Callable[..., None] | None:
+        """What :meth:`record_step` calls, for callers recording every step of an episode; ``None`` when the
+        curriculum wants no step updates."""
+        if self.requires_step_updates and self._steps is not None:
+            return self._steps.add
+        return None
+
+    def flush(self) -> None:
+        """Send buffered step records and every held update now (dropped when updates cannot be
+        delivered: closed, fallback)."""
+        with self._lock:
+            self._flush_steps()
+            self._send_held()
+
+    def _flush_steps(self) -> None:
+        """Deliver the buffered step records as one update (a full batch, an episode's end, a flush)."""
+        steps = self._steps
+        if steps is None or not len(steps):
+            return
+        if not self._active():
+            steps.clear()
+            return
+        try:
+            self._deliver(steps.message(self.env_id), 0)  # type: ignore[arg-type]
+        except TypeError as exc:
+            raise TypeError(
+                f"{exc}. Remove such entries from observations/infos with strip_keys=[...] or "
+                "send_obs=False / send_infos=False"
+            ) from None
+        if self.caps.cheap_receive and not self.holds_updates and self._active():
+            with self._lock:
+                self._drain()  # error replies and tasks that arrived meanwhile
+
+    def _task_id(self, assignment: Assignment, done: bool) -> int:
+        """The lease id to report ``assignment`` under (``-1`` for a task of a previous registration);
+        ``done``: the lease ends with this report."""
+        task_id = assignment.task_id
+        if self._void.get(task_id) is assignment:
+            if done:
+                del self._void[task_id]
+            return -1
+        if done:
+            self._issued.pop(task_id, None)
+        return task_id
+
+    def record_episode(
+        self,
+        assignment: Assignment,
+        episode_return: float,
+        length: int,
+        progress: float,
+        ended: bool = True,
+        extras: dict | None = None,
+        refill: bool = True,
+    ) -> None:
+        """An episode on ``assignment`` finished (``ended=False``: abandoned by an early reset).
+
+        ``refill``: a next task will be wanted (the env resets next), so the update may also ask for it;
+        false when the env is closing. ``extras`` must travel (msgpack-able values): checked here, in the
+        env's step, rather than when the held updates are sent."""
+        if self._transport is None or self._pid != _pid:  # (closed, fallback, forked)
+            return
+        if self.requires_step_updates and self._steps is not None and len(self._steps):
+            self._flush_steps()
+            if not self._active():  # the flush may have found the server gone
+                return
+        if extras and not self.caps.replies_with_send:
+            P.pack_value(extras)  # raises TypeError naming a value that cannot travel
+        task_id = self._task_id(assignment, done=True)
+        request = self._refill_request() if refill else 0
+        fields = (self.env_id, task_id, assignment.task, float(episode_return), int(length), float(progress),
+                  bool(ended), dict(extras) if extras else {}, request)
+        self._deliver((P.EpisodeUpdate, fields), request)
+
+    def record_progress(self, assignment: Assignment, progress: float, done: bool = False) -> None:
+        """Progress on ``assignment`` mid-episode; ``done`` acknowledges the task as consumed (and, the task
+        being replaced at once, may ask for the next one in the same message)."""
+        if not self._active():
+            return
+        if self._steps is not None and len(self._steps):
+            self._flush_steps()
+            if not self._active():
+                return
+        task_id = self._task_id(assignment, done)
+        request = self._refill_request() if done else 0
+        fields = (self.env_id, task_id, assignment.task, float(progress), bool(done), request)
+        self._deliver((P.ProgressUpdate, fields), request)
+
+    # -- closing ------------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Flush, wait for tasks on their way, return unused ones with the goodbye and wait for its ack
+        (each bounded by ``close_timeout``). Idempotent."""
+        if self._closed or self._pid != _pid:
+            self._closed = True
+            return
+        _unregister_for_flushing(self)
+        with self._lock:
+            self._close()
+
+    def _close(self) -> None:
+        deadline = time.monotonic() + self.close_timeout  # one bound for the whole close
+        self._closing = True
+        try:
+            if self._active() and self.env_id is not None:
+                if self.caps.costly_send:
+                    self._flush_steps()  # the goodbye carries the held updates
+                else:
+                    self.flush()
+                while self._outstanding and self._active() and time.monotonic() < deadline:
+                    self._receive(deadline - time.monotonic())
+                if self._active():
+                    self._say_goodbye(deadline)
+        except (ServerUnavailableError, SyncError) as exc:  # closing must not fail because the server is gone
+            logger.warning("client env %s: closing without the server: %s", self.env_id, exc)
+        finally:
+            if self._transport is not None:
+                # everything before the goodbye was acknowledged: nothing left worth lingering for;
+                # otherwise queued messages may go out for what is left of the close timeout
+                if self._goodbye_acked:
+                    self._transport.close(wait=False)
+                else:
+                    self._transport.close(wait=True, linger=max(0.0, deadline - time.monotonic()))
+                self._transport = None
+            self._held, self._held_request, self._send_by = [], 0, math.inf
+            self._buffer.clear()
+            self._closed = True
+
+    def _say_goodbye(self, until: float) -> None:
+        """Return the unused tasks with the goodbye and wait for its ack until ``until``."""
+        returned = tuple(a.task_id for a in self._buffer if a.task_id >= 0)
+        self._buffer.clear()
+        goodbye = P.Goodbye(self.env_id, returned)  # type: ignore[arg-type]
+        if self.caps.costly_send:  # one call: the held updates, then the goodbye
+            held, self._held, self._held_request, self._send_by = self._held, [], 0, math.inf
+            sent = self._send([*held, goodbye], len(held), 0)
+        else:
+            try:
+                self._transport.send([goodbye])  # type: ignore[union-attr]
+                sent = True
+            except ServerUnavailableError as exc:
+                sent = self._go_fallback("room for the goodbye", str(exc))
+        while sent and not self._goodbye_acked and self._transport is not None and time.monotonic() < until:
+            self._receive(until - time.monotonic())
+        if not self._goodbye_acked:
+            logger.warning("client env %s: no goodbye ack from %s", self.env_id, self.address)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.address!r}, env_id={self.env_id})"
+
+
+def _columns(held: list[Any], env_id: int) -> list[Any]:
+    """``held`` with each run of two or more held episode updates without extras (``(EpisodeUpdate,
+    fields)``) made one :class:`~magister.sync.protocol.Episodes` item asking for the tasks they asked for."""
+    out: list[Any] = []
+    run: list[tuple] = []
+
+    def close_run() -> None:
+        if len(run) > 1:
+            out.append((P.Episodes, P.Episodes.fields_of(env_id, run, sum(f[-1] for f in run))))
+        elif run:
+            out.append((P.EpisodeUpdate, run[0]))
+        run.clear()
+
+    for item in held:
+        if type(item) is tuple and item[0] is P.EpisodeUpdate and not item[1][7]:
+            run.append(item[1])
+        else:
+            close_run()
+            out.append(item)
+    close_run()
+    return out
+
+
+# -- the background flusher ------------------------------------------------------------------------
+
+
+class _Flusher:
+    """One daemon thread per process that sends the updates feeds have held too long (and heartbeats).
+
+    It sleeps until the oldest held update of its feeds is due (at least a quarter and at most all of the
+    shortest ``max_update_delay`` among them), so an update waits at most about
+    ``1.25 * max_update_delay`` even when its env stops stepping (an RLlib env runner between two
+    ``sample()`` calls). Feeds are held by weak reference; a feed busy in its own thread is skipped until
+    the next wake-up. The thread ends once no feed is registered; the next registration starts a new one.
+    """
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.clients: weakref.WeakSet[TaskFeed] = weakref.WeakSet()
+        self.lock = threading.Lock()
+        self.period = math.inf  # the longest sleep: the shortest max_update_delay of the feeds
+        self.stopped = False
+        self.wake = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="magister-update-flusher", daemon=True)
+
+    def add(self, client: TaskFeed) -> bool:
+        """Register ``client``; False when this flusher has stopped (make a new one)."""
+        with self.lock:
+            if self.stopped:
+                return False
+            self.clients.add(client)
+            weakref.finalize(client, self.wake.set)  # a collected feed may have been the last one
+            delay = client.max_update_delay if client.holds_updates else math.inf
+            period = max(4e-3, min(delay, client.heartbeat or math.inf))
+            if period < self.period:
+                self.period = period
+                self.wake.set()  # sleep less from now on
+        if not self.thread.is_alive():
+            self.thread.start()
+        return True
+
+    def remove(self, client: TaskFeed) -> None:
+        """Unregister ``client``; the last one to go stops the thread and waits for it (bounded)."""
+        with self.lock:
+            self.clients.discard(client)
+            if self.clients:
+                return
+            self.stopped = True
+        self.wake.set()
+        if self.thread.is_alive() and self.thread is not threading.current_thread():
+            self.thread.join(timeout=2.0)
+
+    def _sleep(self, clients: list[TaskFeed]) -> float | None:
+        """Seconds until the oldest held update is due, within ``[period / 4, period]``."""
+        if self.period == math.inf:
+            return None
+        left = self.period
+        for client in clients:
+            if client._held:
+                left = min(left, client._send_by - _now())
+        return max(left, self.period / 4)
+
+    def _run(self) -> None:
+        timeout: float | None = None
+        while True:
+            self.wake.wait(timeout)
+            self.wake.clear()
+            with self.lock:
+                if not self.clients or self.stopped:
+                    self.stopped = True
+                    return
+            timeout = self._tick()
+
+    def _tick(self) -> float | None:
+        """Send what is due; returns the next sleep. (Its own frame: the thread's long-lived frame holds
+        no feed between wake-ups, so an abandoned feed can be collected.)"""
+        with self.lock:
+            clients = list(self.clients)
+        for client in clients:
+            try:
+                client._send_due()
+            except Exception:  # the thread must not die; the env thread meets the same error itself
+                logger.warning("client env %s: background send failed", client.env_id, exc_info=True)
+        return self._sleep(clients)
+
+
+_flusher_lock = threading.Lock()
+_flusher_instance: _Flusher | None = None
+
+
+def _register_for_flushing(client: TaskFeed) -> None:
+    """Register ``client`` with this process's flusher (a new one after a fork, or once it stopped)."""
+    global _flusher_instance
+    with _flusher_lock:
+        f = _flusher_instance
+        if f is None or f.pid != os.getpid() or not f.add(client):
+            _flusher_instance = _Flusher()
+            _flusher_instance.add(client)
+
+
+def _unregister_for_flushing(client: TaskFeed) -> None:
+    f = _flusher_instance
+    if f is not None and f.pid == os.getpid():
+        f.remove(client)
+
+
+# -- the feed over each transport --------------------------------------------------------------------
+
+
+class CurriculumClient(TaskFeed):
+    """The feed over ZeroMQ: a DEALER socket to a :class:`~magister.sync.server.CurriculumServer` at
+    ``address``, made on first use in the process that uses it. Options: :class:`FeedOptions` fields.
+
+    Raises:
+        ValueError: a malformed address (naming it and the accepted forms).
+    """
+
+    def __init__(
+        self, address: str, options: FeedOptions | None = None, *, task_space: TaskSpace | None = None,
+        stream: int | None = None, **overrides: Any,
+    ) -> None:
+        check_address(address)
+        if address.startswith("ray://"):
+            raise ValueError(f"{address!r} is a Ray address: use RayClient or connect()")
+        opts = FeedOptions.of(options, **overrides)
+        keys = opts.curve_client_keys or (None, None)
+        transport_options = {"address": address, "timeout": opts.timeout, "close_timeout": opts.close_timeout,
+                             "curve": (opts.curve_server_key, *keys)}
+        super().__init__(ZmqTransport, transport_options, opts, address=address, task_space=task_space,
+                         stream=stream)
+
+
+class RayClient(TaskFeed):
+    """The feed over Ray: calls to the curriculum actor at ``address`` (``"ray://<name>"`` or
+    ``"ray://<namespace>/<name>"``, see :mod:`magister.sync.ray_backend`), looked up on first use in the
+    process that uses it. A process *forked* from a Ray worker or driver cannot use Ray: build such envs
+    in Ray workers, or use the ZeroMQ backend. Options: :class:`FeedOptions` fields.
+
+    Raises:
+        ImportError: Ray is not installed.
+        ValueError: ``curve_server_key`` was given (CURVE is ZeroMQ's; secure the Ray cluster instead).
+    """
+
+    def __init__(
+        self, address: str, options: FeedOptions | None = None, *, task_space: TaskSpace | None = None,
+        stream: int | None = None, **overrides: Any,
+    ) -> None:
+        from .transports.ray_actor import RayTransport, parse_ray_address  # Ray is optional
+
+        self.actor_name, self.namespace = parse_ray_address(address)
+        opts = FeedOptions.of(options, **overrides)
+        if opts.curve_server_key is not None:
+            raise ValueError(
+                "curve_server_key applies to ZeroMQ tcp:// addresses; the Ray backend travels over Ray's own "
+                "transport (secure the Ray cluster instead)"
+            )
+        transport_options = {"address": address, "timeout": opts.timeout,
+                             "max_pending": opts.max_pending_updates, "ray_address": opts.ray_address}
+        super().__init__(RayTransport, transport_options, opts, address=address, task_space=task_space,
+                         stream=stream)
+
+    @property
+    def request_size(self) -> int:
+        """Tasks the feed asks for in its next request (see :meth:`TaskFeed._request_size`)."""
+        return self._request_size()
+
+
+class LocalClient(TaskFeed):
+    """The feed in-process: calls the curriculum's core directly (under its lock), no sockets; it registers
+    when made (a refusal raises :class:`SyncError`) and holds nothing. Options: :class:`FeedOptions`
+    fields (``prefetch``: tasks asked for at once when none is ready; default 0, i.e. one)."""
+
+    def __init__(
+        self, core: SyncCore, options: FeedOptions | None = None, *, task_space: TaskSpace | None = None,
+        stream: int | None = None, **overrides: Any,
+    ) -> None:
+        # nothing is held in-process: a request asks for ``prefetch`` tasks, not for the env's pace
+        opts = FeedOptions.of(FeedOptions.of(options, **overrides), max_update_delay=math.inf)
+        address = f"in-process:{type(core.curriculum).__name__}"
+        super().__init__(InProcessTransport, {"core": core}, opts, address=address, task_space=task_space,
+                         stream=stream)
+        self.core = core
+        self._ensure()
+
+    def __repr__(self) -> str:
+        return f"LocalClient({type(self.core.curriculum).__name__}, env_id={self.env_id})"
+
+
+Source = str | Curriculum | ServedCurriculum | ServerHandle | TaskFeed
+
+
+def connect(
+    source: Source, options: FeedOptions | None = None, *, task_space: TaskSpace | None = None,
+    stream: int | None = None, **overrides: Any,
+) -> TaskFeed:
+    """The feed for ``source``, its transport picked from it.
+
+    * an address str: ``"ray://..."`` (from :func:`magister.sync.ray_backend.serve_ray`) gives a
+      :class:`RayClient` (``ImportError`` without Ray), any other (``tcp://``, ``ipc://``) a
+      :class:`CurriculumClient`;
+    * a :class:`ServerHandle` (what a server sent to another process becomes): its address;
+    * a :class:`~magister.curricula.base.Curriculum`, or a server of this process: a :class:`LocalClient`
+      (in-process). A server used from another process is reached through its address;
+    * a :class:`TaskFeed`: itself.
+
+    Raises:
+        TypeError: ``source`` is none of these, or an option is unknown.
+        ValueError: a malformed address (naming it and the accepted forms).
+    """
+    if isinstance(source, TaskFeed):
+        return source
+    opts = FeedOptions.of(options, **overrides)
+    identity = {"task_space": task_space, "stream": stream}
+    if isinstance(source, ServedCurriculum):
+        core = source.local_core()
+        if core is not None:
+            return LocalClient(core, opts, **identity)
+        source = source.address
+    if isinstance(source, ServerHandle):
+        source = source.address
+    if isinstance(source, str):
+        if check_address(source).startswith("ray://"):
+            return RayClient(source, opts, **identity)
+        return CurriculumClient(source, opts, **identity)
+    if isinstance(source, Curriculum):
+        return LocalClient(local_core(source), opts, **identity)
+    raise TypeError(
+        "source must be a server address (str), a Curriculum, a server (serve() or serve_ray()) or its "
+        f"ServerHandle, got {type(source).__name__}"
+    )

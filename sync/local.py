@@ -1,0 +1,53 @@
+"""The in-process endpoint: envs in the learner's process feed the curriculum's core directly.
+
+One :class:`~magister.sync.core.SyncCore` per curriculum object, made on first use and shared by every
+in-process feed of that curriculum (so they share its lock and accounting); a curriculum served by
+:func:`magister.serve` uses its server's core instead (:meth:`ServedCurriculum.local_core`).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import threading
+import weakref
+from typing import Any
+
+from ..curricula.base import Curriculum
+from .core import SyncCore
+
+__all__ = ["local_core"]
+
+_cores: dict[int, tuple[Any, SyncCore]] = {}
+_lock = threading.Lock()
+
+
+def local_core(curriculum: Curriculum) -> SyncCore:
+    """The core of ``curriculum`` for feeds in this process.
+
+    Raises:
+        RuntimeError: the curriculum was made in another process (a forked or spawned worker's copy):
+            feedback given to it would never reach the learner's curriculum.
+    """
+    if curriculum.home_pid != os.getpid():
+        raise RuntimeError(
+            f"a {type(curriculum).__name__} created in process {curriculum.home_pid} was given to a sync "
+            f"wrapper in process {os.getpid()} (a forked or spawned worker): its updates would go to this "
+            "process's copy, never to the learner's curriculum. Serve it with magister.serve(curriculum) and "
+            "pass server.address (or the server) to the wrappers"
+        )
+    with _lock:
+        entry = _cores.get(id(curriculum))
+        if entry is not None and entry[0]() is curriculum:
+            return entry[1]
+        core = SyncCore(curriculum)
+        key = id(curriculum)
+        _cores[key] = (weakref.ref(curriculum, functools.partial(_forget, key, _cores)), core)
+        return core
+
+
+def _forget(key: int, cores: dict, ref: Any) -> None:
+    """Weakref callback: drop the core of a curriculum that no longer exists (not a newer one's)."""
+    entry = cores.get(key)
+    if entry is not None and entry[0] is ref:
+        cores.pop(key, None)

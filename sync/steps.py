@@ -1,0 +1,156 @@
+"""Step records on the env side: the steps of one env, batched into one
+:class:`~magister.sync.protocol.StepUpdate` (only kept at all when the curriculum wants step updates).
+
+The columns are typed arrays (rewards, progress); what is nearly constant within a batch is stored
+sparsely: the task as runs of steps on one assignment, terminated/truncated as the few steps where one is
+set. Observations and infos are kept only when the curriculum reads them; numeric observations of one
+layout are stacked into one array per key when the batch is sent.
+"""
+
+from __future__ import annotations
+
+import array
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ..task_spaces.base import EncodedTask
+from . import protocol as P
+
+__all__ = ["StepBuffer"]
+
+
+def _strip(value: Any, keys: frozenset[str]) -> Any:
+    if keys and isinstance(value, dict):
+        return {k: v for k, v in value.items() if k not in keys}
+    return value
+
+
+def _copy_obs(obs: Any) -> Any:
+    """Step records are sent later; copy arrays an env might overwrite in place."""
+    if isinstance(obs, np.ndarray):
+        return obs.copy()
+    if isinstance(obs, dict):
+        return {k: _copy_obs(v) for k, v in obs.items()}
+    if isinstance(obs, (tuple, list)):
+        return tuple(_copy_obs(v) for v in obs)
+    return obs
+
+
+def _numeric(a: Any) -> bool:
+    return isinstance(a, np.ndarray) and a.dtype.kind in "biufc"
+
+
+def _like(a: Any, ref: np.ndarray) -> bool:
+    return isinstance(a, np.ndarray) and a.shape == ref.shape and a.dtype == ref.dtype
+
+
+def stack_observations(observations: list[Any]) -> Any:
+    """The observations of a step batch, stacked along a new first axis when they share one numeric layout:
+    one array, or for dict observations one array per key; otherwise the tuple of observations.
+
+    >>> stack_observations([np.zeros(2), np.ones(2)]).shape
+    (2, 2)
+    >>> type(stack_observations([np.zeros(2), np.ones(3)])).__name__
+    'tuple'
+    """
+    first = observations[0]
+    if _numeric(first):
+        if all(_like(o, first) for o in observations):
+            return np.stack(observations)
+    elif (
+        isinstance(first, dict)
+        and first
+        and all(isinstance(k, str) and _numeric(v) for k, v in first.items())
+        and all(
+            isinstance(o, dict) and o.keys() == first.keys() and all(_like(o[k], v) for k, v in first.items())
+            for o in observations
+        )
+    ):
+        return {k: np.stack([o[k] for o in observations]) for k in first}
+    return tuple(observations)
+
+
+class StepBuffer:
+    """Step records of one env waiting to be sent as one :class:`~magister.sync.protocol.StepUpdate`.
+
+    Args:
+        send_obs: Keep observations (copied: an env may overwrite its arrays in place).
+        send_infos: Keep infos.
+        strip_keys: Keys removed from dict observations and infos.
+        capacity: Steps per batch; a step that fills it calls ``on_full`` (the feed sends the batch).
+        on_full: Called with no argument when the batch is full.
+        void: Tasks of a previous registration (by task id): their steps are reported with task id ``-1``.
+    """
+
+    def __init__(
+        self,
+        send_obs: bool,
+        send_infos: bool,
+        strip_keys: frozenset[str],
+        capacity: int = 0,
+        on_full: Callable[[], None] | None = None,
+        void: dict[int, Any] | None = None,
+    ) -> None:
+        self.send_obs, self.send_infos, self.strip_keys = send_obs, send_infos, strip_keys
+        self.void = void if void is not None else {}
+        self.capacity = int(capacity) if on_full is not None and capacity > 0 else 0
+        self.on_full = on_full
+        self.clear()
+
+    def clear(self) -> None:
+        self.runs: list[tuple[int, Any]] = []  # (first step, assignment)
+        self.rewards = array.array("d")
+        self.progress = array.array("d")
+        self.ends: list[tuple[int, bool, bool]] = []  # (step, terminated, truncated)
+        self.obs: list[Any] = []
+        self.infos: list[dict] = []
+
+    def __len__(self) -> int:
+        return len(self.rewards)
+
+    def add(
+        self, a: Any, obs: Any, reward: float, term: bool, trunc: bool, info: Any, progress: float
+    ) -> None:
+        """Record one step on assignment ``a``; a step that fills the batch hands it to ``on_full``."""
+        n = len(self.rewards)
+        if not self.runs or self.runs[-1][1] is not a:
+            self.runs.append((n, a))
+        self.rewards.append(reward)
+        self.progress.append(progress)
+        if term or trunc:
+            self.ends.append((n, bool(term), bool(trunc)))
+        if self.send_obs:
+            self.obs.append(_copy_obs(_strip(obs, self.strip_keys)))
+        if self.send_infos:
+            self.infos.append(_strip(dict(info) if info else {}, self.strip_keys))
+        if n + 1 == self.capacity:
+            self.on_full()  # type: ignore[misc]
+
+    def message(self, env_id: int) -> P.StepUpdate:
+        """The buffered steps as one :class:`~magister.sync.protocol.StepUpdate`; empties the buffer."""
+        n = len(self.rewards)
+        ids = np.empty(n, dtype=np.int64)
+        tasks: list[EncodedTask] = []
+        for k, (start, a) in enumerate(self.runs):
+            end = self.runs[k + 1][0] if k + 1 < len(self.runs) else n
+            ids[start:end] = -1 if self.void.get(a.task_id) is a else a.task_id
+            tasks.extend([a.task] * (end - start))
+        term = np.zeros(n, dtype=np.bool_)
+        trunc = np.zeros(n, dtype=np.bool_)
+        for i, te, tr in self.ends:
+            term[i], trunc[i] = te, tr
+        msg = P.StepUpdate(
+            env_id,
+            ids,
+            tuple(tasks),
+            np.array(self.rewards, dtype=np.float64),
+            term,
+            trunc,
+            np.array(self.progress, dtype=np.float64),
+            stack_observations(self.obs) if self.send_obs and self.obs else None,
+            tuple(self.infos) if self.send_infos else None,
+        )
+        self.clear()
+        return msg
