@@ -49,7 +49,7 @@ from .core import ServedCurriculum, ServerHandle, SyncCore
 from .local import local_core
 from .options import DEFAULT_MAX_UPDATE_DELAY, DEFAULT_TIMEOUT, FeedOptions
 from .security import check_address
-from .steps import StepBuffer
+from .steps import StepBuffer, observation_bytes
 from .transports.base import ServerUnavailableError, SyncError, Transport
 from .transports.inprocess import InProcessTransport
 from .transports.zeromq import ZmqTransport
@@ -157,6 +157,8 @@ class TaskFeed:
         self.timeout, self.close_timeout = opts.timeout, opts.close_timeout
         self.fallback_task_space = opts.fallback_task_space
         self.name = opts.name
+        self.strip_keys = frozenset(opts.strip_keys)
+        self.send_obs, self.send_infos = opts.send_obs, opts.send_infos
         #: Whether updates are held for a batched send (``update_batch > 1`` and ``max_update_delay > 0``).
         self.holds_updates = self.update_batch > 1 and self.max_update_delay > 0
         self._transport_class = transport
@@ -333,11 +335,12 @@ class TaskFeed:
         """Send an update (a message, or ``(message class, fields)``), or hold it for a batched send.
 
         Held updates go out together once ``update_batch`` are held, the oldest has waited
-        ``max_update_delay``, one asks for tasks, or a large update (step records with observations) comes
+        ``max_update_delay``, one asks for tasks, or a large update (step records with large observations)
+        comes
         (over a costly transport it goes with them, otherwise after them); and on :meth:`flush`,
         :meth:`close`, a :meth:`next_task` with no task ready, and from the background flusher.
         """
-        large = type(item) is P.StepUpdate and item.obs is not None
+        large = type(item) is P.StepUpdate and observation_bytes(item.obs) >= P.DEFAULT_OOB_THRESHOLD
         with self._lock:
             if self.holds_updates and (self.caps.costly_send or not large):
                 now = _now()

@@ -163,7 +163,7 @@ def check_address(address: object, bind: bool = False) -> str:
 
     >>> check_address("tcp://127.0.0.1:5555")
     'tcp://127.0.0.1:5555'
-    >>> check_address("tcp://localhost")
+    >>> check_address("tcp://localhost")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
     ValueError: malformed address 'tcp://localhost': a tcp address needs a port; expected ...

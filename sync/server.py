@@ -62,7 +62,15 @@ import zmq
 from ..curricula.base import Curriculum, TaskSample
 from ..task_spaces.base import EncodedTask
 from . import protocol as P
-from .core import DEFAULT_STEP_BATCH_SIZE, ServedCurriculum, ServerHandle, SyncCore, SyncRejected
+from .core import (
+    DEFAULT_STEP_BATCH_SIZE,
+    LOG_INTERVAL,
+    ServedCurriculum,
+    ServerHandle,
+    SyncCore,
+    SyncRejected,
+)
+from .ratelimit import RateLimitedLogger
 from .security import (
     AllowedClients,
     ClientAllowList,
@@ -159,7 +167,7 @@ class CurriculumServer(ServedCurriculum):
         self.replies_resent = 0
         #: Replies the server could not hand to ZeroMQ (the peer was gone or its queue full).
         self.replies_undelivered = 0
-        self._log = self.core.log  # one rate limit for everything this server logs about its peers
+        self._log = RateLimitedLogger(logger, LOG_INTERVAL)  # one rate limit for all it logs about its peers
         if address is None:
             self._tmpdir = tempfile.mkdtemp(prefix="magister-")  # mode 0700
             address = f"ipc://{os.path.join(self._tmpdir, 'curriculum.sock')}"
@@ -464,7 +472,8 @@ class CurriculumServer(ServedCurriculum):
             self._ctx.term()
         self._remove_tmpdir()
         _live_servers.discard(self)
-        self._log.flush()  # what the rate limit held back is reported, counted
+        self._log.flush()  # what the rate limits held back is reported, counted
+        self.core.log.flush()
         logger.info("curriculum server on %s closed", self.address)
 
     def _remove_tmpdir(self) -> None:

@@ -46,6 +46,21 @@ def _like(a: Any, ref: np.ndarray) -> bool:
     return isinstance(a, np.ndarray) and a.shape == ref.shape and a.dtype == ref.dtype
 
 
+def observation_bytes(obs: Any) -> int:
+    """The bytes of the arrays in ``obs`` (an array, or a dict or sequence of them).
+
+    >>> observation_bytes({"a": np.zeros(4), "b": (np.zeros(2, np.uint8),)})
+    34
+    """
+    if isinstance(obs, np.ndarray):
+        return obs.nbytes
+    if isinstance(obs, dict):
+        return sum(observation_bytes(v) for v in obs.values())
+    if isinstance(obs, (tuple, list)):
+        return sum(observation_bytes(v) for v in obs)
+    return 0
+
+
 def stack_observations(observations: list[Any]) -> Any:
     """The observations of a step batch, stacked along a new first axis when they share one numeric layout:
     one array, or for dict observations one array per key; otherwise the tuple of observations.

@@ -278,7 +278,6 @@ def test_sync_core_can_share_the_curriculum_lock() -> None:
     cur = PLR(Discrete(4), score="max_mc")
     core = SyncCore(cur, lock=cur.lock)
     assert core.lock is cur.lock
-    assert core.episode_takes_extras is False
     welcome = core.register_env()
     tasks = core.assign_tasks(welcome.env_id, 2)
     assert len(tasks.tasks) == 2

@@ -698,8 +698,8 @@ class LayoutCycle(Curriculum):
         self.num_sampled += k
         return out
 
-    def update_on_episode(self, episode_return, length, task, progress, env_id=None, extras=None):
-        self.episodes.append((task, episode_return, length, extras))
+    def on_episode(self, episode):  # the record, extras included
+        self.episodes.append((episode.task, episode.episode_return, episode.length, episode.extras))
 
     def records(self):
         return self.episodes
