@@ -34,7 +34,7 @@ After *Open-Ended Learning Leads to Generally Capable Agents* (XLand), scaled do
   accepted yet, the non-evaluation episodes train on fresh proposals.
   The opponent half is :class:`~magister.curricula.fsp.FSP` or :class:`~magister.curricula.pfsp.PFSP`
   over snapshots of the learner's own policy in an
-  :class:`~magister.curricula.opponent_store.OpponentStore`: every non-learner slot of the game is played
+  :class:`~magister.opponents.OpponentStore`: every non-learner slot of the game is played
   by that snapshot, loaded by id inside the environment. The learner's "win" against a snapshot is a
   higher return than the co-players' (:class:`CompareReturns`).
 * **Filter settings at CPU scale** (our choices; the paper's are initial values that PBT tunes during
@@ -412,10 +412,10 @@ import torch
 import torch.nn as nn
 
 from magister.curricula.base import Curriculum
+from magister.curricula.coplayer import OpponentCurriculum, OutcomeRule
 from magister.curricula.domain_randomization import DomainRandomization
 from magister.curricula.dual import DualCurriculum
 from magister.curricula.fsp import FSP
-from magister.curricula.opponent_store import OpponentCurriculum, OpponentStore, OutcomeRule
 from magister.curricula.pfsp import PFSP
 from magister.curricula.task_filter import TaskFilter
 from magister.env_wrappers.coplayer import SingleLearnerEnv
@@ -457,6 +457,7 @@ from magister.examples.xland.game import (
 )
 from magister.examples.xland.task import XLAND_ENCODING, XLandTaskSpace
 from magister.examples.xland.world import MAX_SIZE
+from magister.opponents import OpponentStore
 from magister.task_spaces.base import EncodedTask, TaskSpace
 
 logger = logging.getLogger(__name__)

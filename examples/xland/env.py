@@ -2,11 +2,11 @@
 
 A task is an :class:`XLandTask`: a :class:`~.world.World`, a :class:`~.game.Game` (one goal per player)
 and one *co-player id* per player slot. Slots with :data:`~.coplayers.LEARNER` (``-1``, the same value as
-:data:`magister.curricula.opponent_store.CURRENT_AGENT`) are the env's agents (``"player_0"`` ..); the other
+:data:`magister.opponents.CURRENT_AGENT`) are the env's agents (``"player_0"`` ..); the other
 slots are played inside the env by a co-player: :data:`~.coplayers.NOOP`, :data:`~.coplayers.RANDOM`,
 :data:`~.coplayers.SEEKER` (a scripted goal-seeker) or a snapshot id ``>= 0`` loaded from an
-:class:`~magister.curricula.opponent_store.OpponentStore` directory by an
-:class:`~magister.curricula.opponent_store.OpponentLoader` (one per slot; the loaded object must be a
+:class:`~magister.opponents.OpponentStore` directory by an
+:class:`~magister.opponents.OpponentLoader` (one per slot; the loaded object must be a
 callable ``policy(observation) -> action``, e.g. built by ``make_agent``).
 
 Dynamics (one step, players in index order, so simultaneous actions resolve deterministically):
@@ -159,7 +159,7 @@ class XLandEnv(ParallelEnv):
         episode_length: Steps per episode (every agent is truncated then).
         freeze_steps: Steps a frozen object stays pinned.
         tag_steps: Steps a tagged entity stays removed.
-        opponent_dir: Directory of an :class:`~magister.curricula.opponent_store.OpponentStore` for
+        opponent_dir: Directory of an :class:`~magister.opponents.OpponentStore` for
             snapshot co-players.
         make_agent: Turns a loaded snapshot into a ``policy(obs) -> action`` callable.
         load_fn: Snapshot loader (``OpponentLoader``'s ``load_fn``; default torch).
@@ -302,7 +302,7 @@ class XLandEnv(ParallelEnv):
             raise ValueError(f"co-player slot {slot} plays snapshot {cid}, but the env has no opponent_dir")
         loader = self._loaders.get(slot)
         if loader is None:
-            from ...curricula.opponent_store import OpponentLoader
+            from ...opponents import OpponentLoader
 
             loader = OpponentLoader(self.opponent_dir, load_fn=self.load_fn, make_agent=self.make_agent,
                                     fallback_to_latest=self.opponent_fallback)
