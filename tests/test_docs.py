@@ -35,7 +35,7 @@ PAGES = sorted(p for p in DOCS.rglob("*.md"))
 
 FENCE = re.compile(r"^```([^\n`]*)\n(.*?)^```[ \t]*$", re.S | re.M)
 PYTHON = {"python", "py"}
-KNOWN = PYTHON | {"bash", "text", "toml", "yaml"}
+KNOWN = PYTHON | {"bash", "text", "toml", "yaml", "diff"}
 MARKER = re.compile(r"<!--\s*docs-test:\s*(.*?)\s*-->\s*\Z", re.S)
 
 
