@@ -425,9 +425,9 @@ from magister.examples._checkpoint import read_checkpoint, write_checkpoint
 from magister.examples._cli import parse_dataclass
 from magister.examples.xland.coplayers import LEARNER, NOOP
 from magister.examples.xland.env import (
-    _C_OBJ,
-    _C_OTHER,
-    _C_SELF,
+    C_OBJ,
+    C_OTHER,
+    C_SELF,
     N_CHANNELS,
     N_VECTOR,
     XLandEnv,
@@ -855,11 +855,11 @@ def atom_channels() -> np.ndarray:
     colour -> its floor plane; ``N_CHANNELS`` (an all-zero plane) for padding."""
     def channel(e: int) -> int:
         if e < ME:
-            return _C_OBJ + e
+            return C_OBJ + e
         if e == ME:
-            return _C_SELF
+            return C_SELF
         if e == OPPONENT:
-            return _C_OTHER
+            return C_OTHER
         return _C_FLOOR + e - FLOOR0
 
     out = np.full((NUM_ATOMS + 1, 2), N_CHANNELS, dtype=np.int64)
@@ -891,7 +891,7 @@ def goal_planes(grid: torch.Tensor, atoms: torch.Tensor, matrix: torch.Tensor,
     arg_planes = arg_planes.view(b, n_atoms, 2, s, s)
     m = matrix.float()
     pos, neg = (m > 0).any(dim=1), (m < 0).any(dim=1)  # [B, A]: required true / false by some option
-    is_me = ch == _C_SELF  # [B, A, 2]
+    is_me = ch == C_SELF  # [B, A, 2]
     about_me = is_me.any(dim=2)
     other = ~is_me
     w = torch.stack([pos[..., None] & about_me[..., None] & other,

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from ..opponents.store import OpponentStore, check_opponent_id
-from .base import TaskSpace, _check_k
+from .base import TaskSpace, check_k
 
 __all__ = ["OpponentIdSpace"]
 
@@ -50,7 +50,7 @@ class OpponentIdSpace(TaskSpace):
         return ids[int(self._rng.integers(len(ids)))]
 
     def sample_encoded(self, k: int = 1, rng: np.random.Generator | None = None) -> list[int]:
-        _check_k(k)
+        check_k(k)
         ids = self.ids()
         if not ids:
             raise self._empty()
