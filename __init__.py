@@ -9,7 +9,8 @@ Checkpoints: ``magister.save(path, server.state_dict())`` and ``server.load_stat
 (:mod:`magister.checkpoint`: data only, loading runs no code from the file).
 
 Subpackages: :mod:`magister.task_spaces`, :mod:`magister.curricula`, :mod:`magister.sync`,
-:mod:`magister.env_wrappers`, :mod:`magister.integrations`, :mod:`magister.examples`.
+:mod:`magister.env_wrappers`, :mod:`magister.integrations`, :mod:`magister.opponents`,
+:mod:`magister.embeddings`, :mod:`magister.examples`.
 """
 
 from .checkpoint import load, save

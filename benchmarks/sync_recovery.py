@@ -5,8 +5,9 @@ Run: ``python benchmarks/sync_recovery.py [--cuts 40] [--outage 0.2] [--write-re
 table of what survives what quotes it).
 
 A client in a forked worker process plays 2 ms episodes against a server in this process, through a TCP
-proxy (:class:`magister.sync.tcp_proxy.TcpProxy`). The proxy is cut (every connection reset: bytes in
-flight are lost) for ``--outage`` seconds, then restored, ``--cuts`` times. Printed:
+proxy (``TcpProxy`` of ``tests/tcp_proxy.py``, a test helper that is not installed). The proxy is cut
+(every connection reset: bytes in flight are lost) for ``--outage`` seconds, then restored, ``--cuts``
+times. Printed:
 
 * the time from the restore to the first task the client received after it (median, p99): what a worker
   loses beyond the outage itself (ZeroMQ's reconnect back-off, then the resend handshake);
@@ -21,7 +22,9 @@ from __future__ import annotations
 import argparse
 import multiprocessing as mp
 import socket
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -29,8 +32,10 @@ from magister.curricula.base import Curriculum
 from magister.examples.results import BENCHMARKS_README, RESULTS_PAGE, machine, recording
 from magister.sync.feed import CurriculumClient
 from magister.sync.server import serve
-from magister.sync.tcp_proxy import TcpProxy
 from magister.task_spaces.discrete import Discrete
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the fault proxy is a test helper
+from tcp_proxy import TcpProxy  # noqa: E402
 
 
 class Uniform(Curriculum):

@@ -1,8 +1,10 @@
 """Curricula: one algorithm per file. ``base.py`` holds the Curriculum and Agent APIs."""
 
+from ..opponents import CURRENT_AGENT, CorruptSnapshotError, OpponentLoader, OpponentStore
 from .accel import ACCEL
 from .base import AgentCurriculum, Curriculum, Episode, StepBatch, TaskSample
 from .constant import Constant
+from .coplayer import OpponentCurriculum, OutcomeRule
 from .domain_randomization import DomainRandomization
 from .dual import DualCurriculum
 from .expanding_box import ExpandingBox
@@ -11,7 +13,6 @@ from .interestingness import EmbeddingJudge, InterestingnessJudge, JudgeError, L
 from .learning_progress import LearningProgress
 from .manual import Manual
 from .omni import OMNI
-from .opponent_store import CURRENT_AGENT, CorruptSnapshotError, OpponentLoader, OpponentStore, OutcomeRule
 from .pfsp import PFSP
 from .plr import PLR, PLRPerp, RobustPLR
 from .self_play import SelfPlay
@@ -42,6 +43,7 @@ __all__ = [
     "LearningProgress",
     "Manual",
     "OMNI",
+    "OpponentCurriculum",
     "OpponentLoader",
     "OpponentStore",
     "OutcomeRule",

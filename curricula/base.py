@@ -57,7 +57,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from ..task_spaces.base import EncodedTask, TaskSpace, _check_k
+from ..task_spaces.base import EncodedTask, TaskSpace, check_k
 
 logger = logging.getLogger(__name__)
 
@@ -510,7 +510,7 @@ class Curriculum(ABC):
 
     # -- helpers for subclasses ---------------------------------------------------------------------
     def _check_k(self, k: int) -> None:
-        _check_k(k)
+        check_k(k)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.task_space!r})"

@@ -18,7 +18,7 @@ Routing
   carries its task half's metadata: ``control`` is the task half's, and a task half that plays a
   ``variant`` makes the pair play ``(variant, opponent_id)``.
 * ``update_on_episode``: the return goes to the task curriculum with the task half. The outcome goes to the
-  opponent curriculum, judged by its :class:`~magister.curricula.opponent_store.OutcomeRule` from the most
+  opponent curriculum, judged by its :class:`~magister.curricula.coplayer.OutcomeRule` from the most
   specific information present: the opponent's own return (``opponent_return=...`` or
   ``extras["opponent_return"]``), a named agent's entry of ``extras["agent_returns"]`` (sent by the
   PettingZoo sync wrapper), else the learner's episode return. With ``derive_outcomes=False`` only an

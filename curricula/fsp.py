@@ -12,7 +12,7 @@ hyperparameter table, Supplementary D.5). Which past policies are kept is the st
 (``max_count``, ``max_bytes``, ``keep_every``); FSP is uniform over whatever the store holds now.
 
 >>> import json, tempfile
->>> from magister.curricula.opponent_store import OpponentStore
+>>> from magister.opponents import OpponentStore
 >>> d = tempfile.mkdtemp()
 >>> store = OpponentStore(d, max_count=None, load_fn=json.load,
 ...                       save_fn=lambda o, f: f.write(json.dumps(o).encode()))
@@ -32,7 +32,8 @@ from typing import Any
 
 import numpy as np
 
-from .opponent_store import OpponentCurriculum, OpponentStore, OutcomeRule
+from ..opponents import OpponentStore
+from .coplayer import OpponentCurriculum, OutcomeRule
 
 logger = logging.getLogger(__name__)
 
@@ -50,7 +51,8 @@ class FSP(OpponentCurriculum):
         Snapshot on the first :meth:`update_agent` call and every ``checkpoint_interval`` calls after it
         (default 800, Syllabus D.5).
     outcome_rule, memory, initial_winrate, snapshot_fn, make_agent, seed:
-        As in :class:`~.opponent_store.OpponentCurriculum`; win rates are tracked for metrics only.
+        As in :class:`~magister.curricula.coplayer.OpponentCurriculum`; win rates are tracked for metrics
+        only.
     """
 
     def __init__(

@@ -20,8 +20,8 @@ weight before normalising**, exactly as written above, so an opponent the learne
 :math:`\\varepsilon / \\sum_C (f(x_C) + \\varepsilon)`.
 
 The win rate :math:`x_B` is the mean score (win 1, draw 0.5, loss 0; see
-:class:`~.opponent_store.OutcomeRule`) over the last ``memory`` results against :math:`B` (default 128,
-Syllabus D.5's "win rate episodic memory"); an opponent without results has :math:`x_B =`
+:class:`~magister.curricula.coplayer.OutcomeRule`) over the last ``memory`` results against :math:`B`
+(default 128, Syllabus D.5's "win rate episodic memory"); an opponent without results has :math:`x_B =`
 ``initial_winrate`` (default 0.5: a fresh snapshot of the learner is, by construction, its equal).
 Snapshots are added as in FSP, every ``checkpoint_interval`` (default 800) :meth:`PFSP.update_agent` calls.
 
@@ -37,7 +37,9 @@ from typing import Any
 
 import numpy as np
 
-from .opponent_store import OpponentCurriculum, OpponentStore, OutcomeRule, check_finite
+from ..opponents import OpponentStore
+from .base import check_finite
+from .coplayer import OpponentCurriculum, OutcomeRule
 
 logger = logging.getLogger(__name__)
 
@@ -84,7 +86,7 @@ class PFSP(OpponentCurriculum):
     initial_winrate:
         Win rate assumed before any result against an opponent (default 0.5).
     outcome_rule, snapshot_fn, make_agent, seed:
-        As in :class:`~.opponent_store.OpponentCurriculum`.
+        As in :class:`~magister.curricula.coplayer.OpponentCurriculum`.
     """
 
     def __init__(

@@ -33,6 +33,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -44,6 +45,7 @@ __all__ = [
     "EPISODE_SCORES",
     "Segment",
     "SegmentScore",
+    "compute_advantages",
     "gae",
     "learnability",
     "max_mc",
@@ -72,6 +74,64 @@ def _as_1d(name: str, x: np.ndarray) -> np.ndarray:
     return a
 
 
+def compute_advantages(
+    rewards: Any,
+    values: Any,
+    dones: Any,
+    bootstrap_value: Any,
+    gamma: float,
+    gae_lambda: float,
+    truncated: Any = None,
+    final_values: Any = None,
+) -> Any:
+    """GAE advantages ``A`` (``T x N``) of a time-major rollout; numpy in, numpy out; torch in, torch out.
+
+    ``delta_t = r_t + gamma * V(s_{t+1}) * (1 - done_t) - V(s_t)`` and
+    ``A_t = delta_t + gamma * lambda * (1 - done_t) * A_{t+1}``, in one reverse scan over ``T`` (vectorised
+    over ``N``), in float64. ``dones[t]`` is true when the episode ended *at* step ``t``;
+    ``V(s_T) = bootstrap_value`` (``(N,)``). A step marked in ``truncated`` (``T x N``, with ``final_values``)
+    ended by a time limit: its next-state value is ``final_values[t]`` instead of 0. Torch tensors stay on
+    their device. This is the one GAE of magister: :func:`gae` (one segment) and
+    :func:`magister.integrations.scores.feed_scores` use it.
+
+    >>> r = np.array([[0.0], [1.0]]); v = np.array([[0.5], [0.5]])
+    >>> compute_advantages(r, v, np.array([[False], [True]]), np.array([9.0]), 1.0, 1.0).ravel().tolist()
+    [0.5, 0.5]
+    """
+    cut = truncated is not None and final_values is not None
+    if type(rewards).__module__.startswith("torch"):
+        import torch as xp
+
+        r = rewards.to(xp.float64)
+        v, boot = values.to(r), bootstrap_value.to(r)
+        ended = dones.to(xp.bool)
+        cont = (~ended).to(r)
+        if cut:
+            truncated, final_values = truncated.to(xp.bool) & ended, final_values.to(r)
+    else:
+        xp = np
+        r = np.asarray(rewards, dtype=np.float64)
+        v, boot = np.asarray(values, dtype=np.float64), np.asarray(bootstrap_value, dtype=np.float64)
+        ended = np.asarray(dones, dtype=bool)
+        cont = (~ended).astype(np.float64)
+        if cut:
+            truncated = np.asarray(truncated, dtype=bool) & ended
+            final_values = np.asarray(final_values, dtype=np.float64)
+    next_values = xp.zeros_like(v)  # V(s_{t+1}), 0 after a terminal step
+    next_values[:-1] = v[1:]
+    next_values[-1] = boot
+    next_values = next_values * cont
+    if cut:
+        next_values = xp.where(truncated, final_values, next_values)
+    delta = r + gamma * next_values - v
+    adv = xp.zeros_like(delta)
+    acc = 0.0
+    for t in range(delta.shape[0] - 1, -1, -1):
+        acc = delta[t] + gamma * gae_lambda * cont[t] * acc
+        adv[t] = acc
+    return adv
+
+
 def gae(
     rewards: np.ndarray,
     values: np.ndarray,
@@ -80,7 +140,7 @@ def gae(
     gae_lambda: float,
     terminal: bool,
 ) -> np.ndarray:
-    """GAE advantages of one segment of one episode.
+    """GAE advantages of one segment of one episode (:func:`compute_advantages` on one env's column).
 
     Args:
         rewards: ``r_0 .. r_{T-1}``.
@@ -99,16 +159,10 @@ def gae(
     v = _as_1d("values", values)
     if r.shape != v.shape or r.size == 0:
         raise ValueError(f"rewards and values must be non-empty, of equal length; got {r.shape}, {v.shape}")
-    nxt = np.empty_like(v)
-    nxt[:-1] = v[1:]
-    nxt[-1] = 0.0 if terminal else float(bootstrap_value)
-    delta = r + gamma * nxt - v
-    adv = np.empty_like(delta)
-    acc = 0.0
-    for t in range(delta.size - 1, -1, -1):
-        acc = delta[t] + gamma * gae_lambda * acc
-        adv[t] = acc
-    return adv
+    ended = np.zeros((r.size, 1), dtype=bool)
+    ended[-1] = terminal
+    boot = np.array([0.0 if terminal else float(bootstrap_value)])
+    return compute_advantages(r[:, None], v[:, None], ended, boot, gamma, gae_lambda)[:, 0]
 
 
 def value_l1(advantages: np.ndarray) -> float:

@@ -6,9 +6,9 @@ learn: :math:`P(\\text{opponent} = \\pi_t) = 1`, with :math:`\\pi_t` the newest 
 
 Two modes, chosen by whether a store is given:
 
-* **No store** (envs in the learner's process): every sample is :data:`~.opponent_store.CURRENT_AGENT`
+* **No store** (envs in the learner's process): every sample is :data:`~magister.opponents.CURRENT_AGENT`
   (``-1``), and ``get_opponent(-1)`` returns the very object last passed to :meth:`SelfPlay.update_agent`.
-* **With an** :class:`~.opponent_store.OpponentStore` (envs in worker processes): ``update_agent`` stores a
+* **With an** :class:`~magister.opponents.OpponentStore` (envs in worker processes): ``update_agent`` stores a
   snapshot every ``checkpoint_interval`` calls (default 1: every call) and every sample is the *latest*
   stored id, so a worker loads exactly the policy the learner last published. Results are recorded against
   that concrete id, which keeps the win-rate metrics meaningful. ``get_opponent(-1)`` still returns the
@@ -28,7 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from .opponent_store import CURRENT_AGENT, OpponentCurriculum, OpponentStore, OutcomeRule
+from ..opponents import CURRENT_AGENT, OpponentStore
+from .coplayer import OpponentCurriculum, OutcomeRule
 
 logger = logging.getLogger(__name__)
 
@@ -47,7 +48,8 @@ class SelfPlay(OpponentCurriculum):
         With a store: snapshot on the first :meth:`update_agent` call and every ``checkpoint_interval``
         calls after it.
     outcome_rule, memory, snapshot_fn, make_agent, seed:
-        As in :class:`~.opponent_store.OpponentCurriculum` (win rates are tracked for metrics only).
+        As in :class:`~magister.curricula.coplayer.OpponentCurriculum` (win rates are tracked for metrics
+        only).
     """
 
     def __init__(

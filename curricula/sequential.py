@@ -230,10 +230,6 @@ class Sequential(Curriculum):
         """The current stage's curriculum."""
         return self.stages[self.stage]
 
-    @property
-    def num_stages(self) -> int:
-        return len(self.stages)
-
     def stage_metrics(self) -> dict[str, float]:
         """The metrics the current stage's stopping condition is evaluated on."""
         return {

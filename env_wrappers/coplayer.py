@@ -3,7 +3,7 @@
 Co-player curricula (:class:`~magister.curricula.self_play.SelfPlay`, :class:`~magister.curricula.fsp.FSP`,
 :class:`~magister.curricula.pfsp.PFSP`, or a :class:`~magister.curricula.dual.DualCurriculum` pairing one of
 them with a task curriculum) choose *opponent ids*. The snapshots themselves live in an
-:class:`~magister.curricula.opponent_store.OpponentStore` on disk. :class:`CoPlayerWrapper` is the env side:
+:class:`~magister.opponents.store.OpponentStore` on disk. :class:`CoPlayerWrapper` is the env side:
 
 * it turns a PettingZoo parallel env with two or more agents into a *learner-vs-opponent* env: the learner
   controls some agent slots (fixed, or one slot drawn at random each episode, so a symmetric game is learnt
@@ -12,14 +12,14 @@ them with a task curriculum) choose *opponent ids*. The snapshots themselves liv
   ``(task, opponent_id)`` pair from a DualCurriculum, whose first half goes on to the inner task wrapper),
   normally put there by :class:`~magister.env_wrappers.sync_wrappers.PettingZooSyncWrapper`, so the id
   travels through the sync layer and the worker loads the snapshot itself (an
-  :class:`~magister.curricula.opponent_store.OpponentLoader` keeps it leased while it is played, so the
+  :class:`~magister.opponents.loader.OpponentLoader` keeps it leased while it is played, so the
   store never deletes it under the env, and cached, so the same id is read from disk once);
 * the opponent's agents act inside the wrapper (``policy_fn(opponent, obs, agent) -> action``); the learner
   sees only its own agents (``env.agents``);
 * at the end of an episode :meth:`CoPlayerWrapper.episode_extras` reports the returns of *all* agents, the
   opponent's return (the mean over the agents it played), which agents it played and the id it played.
   The PettingZoo sync wrapper puts these into the episode update's ``extras``, where the co-player
-  curricula's :class:`~magister.curricula.opponent_store.OutcomeRule` reads ``"opponent_return"``.
+  curricula's :class:`~magister.curricula.coplayer.OutcomeRule` reads ``"opponent_return"``.
 
 Turn-based games (``turn_based=True``): every agent's info must say whether it is that agent's turn
 (``info["to_move"]``, as :class:`TurnBasedParallelEnv` provides). The wrapper then plays the opponent's
@@ -49,7 +49,7 @@ Adding PFSP to a PettingZoo training script takes a few lines on each side::
 ``policy_fn``). :mod:`magister.examples.selfplay_pz` is a complete run on tic-tac-toe.
 
 >>> import json, tempfile
->>> from magister.curricula.opponent_store import OpponentStore
+>>> from magister.opponents import OpponentStore
 >>> from magister.examples.tiny_pz import TinyTag
 >>> d = tempfile.mkdtemp()
 >>> store = OpponentStore(d, max_count=None, save_fn=lambda o, f: f.write(json.dumps(o).encode()),
@@ -83,7 +83,7 @@ import numpy as np
 from pettingzoo.utils.env import ParallelEnv
 from pettingzoo.utils.wrappers.base_parallel import BaseParallelWrapper
 
-from ..curricula.opponent_store import CURRENT_AGENT, OpponentLoader, OpponentStore
+from ..opponents import CURRENT_AGENT, OpponentLoader, OpponentStore
 from ..task_spaces.base import TaskSpace
 from ..task_spaces.product import Product
 
@@ -106,11 +106,11 @@ def _is_id(value: Any) -> bool:
 class OpponentIds(TaskSpace[int]):
     """Worker-side task space of opponent ids: any id a store can have issued (an int ``>= 0``).
 
-    The learner's :class:`~magister.curricula.opponent_store.OpponentIdSpace` contains only the ids in the
+    The learner's :class:`~magister.task_spaces.opponent_ids.OpponentIdSpace` contains only the ids in the
     store *now*; a worker must also accept an id evicted after it was sent (the loader then reports it, or
     plays the newest snapshot with ``fallback_to_latest``), so this space checks the form only and leaves
     the rest to the loader. ``allow_current=True`` also admits
-    :data:`~magister.curricula.opponent_store.CURRENT_AGENT` (``-1``), which only an in-process env can
+    :data:`~magister.opponents.store.CURRENT_AGENT` (``-1``), which only an in-process env can
     play. ``sample()`` draws from the store's current ids when a directory is given.
 
     >>> space = OpponentIds()
@@ -189,12 +189,12 @@ class CoPlayerWrapper(BaseParallelWrapper):
     Args:
         env: A PettingZoo ``ParallelEnv`` with at least two agents (possibly a task wrapper).
         opponents: Where opponents come from: an opponent store's directory (str or path; a read-only
-            :class:`~magister.curricula.opponent_store.OpponentLoader` is opened lazily, in the process that
-            first resets, i.e. in the worker), an :class:`~magister.curricula.opponent_store.OpponentStore`
+            :class:`~magister.opponents.loader.OpponentLoader` is opened lazily, in the process that
+            first resets, i.e. in the worker), an :class:`~magister.opponents.store.OpponentStore`
             (its directory and ``load_fn``), a ready
-            :class:`~magister.curricula.opponent_store.OpponentLoader`, or, for envs in the learner's
+            :class:`~magister.opponents.loader.OpponentLoader`, or, for envs in the learner's
             process, a co-player curriculum (anything with
-            ``get_opponent(id)``; then :data:`~magister.curricula.opponent_store.CURRENT_AGENT` is allowed).
+            ``get_opponent(id)``; then :data:`~magister.opponents.store.CURRENT_AGENT` is allowed).
         policy_fn: ``policy_fn(opponent, obs, agent) -> action`` for each agent the opponent controls.
             Default: ``opponent(obs)``.
         learner_agents: The agents the learner controls: a sequence of agent names (the same every

@@ -506,7 +506,7 @@ class PettingZooSyncWrapper(BaseParallelWrapper):
     ``episode_extras() -> dict``, its result is merged into every episode update's extras (its keys win).
     :class:`~magister.env_wrappers.coplayer.CoPlayerWrapper` uses it to report the returns of *all* agents,
     the opponent's return, which agents the opponent played and the opponent id, which the co-player
-    curricula's :class:`~magister.curricula.opponent_store.OutcomeRule` reads.
+    curricula's :class:`~magister.curricula.coplayer.OutcomeRule` reads.
 
     **Per-agent episodes.** With ``per_agent_episodes=True`` a finished episode is reported as one episode
     update *per agent*: that agent's return, its length (the steps in which it received a reward) and its

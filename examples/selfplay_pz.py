@@ -11,7 +11,7 @@ the parallel API with :class:`~magister.env_wrappers.coplayer.TurnBasedParallelE
   a result reaches every move of the game at once.
   One table plays both sides; each episode the learner is drawn to move first or second.
 * **Curriculum** (this process, served over ZeroMQ by :func:`~magister.sync.server.serve`):
-  :class:`~magister.curricula.pfsp.PFSP` over an :class:`~magister.curricula.opponent_store.OpponentStore`
+  :class:`~magister.curricula.pfsp.PFSP` over an :class:`~magister.opponents.OpponentStore`
   of Q-table snapshots. The learner offers its table after every update (``update_agent``); every
   ``snapshot_every`` offers PFSP stores a snapshot. Snapshot 0 (the untrained table, i.e. a uniformly random
   player) is pinned so it is never evicted.
@@ -47,11 +47,12 @@ from typing import Any, BinaryIO
 import gymnasium as gym
 import numpy as np
 
+from ..curricula.coplayer import OpponentCurriculum
 from ..curricula.fsp import FSP
-from ..curricula.opponent_store import OpponentCurriculum, OpponentStore
 from ..curricula.pfsp import PFSP
 from ..env_wrappers.coplayer import CoPlayerWrapper, SingleLearnerEnv, TurnBasedParallelEnv
 from ..env_wrappers.sync_wrappers import PettingZooSyncWrapper
+from ..opponents import OpponentStore
 from ..sync.server import serve
 
 logger = logging.getLogger(__name__)

@@ -34,7 +34,7 @@ After *Open-Ended Learning Leads to Generally Capable Agents* (XLand), scaled do
   accepted yet, the non-evaluation episodes train on fresh proposals.
   The opponent half is :class:`~magister.curricula.fsp.FSP` or :class:`~magister.curricula.pfsp.PFSP`
   over snapshots of the learner's own policy in an
-  :class:`~magister.curricula.opponent_store.OpponentStore`: every non-learner slot of the game is played
+  :class:`~magister.opponents.OpponentStore`: every non-learner slot of the game is played
   by that snapshot, loaded by id inside the environment. The learner's "win" against a snapshot is a
   higher return than the co-players' (:class:`CompareReturns`).
 * **Filter settings at CPU scale** (our choices; the paper's are initial values that PBT tunes during
@@ -412,10 +412,10 @@ import torch
 import torch.nn as nn
 
 from magister.curricula.base import Curriculum
+from magister.curricula.coplayer import OpponentCurriculum, OutcomeRule
 from magister.curricula.domain_randomization import DomainRandomization
 from magister.curricula.dual import DualCurriculum
 from magister.curricula.fsp import FSP
-from magister.curricula.opponent_store import OpponentCurriculum, OpponentStore, OutcomeRule
 from magister.curricula.pfsp import PFSP
 from magister.curricula.task_filter import TaskFilter
 from magister.env_wrappers.coplayer import SingleLearnerEnv
@@ -425,9 +425,9 @@ from magister.examples._checkpoint import read_checkpoint, write_checkpoint
 from magister.examples._cli import parse_dataclass
 from magister.examples.xland.coplayers import LEARNER, NOOP
 from magister.examples.xland.env import (
-    _C_OBJ,
-    _C_OTHER,
-    _C_SELF,
+    C_OBJ,
+    C_OTHER,
+    C_SELF,
     N_CHANNELS,
     N_VECTOR,
     XLandEnv,
@@ -457,6 +457,7 @@ from magister.examples.xland.game import (
 )
 from magister.examples.xland.task import XLAND_ENCODING, XLandTaskSpace
 from magister.examples.xland.world import MAX_SIZE
+from magister.opponents import OpponentStore
 from magister.task_spaces.base import EncodedTask, TaskSpace
 
 logger = logging.getLogger(__name__)
@@ -854,11 +855,11 @@ def atom_channels() -> np.ndarray:
     colour -> its floor plane; ``N_CHANNELS`` (an all-zero plane) for padding."""
     def channel(e: int) -> int:
         if e < ME:
-            return _C_OBJ + e
+            return C_OBJ + e
         if e == ME:
-            return _C_SELF
+            return C_SELF
         if e == OPPONENT:
-            return _C_OTHER
+            return C_OTHER
         return _C_FLOOR + e - FLOOR0
 
     out = np.full((NUM_ATOMS + 1, 2), N_CHANNELS, dtype=np.int64)
@@ -890,7 +891,7 @@ def goal_planes(grid: torch.Tensor, atoms: torch.Tensor, matrix: torch.Tensor,
     arg_planes = arg_planes.view(b, n_atoms, 2, s, s)
     m = matrix.float()
     pos, neg = (m > 0).any(dim=1), (m < 0).any(dim=1)  # [B, A]: required true / false by some option
-    is_me = ch == _C_SELF  # [B, A, 2]
+    is_me = ch == C_SELF  # [B, A, 2]
     about_me = is_me.any(dim=2)
     other = ~is_me
     w = torch.stack([pos[..., None] & about_me[..., None] & other,

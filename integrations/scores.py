@@ -55,8 +55,9 @@ those with ``update_scores``), can be fed; any other curriculum, or a server ser
 
 **GAE.** ``delta_t = r_t + gamma * V(s_{t+1}) * (1 - done_t) - V(s_t)`` and
 ``A_t = delta_t + gamma * lambda * (1 - done_t) * A_{t+1}``, computed for the whole rollout in one reverse
-scan over ``T`` (vectorised over ``N``); the done flags cut the recursion, so each segment's advantages are
-exactly those of :func:`magister.curricula.scoring.gae` on that segment alone.
+scan over ``T`` (vectorised over ``N``) by :func:`compute_advantages` (defined in
+:mod:`magister.curricula.scoring`, re-exported here); the done flags cut the recursion, so each segment's
+advantages are exactly those of :func:`magister.curricula.scoring.gae` on that segment alone.
 
 **Segments and partial segments.** A segment is a maximal run of steps of one env within one episode. A
 segment that ends with a done is *complete at its end*; the last segment of a column usually is not: its
@@ -80,13 +81,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections import Counter
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
 
-from ..curricula.scoring import VALUE_SCORES, Segment
+from ..curricula.scoring import VALUE_SCORES, Segment, compute_advantages
 from ..task_spaces.base import EncodedTask, task_key
 
 logger = logging.getLogger(__name__)
@@ -158,93 +160,58 @@ def _shape(x: Any) -> tuple[int, ...]:
 def _check_shapes(
     rewards: Any, values: Any, dones: Any, bootstrap_value: Any, next_done: Any = None
 ) -> tuple[int, int]:
-    """Check the time-major ``(T, N)`` layout against ``N = len(bootstrap_value)``; return ``(T, N)``."""
+    """Check the time-major ``(T, N)`` layout; return ``(T, N)``.
+
+    ``N`` is the length of ``bootstrap_value`` (one value per env) and ``T`` the steps of the arrays laid
+    out ``(T, N)``, so an error names the array that disagrees (a transposed ``rewards`` is blamed, not
+    ``values``) and the shape it should have.
+    """
     shapes = {"rewards": _shape(rewards), "values": _shape(values), "dones": _shape(dones)}
     got = ", ".join(f"{k} {v}" for k, v in shapes.items())
     got += f", bootstrap_value {_shape(bootstrap_value)}"
     if next_done is not None:
         got += f", next_done {_shape(next_done)}"
-    shape = shapes["rewards"]
-    if len(shape) != 2 or 0 in shape:
-        raise ValueError(f"rewards must be a non-empty time-major (T, N) = (steps, envs) array, got {got}"
-                         + ("; for one env use rewards[:, None]" if len(shape) == 1 else ""))
-    for name in ("values", "dones"):
-        if shapes[name] != shape:
-            raise ValueError(f"{name} has shape {shapes[name]}, expected {shape} like rewards: every array "
-                             f"must be time-major (T, N); got {got}")
+    for name, shape in shapes.items():
+        if len(shape) != 2 or 0 in shape:
+            one_env = f"; for one env use {name}[:, None]" if len(shape) == 1 else ""
+            raise ValueError(f"{name} has shape {shape}, expected a non-empty time-major (T, N) = "
+                             f"(steps, envs) array; got {got}{one_env}")
     boot = _shape(bootstrap_value)
     n_envs = boot[0] if len(boot) == 1 else (int(np.prod(boot)) if len(boot) == 2 and 1 in boot else None)
     if n_envs is None:
-        raise ValueError(f"bootstrap_value has shape {boot}, expected (N,) with one value per env; got {got}")
-    T, N = shape
-    if n_envs != N:
-        hint = ""
-        if n_envs == T:
-            hint = (f"; the arrays look transposed, laid out N x T with N = {n_envs} envs: pass time-major "
-                    "arrays, e.g. rewards.T, values.T, dones.T and tasks.T")
-        raise ValueError(f"bootstrap_value has shape {boot} (N = {n_envs} envs) but rewards, values and "
-                         f"dones must be time-major (T, N) = (steps, {n_envs}); got {got}{hint}")
+        widths = Counter(shape[1] for shape in shapes.values()).most_common(1)[0][0]
+        raise ValueError(f"bootstrap_value has shape {boot}, expected (N,) = ({widths},) with one value per "
+                         f"env; got {got}")
+    N = n_envs
+    steps = [shape[0] for shape in shapes.values() if shape[1] == N]
+    if not steps:  # no array has N columns
+        first = next(iter(shapes.values()))
+        if all(shape == first for shape in shapes.values()) and first[0] == N:
+            raise ValueError(f"rewards, values and dones have shape {first}, expected ({first[1]}, {N}): "
+                             f"bootstrap_value has shape {boot} (N = {N} envs) and every array must be "
+                             f"time-major (T, N) = (steps, envs); got {got}; the arrays look transposed, "
+                             f"laid out N x T with N = {N} envs: pass time-major arrays, e.g. rewards.T, "
+                             "values.T, dones.T and tasks.T")
+        if all(shape == first for shape in shapes.values()):
+            raise ValueError(f"bootstrap_value has shape {boot} (N = {N} envs), expected ({first[1]},) like "
+                             f"the envs of rewards, values and dones {first} (time-major (T, N)); got {got}")
+        raise ValueError(f"rewards, values and dones must be time-major (T, N) = (steps, {N}) with N = {N} "
+                         f"envs as in bootstrap_value; got {got}")
+    T = Counter(steps).most_common(1)[0][0]
+    wrong = [name for name, shape in shapes.items() if shape != (T, N)]
+    if wrong:
+        right = [name for name in shapes if name not in wrong] + ["bootstrap_value"]
+        which = " and ".join(f"{name} has shape {shapes[name]}" for name in wrong)
+        transposed = [name for name in wrong if shapes[name] == (N, T)]
+        hint = (f"; {' and '.join(transposed)} look{'s' if len(transposed) == 1 else ''} transposed: pass "
+                f"{', '.join(name + '.T' for name in transposed)}" if transposed else "")
+        raise ValueError(f"{which}, expected ({T}, {N}) = (steps, envs) like {', '.join(right)}: every array "
+                         f"must be time-major (T, N); got {got}{hint}")
     if next_done is not None:
         nd = _shape(next_done)
         if not (nd == (N,) or (len(nd) == 2 and 1 in nd and int(np.prod(nd)) == N)):
             raise ValueError(f"next_done has shape {nd}, expected ({N},): one flag per env; got {got}")
     return T, N
-
-
-def compute_advantages(
-    rewards: Any,
-    values: Any,
-    dones: Any,
-    bootstrap_value: Any,
-    gamma: float,
-    gae_lambda: float,
-    truncated: Any = None,
-    final_values: Any = None,
-) -> Any:
-    """GAE advantages ``A`` (``T x N``) of a rollout; numpy in, numpy out; torch in, torch out.
-
-    >>> r = np.array([[0.0], [1.0]]); v = np.array([[0.5], [0.5]])
-    >>> compute_advantages(r, v, np.array([[False], [True]]), np.array([9.0]), 1.0, 1.0).ravel().tolist()
-    [0.5, 0.5]
-    """
-    if _is_torch(rewards):
-        import torch
-
-        r = rewards.to(torch.float64)
-        v = values.to(r)
-        d = dones.to(torch.bool)
-        boot = bootstrap_value.to(r)
-        T = r.shape[0]
-        nxt = torch.cat([v[1:], boot[None]], dim=0)
-        cont = (~d).to(r)
-        target = nxt * cont
-        if truncated is not None and final_values is not None:
-            tr = truncated.to(torch.bool) & d
-            target = torch.where(tr, final_values.to(r), target)
-        delta = r + gamma * target - v
-        adv = torch.empty_like(delta)
-        acc = torch.zeros_like(boot)
-        for t in range(T - 1, -1, -1):
-            acc = delta[t] + gamma * gae_lambda * cont[t] * acc
-            adv[t] = acc
-        return adv
-    r = np.asarray(rewards, dtype=np.float64)
-    v = np.asarray(values, dtype=np.float64)
-    d = np.asarray(dones, dtype=bool)
-    boot = np.asarray(bootstrap_value, dtype=np.float64)
-    nxt = np.concatenate([v[1:], boot[None]], axis=0)
-    cont = (~d).astype(np.float64)
-    target = nxt * cont
-    if truncated is not None and final_values is not None:
-        tr = np.asarray(truncated, dtype=bool) & d
-        target = np.where(tr, np.asarray(final_values, dtype=np.float64), target)
-    delta = r + gamma * target - v
-    adv = np.empty_like(delta)
-    acc = np.zeros_like(boot)
-    for t in range(r.shape[0] - 1, -1, -1):
-        acc = delta[t] + gamma * gae_lambda * cont[t] * acc
-        adv[t] = acc
-    return adv
 
 
 def _to_numpy(x: Any) -> np.ndarray:

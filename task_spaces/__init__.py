@@ -12,6 +12,7 @@ from .config import ConfigSpace
 from .discrete import Discrete, split_indexed
 from .multi_discrete import MultiDiscrete
 from .open_ended import OpenEnded, content_hash
+from .opponent_ids import OpponentIdSpace
 from .product import Product
 
 __all__ = [
@@ -21,6 +22,7 @@ __all__ = [
     "EncodedTask",
     "MultiDiscrete",
     "OpenEnded",
+    "OpponentIdSpace",
     "Product",
     "TaskSpace",
     "content_hash",

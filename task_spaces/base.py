@@ -136,7 +136,7 @@ class TaskSpace(ABC, Generic[T]):
 
     def sample_encoded(self, k: int = 1, rng: np.random.Generator | None = None) -> list[EncodedTask]:
         """``k`` encoded tasks. Subclasses override this with one vectorised numpy call."""
-        _check_k(k)
+        check_k(k)
         if rng is not None:
             saved, self._rng = self._rng, rng
             try:
@@ -218,6 +218,9 @@ def stable_repr(value: Any) -> str:
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 
 
-def _check_k(k: int) -> None:
+def check_k(k: int) -> None:
+    """Raise ``ValueError`` unless ``k`` (a number of tasks to sample) is a positive int."""
     if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or k < 1:
         raise ValueError(f"k must be a positive int, got {k!r}")
+
+

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from .base import EncodedTask, TaskSpace, _check_k
+from .base import EncodedTask, TaskSpace, check_k
 
 logger = logging.getLogger(__name__)
 
@@ -169,7 +169,7 @@ class Box(TaskSpace[np.ndarray]):
 
     def sample_encoded(self, k: int = 1, rng: np.random.Generator | None = None) -> list[tuple[float, ...]]:
         """``k`` uniform encoded tasks from one ``rng.uniform`` call."""
-        _check_k(k)
+        check_k(k)
         gen = self._rng if rng is None else rng
         rows = self._draw(gen, int(k)).astype(np.float64).tolist()
         return [tuple(r) for r in rows]

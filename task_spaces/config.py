@@ -52,8 +52,8 @@ from typing import Any
 
 import numpy as np
 
-from .base import EncodedTask, TaskSpace, _check_k, stable_repr
-from .discrete import _is_int
+from .base import EncodedTask, TaskSpace, check_k, stable_repr
+from .discrete import is_int
 
 logger = logging.getLogger(__name__)
 
@@ -101,7 +101,7 @@ class _Axis:
     def index(self, value: Any) -> int | None:
         """Index of ``value`` on this axis, or None."""
         if isinstance(self.values, range):
-            if _is_int(value) and value in self.values:
+            if is_int(value) and value in self.values:
                 return self.values.index(int(value))
             return None
         if self.lookup is not None:
@@ -164,11 +164,11 @@ class ConfigSpace(TaskSpace[dict]):
                 raise TypeError(f"ConfigSpace: constraints must be callables task -> bool, got {c!r}")
         self._constraints: tuple[Constraint, ...] = tuple(constraints)
         for label, val in (("max_attempts", max_attempts), ("enumerate_limit", enumerate_limit)):
-            if not _is_int(val) or val < 1:
+            if not is_int(val) or val < 1:
                 raise ValueError(f"ConfigSpace: {label} must be a positive int, got {val!r}")
         self.max_attempts = int(max_attempts)
         self.enumerate_limit = int(enumerate_limit)
-        if num_tasks is not None and (not _is_int(num_tasks) or num_tasks < 1):
+        if num_tasks is not None and (not is_int(num_tasks) or num_tasks < 1):
             raise ValueError(f"ConfigSpace: num_tasks must be a positive int or None, got {num_tasks!r}")
         self._user_num_tasks = None if num_tasks is None else int(num_tasks)
         self._describers = self._check_describers(describe or {})
@@ -295,7 +295,7 @@ class ConfigSpace(TaskSpace[dict]):
             encoded = encoded.tolist()
         if not isinstance(encoded, (tuple, list)) or len(encoded) != len(self._sizes):
             return None
-        if not all(_is_int(i) and 0 <= i < s for i, s in zip(encoded, self._sizes)):
+        if not all(is_int(i) and 0 <= i < s for i, s in zip(encoded, self._sizes)):
             return None
         row = tuple(int(i) for i in encoded)
         return row if self._sampleable(row) else None
@@ -378,7 +378,7 @@ class ConfigSpace(TaskSpace[dict]):
 
     def sample_encoded(self, k: int = 1, rng: np.random.Generator | None = None) -> list[tuple[int, ...]]:
         """``k`` encoded tasks, uniform over the sampleable tasks (vectorised when enumerated)."""
-        _check_k(k)
+        check_k(k)
         gen = self._rng if rng is None else rng
         return [tuple(r) for r in self._sample_rows(gen, int(k)).tolist()]
 
@@ -477,7 +477,7 @@ class ConfigSpace(TaskSpace[dict]):
             pass
         elif isinstance(holdout, (bool, np.bool_)):
             raise TypeError(f"holdout must be a fraction, a count or a list of task dicts, got {holdout!r}")
-        elif isinstance(holdout, (float, np.floating)) or _is_int(holdout):
+        elif isinstance(holdout, (float, np.floating)) or is_int(holdout):
             pool = self._all_rows()
             if isinstance(holdout, (float, np.floating)):
                 if not 0.0 < holdout < 1.0:
@@ -568,7 +568,7 @@ class ConfigSpace(TaskSpace[dict]):
         """Row of an encoded task, held-out ones included, or ``ValueError`` naming it and the space."""
         seq = encoded.tolist() if isinstance(encoded, np.ndarray) else encoded
         if (not isinstance(seq, (tuple, list)) or len(seq) != len(self._sizes)
-                or not all(_is_int(i) and 0 <= i < n for i, n in zip(seq, self._sizes))):
+                or not all(is_int(i) and 0 <= i < n for i, n in zip(seq, self._sizes))):
             raise ValueError(f"task {encoded!r} is not in {self!r} (expected a dict with keys "
                              f"{self._names} or a tuple of {len(self._sizes)} value indices with sizes "
                              f"{list(self._sizes)})")

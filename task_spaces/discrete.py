@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from .base import EncodedTask, TaskSpace, _check_k, stable_repr, task_key
+from .base import EncodedTask, TaskSpace, check_k, stable_repr, task_key
 
 logger = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ MAX_EXPLICIT_SUBSET = 10_000_000
 _INT64_MAX = 2**63 - 1
 
 
-def _is_int(x: Any) -> bool:
+def is_int(x: Any) -> bool:
     """True for Python/numpy integers, False for bools."""
     return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_))
 
@@ -99,7 +99,7 @@ class Discrete(TaskSpace[Any]):
         self._gaps: np.ndarray | None = None
         self._parent_n = 0
         if n is not None:
-            if not _is_int(n) or not 1 <= n <= _INT64_MAX:
+            if not is_int(n) or not 1 <= n <= _INT64_MAX:
                 raise ValueError(f"Discrete: n must be a positive int below 2**63, got {n!r}")
             self._n = int(n)
         else:
@@ -184,7 +184,7 @@ class Discrete(TaskSpace[Any]):
         """
         if self._parent is None:
             return self._check_index(parent_encoded)
-        if not _is_int(parent_encoded) or not 0 <= parent_encoded < self._parent_n:
+        if not is_int(parent_encoded) or not 0 <= parent_encoded < self._parent_n:
             raise ValueError(f"task {parent_encoded!r} is not an encoded task of the parent {self._parent!r}")
         x = int(parent_encoded)
         assert self._idx is not None
@@ -227,7 +227,7 @@ class Discrete(TaskSpace[Any]):
         return None if self._names is None else list(self._names)
 
     def _check_index(self, encoded: EncodedTask) -> int:
-        if not _is_int(encoded) or not 0 <= encoded < self._n:
+        if not is_int(encoded) or not 0 <= encoded < self._n:
             raise ValueError(f"task {encoded!r} is not an encoded task of {self!r} (expected an int in "
                              f"[0, {self._n}))")
         return int(encoded)
@@ -246,7 +246,7 @@ class Discrete(TaskSpace[Any]):
                 return self._lookup.get(_lookup_key(task))
             except TypeError:  # e.g. a task_key that cannot be built
                 return None
-        if _is_int(task) and 0 <= task < self._n:
+        if is_int(task) and 0 <= task < self._n:
             return int(task)
         return None
 
@@ -276,14 +276,14 @@ class Discrete(TaskSpace[Any]):
         return j
 
     def contains_encoded(self, encoded: EncodedTask) -> bool:
-        return _is_int(encoded) and 0 <= encoded < self._n
+        return is_int(encoded) and 0 <= encoded < self._n
 
     def sample(self) -> Any:
         return self.decode(int(self._rng.integers(self._n)))
 
     def sample_encoded(self, k: int = 1, rng: np.random.Generator | None = None) -> list[int]:
         """``k`` encoded tasks drawn uniformly with replacement, in one ``rng.integers`` call."""
-        _check_k(k)
+        check_k(k)
         gen = self._rng if rng is None else rng
         return gen.integers(0, self._n, size=int(k)).tolist()
 
@@ -367,7 +367,7 @@ def split_indexed(
             raise ValueError(f"holdout fraction must be in (0, 1), got {holdout!r}")
         count = min(max(int(round(float(holdout) * n)), 1), n - 1)
         held = _choose(rng, n, count)
-    elif _is_int(holdout):
+    elif is_int(holdout):
         if not 1 <= holdout <= n - 1:
             raise ValueError(f"holdout count must be in [1, {n - 1}] for {space!r}, got {holdout!r}")
         held = _choose(rng, n, int(holdout))

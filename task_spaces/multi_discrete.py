@@ -24,8 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from .base import EncodedTask, TaskSpace, _check_k
-from .discrete import Discrete, _is_int, split_indexed
+from .base import EncodedTask, TaskSpace, check_k
+from .discrete import Discrete, is_int, split_indexed
 
 logger = logging.getLogger(__name__)
 
@@ -103,7 +103,7 @@ class MultiDiscrete(TaskSpace[tuple]):
             task = task.tolist()
         if not isinstance(task, (tuple, list)) or len(task) != len(self._nvec):
             return False
-        return all(_is_int(x) and 0 <= x < r for x, r in zip(task, self._nvec))
+        return all(is_int(x) and 0 <= x < r for x, r in zip(task, self._nvec))
 
     def contains(self, task: Any) -> bool:
         return self._digits_ok(task)
@@ -117,7 +117,7 @@ class MultiDiscrete(TaskSpace[tuple]):
 
     def decode(self, encoded: EncodedTask) -> tuple[int, ...]:
         if self._flat:
-            if not _is_int(encoded) or not 0 <= encoded < self._n:
+            if not is_int(encoded) or not 0 <= encoded < self._n:
                 raise ValueError(f"task {encoded!r} is not an encoded task of {self!r} "
                                  f"(expected an int in [0, {self._n}))")
             return unravel(int(encoded), self._nvec)
@@ -127,7 +127,7 @@ class MultiDiscrete(TaskSpace[tuple]):
 
     def contains_encoded(self, encoded: EncodedTask) -> bool:
         if self._flat:
-            return _is_int(encoded) and 0 <= encoded < self._n
+            return is_int(encoded) and 0 <= encoded < self._n
         return self._digits_ok(encoded)
 
     def sample(self) -> tuple[int, ...]:
@@ -135,7 +135,7 @@ class MultiDiscrete(TaskSpace[tuple]):
 
     def sample_encoded(self, k: int = 1, rng: np.random.Generator | None = None) -> list[EncodedTask]:
         """``k`` uniform encoded tasks: one ``rng.integers`` call over the flat index range."""
-        _check_k(k)
+        check_k(k)
         gen = self._rng if rng is None else rng
         if self._flat:
             return gen.integers(0, self._n, size=int(k)).tolist()

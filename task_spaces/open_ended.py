@@ -42,7 +42,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from .base import EncodedTask, TaskSpace, _check_k, stable_hash
+from .base import EncodedTask, TaskSpace, check_k, stable_hash
 
 logger = logging.getLogger(__name__)
 
@@ -282,7 +282,7 @@ class OpenEnded(TaskSpace[T]):
         return self._generator(self._rng)
 
     def sample_encoded(self, k: int = 1, rng: np.random.Generator | None = None) -> list[EncodedTask]:
-        _check_k(k)
+        check_k(k)
         gen = self._rng if rng is None else rng
         out = []
         for _ in range(int(k)):

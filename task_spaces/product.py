@@ -32,8 +32,8 @@ from typing import Any
 
 import numpy as np
 
-from .base import EncodedTask, TaskSpace, _check_k
-from .discrete import Discrete, _is_int, split_indexed
+from .base import EncodedTask, TaskSpace, check_k
+from .discrete import Discrete, is_int, split_indexed
 from .multi_discrete import ravel, unravel
 
 logger = logging.getLogger(__name__)
@@ -137,7 +137,7 @@ class Product(TaskSpace[Any]):
 
     def decode(self, encoded: EncodedTask) -> Any:
         if self._flat:
-            if not _is_int(encoded) or not 0 <= encoded < self._n:  # type: ignore[operator]
+            if not is_int(encoded) or not 0 <= encoded < self._n:  # type: ignore[operator]
                 raise ValueError(f"task {encoded!r} is not an encoded task of {self!r} "
                                  f"(expected an int in [0, {self._n}))")
             codes: list[Any] = list(unravel(int(encoded), self._radices))
@@ -153,7 +153,7 @@ class Product(TaskSpace[Any]):
 
     def contains_encoded(self, encoded: EncodedTask) -> bool:
         if self._flat:
-            return _is_int(encoded) and 0 <= encoded < self._n  # type: ignore[operator]
+            return is_int(encoded) and 0 <= encoded < self._n  # type: ignore[operator]
         parts = self._parts(encoded)
         return parts is not None and all(s.contains_encoded(c) for s, c in zip(self._spaces, parts))
 
@@ -162,7 +162,7 @@ class Product(TaskSpace[Any]):
 
         Components are sampled independently with the product's generator (or ``rng``).
         """
-        _check_k(k)
+        check_k(k)
         gen = self._rng if rng is None else rng
         if self._flat:
             return gen.integers(0, self._n, size=int(k)).tolist()

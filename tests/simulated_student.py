@@ -60,7 +60,7 @@ from typing import Any
 import numpy as np
 
 from magister.curricula.base import Curriculum
-from magister.task_spaces.base import EncodedTask, TaskSpace, _check_k
+from magister.task_spaces.base import EncodedTask, TaskSpace, check_k
 
 __all__ = [
     "SimulatedStudent",
@@ -108,7 +108,7 @@ class StudentSpace(TaskSpace):
         return int(encoded)
 
     def sample_encoded(self, k: int = 1, rng: np.random.Generator | None = None) -> list[EncodedTask]:
-        _check_k(k)
+        check_k(k)
         g = self._rng if rng is None else rng
         return g.integers(self.n, size=k).tolist()
 

@@ -9,10 +9,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from magister.curricula.coplayer import OutcomeRule
 from magister.curricula.fsp import FSP
-from magister.curricula.opponent_store import CURRENT_AGENT, OpponentStore, OutcomeRule
 from magister.curricula.pfsp import PFSP
 from magister.curricula.self_play import SelfPlay
+from magister.opponents import CURRENT_AGENT, OpponentStore
 
 
 def jsave(obj, f):

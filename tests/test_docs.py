@@ -35,7 +35,7 @@ PAGES = sorted(p for p in DOCS.rglob("*.md"))
 
 FENCE = re.compile(r"^```([^\n`]*)\n(.*?)^```[ \t]*$", re.S | re.M)
 PYTHON = {"python", "py"}
-KNOWN = PYTHON | {"bash", "text", "toml", "yaml"}
+KNOWN = PYTHON | {"bash", "text", "toml", "yaml", "diff"}
 MARKER = re.compile(r"<!--\s*docs-test:\s*(.*?)\s*-->\s*\Z", re.S)
 
 
@@ -192,7 +192,8 @@ def test_the_api_reference_has_every_public_name():
     documented = _documented()
     missing = []
     for module in ["magister", "magister.task_spaces", "magister.curricula", "magister.sync",
-                   "magister.env_wrappers", "magister.integrations"]:
+                   "magister.env_wrappers", "magister.integrations", "magister.opponents",
+                   "magister.embeddings"]:
         for name in importlib.import_module(module).__all__:
             if name not in UNDOCUMENTED and name not in documented:
                 missing.append(f"{module}.{name}")

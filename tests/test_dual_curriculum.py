@@ -9,11 +9,12 @@ import numpy as np
 import pytest
 
 from magister.curricula.base import Curriculum, StepBatch, TaskSample
+from magister.curricula.coplayer import OutcomeRule
 from magister.curricula.domain_randomization import DomainRandomization
 from magister.curricula.dual import DualCurriculum
-from magister.curricula.opponent_store import OpponentStore, OutcomeRule
 from magister.curricula.pfsp import PFSP
 from magister.curricula.self_play import SelfPlay
+from magister.opponents import OpponentStore
 from magister.task_spaces.discrete import Discrete
 
 

@@ -20,7 +20,6 @@ from pettingzoo.utils.env import ParallelEnv
 from magister.curricula.constant import Constant
 from magister.curricula.domain_randomization import DomainRandomization
 from magister.curricula.dual import DualCurriculum
-from magister.curricula.opponent_store import CorruptSnapshotError, OpponentStore
 from magister.curricula.pfsp import PFSP
 from magister.curricula.self_play import SelfPlay
 from magister.env_wrappers.coplayer import (
@@ -31,6 +30,7 @@ from magister.env_wrappers.coplayer import (
 )
 from magister.env_wrappers.sync_wrappers import PettingZooSyncWrapper
 from magister.examples.tiny_pz import TinyTag, TinyTagTask
+from magister.opponents import CorruptSnapshotError, OpponentStore
 from magister.sync.server import serve
 from magister.task_spaces.discrete import Discrete
 from magister.task_spaces.product import Product

@@ -18,15 +18,13 @@ from magister.curricula.interestingness import (
     InterestingnessJudge,
     JudgeError,
     LLMJudge,
-    MiniLMEmbedder,
-    TfidfEmbedder,
     build_llm_prompt,
-    default_embedder,
     parse_llm_answer,
 )
 from magister.curricula.learning_progress import LearningProgress
 from magister.curricula.omni import OMNI
 from magister.curricula.sfl import SFL
+from magister.embeddings import MiniLMEmbedder, TfidfEmbedder, default_embedder
 from magister.task_spaces.discrete import Discrete
 
 NAMES = ["collect wood", "collect 9 wood", "place table", "make wood pickaxe"]

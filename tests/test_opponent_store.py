@@ -13,12 +13,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from magister.curricula.opponent_store import (
-    CorruptSnapshotError,
-    OpponentIdSpace,
-    OpponentLoader,
-    OpponentStore,
-)
+from magister.opponents import CorruptSnapshotError, OpponentLoader, OpponentStore
+from magister.task_spaces.opponent_ids import OpponentIdSpace
 
 
 def jsave(obj, f):

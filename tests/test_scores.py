@@ -190,6 +190,72 @@ def test_truncation_with_final_values():
     np.testing.assert_allclose(adv_term[:, 0], [-1.0, -1.0])
 
 
+def test_one_gae_for_a_rollout_and_a_segment_by_hand():
+    """compute_advantages (the one GAE) on a hand-made rollout with a termination, a truncation with a final
+    value and a bootstrap; scoring.gae is the same recursion on one column."""
+    # gamma = 0.5, lambda = 0.5, T = 3, N = 2; V = 1 everywhere; bootstrap V(s_3) = (2, 4)
+    r = np.array([[1.0, 0.0], [0.0, 2.0], [3.0, 1.0]])
+    v = np.ones((3, 2))
+    d = np.array([[True, False], [False, True], [False, False]])
+    tr = np.array([[False, False], [False, True], [False, False]])
+    fv = np.array([[0.0, 0.0], [0.0, 6.0], [0.0, 0.0]])
+    # env 0: t=0 terminal: delta_0 = 1 - 1 = 0, A_0 = 0 (the done cuts the recursion);
+    #        t=2 partial: delta_2 = 3 + 0.5*2 - 1 = 3;
+    #        t=1: delta_1 = 0 + 0.5*1 - 1 = -0.5, A_1 = -0.5 + 0.25*3 = 0.25
+    # env 1: t=1 truncated with V(final) = 6: delta_1 = 2 + 0.5*6 - 1 = 4, A_1 = 4;
+    #        t=0: delta_0 = 0 + 0.5 - 1 = -0.5, A_0 = -0.5 + 0.25*4 = 0.5;
+    #        t=2 partial: delta_2 = 1 + 0.5*4 - 1 = 2
+    want = np.array([[0.0, 0.5], [0.25, 4.0], [3.0, 2.0]])
+    adv = compute_advantages(r, v, d, np.array([2.0, 4.0]), 0.5, 0.5, truncated=tr, final_values=fv)
+    assert adv.dtype == np.float64 and adv.tolist() == want.tolist()
+    as_t = torch.as_tensor
+    adv_t = compute_advantages(as_t(r), as_t(v), as_t(d), as_t(np.array([2.0, 4.0])), 0.5, 0.5,
+                               truncated=as_t(tr), final_values=as_t(fv))
+    assert isinstance(adv_t, torch.Tensor) and adv_t.dtype == torch.float64
+    assert adv_t.tolist() == want.tolist()
+    # without final values the truncation counts as terminal: delta_1 = 2 - 1 = 1, A_0 = -0.5 + 0.25
+    adv = compute_advantages(r, v, d, np.array([2.0, 4.0]), 0.5, 0.5)
+    assert adv[:, 1].tolist() == [-0.25, 1.0, 2.0]
+    assert gae(r[1:, 0], v[1:, 0], 2.0, 0.5, 0.5, terminal=False).tolist() == [0.25, 3.0]
+    assert gae(r[1:, 0], v[1:, 0], float("nan"), 0.5, 0.5, terminal=True).tolist() == [0.0, 2.0]
+
+
+def _gae_by_definition(r, v, d, b, gamma, lam, tr=None, fv=None):
+    """``A_t = sum_{k=t}^{end} (gamma*lambda)^(k-t) delta_k`` over the steps of t's episode in the rollout:
+    the definition, summed term by term (no recursion)."""
+    T, N = r.shape
+    adv = np.zeros((T, N))
+    for n in range(N):
+        for t in range(T):
+            for k in range(t, T):
+                nxt = b[n] if k == T - 1 else v[k + 1, n]
+                if d[k, n]:
+                    nxt = fv[k, n] if tr is not None and tr[k, n] else 0.0
+                adv[t, n] += (gamma * lam) ** (k - t) * (r[k, n] + gamma * nxt - v[k, n])
+                if d[k, n]:
+                    break
+    return adv
+
+
+@given(st.integers(1, 10), st.integers(1, 4), st.floats(0.0, 1.0), st.floats(0.0, 1.0),
+       st.integers(0, 2**31 - 1))
+def test_gae_equals_its_definition_numpy_and_torch(T, N, gamma, lam, seed):
+    rng = np.random.default_rng(seed)
+    r, v = rng.normal(size=(T, N)), rng.normal(size=(T, N))
+    d = rng.random((T, N)) < 0.3
+    tr = d & (rng.random((T, N)) < 0.5)
+    fv, b = rng.normal(size=(T, N)), rng.normal(size=N)
+    want = _gae_by_definition(r, v, d, b, gamma, lam, tr, fv)
+    adv = compute_advantages(r, v, d, b, gamma, lam, truncated=tr, final_values=fv)
+    np.testing.assert_allclose(adv, want, rtol=1e-9, atol=1e-9)
+    as_t = torch.as_tensor
+    adv_t = compute_advantages(as_t(r), as_t(v), as_t(d), as_t(b), gamma, lam, truncated=as_t(tr),
+                               final_values=as_t(fv))
+    np.testing.assert_allclose(adv_t.numpy(), adv, rtol=0, atol=1e-12)
+    as_terminal = _gae_by_definition(r, v, d, b, gamma, lam)  # no final values: truncation as termination
+    np.testing.assert_allclose(compute_advantages(r, v, d, b, gamma, lam), as_terminal, rtol=1e-9, atol=1e-9)
+
+
 def test_callable_score_and_object_tasks():
     r, v, d, b, tasks = _rollout()
     obj = [[("t", int(x)) for x in row] for row in tasks]
@@ -517,6 +583,42 @@ def test_transposed_rollout_is_rejected_not_run():
     with pytest.raises(ValueError, match=r"bootstrap_value has shape \(2, 2\), expected \(N,\)"):
         feed_scores(plr, r, v, d, np.zeros((2, 2)), tasks, done_convention="ended_at")
     assert len(plr) == 0
+
+
+@pytest.mark.parametrize("name", ["rewards", "values", "dones", "bootstrap_value", "next_done", "tasks",
+                                  "truncated", "final_values"])
+def test_each_shape_error_names_the_array_that_disagrees_and_its_expected_shape(name):
+    """Regression: a transposed ``rewards`` was blamed on ``values``. Each argument in turn gets a wrong
+    shape; the error starts with that argument's name and its shape, says the shape expected, and the
+    curriculum is unchanged."""
+    r, v, d, b, tasks = _rollout()  # T = 4, N = 2
+    before, next_done = _before_step(d)
+    args = {"rewards": r, "values": v, "dones": before, "bootstrap_value": b, "tasks": tasks,
+            "next_done": next_done, "truncated": np.zeros((4, 2), bool), "final_values": np.zeros((4, 2))}
+    bad = {"bootstrap_value": np.zeros(3), "next_done": np.zeros(3)}.get(name, np.asarray(args[name]).T)
+    expected = {"bootstrap_value": "(2,)", "next_done": "(2,)"}.get(name, "(4, 2)")
+    args[name] = bad
+    plr = _plr()
+    with pytest.raises(ValueError) as err:
+        feed_scores(plr, args.pop("rewards"), args.pop("values"), args.pop("dones"),
+                    args.pop("bootstrap_value"), args.pop("tasks"), done_convention="before_step", **args)
+    message = str(err.value)
+    assert message.startswith(f"{name} has shape {bad.shape}"), message
+    assert f"expected {expected}" in message or f"= {expected}" in message, message
+    others = {"rewards", "values", "dones"} - {name}
+    assert not any(message.startswith(f"{o} ") for o in others), message
+    assert len(plr) == 0
+
+
+def test_two_transposed_arrays_are_both_named():
+    r, v, d, b, tasks = _rollout()
+    with pytest.raises(ValueError, match=r"^rewards has shape \(2, 4\) and values has shape \(2, 4\), "
+                                         r"expected \(4, 2\) = \(steps, envs\) like dones.*rewards and "
+                                         r"values look transposed"):
+        feed_scores(_plr(), r.T, v.T, d, b, tasks, done_convention="ended_at")
+    with pytest.raises(ValueError, match=r"^bootstrap_value has shape \(3,\) \(N = 3 envs\), "
+                                         r"expected \(2,\)"):
+        feed_scores(_plr(), r, v, d, np.zeros(3), tasks, done_convention="ended_at")
 
 
 def test_bootstrap_value_as_a_row_or_column_is_accepted():

@@ -11,7 +11,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pettingzoo.test import parallel_api_test, parallel_seed_test
 
-from magister.curricula.opponent_store import OpponentStore
 from magister.examples.xland.coplayers import LEARNER, NOOP, RANDOM, SEEKER
 from magister.examples.xland.env import XLandEnv, XLandTask, XLandTaskWrapper, play_episode
 from magister.examples.xland.game import (
@@ -28,6 +27,7 @@ from magister.examples.xland.game import (
 )
 from magister.examples.xland.task import XLandTaskSpace
 from magister.examples.xland.world import World, condition_world, generate_world
+from magister.opponents import OpponentStore
 
 P0, P1 = PLAYER0, PLAYER0 + 1
 YS, YP, BC = 7, 8, 0  # yellow sphere, yellow pyramid, black cube
@@ -400,7 +400,7 @@ def test_random_play_keeps_invariants_and_rewards_match_the_reward_table(seed):
 
 
 def test_learner_id_is_the_stores_current_agent_and_render():
-    from magister.curricula.opponent_store import CURRENT_AGENT
+    from magister.opponents import CURRENT_AGENT
 
     assert LEARNER == CURRENT_AGENT
     env = make_env(make_world([(0, 0, E, 0), (2, 2, W, 0)], [(YS, 1, 1)], size=3), render_mode="ansi")

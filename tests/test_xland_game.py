@@ -27,7 +27,6 @@ from magister.examples.xland.game import (
     Game,
     Goal,
     Transforms,
-    _ground_game,
     _rewards,
     atom_id,
     atom_name,
@@ -40,6 +39,7 @@ from magister.examples.xland.game import (
     generate_game,
     goal_difficulty,
     goal_observation,
+    ground_game,
     ground_literal,
     is_player_centric,
     parse_atom,
@@ -375,8 +375,8 @@ def test_exploration_difficulty_is_lipschitz_in_one_goal(seed):
     goals[k] = Goal(tuple(tuple(o) for o in opts))
     h = Game(tuple(goals))
     index: dict = {}
-    _, cg = _ground_game(g.goals, index)
-    atoms, ch = _ground_game(h.goals, index)
+    _, cg = ground_game(g.goals, index)
+    atoms, ch = ground_game(h.goals, index)
     states = feasible_states(atoms)
     kappa_g = 1.0 - _rewards(cg, states).any(axis=0).mean()
     kappa_h = 1.0 - _rewards(ch, states).any(axis=0).mean()

@@ -14,7 +14,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import magister
-from magister.curricula.opponent_store import OpponentStore
 from magister.examples._checkpoint import read_checkpoint
 from magister.examples.xland.coplayers import LEARNER, NOOP, RANDOM, SEEKER
 from magister.examples.xland.env import XLandEnv, XLandTask
@@ -56,6 +55,7 @@ from magister.examples.xland_ppo import (
     parse_args,
     train,
 )
+from magister.opponents import OpponentStore
 
 TINY = dict(total_steps=128, num_envs=2, num_steps=16, episode_length=8, n_test=3, n_validation=2,
             eval_every=2, snapshot_every=1, checkpoint_every=2, hidden=16, filter_episodes=2, filter_window=2,

@@ -135,11 +135,6 @@ def bad_pairs(pos: np.ndarray, edges: np.ndarray) -> np.ndarray:
     return _bad(pos, edges)[0]
 
 
-def _through_points(pos: np.ndarray, edges: np.ndarray) -> np.ndarray:
-    """Bool ``(E,)``: the edge passes through a point that is not one of its endpoints."""
-    return _bad(pos, edges)[1]
-
-
 def _greedy_triangulation(pos: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     n = len(pos)
     pairs = [(i, j) for i in range(n) for j in range(i + 1, n)]

@@ -1,10 +1,10 @@
 """Co-players of the XLand-style env: the policies that play the non-learner player slots.
 
 A task names one co-player id per player slot: :data:`LEARNER` (``-1``, the same value as
-:data:`magister.curricula.opponent_store.CURRENT_AGENT`: the slot is one of the env's agents),
+:data:`magister.opponents.CURRENT_AGENT`: the slot is one of the env's agents),
 a built-in - :data:`NOOP` (always the noop action, as the paper's ``noop`` evaluation agent),
 :data:`RANDOM` (uniform actions, the paper's ``random`` agent), :data:`SEEKER` (a scripted goal-seeker) -
-or a snapshot id ``>= 0`` from an :class:`~magister.curricula.opponent_store.OpponentStore`, played by
+or a snapshot id ``>= 0`` from an :class:`~magister.opponents.OpponentStore`, played by
 :class:`PolicyCoPlayer` around the loaded ``policy(obs) -> action`` callable.
 
 A co-player implements ``act(env, player) -> action`` and may read the env's state; built-ins draw their

@@ -2,11 +2,11 @@
 
 A task is an :class:`XLandTask`: a :class:`~.world.World`, a :class:`~.game.Game` (one goal per player)
 and one *co-player id* per player slot. Slots with :data:`~.coplayers.LEARNER` (``-1``, the same value as
-:data:`magister.curricula.opponent_store.CURRENT_AGENT`) are the env's agents (``"player_0"`` ..); the other
+:data:`magister.opponents.CURRENT_AGENT`) are the env's agents (``"player_0"`` ..); the other
 slots are played inside the env by a co-player: :data:`~.coplayers.NOOP`, :data:`~.coplayers.RANDOM`,
 :data:`~.coplayers.SEEKER` (a scripted goal-seeker) or a snapshot id ``>= 0`` loaded from an
-:class:`~magister.curricula.opponent_store.OpponentStore` directory by an
-:class:`~magister.curricula.opponent_store.OpponentLoader` (one per slot; the loaded object must be a
+:class:`~magister.opponents.OpponentStore` directory by an
+:class:`~magister.opponents.OpponentLoader` (one per slot; the loaded object must be a
 callable ``policy(observation) -> action``, e.g. built by ``make_agent``).
 
 Dynamics (one step, players in index order, so simultaneous actions resolve deterministically):
@@ -69,8 +69,8 @@ from .game import (
     PLAYER0,
     SEE,
     Game,
-    _ground_game,
     goal_observation,
+    ground_game,
     random_game,
 )
 from .world import DIRECTIONS, MAX_HEIGHT, MAX_PLAYERS, MAX_SIZE, TAG, World, can_move
@@ -86,7 +86,7 @@ NOOP_A, FORWARD, LEFT, RIGHT, GRAB, GADGET = range(6)
 GADGET_RANGE = 4
 N_CHANNELS = 27
 N_VECTOR = 23
-_C_OBJ, _C_FROZEN, _C_SELF, _C_OTHER = 12, 24, 25, 26
+C_OBJ, C_FROZEN, C_SELF, C_OTHER = 12, 24, 25, 26
 
 
 @dataclass(frozen=True)
@@ -159,7 +159,7 @@ class XLandEnv(ParallelEnv):
         episode_length: Steps per episode (every agent is truncated then).
         freeze_steps: Steps a frozen object stays pinned.
         tag_steps: Steps a tagged entity stays removed.
-        opponent_dir: Directory of an :class:`~magister.curricula.opponent_store.OpponentStore` for
+        opponent_dir: Directory of an :class:`~magister.opponents.OpponentStore` for
             snapshot co-players.
         make_agent: Turns a loaded snapshot into a ``policy(obs) -> action`` callable.
         load_fn: Snapshot loader (``OpponentLoader``'s ``load_fn``; default torch).
@@ -278,7 +278,7 @@ class XLandEnv(ParallelEnv):
         self.carrier = np.full(len(self.okind), -1, dtype=np.int64)
         self.hold = np.full(self.n_players, -1, dtype=np.int64)
         self._obj_of_kind = {int(k): i for i, k in enumerate(self.okind)}
-        self.ground_atoms, self._compiled = _ground_game(task.game.goals)
+        self.ground_atoms, self._compiled = ground_game(task.game.goals)
         self._fast = [[[(tuple(idx.tolist()), pos) for idx, pos in lits] for lits in options]
                       for options in self._compiled]
         self._goal_obs = [goal_observation(g) for g in task.game.goals]
@@ -302,7 +302,7 @@ class XLandEnv(ParallelEnv):
             raise ValueError(f"co-player slot {slot} plays snapshot {cid}, but the env has no opponent_dir")
         loader = self._loaders.get(slot)
         if loader is None:
-            from ...curricula.opponent_store import OpponentLoader
+            from ...opponents import OpponentLoader
 
             loader = OpponentLoader(self.opponent_dir, load_fn=self.load_fn, make_agent=self.make_agent,
                                     fallback_to_latest=self.opponent_fallback)
@@ -562,14 +562,14 @@ class XLandEnv(ParallelEnv):
         """Player ``i``'s observation (the format of :meth:`observation_space`)."""
         g = self._static.copy()
         present = self.oremoved == 0
-        g[_C_OBJ + self.okind[present], self.opos[present, 0], self.opos[present, 1]] = 1.0
+        g[C_OBJ + self.okind[present], self.opos[present, 0], self.opos[present, 1]] = 1.0
         frozen = present & (self.ofrozen > 0)
-        g[_C_FROZEN, self.opos[frozen, 0], self.opos[frozen, 1]] = 1.0
+        g[C_FROZEN, self.opos[frozen, 0], self.opos[frozen, 1]] = 1.0
         others = self.premoved == 0
         if others[i]:
-            g[_C_SELF, self.ppos[i, 0], self.ppos[i, 1]] = 1.0
+            g[C_SELF, self.ppos[i, 0], self.ppos[i, 1]] = 1.0
         others[i] = False
-        g[_C_OTHER, self.ppos[others, 0], self.ppos[others, 1]] = 1.0
+        g[C_OTHER, self.ppos[others, 0], self.ppos[others, 1]] = 1.0
         v = np.zeros(N_VECTOR, dtype=np.float32)
         v[0:2] = self.ppos[i] / (MAX_SIZE - 1)
         v[2 + self.pdir[i]] = 1.0

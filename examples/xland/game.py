@@ -440,7 +440,7 @@ def ground_literal(lit: int, player: int, n_players: int) -> tuple[tuple[Atom, .
     return tuple(grounds), lit > 0
 
 
-def _ground_game(
+def ground_game(
     goals: Sequence[Goal], index: dict[Atom, int] | None = None
 ) -> tuple[list[Atom], list[list[list[tuple[np.ndarray, bool]]]]]:
     n = len(goals)
@@ -550,7 +550,7 @@ def _rewards(compiled: list, states: np.ndarray) -> np.ndarray:
 def reward_table(game: Game | Sequence[Goal]) -> tuple[list[Atom], np.ndarray, np.ndarray]:
     """``(ground atoms, feasible states, rewards)`` with ``rewards[k, s]`` player ``k``'s reward."""
     goals = game.goals if isinstance(game, Game) else tuple(game)
-    atoms, compiled = _ground_game(goals)
+    atoms, compiled = ground_game(goals)
     states = feasible_states(atoms)
     return atoms, states, _rewards(compiled, states)
 
@@ -566,8 +566,8 @@ def game_distance(a: Game, b: Game) -> float:
     if a.n_players != b.n_players:
         raise ValueError(f"games have {a.n_players} and {b.n_players} players; the distance needs the same")
     index: dict[Atom, int] = {}
-    _, ca = _ground_game(a.goals, index)
-    atoms, cb = _ground_game(b.goals, index)
+    _, ca = ground_game(a.goals, index)
+    atoms, cb = ground_game(b.goals, index)
     states = feasible_states(atoms)
     return float((_rewards(ca, states) != _rewards(cb, states)).mean())
 

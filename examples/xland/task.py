@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from ...task_spaces.base import EncodedTask, TaskSpace, _check_k, stable_hash, task_key
+from ...task_spaces.base import EncodedTask, TaskSpace, check_k, stable_hash, task_key
 from .coplayers import BUILTIN_COPLAYERS, LEARNER, NOOP, RANDOM, SEEKER
 from .env import XLandEnv, XLandTask
 from .game import (
@@ -207,7 +207,7 @@ class XLandTaskSpace(TaskSpace[XLandTask]):
         raise RuntimeError(f"{_MAX_REJECTS} draws in a row were held out; the held-out set is too large")
 
     def sample_encoded(self, k: int = 1, rng: np.random.Generator | None = None) -> list[EncodedTask]:
-        _check_k(k)
+        check_k(k)
         gen = self._rng if rng is None else rng
         return [self._sample_with(gen).encode() for _ in range(k)]
 
