@@ -15,7 +15,6 @@ from pettingzoo import ParallelEnv
 from magister.curricula.base import Curriculum, TaskSample
 from magister.env_wrappers.sync_wrappers import GymnasiumSyncWrapper, PettingZooSyncWrapper
 from magister.env_wrappers.task_wrapper import TaskWrapper
-from magister.sync import protocol as P
 from magister.sync.server import serve
 from magister.task_spaces.discrete import Discrete
 
@@ -215,9 +214,11 @@ def test_episode_update_refills_the_prefetch_buffer_in_the_same_message():
         kinds: list[str] = []
         transport = feed.transport
         send = transport.send
-        transport.send = lambda items: kinds.append(
-            (items[0][0] if type(items[0]) is tuple else type(items[0])).__name__ if len(items) == 1 else "Batch"
-        ) or send(items)
+        def kind(items):  # one message: an update held as (class, fields), or a message; several: a Batch
+            first = items[0][0] if type(items[0]) is tuple else type(items[0])
+            return first.__name__ if len(items) == 1 else "Batch"
+
+        transport.send = lambda items: kinds.append(kind(items)) or send(items)
         for _ in range(5):
             _run_episode(env)
             env.reset()
