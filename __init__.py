@@ -14,11 +14,12 @@ Subpackages: :mod:`magister.task_spaces`, :mod:`magister.curricula`, :mod:`magis
 """
 
 from .checkpoint import load, save
-from .curricula.base import AgentCurriculum, Curriculum, StepBatch, TaskSample
+from .curricula.base import AgentCurriculum, Curriculum, Episode, StepBatch, TaskSample
 from .env_wrappers.pettingzoo_wrapper import PettingZooTaskWrapper
 from .env_wrappers.reinit import ReinitTaskWrapper
 from .env_wrappers.sync_wrappers import GymnasiumSyncWrapper, PettingZooSyncWrapper
 from .env_wrappers.task_wrapper import TaskWrapper
+from .sync.options import FeedOptions
 from .sync.server import CurriculumServer, serve
 from .task_spaces.base import TaskSpace, stable_hash, task_key
 
@@ -28,6 +29,8 @@ __all__ = [
     "AgentCurriculum",
     "Curriculum",
     "CurriculumServer",
+    "Episode",
+    "FeedOptions",
     "GymnasiumSyncWrapper",
     "PettingZooSyncWrapper",
     "PettingZooTaskWrapper",
