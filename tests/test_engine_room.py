@@ -71,10 +71,17 @@ class Forwarding(DomainRandomization):
         return super().update_on_episode(*args, **kwargs)
 
 
-@pytest.mark.parametrize("transport", ["in-process", "ipc"])
-def test_an_override_forwarding_args_and_kwargs_gets_every_episode(transport):
+@pytest.mark.parametrize("transport", ["in-process", "ipc", "ray"])
+def test_an_override_forwarding_args_and_kwargs_gets_every_episode(transport, request):
     cur = Forwarding(SPACE, seed=0)
-    server = serve(cur) if transport == "ipc" else None
+    if transport == "ray":
+        pytest.importorskip("ray")
+        request.getfixturevalue("ray_session")
+        from magister.sync.ray_backend import serve_ray
+
+        server = serve_ray(cur, name="forwarding")  # (the actor holds a copy of cur)
+    else:
+        server = serve(cur) if transport == "ipc" else None
     env = make_env(server.address if server else cur, max_update_delay=0.0)
     try:
         play(env, 5)
@@ -84,7 +91,9 @@ def test_an_override_forwarding_args_and_kwargs_gets_every_episode(transport):
         m = server.metrics()
         server.close()
         assert m["sync/total/episodes_applied"] == 5 and m["sync/total/updates_rejected"] == 0
-    assert cur.seen == 5
+        assert m["curriculum/episodes"] == 5  # every episode reached the override (and its super call)
+    if transport != "ray":
+        assert cur.seen == 5
 
 
 class RecordReader(Curriculum):
