@@ -570,7 +570,10 @@ class TaskFeed:
             steps.clear()
             return
         try:
-            self._deliver(steps.message(self.env_id), 0)  # type: ignore[arg-type]
+            msg = steps.message(self.env_id)  # type: ignore[arg-type]
+            if (msg.obs is not None or msg.infos is not None) and not self.caps.replies_with_send:
+                P.encode(msg)  # what cannot travel raises here, in the env's step, not when it is sent
+            self._deliver(msg, 0)
         except TypeError as exc:
             raise TypeError(
                 f"{exc}. Remove such entries from observations/infos with strip_keys=[...] or "
