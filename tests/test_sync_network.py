@@ -164,20 +164,24 @@ def test_churn_under_max_envs_frees_every_slot_and_reclaims_every_task():
     served; nothing of a gone env is kept but (a bounded number of) its counters."""
     ctx = mp.get_context("fork")
     cur = Counting()
-    with serve(cur, max_envs=4, env_timeout=0.3, keep_departed=8) as server:
+    # (env_timeout leaves a loaded machine's heartbeats a second: a live worker is never declared gone)
+    with serve(cur, max_envs=4, env_timeout=1.0, keep_departed=8) as server:
         killed = 0
         while killed < 100:
             events = [ctx.Event() for _ in range(4)]
-            procs = [ctx.Process(target=_hold_and_hang, args=(server.address, e, 0.3)) for e in events]
-            for p in procs:
-                p.start()
-            for e in events:
-                assert e.wait(30)
-            assert server.metrics()["sync/envs_live"] == 4
-            for p in procs:
-                os.kill(p.pid, signal.SIGKILL)
-                p.join(10)
-                killed += 1
+            procs = [ctx.Process(target=_hold_and_hang, args=(server.address, e, 1.0)) for e in events]
+            try:
+                for p in procs:
+                    p.start()
+                for e in events:
+                    assert e.wait(30)
+                assert server.metrics()["sync/envs_live"] == 4
+            finally:  # (a failed check must not leave workers sleeping: the test run would wait on them)
+                for p in procs:
+                    if p.pid is not None:
+                        os.kill(p.pid, signal.SIGKILL)
+                        p.join(10)
+                        killed += 1
             _wait(lambda: server.metrics()["sync/envs_live"] == 0, 10, "the killed envs declared gone")
         m = server.metrics()
         assert m["sync/envs"] == 100 == m["sync/envs_departed"]
