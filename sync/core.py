@@ -129,6 +129,15 @@ def _check_progress(name: str, value: Any) -> None:
         raise SyncRejected("bad_progress", f"{name} must be in [0, 1], got {value!r:.200}")
 
 
+def _all_equal(tasks: tuple) -> bool:
+    """Whether every task of ``tasks`` is the first one (by value; by task key for arrays)."""
+    try:
+        return tasks.count(tasks[0]) == len(tasks)
+    except (TypeError, ValueError):  # (the truth value of an array comparison is ambiguous)
+        key = task_key(tasks[0])
+        return all(task_key(t) == key for t in tasks)
+
+
 class SyncCore:
     """Curriculum + lock + leases and accounting, without any transport (see the module docstring).
 
@@ -513,18 +522,19 @@ class SyncCore:
                     "non_finite", f"step rewards must be finite, got {msg.rewards.tolist()!r:.200}"
                 )
             _check_progress("step progress", msg.progress)
-            resolved: dict[int, TaskSample] = {}
             tasks = []
-            for tid, task in zip(msg.task_ids.tolist(), msg.tasks):
-                if tid == -1:
-                    tasks.append(self._resolve(msg.env_id, tid, task).task)
+            ids, n = msg.task_ids, len(msg.tasks)
+            starts = [0, *(np.flatnonzero(np.diff(ids)) + 1).tolist()]  # runs of steps on one task id
+            for start, end in zip(starts, [*starts[1:], n]):
+                tid, run = int(ids[start]), msg.tasks[start:end]
+                if tid == -1:  # tasks the env chose: each checked against the task space
+                    tasks.extend(self._resolve(msg.env_id, -1, t).task for t in run)
                     continue
-                sample = resolved.get(tid)
-                if sample is None:
-                    sample = resolved[tid] = self._resolve(msg.env_id, tid, task)
-                elif task_key(task) != task_key(sample.task):  # one id reported with several tasks
-                    self._resolve(msg.env_id, tid, task)  # raises, naming the mismatch
-                tasks.append(sample.task)
+                sample = self._resolve(msg.env_id, tid, run[0])
+                if not _all_equal(run):  # one id reported with several tasks: refused, naming one
+                    for t in run:
+                        self._resolve(msg.env_id, tid, t)
+                tasks.extend([sample.task] * (end - start))
             batch = StepBatch(
                 tasks,
                 msg.rewards,

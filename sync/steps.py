@@ -116,6 +116,7 @@ class StepBuffer:
 
     def clear(self) -> None:
         self.runs: list[tuple[int, Any]] = []  # (first step, assignment)
+        self.last: Any = None  # the assignment of the last step
         self.rewards = array.array("d")
         self.progress = array.array("d")
         self.ends: list[tuple[int, bool, bool]] = []  # (step, terminated, truncated)
@@ -130,8 +131,9 @@ class StepBuffer:
     ) -> None:
         """Record one step on assignment ``a``; a step that fills the batch hands it to ``on_full``."""
         n = len(self.rewards)
-        if not self.runs or self.runs[-1][1] is not a:
+        if a is not self.last:
             self.runs.append((n, a))
+            self.last = a
         self.rewards.append(reward)
         self.progress.append(progress)
         if term or trunc:
