@@ -17,7 +17,7 @@ levels is the same pytree with a leading axis. Each algorithm is a frozen config
 | `SFL` (`method="topk"`) | `SFLConfig`, `SFLState`, `sfl_refresh`, `sfl_sample`, `sfl_due` |
 | `LearningProgress` | `LearningProgressConfig`, `LPState`, `lp_observe`, `lp_evaluate`, `lp_distribution` |
 | `DomainRandomization` | `dr_sample` |
-| (none: they train a generator) PAIRED, minimax adversary, REPAIRED | `PAIREDConfig`, `REPAIREDConfig`, `episode_returns`, `regret`, `flexible_regret`, `minimax`, `edit_levels`, `editor_advantages`, `repaired_masks` |
+| (none) PAIRED, minimax, REPAIRED | `PAIREDConfig`, `REPAIREDConfig`, `regret`, `edit_levels`, ... |
 
 Importing :mod:`magister.curricula` never imports JAX; importing this package without JAX raises an
 ``ImportError`` that names the extra.
@@ -46,8 +46,8 @@ from .learning_progress import (
     lp_sample,
 )
 from .paired import (
-    EditTrajectory,
     Editor,
+    EditTrajectory,
     EpisodeReturns,
     PAIREDConfig,
     REPAIREDConfig,

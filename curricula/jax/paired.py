@@ -115,7 +115,8 @@ class PAIREDConfig:
         if isinstance(self.num_edits, bool) or not isinstance(self.num_edits, int) or self.num_edits < 1:
             raise ValueError(f"num_edits must be a positive int, got {self.num_edits!r}")
         if not 0.0 <= self.gamma <= 1.0 or not 0.0 <= self.gae_lambda <= 1.0:
-            raise ValueError(f"gamma and gae_lambda must be in [0, 1], got {self.gamma!r}, {self.gae_lambda!r}")
+            raise ValueError(
+                f"gamma and gae_lambda must be in [0, 1], got {self.gamma!r}, {self.gae_lambda!r}")
         if not self.ent_coef >= 0.0:
             raise ValueError(f"ent_coef must be >= 0, got {self.ent_coef!r}")
 
@@ -278,7 +279,8 @@ def edit_levels(key: jax.Array, params: Any, policy: AdversaryPolicy, editor: Ed
     return jax.vmap(editor.level)(state), EditTrajectory(o, a, lp, v)
 
 
-def editor_advantages(traj: EditTrajectory, reward: jax.Array, cfg: PAIREDConfig) -> tuple[jax.Array, jax.Array]:
+def editor_advantages(traj: EditTrajectory, reward: jax.Array,
+                      cfg: PAIREDConfig) -> tuple[jax.Array, jax.Array]:
     """GAE advantages and value targets (``[E, B]``) of the adversary's episode, whose only reward is
     ``reward`` (``f32[B]``, :func:`adversary_reward`) at its last edit; the episode ends there."""
     e = traj.value.shape[0]
