@@ -29,7 +29,7 @@ printf 'jax==%s\njaxlib==%s\noptax==%s\n' "$JAX_VERSION" "$JAX_VERSION" "$OPTAX_
 
 "${PIP[@]}" install -c "$CONSTRAINTS" "jax==${JAX_VERSION}" "jaxlib==${JAX_VERSION}" "optax==${OPTAX_VERSION}"
 "${PIP[@]}" install -c "$CONSTRAINTS" "jaxued==0.0.1" gymnax six
-"${PIP[@]}" install -c "$CONSTRAINTS" -e "$CHECKOUT" tqdm tensorboardX matplotlib pytest hypothesis
+"${PIP[@]}" install -c "$CONSTRAINTS" -e "$CHECKOUT" tqdm tensorboardX matplotlib "scipy>=1.15" pytest hypothesis
 
 "$VENV/bin/python" - "$JAX_VERSION" <<'PYEOF'
 import sys

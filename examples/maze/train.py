@@ -666,7 +666,10 @@ def curriculum_share(cfg: MazeConfig, repeats: int = 5) -> dict[str, float]:
     jitted alone) of a buffered method, and the curriculum's share of an update."""
     if cfg.method not in BUFFERED + JAXUED_ARMS:
         raise ValueError(f"{cfg.method} has no level buffer")
-    update = make_update(cfg)
+    ck = replace(cfg, seed=0, updates=1)
+    if ck not in _COMPILED:
+        _COMPILED[ck] = (make_update(cfg), make_eval(cfg))
+    update = _COMPILED[ck][0]
     ts = init_state(cfg)
     for _ in range(3):  # fill a little and compile
         ts, _ = update(ts)
