@@ -89,7 +89,8 @@ def test_adversary_builds_well_formed_levels_in_maze_editor() -> None:
     env, _ = E.make_env()
     _, editor = E.editor_fns(env)
     p = T.adversary_init(jax.random.PRNGKey(0), 32, 10)
-    levels, traj = edit_levels(jax.random.PRNGKey(1), p, lambda q, o: T.adversary_apply(q, o, 10), editor, 16, 10)
+    policy = lambda q, o: T.adversary_apply(q, o, 10)  # noqa: E731
+    levels, traj = edit_levels(jax.random.PRNGKey(1), p, policy, editor, 16, 10)
     assert traj.action.shape == (10, 16)
     assert bool(jax.vmap(lambda lv: lv.is_well_formatted())(levels).all())
     assert int(levels.wall_map.sum((1, 2)).max()) <= 7  # 10 steps: goal, turn, agent, then 7 toggles
