@@ -205,7 +205,8 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
         table, numbers = tables(results)
     text = (f"held-out solve rate, mean over {a.seeds} seeds [95% bootstrap interval], {steps} env steps per "
             f"run ({a.updates} updates x {a.num_envs} envs x {a.rollout_len} steps), {a.attempts} episodes "
-            f"per maze:\n{table}\n{device}; {len(methods) * a.seeds} runs in {wall:.0f} s (compiles included)")
+            f"per maze:\n{table}\n{device}; {len(methods) * a.seeds} runs in {wall:.0f} s "
+            "(compiles included)")
     # results first, then the plot
     (out / "summary.json").write_text(json.dumps({"table": numbers, "text": text}, indent=1))
     png = out / f"{name}.png"
