@@ -205,7 +205,7 @@ def flexible_regret(protagonist: EpisodeReturns, antagonist: EpisodeReturns) -> 
 
 def minimax(protagonist: EpisodeReturns) -> jax.Array:
     """The minimax adversary's reward (Dennis et al. 2020, Sec. 4 baseline): ``-E_{tau^P}[U(tau^P)]``."""
-    return -protagonist.mean
+    return 0.0 - protagonist.mean  # not -mean: no -0.0 for a level with no completed episode
 
 
 def adversary_reward(cfg: PAIREDConfig, protagonist: EpisodeReturns,
