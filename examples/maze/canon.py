@@ -57,8 +57,9 @@ def run(methods: Sequence[str], seeds: Sequence[int], updates: int, out: Path, h
                           attempts=attempts, progress=False, plot=False)
             results[m].append(res)
             pre = np.asarray(res["eval"][:len(E.HELDOUT_PREFABS)])
-            logger.info("%s seed %d: %.0f s, %d env steps; prefab solve rate %.3f", m, seed, res["seconds"],
-                        res["env_steps"], pre.mean())
+            logger.info("%s seed %d: %.0f s, %d env steps, %.2f s per update after the compile; prefab "
+                        "solve rate %.3f", m, seed, res["seconds"], res["env_steps"], res["update_seconds"],
+                        pre.mean())
     return results
 
 
@@ -154,7 +155,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--methods", nargs="+", default=None, help=f"default: {' '.join(CANON)}")
     ap.add_argument("--parity", action="store_true", help="the A/B against JaxUED's LevelSampler")
     ap.add_argument("--seeds", type=int, default=5)
-    ap.add_argument("--updates", type=int, default=60)
+    ap.add_argument("--updates", type=int, default=120)
     ap.add_argument("--num-envs", type=int, default=32)
     ap.add_argument("--rollout-len", type=int, default=256)
     ap.add_argument("--buffer-size", type=int, default=1000)

@@ -580,7 +580,8 @@ def train(cfg: MazeConfig, out: str | Path | None = None, log_every: int = 10, e
           ckpt_every: int = 0, heldout: int = 32, attempts: int = 10, progress: bool = True,
           plot: bool = True) -> dict[str, Any]:
     """Run ``cfg.updates`` updates; returns ``{"rows": logged metrics, "eval": final per-maze solve rates,
-    "names": maze names, "seconds": wall time}`` (also written to ``out``). Runs differing only in
+    "names": maze names, "seconds": wall time, "update_seconds": per update after the first (compile)}``
+    (also written to ``out``). Runs differing only in
     ``seed``/``updates`` share their compiled functions."""
     out_dir = Path(out) if out is not None else None
     if out_dir is not None:
@@ -603,6 +604,9 @@ def train(cfg: MazeConfig, out: str | Path | None = None, log_every: int = 10, e
     k_eval = jax.random.PRNGKey(10_000 + cfg.seed)
     for u in it:
         ts, (mt, sampled) = update(ts)
+        if u == 0:  # the first update compiles: time the others
+            jax.block_until_ready(ts.params)
+            t1 = time.perf_counter()
         steps += cfg.num_envs * cfg.rollout_len
         row: dict[str, float] = {"update": u + 1, "env_steps": steps}
         last = u + 1 == cfg.updates
@@ -627,10 +631,14 @@ def train(cfg: MazeConfig, out: str | Path | None = None, log_every: int = 10, e
                     f.write(json.dumps(row) + "\n")
         if out_dir is not None and ckpt_every and ((u + 1) % ckpt_every == 0 or last):
             P.save_checkpoint(out_dir / f"ckpt_{u + 1}.npz", ts, asdict(cfg))
+    jax.block_until_ready(ts.params)
     seconds = time.perf_counter() - t0
+    # seconds per update after the compile, evaluations included (NaN for a one-update run)
+    per_update = (time.perf_counter() - t1) / (cfg.updates - 1) if cfg.updates > 1 else float("nan")
     if writer is not None:
         writer.close()
     result = {"rows": rows, "eval": rates.tolist(), "names": names, "seconds": seconds,
+              "update_seconds": per_update,
               "env_steps": steps, "config": asdict(cfg)}
     if out_dir is not None:  # results before plots
         (out_dir / "eval.json").write_text(json.dumps(result, default=str))
