@@ -17,6 +17,7 @@ levels is the same pytree with a leading axis. Each algorithm is a frozen config
 | `SFL` (`method="topk"`) | `SFLConfig`, `SFLState`, `sfl_refresh`, `sfl_sample`, `sfl_due` |
 | `LearningProgress` | `LearningProgressConfig`, `LPState`, `lp_observe`, `lp_evaluate`, `lp_distribution` |
 | `DomainRandomization` | `dr_sample` |
+| (none) PAIRED, minimax, REPAIRED | `PAIREDConfig`, `REPAIREDConfig`, `regret`, `edit_levels`, ... |
 
 Importing :mod:`magister.curricula` never imports JAX; importing this package without JAX raises an
 ``ImportError`` that names the extra.
@@ -44,6 +45,21 @@ from .learning_progress import (
     lp_observe,
     lp_sample,
 )
+from .paired import (
+    Editor,
+    EditTrajectory,
+    EpisodeReturns,
+    PAIREDConfig,
+    REPAIREDConfig,
+    adversary_reward,
+    edit_levels,
+    editor_advantages,
+    episode_returns,
+    flexible_regret,
+    minimax,
+    regret,
+    repaired_masks,
+)
 from .plr import (
     PLRConfig,
     RobustPLRConfig,
@@ -66,18 +82,28 @@ from .sfl import SFLConfig, SFLState, sfl_distribution, sfl_due, sfl_init, sfl_r
 
 __all__ = [
     "ACCELConfig",
+    "EditTrajectory",
+    "Editor",
+    "EpisodeReturns",
     "LPState",
     "LearningProgressConfig",
     "LevelBuffer",
+    "PAIREDConfig",
     "PLRConfig",
+    "REPAIREDConfig",
     "RobustPLRConfig",
     "SFLConfig",
     "SFLState",
     "Sample",
     "accel_mutate",
     "accel_sample",
+    "adversary_reward",
     "child_provenance",
     "dr_sample",
+    "edit_levels",
+    "editor_advantages",
+    "episode_returns",
+    "flexible_regret",
     "hash_levels",
     "init_buffer",
     "learnability",
@@ -89,11 +115,14 @@ __all__ = [
     "lp_sample",
     "mark_sampled",
     "max_mc",
+    "minimax",
     "plr_sample",
     "plr_update",
     "positive_value_loss",
     "power_weights",
     "rank_weights",
+    "regret",
+    "repaired_masks",
     "replay_distribution",
     "replay_probability",
     "rollout_scores",

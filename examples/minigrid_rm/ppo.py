@@ -39,6 +39,7 @@ import numpy as np
 import optax
 from jax.flatten_util import ravel_pytree
 
+from .. import jax_ppo as P
 from . import curriculum as C
 from .env import NUM_ACTIONS, NUM_COLOURS, NUM_TILES, observe
 from .levels import ACCEL0_SAMPLER, ProblemSampler, sample_problem, solvable_batch
@@ -80,13 +81,8 @@ class NetConfig:
     action_embed: int = 8
 
 
-def _dense(key: jax.Array, n_in: int, n_out: int, scale: float = 1.0) -> dict[str, jax.Array]:
-    w = jax.random.normal(key, (n_in, n_out)) * scale * np.sqrt(2.0 / n_in)
-    return {"w": w, "b": jnp.zeros(n_out)}
-
-
-def _apply_dense(p: dict[str, jax.Array], x: jax.Array) -> jax.Array:
-    return x @ p["w"] + p["b"]
+_dense = P.dense_init
+_apply_dense = P.dense
 
 
 def init_params(key: jax.Array, cfg: NetConfig = NetConfig()) -> dict[str, Any]:
@@ -214,12 +210,7 @@ def policy_inputs(p: dict[str, Any], view: jax.Array, node: jax.Array, prev_acti
 
 def gru_cell(p: dict[str, Any], h: jax.Array, gx: jax.Array) -> jax.Array:
     """One GRU step (Cho et al. 2014) from precomputed input gates ``gx`` (:func:`policy_inputs`)."""
-    hd = h.shape[-1]
-    gh = h @ p["gru"]["wh"]
-    z = jax.nn.sigmoid(gx[..., :hd] + gh[..., :hd])
-    r = jax.nn.sigmoid(gx[..., hd:2 * hd] + gh[..., hd:2 * hd])
-    n = jnp.tanh(gx[..., 2 * hd:] + r * gh[..., 2 * hd:])
-    return (1.0 - z) * n + z * h
+    return P.gru_cell(p["gru"], h, gx)
 
 
 def policy_heads(p: dict[str, Any], h: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -289,17 +280,7 @@ def rollout(p: dict[str, Any], problems: Problem, key: jax.Array, steps: int, ma
 
 def gae(traj: Traj, last_v: jax.Array, gamma: float, lam: float) -> tuple[jax.Array, jax.Array]:
     """GAE advantages and value targets, time-major; episode ends (terminated or truncated) cut the sum."""
-    def back(carry: tuple, x: tuple) -> tuple[tuple, jax.Array]:
-        adv_next, v_next = carry
-        r, v, d = x
-        nd = 1.0 - d.astype(jnp.float32)
-        delta = r + gamma * v_next * nd - v
-        adv = delta + gamma * lam * nd * adv_next
-        return (adv, v), adv
-
-    _, adv = jax.lax.scan(back, (jnp.zeros_like(last_v), last_v), (traj.reward, traj.value, traj.done),
-                          reverse=True)
-    return adv, adv + traj.value
+    return P.gae(traj.reward, traj.value, traj.done, last_v, gamma, lam)
 
 
 def evaluate(p: dict[str, Any], problems: Problem, key: jax.Array, max_steps: int, hidden: int,
@@ -399,7 +380,7 @@ class TrainState(NamedTuple):
 
 
 def _optimizer(cfg: TrainConfig) -> optax.GradientTransformation:
-    return optax.chain(optax.clip_by_global_norm(cfg.max_grad_norm), optax.adam(cfg.lr, eps=1e-5))
+    return P.optimizer(cfg.lr, cfg.max_grad_norm)
 
 
 def init_train_state(cfg: TrainConfig) -> TrainState:
@@ -432,21 +413,8 @@ def _ppo_loss(p: dict[str, Any], traj: Traj, nodes: jax.Array, adv: jax.Array, t
 
     _, hs = jax.lax.scan(one, jnp.zeros((b, cfg.net.hidden)), (gx, traj.first))
     logits, values = policy_heads(p, hs)
-    logp_all = jax.nn.log_softmax(logits)
-    logp = (logp_all * jax.nn.one_hot(traj.action, NUM_ACTIONS)).sum(-1)  # a gather's gradient is a scatter
-    ratio = jnp.exp(logp - traj.logp)
-    m = jnp.broadcast_to(mask[None, :], ratio.shape).astype(jnp.float32)
-    denom = jnp.maximum(m.sum(), 1.0)
-    a_mean = (adv * m).sum() / denom
-    a_std = jnp.sqrt((((adv - a_mean) ** 2) * m).sum() / denom) + 1e-8
-    a = (adv - a_mean) / a_std
-    pg = -jnp.minimum(ratio * a, jnp.clip(ratio, 1 - cfg.clip, 1 + cfg.clip) * a)
-    v_clip = traj.value + jnp.clip(values - traj.value, -cfg.clip, cfg.clip)
-    vl = 0.5 * jnp.maximum((values - targets) ** 2, (v_clip - targets) ** 2)
-    ent = -(jnp.exp(logp_all) * logp_all).sum(-1)
-    loss = ((pg + cfg.vf_coef * vl - cfg.ent_coef * ent) * m).sum() / denom
-    return loss, {"pg_loss": (pg * m).sum() / denom, "value_loss": (vl * m).sum() / denom,
-                  "entropy": (ent * m).sum() / denom}
+    return P.ppo_loss(logits, values, traj.action, traj.logp, traj.value, adv, targets, mask, cfg.clip,
+                      cfg.vf_coef, cfg.ent_coef)
 
 
 def make_update(cfg: TrainConfig) -> Any:
@@ -455,7 +423,6 @@ def make_update(cfg: TrainConfig) -> Any:
     cur = cfg.curriculum
     sampler = cfg.problem_sampler
     b = cfg.num_envs
-    mb = b // cfg.minibatches
 
     def update(ts: TrainState) -> tuple[TrainState, dict[str, jax.Array]]:
         key, k_new, k_cur, k_roll, k_mut, k_ppo = jax.random.split(ts.key, 6)
@@ -509,31 +476,14 @@ def make_update(cfg: TrainConfig) -> Any:
         # elementwise, the clip uses the global norm), one set of kernels instead of one per leaf
         flat0, unravel = ravel_pytree(ts.params)
 
-        def epoch(carry: tuple, k: jax.Array) -> tuple[tuple, dict[str, jax.Array]]:
-            perm = jax.random.permutation(k, b).reshape(cfg.minibatches, mb)
+        def loss_fn(ff: jax.Array, idx: jax.Array) -> tuple[jax.Array, dict[str, jax.Array]]:
+            pp = unravel(ff)
+            sub = jax.tree_util.tree_map(lambda x: x[:, idx], traj)
+            rms = jax.tree_util.tree_map(lambda x: x[idx], problems.rm)
+            return _ppo_loss(pp, sub, nodes(pp, rms), adv[:, idx], targets[:, idx], smp.train[idx], cfg)
 
-            def minibatch(carry: tuple, idx: jax.Array) -> tuple[tuple, dict[str, jax.Array]]:
-                flat, opt_state = carry
-                sub = jax.tree_util.tree_map(lambda x: x[:, idx], traj)
-                rms = jax.tree_util.tree_map(lambda x: x[idx], problems.rm)
-
-                def loss_fn(ff: jax.Array) -> tuple[jax.Array, dict[str, jax.Array]]:
-                    pp = unravel(ff)
-                    return _ppo_loss(pp, sub, nodes(pp, rms), adv[:, idx], targets[:, idx],
-                                     smp.train[idx], cfg)
-
-                (loss, aux), grads = jax.value_and_grad(loss_fn, has_aux=True)(flat)
-                any_train = smp.train[idx].any()
-                upd, new_opt = opt.update(grads, opt_state, flat)
-                flat = jnp.where(any_train, flat + upd, flat)
-                opt_state = jax.tree_util.tree_map(lambda a, c: jnp.where(any_train, a, c), new_opt,
-                                                   opt_state)
-                return (flat, opt_state), aux
-
-            return jax.lax.scan(minibatch, carry, perm)
-
-        (flat, opt_state), aux = jax.lax.scan(epoch, (flat0, ts.opt_state),
-                                              jax.random.split(k_ppo, cfg.epochs))
+        flat, opt_state, aux = P.ppo_epochs(k_ppo, flat0, ts.opt_state, opt, loss_fn, smp.train, cfg.epochs,
+                                            cfg.minibatches)
         params = unravel(flat)
         metrics.update({k: v.mean() for k, v in aux.items()})
         ts = TrainState(params, opt_state, buffer, children, has_child, child_gen, child_edits, ts.sfl, key,
@@ -602,39 +552,17 @@ def buffer_composition(cfg: TrainConfig, ts: TrainState, sampled: Problem) -> di
 _replay_distribution = jax.jit(C.replay_distribution, static_argnums=1)
 
 
-def cvar(success: np.ndarray, alpha: float) -> float:
-    """Mean success of the ``alpha`` fraction of worst problems (CVaR_alpha of the solve rate)."""
-    s = np.sort(np.asarray(success, dtype=np.float64))
-    k = max(1, int(np.ceil(alpha * s.size)))
-    return float(s[:k].mean())
-
-
-def _flatten(tree: Any) -> dict[str, np.ndarray]:
-    leaves = jax.tree_util.tree_flatten_with_path(tree)[0]
-    return {jax.tree_util.keystr(k): np.asarray(v) for k, v in leaves}
+cvar = P.cvar
 
 
 def save_checkpoint(path: str | Path, ts: TrainState, cfg: TrainConfig) -> None:
     """Parameters, optimiser state and buffer as ``.npz`` (no pickle), with the config as JSON."""
-    arrays = {f"state{k}": v for k, v in _flatten(ts).items()}
-    np.savez(path, __config__=np.array(json.dumps(asdict(cfg), default=str)), **arrays)
+    P.save_checkpoint(path, ts, asdict(cfg))
 
 
 def load_checkpoint(path: str | Path, cfg: TrainConfig) -> TrainState:
     """Restore a :func:`save_checkpoint` file into a state shaped by ``cfg``."""
-    template = init_train_state(cfg)
-    data = np.load(path, allow_pickle=False)
-    leaves, treedef = jax.tree_util.tree_flatten_with_path(template)
-    out = []
-    for k, v in leaves:
-        name = f"state{jax.tree_util.keystr(k)}"
-        if name not in data:
-            raise KeyError(f"checkpoint {path} lacks {name}; was it written with another configuration?")
-        arr = data[name]
-        if arr.shape != np.shape(v):
-            raise ValueError(f"checkpoint {path}: {name} has shape {arr.shape}, expected {np.shape(v)}")
-        out.append(jnp.asarray(arr, dtype=jnp.asarray(v).dtype))
-    return jax.tree_util.tree_unflatten(treedef, out)
+    return P.load_checkpoint(path, init_train_state(cfg))
 
 
 def heldout_set(n: int, seed: int = 123) -> Problem:
