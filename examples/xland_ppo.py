@@ -422,7 +422,7 @@ from magister.env_wrappers.coplayer import SingleLearnerEnv
 from magister.env_wrappers.sync_wrappers import PettingZooSyncWrapper
 from magister.examples import results as results_page
 from magister.examples._checkpoint import read_checkpoint, write_checkpoint
-from magister.examples._cli import parse_dataclass
+from magister.examples._cli import parse_dataclass, require
 from magister.examples.xland.coplayers import LEARNER, NOOP
 from magister.examples.xland.env import (
     _C_OBJ,
@@ -598,7 +598,21 @@ class Args:
 def parse_args(argv: list[str] | None = None) -> Args:
     """Parse the command line into :class:`Args` (``--total-steps 1e5`` style; field docs are ``--help``)."""
     return parse_dataclass(Args, argv, prog="python -m magister.examples.xland_ppo",
-                           description=__doc__.split("\n\n")[0])
+                           description=__doc__.split("\n\n")[0],
+                           epilog="Needs the 'examples' extra (torch, tqdm, TensorBoard, matplotlib, scipy): "
+                                  "pip install 'magister[examples]'.")
+
+
+def needs(args: Args) -> dict[str, str]:
+    """The optional modules a run with ``args`` imports, and the extra that installs each."""
+    wanted = {"torch": "examples", "scipy": "examples"}  # scipy: the normalisers' linear programs
+    if args.tensorboard:
+        wanted["tensorboard"] = "examples"
+    if args.plot:
+        wanted["matplotlib"] = "examples"
+    if args.progress:
+        wanted["tqdm"] = "examples"
+    return wanted
 
 
 def check_args(args: Args) -> None:
@@ -1668,6 +1682,7 @@ def filter_demo(args: Args, episodes: int) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> RunResult | dict[str, Any]:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     args = parse_args(argv)
+    require(needs(args), "python -m magister.examples.xland_ppo")  # now, not after training
     if args.filter_demo:
         demo = filter_demo(args, args.filter_demo)
         rows = [f"{'training episodes':28s} {'n':>5s} {'mean':>6s} {'zero':>6s} {'solved':>6s}"]
