@@ -297,3 +297,26 @@ def test_estimate_is_a_named_tuple():
     assert e.value == 0.5 and e.low == 0.4 and e.high == 0.6 and tuple(e) == (0.5, 0.4, 0.6)
     with pytest.raises(AttributeError):
         e.value = 1.0  # frozen
+
+
+def test_atlas_reports_intervals_from_the_module():
+    pytest.importorskip("jax")
+    from magister.examples.minigrid_rm import atlas
+
+    rng = np.random.default_rng(0)
+    held = {m: (rng.random((3, 16)) < p).astype(float) for m, p in (("dr", 0.1), ("accel", 0.6))}
+
+    def rows(m, k):
+        return [{"env_steps": 100, "solvable_fraction": 0.1 * k},
+                {"env_steps": 200, "solvable_fraction": 0.2 + 0.1 * k, "replay_solvable_fraction": 0.5,
+                 "heldout_success": held[m][k].tolist()}]
+
+    res = {m: [rows(m, k) for k in range(3)] for m in held}
+    table, better = atlas.statistics(res, n_resamples=500)
+    expect = interval_estimates(held, ("mean", "iqm", "cvar@0.1"), n_resamples=500)
+    assert table["accel"]["held-out mean"] == expect["accel"]["mean"]
+    assert table["dr"]["held-out CVaR 10%"] == expect["dr"]["cvar@0.1"]
+    assert table["dr"]["solvable"].value == pytest.approx(np.mean([0.2, 0.3, 0.4]))
+    assert better["P(accel > dr)"] == probability_of_improvement(held["accel"], held["dr"], n_resamples=500)
+    assert better["P(accel > dr)"].low > 0.5
+    assert "held-out IQM" in format_table(table)
