@@ -420,6 +420,8 @@ from magister.curricula.pfsp import PFSP
 from magister.curricula.task_filter import TaskFilter
 from magister.env_wrappers.coplayer import SingleLearnerEnv
 from magister.env_wrappers.sync_wrappers import PettingZooSyncWrapper
+from magister.evaluation import format_estimate, interval_estimates, probability_of_improvement
+from magister.evaluation import format_table as interval_table
 from magister.examples import results as results_page
 from magister.examples._checkpoint import read_checkpoint, write_checkpoint
 from magister.examples._cli import parse_dataclass, require
@@ -1598,8 +1600,10 @@ def ablation_table(results: dict[str, RunResult]) -> str:
     steps, held-out test participation, mean worst-case return (/ episode length) and normalised
     percentiles, validation participation at the end and on the ``--n-bigval`` further validation tasks,
     the training-episode profile (last half of the run), the accepted set's size and the agent's and the
-    control policy's mean return (/ episode length) on it. With several runs per curriculum, a ``mean``
-    row per curriculum follows (test participation and return: mean +- standard deviation over its runs)."""
+    control policy's mean return (/ episode length) on it. With several runs per curriculum, a table of
+    :mod:`magister.evaluation` follows: per curriculum, test participation and return (each run's mean over
+    its own test tasks, which depend on its seed) with stratified bootstrap 95% intervals over its runs, and
+    the probability that a filter run's test return beats a uniform run's."""
     head = (f"{'curriculum':12s} {'steps':>7s} {'train':>7s} {'eval':>6s} {'test part.':>13s} "
             f"{'test ret':>13s} {'p10':>5s} {'p20':>5s} {'p50':>5s} {'val part.':>9s} {'bigval':>6s} "
             f"{'train ret':>9s} {'zero ret':>8s} {'solved':>6s} "
@@ -1624,11 +1628,15 @@ def ablation_table(results: dict[str, RunResult]) -> str:
                      f"{tr.get('train/solved_share', np.nan):6.3f} {acc:8.0f} {acc_a / L:10.3f} "
                      f"{acc_c / L:9.3f}")
     if any(len(v) > 1 for v in groups.values()):
-        for cur, vals in groups.items():
-            cols = []
-            for v in np.asarray(vals).T:  # participation, return
-                cols.append(f"{f'{v.mean():.3f}+-{v.std(ddof=1) if v.size > 1 else 0.0:.3f}':>13s}")
-            lines.append(f"{cur + ' mean':12s} {'':7s} {'':7s} {'':6s} " + " ".join(cols))
+        runs = {cur: np.asarray(vals) for cur, vals in groups.items()}  # runs x (participation, return)
+        part = interval_estimates({c: v[:, :1] for c, v in runs.items()}, ("mean",), seed=0)
+        ret = interval_estimates({c: v[:, 1:] for c, v in runs.items()}, ("mean",), seed=0)
+        table = {c: {"test participation": part[c]["mean"], "test return": ret[c]["mean"]} for c in runs}
+        lines += ["", "95% stratified bootstrap intervals over runs (each run: its mean over its own test "
+                      "tasks):", interval_table(table, title="curriculum")]
+        if "filter" in runs and "uniform" in runs:
+            p = probability_of_improvement(runs["filter"][:, 1:], runs["uniform"][:, 1:], seed=0)
+            lines.append(f"P(filter run's test return > uniform run's) = {format_estimate(p)}")
     return "\n".join(lines)
 
 
