@@ -75,6 +75,13 @@ def parse_dataclass(cls: type[T], argv: list[str] | None = None, *, prog: str,
     return cls(**values)
 
 
+def trainer_needs(args: Any, *always: str, extra: str = "examples") -> dict[str, str]:
+    """What a bundled trainer run with ``args`` imports: the modules ``always``, plus TensorBoard, matplotlib
+    and tqdm when its ``tensorboard``, ``plot`` and ``progress`` options are on; each from ``extra``."""
+    optional = {"tensorboard": "tensorboard", "plot": "matplotlib", "progress": "tqdm"}
+    return {m: extra for m in [*always, *(m for flag, m in optional.items() if getattr(args, flag, False))]}
+
+
 def require(modules: dict[str, str], command: str) -> None:
     """Exit at once, naming the extra to install, when a module a command needs later is missing.
 

@@ -48,7 +48,7 @@ from magister.env_wrappers.sync_wrappers import GymnasiumSyncWrapper
 from magister.evaluation import format_estimate, interval_estimates
 from magister.examples import results as results_page
 from magister.examples._checkpoint import read_checkpoint, write_checkpoint
-from magister.examples._cli import parse_dataclass, require
+from magister.examples._cli import parse_dataclass, require, trainer_needs
 from magister.examples.puzzles.task import (
     PuzzleDifficultyWrapper,
     PuzzleTask,
@@ -133,18 +133,6 @@ def parse_args(argv: list[str] | None = None) -> Args:
                            description=__doc__.split("\n\n")[0],
                            epilog="Needs the 'examples' extra (torch, tqdm, TensorBoard, matplotlib): "
                                   "pip install 'magister[examples]'.")
-
-
-def needs(args: Args) -> dict[str, str]:
-    """The optional modules a run with ``args`` imports, and the extra that installs each."""
-    wanted = {"torch": "examples"}
-    if args.tensorboard:
-        wanted["tensorboard"] = "examples"
-    if args.plot:
-        wanted["matplotlib"] = "examples"
-    if args.progress:
-        wanted["tqdm"] = "examples"
-    return wanted
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -727,7 +715,7 @@ def heldout_interval(result: RunResult, params: list[str]) -> str:
 def main(argv: list[str] | None = None) -> RunResult:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     args = parse_args(argv)
-    require(needs(args), "python -m magister.examples.puzzle_ppo")  # now, not after training
+    require(trainer_needs(args, "torch"), "python -m magister.examples.puzzle_ppo")  # now, not after training
     if args.write_results:
         results_page.check_section(results_page.RESULTS_PAGE, "puzzle-ppo")  # before the run, not after
     result = train(args)

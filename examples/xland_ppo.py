@@ -424,7 +424,7 @@ from magister.evaluation import format_estimate, interval_estimates, probability
 from magister.evaluation import format_table as interval_table
 from magister.examples import results as results_page
 from magister.examples._checkpoint import read_checkpoint, write_checkpoint
-from magister.examples._cli import parse_dataclass, require
+from magister.examples._cli import parse_dataclass, require, trainer_needs
 from magister.examples.xland.coplayers import LEARNER, NOOP
 from magister.examples.xland.env import (
     _C_OBJ,
@@ -603,18 +603,6 @@ def parse_args(argv: list[str] | None = None) -> Args:
                            description=__doc__.split("\n\n")[0],
                            epilog="Needs the 'examples' extra (torch, tqdm, TensorBoard, matplotlib, scipy): "
                                   "pip install 'magister[examples]'.")
-
-
-def needs(args: Args) -> dict[str, str]:
-    """The optional modules a run with ``args`` imports, and the extra that installs each."""
-    wanted = {"torch": "examples", "scipy": "examples"}  # scipy: the normalisers' linear programs
-    if args.tensorboard:
-        wanted["tensorboard"] = "examples"
-    if args.plot:
-        wanted["matplotlib"] = "examples"
-    if args.progress:
-        wanted["tqdm"] = "examples"
-    return wanted
 
 
 def check_args(args: Args) -> None:
@@ -1690,7 +1678,8 @@ def filter_demo(args: Args, episodes: int) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> RunResult | dict[str, Any]:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     args = parse_args(argv)
-    require(needs(args), "python -m magister.examples.xland_ppo")  # now, not after training
+    # now, not after training (scipy: the normalisers' linear programs and the ablation's intervals)
+    require(trainer_needs(args, "torch", "scipy"), "python -m magister.examples.xland_ppo")
     if args.filter_demo:
         demo = filter_demo(args, args.filter_demo)
         rows = [f"{'training episodes':28s} {'n':>5s} {'mean':>6s} {'zero':>6s} {'solved':>6s}"]
