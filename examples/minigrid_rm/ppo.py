@@ -39,7 +39,7 @@ import numpy as np
 import optax
 from jax.flatten_util import ravel_pytree
 
-from magister.evaluation import cvar
+from magister.evaluation import cvar, evaluate_on_device
 from magister.examples._cli import require
 
 from . import curriculum as C
@@ -693,11 +693,10 @@ def train(cfg: TrainConfig, out: str | Path | None = None, log_every: int = 5, e
             row["steps_per_s_wall"] = steps / (time.perf_counter() - t0)  # compile included
         if eval_every and ((u + 1) % eval_every == 0 or u + 1 == cfg.updates):
             k1, k2 = jax.random.split(jax.random.PRNGKey(u))
-            probe_ok = np.mean([np.asarray(eval_fn(ts.params, probes, k))
-                                for k in jax.random.split(k1, 4)], 0)
+            probe_ok = evaluate_on_device(eval_fn, ts.params, probes, key=k1, episodes=4)
             row["probe_solve_rate"] = float(probe_ok.mean())
             row.update({f"probe/{n}": float(x) for n, x in zip(names, probe_ok)})
-            held_ok = np.mean([np.asarray(eval_fn(ts.params, held, k)) for k in jax.random.split(k2, 4)], 0)
+            held_ok = evaluate_on_device(eval_fn, ts.params, held, key=k2, episodes=4)
             for a in (0.1, 0.5, 1.0):
                 row[f"cvar_{a}"] = cvar(held_ok, a)
             row["heldout_success"] = held_ok.tolist()  # per problem: the columns of magister.evaluation
