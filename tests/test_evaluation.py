@@ -229,8 +229,8 @@ class Limit:
         return Env(gym.make("CartPole-v1"), self.space)
 
 
-@pytest.mark.parametrize("num_envs", [1, 3, 8])
-def test_the_runner_plays_every_task_for_every_episode(num_envs):
+@pytest.mark.parametrize("num_envs,vector", [(1, "sync"), (3, "sync"), (8, "sync"), (3, "async")])
+def test_the_runner_plays_every_task_for_every_episode(num_envs, vector):
     from magister.task_spaces import Discrete
 
     space = Discrete(tasks=[1, 2, 3, 4, 5])
@@ -241,7 +241,7 @@ def test_the_runner_plays_every_task_for_every_episode(num_envs):
         seen.append(len(obs))
         return np.zeros(len(obs), dtype=np.int64)
 
-    r = evaluate(policy, Limit(space), suite, episodes=2, num_envs=num_envs, seed=0)
+    r = evaluate(policy, Limit(space), suite, episodes=2, num_envs=num_envs, seed=0, vector=vector)
     assert r.returns.tolist() == [[t, t] for t in [1.0, 2.0, 3.0, 4.0, 5.0]]
     assert r.per_task("success").tolist() == [0.0, 0.0, 0.0, 1.0, 1.0]
     assert len(r.episodes) == 10 and not any(e.train for e in r.episodes)
