@@ -37,6 +37,7 @@ import numpy as np
 from magister.evaluation import (
     Estimate,
     difference,
+    format_estimate,
     format_table,
     interval_estimates,
     probability_of_improvement,
@@ -180,7 +181,7 @@ def statistics(scores: dict[str, np.ndarray], baseline: str, curriculum: str
 
 
 def _f(e: Estimate) -> str:
-    return f"{e.value:.3f} [{e.low:.3f}, {e.high:.3f}]"
+    return format_estimate(e, 3)  # "0.412 [0.301, 0.522]", or "0.412 [n/a]" without an interval
 
 
 def stats_text(scores: dict[str, np.ndarray], baseline: str, curriculum: str,
