@@ -333,6 +333,9 @@ def test_the_readme_quotes_the_current_quickstart_intervals():
     total = re.search(r"^all \d+ runs: (\d+)s", table, re.M)[1]
     expect.append(f"{seconds['dr']} s per domain-randomisation run, {seconds['sfl-dist']} s per curriculum "
                   f"run, {total} s for all ten")
+    rows = [[c.strip() for c in line.split("|")] for line in table.splitlines() if line.count("|") == 4]
+    shares = [re.search(r"\(\s*(\d+%)\)\s*$", r[4])[1] for r in rows[1:4]]  # the three shallowest
+    expect.append(f"concentrate on the 1-, 2- and 3-move shuffles ({', '.join(shares)} of them")
     for phrase in expect:
         assert phrase in readme, f"README.md should quote the results page's figures: {phrase!r} not found"
     diff = q["mean(sfl-dist) - mean(dr)"]
