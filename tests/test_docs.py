@@ -378,8 +378,8 @@ def _in_site_targets(site: Path, page: Path) -> list[tuple[str, Path]]:
     return out
 
 
-def _check_reads_from_disk(site: Path) -> None:
-    """Every in-site link of every page opens a file; no docs build script is in the site."""
+def _broken_links(site: Path) -> tuple[list[str], int]:
+    """The in-site links that do not open a file (a folder, a missing file), and how many were checked."""
     broken, checked = [], 0
     for page in site.rglob("*.html"):
         for link, target in _in_site_targets(site, page):
@@ -387,10 +387,30 @@ def _check_reads_from_disk(site: Path) -> None:
             if not target.is_file():
                 kind = "a folder" if target.is_dir() else "missing"
                 broken.append(f"{page.relative_to(site)}: {link} ({kind})")
+    return broken, checked
+
+
+def _check_reads_from_disk(site: Path) -> None:
+    """Every in-site link of every page opens a file; no docs build script is in the site."""
+    broken, checked = _broken_links(site)
     assert checked > 1000, f"only {checked} in-site links found: is the link pattern right?"
     assert not broken, f"{len(broken)} of {checked} in-site links do not open a file, e.g. {broken[:10]}"
     assert not list(site.rglob("*.py")), "docs build scripts were copied into the site"
     assert 'href="./' in (site / "404.html").read_text()
+
+
+def test_the_link_check_finds_folder_links_and_missing_files(tmp_path):
+    (tmp_path / "guides" / "cleanrl").mkdir(parents=True)
+    (tmp_path / "guides" / "cleanrl" / "index.html").write_text("<p>page</p>")
+    (tmp_path / "index.html").write_text(
+        '<a href="guides/cleanrl/">folder</a> <a href="guides/cleanrl/index.html#x">file</a> '
+        '<link href="assets/x.css"> <a href="https://example.org/">out</a> <a href="#top">here</a>')
+    broken, checked = _broken_links(tmp_path)
+    assert checked == 3
+    assert broken == ["index.html: guides/cleanrl/ (a folder)", "index.html: assets/x.css (missing)"]
+    (tmp_path / "404.html").write_text('<a href="/index.html">home</a>')
+    with pytest.raises(AssertionError, match="site-root path"):
+        _broken_links(tmp_path)
 
 
 def test_mkdocs_build_strict(tmp_path):
@@ -423,6 +443,6 @@ def test_mkdocs_build_strict(tmp_path):
         assert hit is None, f"{css.relative_to(site)} fetches {hit.group(0)!r} from another host"
     _check_reads_from_disk(site)
     # every public curriculum has its own rendered entry in the reference
-    curricula = (site / "api" / "curricula" / "index.html").read_text()
+    curricula = (site / "api" / "curricula.html").read_text()
     for name in ["PLR", "RobustPLR", "ACCEL", "LearningProgress", "SFL", "OMNI", "TaskFilter", "PFSP"]:
         assert f'id="magister.curricula.{name}"' in curricula, f"the reference lacks {name}"
