@@ -212,9 +212,12 @@ def _bootstrap(matrices: Sequence[np.ndarray], statistic: Callable[..., np.ndarr
             i += w
         return statistic(*mats)
 
+    # resamples per vectorised call: keeps the largest intermediate (pairs of runs per task for the
+    # probability of improvement) to a few million numbers
+    cells = matrices[0].size * (matrices[1].shape[0] if len(matrices) > 1 else 1)
     res = _scipy_stats().bootstrap(columns, resampled, n_resamples=int(n_resamples), paired=False,
                                    vectorized=True, confidence_level=confidence, method="percentile",
-                                   rng=np.random.default_rng(seed))
+                                   batch=max(1, 4_000_000 // cells), rng=np.random.default_rng(seed))
     low = np.asarray(res.confidence_interval.low, dtype=np.float64)
     high = np.asarray(res.confidence_interval.high, dtype=np.float64)
     return value, low, high

@@ -191,10 +191,13 @@ def _has_sync_wrapper(env: gym.Env) -> bool:
 
 
 def evaluate(policy: Policy, make_env: Callable[[], gym.Env], suite: Suite, *, episodes: int = 10,
-             num_envs: int = 8, seed: int = 0, max_steps: int = 100_000) -> EvalResult:
-    """Play ``policy`` on every task of ``suite``, ``episodes`` episodes each, on a ``SyncVectorEnv`` of
+             num_envs: int = 8, seed: int = 0, max_steps: int = 100_000, vector: str = "sync") -> EvalResult:
+    """Play ``policy`` on every task of ``suite``, ``episodes`` episodes each, on a vector env of
     ``num_envs`` envs from ``make_env`` (each a task wrapper: tasks are set with
-    ``reset(options={"task": task})``).
+    ``reset(options={"task": task})``); ``vector="async"`` runs them in worker processes.
+
+    ``policy(obs, info)`` gets the batch of observations and the vector env's latest info dict (after an env
+    was reset on its next task, that reset's info).
 
     Episodes are dealt to the envs in task order; each starts from its own reset seed (``seed`` plus its
     index in the suite's episode list), so a result does not depend on ``num_envs``. The vector env runs
@@ -208,15 +211,20 @@ def evaluate(policy: Policy, make_env: Callable[[], gym.Env], suite: Suite, *, e
     for name, v in (("episodes", episodes), ("num_envs", num_envs), ("max_steps", max_steps)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
             raise ValueError(f"{name} must be a positive int, got {v!r}")
+    if vector not in ("sync", "async"):
+        raise ValueError(f"vector must be 'sync' or 'async', got {vector!r}")
+    probe = make_env()  # checked in this process, whatever the vector env
+    try:
+        if _has_sync_wrapper(probe):
+            raise ValueError("make_env builds a GymnasiumSyncWrapper: its curriculum would learn from "
+                             "the evaluation episodes. Build the evaluation envs without it.")
+    finally:
+        probe.close()
     queue = [(i, e) for i in range(len(suite)) for e in range(int(episodes))]
     n = min(int(num_envs), len(queue))
-    envs = gym.vector.SyncVectorEnv([make_env for _ in range(n)],
-                                    autoreset_mode=gym.vector.AutoresetMode.DISABLED)
+    cls = gym.vector.SyncVectorEnv if vector == "sync" else gym.vector.AsyncVectorEnv
+    envs = cls([make_env for _ in range(n)], autoreset_mode=gym.vector.AutoresetMode.DISABLED)
     try:
-        for sub in envs.envs:
-            if _has_sync_wrapper(sub):
-                raise ValueError("make_env builds a GymnasiumSyncWrapper: its curriculum would learn from "
-                                 "the evaluation episodes. Build the evaluation envs without it.")
         returns = np.zeros((len(suite), int(episodes)))
         lengths = np.zeros((len(suite), int(episodes)), dtype=np.int64)
         progress = np.full((len(suite), int(episodes)), np.nan)
@@ -278,7 +286,7 @@ def _progress(info: dict[str, Any], k: int) -> float:
     return float(info["task_progress"][k])
 
 
-def _reset_one(envs: gym.vector.SyncVectorEnv, k: int, item: tuple[int, int], suite: Suite, seed: int,
+def _reset_one(envs: gym.vector.VectorEnv, k: int, item: tuple[int, int], suite: Suite, seed: int,
                obs: Any = None, info: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
     """Reset env ``k`` alone on the task of ``item`` with reset seed ``seed``; the other envs' observations
     and infos are kept."""

@@ -43,9 +43,10 @@ def field_docs(cls: type) -> dict[str, str]:
 
 
 def parse_dataclass(cls: type[T], argv: list[str] | None = None, *, prog: str,
-                    description: str = "") -> T:
-    """Parse ``argv`` into an instance of dataclass ``cls`` (see the module docstring)."""
-    parser = argparse.ArgumentParser(prog=prog, description=description,
+                    description: str = "", epilog: str | None = None) -> T:
+    """Parse ``argv`` into an instance of dataclass ``cls`` (see the module docstring); ``epilog`` ends the
+    ``--help`` text (the extras the command needs)."""
+    parser = argparse.ArgumentParser(prog=prog, description=description, epilog=epilog,
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     docs = field_docs(cls)
     tuples = []
@@ -72,3 +73,33 @@ def parse_dataclass(cls: type[T], argv: list[str] | None = None, *, prog: str,
     for name in tuples:
         values[name] = tuple(values[name])
     return cls(**values)
+
+
+def trainer_needs(args: Any, *always: str, extra: str = "examples") -> dict[str, str]:
+    """What a bundled trainer run with ``args`` imports: the modules ``always``, plus TensorBoard, matplotlib
+    and tqdm when its ``tensorboard``, ``plot`` and ``progress`` options are on; each from ``extra``."""
+    optional = {"tensorboard": "tensorboard", "plot": "matplotlib", "progress": "tqdm"}
+    return {m: extra for m in [*always, *(m for flag, m in optional.items() if getattr(args, flag, False))]}
+
+
+def require(modules: dict[str, str], command: str) -> None:
+    """Exit at once, naming the extra to install, when a module a command needs later is missing.
+
+    ``modules`` maps an importable module to the extra that installs it (``{"matplotlib": "examples"}``).
+    A trainer calls this before training, so a run never ends in an ``ImportError`` after its work is done.
+    """
+    import importlib.util
+
+    missing: dict[str, list[str]] = {}
+    for module, extra in modules.items():
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            missing.setdefault(extra, []).append(module)
+    if missing:
+        wanted = ",".join(sorted(missing))
+        names = ", ".join(m for ms in missing.values() for m in ms)
+        raise SystemExit(f"{command} needs {names}, which is not installed: pip install "
+                         f"'magister[{wanted}]' (from a source checkout: pip install -e '.[{wanted}]')")

@@ -208,7 +208,8 @@ def evaluate(
 
 def main(argv: list[str] | None = None) -> dict[float, float]:
     """Command-line demo: log a fixed controller's mean progress per half-width (difficulty rises with it)."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                     epilog="Needs only the core install.")
     parser.add_argument("--episodes", type=int, default=20)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)

@@ -190,6 +190,7 @@ def train(updates: int = 300, num_envs: int = 32, steps: int = 32, lr: float = 1
 
 def main(argv: Sequence[str] | None = None) -> list[dict[str, float]]:
     ap = argparse.ArgumentParser(prog="python -m magister.examples.jax_own_env", description=__doc__,
+                                 epilog="Needs the 'jax' extra: pip install 'magister[jax]'.",
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--updates", type=int, default=300)
     ap.add_argument("--num-envs", type=int, default=32)

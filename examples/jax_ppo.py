@@ -36,6 +36,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from ..evaluation.statistics import cvar  # (re-exported: the trainers' CVaR is the evaluation module's)
+
 logger = logging.getLogger(__name__)
 
 __all__ = ["cvar", "dense", "dense_init", "gae", "gru_cell", "gru_init", "load_checkpoint", "optimizer",
@@ -153,13 +155,6 @@ def ppo_epochs(key: jax.Array, flat: jax.Array, opt_state: Any, opt: optax.Gradi
 
     (flat, opt_state), aux = jax.lax.scan(epoch, (flat, opt_state), jax.random.split(key, epochs))
     return flat, opt_state, aux
-
-
-def cvar(success: Any, alpha: float) -> float:
-    """Mean of the ``alpha`` fraction of lowest values (CVaR_alpha of per-level solve rates)."""
-    s = np.sort(np.asarray(success, dtype=np.float64))
-    k = max(1, int(np.ceil(alpha * s.size)))
-    return float(s[:k].mean())
 
 
 def _flatten(tree: Any) -> dict[str, np.ndarray]:

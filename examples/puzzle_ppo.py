@@ -45,9 +45,10 @@ from gymnasium import spaces
 
 from magister.curricula.base import Curriculum
 from magister.env_wrappers.sync_wrappers import GymnasiumSyncWrapper
+from magister.evaluation import format_estimate, interval_estimates
 from magister.examples import results as results_page
 from magister.examples._checkpoint import read_checkpoint, write_checkpoint
-from magister.examples._cli import parse_dataclass
+from magister.examples._cli import parse_dataclass, require, trainer_needs
 from magister.examples.puzzles.task import (
     PuzzleDifficultyWrapper,
     PuzzleTask,
@@ -129,7 +130,9 @@ class Args:
 def parse_args(argv: list[str] | None = None) -> Args:
     """Parse the command line into :class:`Args` (``--total-steps 1e5`` style; field docs are ``--help``)."""
     return parse_dataclass(Args, argv, prog="python -m magister.examples.puzzle_ppo",
-                           description=__doc__.split("\n\n")[0])
+                           description=__doc__.split("\n\n")[0],
+                           epilog="Needs the 'examples' extra (torch, tqdm, TensorBoard, matplotlib): "
+                                  "pip install 'magister[examples]'.")
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -338,7 +341,8 @@ def legal_masks(envs: gym.vector.VectorEnv) -> np.ndarray:
 @torch.no_grad()
 def evaluate(agent: Agent, args: Args, task_space: PuzzleTaskSpace, tasks: list[PuzzleTask],
              episodes: int = 1, seed: int = 0) -> dict[str, dict[str, float]]:
-    """Play every held-out task ``episodes`` times; per difficulty: success rate and mean solved length."""
+    """Play every held-out task ``episodes`` times; per difficulty: success rate, mean solved length and each
+    episode's success (``"instances"``, in task order: the rows of :mod:`magister.evaluation`'s scores)."""
     kwargs = {"max_steps": args.max_steps} if args.max_steps else {}
     kwargs["max_size"] = max_board(args)
     n = min(len(tasks) * episodes, 32)
@@ -378,7 +382,8 @@ def evaluate(agent: Agent, args: Args, task_space: PuzzleTaskSpace, tasks: list[
     for params, rs in results.items():
         solved = [length for ok, length in rs if ok]
         out[params] = {"success": float(np.mean([ok for ok, _ in rs])),
-                       "solved_length": float(np.mean(solved)) if solved else float("nan")}
+                       "solved_length": float(np.mean(solved)) if solved else float("nan"),
+                       "instances": [float(ok) for ok, _ in rs]}
     return out
 
 
@@ -694,9 +699,23 @@ def plot_run(history: list[dict[str, Any]], params: list[str], path: Path, title
     plt.close(fig)
 
 
+def heldout_interval(result: RunResult, params: list[str]) -> str:
+    """Mean and IQM held-out success over the difficulties with 95% stratified bootstrap intervals over the
+    held-out instances (:mod:`magister.evaluation`; one training seed: the interval is the evaluation's
+    uncertainty, not the seed's; the quickstart's intervals are over seeds)."""
+    rows = [result.eval.get(p, {}).get("instances") for p in params]
+    if any(not r for r in rows) or len({len(r) for r in rows}) != 1:
+        return "  (no held-out evaluation of every difficulty: no interval)"
+    est = interval_estimates({"held-out": np.array(rows).T}, ("mean", "iqm"), seed=0)["held-out"]
+    return (f"  over the difficulties: mean {format_estimate(est['mean'])}, IQM "
+            f"{format_estimate(est['iqm'])} (95% bootstrap intervals over the {len(rows[0])} held-out "
+            f"episodes per difficulty of this seed)")
+
+
 def main(argv: list[str] | None = None) -> RunResult:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     args = parse_args(argv)
+    require(trainer_needs(args, "torch"), "python -m magister.examples.puzzle_ppo")  # now, not after training
     if args.write_results:
         results_page.check_section(results_page.RESULTS_PAGE, "puzzle-ppo")  # before the run, not after
     result = train(args)
@@ -707,6 +726,7 @@ def main(argv: list[str] | None = None) -> RunResult:
         lines.append(f"  {p:>12}: success {r.get('success', float('nan')):.2f}  "
                      f"solved length {r.get('solved_length', float('nan')):.1f}  "
                      f"train episodes {result.episodes_per_difficulty.get(p, 0)}")
+    lines.append(heldout_interval(result, difficulties(args)))
     print("\n" + "\n".join(lines))
     print(f"run directory: {result.run_dir}")
     if args.write_results:

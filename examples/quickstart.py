@@ -1,6 +1,6 @@
 """The main job: a curriculum against domain randomisation on logic puzzles, same budget, same seeds.
 
-    python -m magister.examples.quickstart            # about 2 minutes on 2 CPU cores
+    python -m magister.examples.quickstart            # about 5 minutes on 2 CPU cores
     python -m magister.examples.quickstart --help
     python -m magister.examples.quickstart --write-results   # the table and plot become docs/results.md's
 
@@ -9,28 +9,54 @@ The task space is a ladder of difficulties of one puzzle (by default Sixteen on 
 now and then and the other seven essentially never. The curriculum chooses a difficulty; every episode plays
 a fresh training instance of it. Two PPO agents (:mod:`magister.examples.puzzle_ppo`) train with the same
 budget and seeds: one samples difficulties uniformly (DomainRandomization), the other with a curriculum
-(Sampling for Learnability, full-distribution variant, by default). Both are then evaluated on held-out
-instances (seeds never trained on) of every difficulty. The script prints a table — held-out success per
-difficulty, where each run spent its training episodes, and the share of episodes spent on instances the
-agent never solved — and writes ``quickstart.png`` next to each run's own plot and TensorBoard logs.
+(Sampling for Learnability, full-distribution variant, by default), five seeds each. Both are then evaluated
+on held-out instances (seeds never trained on) of every difficulty: each run gives one held-out success per
+difficulty, so each method gives a ``seeds × difficulties`` score matrix. The script prints a table —
+held-out success per difficulty, where each run spent its training episodes, and the share of episodes
+spent on instances the agent never solved — then the statistics of :mod:`magister.evaluation`: mean and
+interquartile mean with stratified bootstrap 95% intervals, the probability that a curriculum run beats a
+domain-randomisation run on a difficulty, and the difference of the means with its interval. It writes
+``results.json`` (every run's scores) before it draws ``quickstart.png`` (next to each run's own plot and
+TensorBoard logs), and says whether its figures fall inside the intervals the results page quotes.
+
+Needs the ``examples`` extra (torch, tqdm, TensorBoard, matplotlib, scipy); it checks at start.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
+import re
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from magister.evaluation import (
+    Estimate,
+    difference,
+    format_estimate,
+    format_table,
+    interval_estimates,
+    probability_of_improvement,
+)
 from magister.examples import results as results_page
-from magister.examples.puzzle_ppo import Args, RunResult, difficulties, train
+from magister.examples._cli import require
+
+if TYPE_CHECKING:
+    from magister.examples.puzzle_ppo import Args, RunResult
+
+#: What the command needs besides the core install, and the extra that installs it (checked at start, before
+#: the first run, so a missing plotting library cannot end a finished run).
+NEEDS = {"torch": "examples", "tqdm": "examples", "tensorboard": "examples", "matplotlib": "examples",
+         "scipy": "examples"}
 
 #: The embedded defaults of the main job: Sixteen (shift rows/columns back into order), 3x3 boards shuffled
 #: by 1, 2, 3, 5, 8 moves and fully, and 4x4 boards shuffled by 3, 5, 8 moves and fully. A random policy
 #: solves about 12%, 3% and 2% of the three shallowest within the 30-step limit and essentially none of the
-#: other seven. The comparison runs in about 2 minutes on 2 cores.
+#: other seven. The comparison (ten runs) takes about 5 minutes on 2 cores.
 DEFAULTS = {
     "puzzle": "sixteen",
     "size": "3x3",
@@ -43,8 +69,13 @@ DEFAULTS = {
     "train_seeds": 200,
     "eval_seeds": 25,
     "eval_every": 20,
-    "seeds": [0, 1],
+    "seeds": [0, 1, 2, 3, 4],
 }
+#: The statistics: metrics with intervals, their confidence and the bootstrap's resamples and seed.
+METRICS = ("mean", "iqm")
+CONFIDENCE = 0.95
+RESAMPLES = 5000
+STATS_SEED = 0
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
@@ -66,16 +97,20 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--eval-seeds", type=int, default=DEFAULTS["eval_seeds"])
     p.add_argument("--eval-every", type=int, default=DEFAULTS["eval_every"])
     p.add_argument("--seeds", type=int, nargs="+", default=DEFAULTS["seeds"],
-                   help="training seeds; the table averages over them")
+                   help="training seeds (runs per method); the intervals are over them")
     p.add_argument("--vector", default="sync", choices=["sync", "async"])
     p.add_argument("--run-dir", default="runs/quickstart")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True)
     p.add_argument("--write-results", action="store_true",
                    help="write the table and the plot into docs/results.md and docs/img/ (a source checkout)")
+    p.epilog = ("Needs the 'examples' extra (torch, tqdm, TensorBoard, matplotlib, scipy): "
+                "pip install 'magister[examples]'.")
     return p.parse_args(argv)
 
 
 def run_args(ns: argparse.Namespace, curriculum: str, seed: int) -> Args:
+    from magister.examples.puzzle_ppo import Args
+
     return Args(puzzle=ns.puzzle, size=ns.size, params=tuple(ns.params), curriculum=curriculum,
                 total_steps=ns.total_steps,
                 num_envs=ns.num_envs, num_steps=ns.num_steps, max_steps=ns.max_steps,
@@ -113,8 +148,122 @@ def table(results: dict[str, list[RunResult]], params: list[str]) -> str:
     return "\n".join(lines)
 
 
+def score_matrix(runs: list[RunResult], params: list[str]) -> np.ndarray:
+    """Held-out success, ``runs × difficulties`` (one row per seed)."""
+    return np.array([[r.eval.get(p, {}).get("success", np.nan) for p in params] for r in runs], dtype=float)
+
+
+def save_results(results: dict[str, list[RunResult]], params: list[str], seeds: list[int],
+                 path: Path) -> Path:
+    """Every run's held-out success per difficulty, training episodes and times, as JSON (written before
+    anything is plotted, so a failing plot loses nothing)."""
+    data = {"difficulties": params, "seeds": list(seeds),
+            "scores": {n: score_matrix(runs, params).tolist() for n, runs in results.items()},
+            "episodes": {n: [[r.episodes_per_difficulty.get(p, 0) for p in params] for r in runs]
+                         for n, runs in results.items()},
+            "unsolved_episode_share": {n: [r.unsolved_episode_share for r in runs]
+                                       for n, runs in results.items()},
+            "seconds": {n: [r.seconds for r in runs] for n, runs in results.items()}}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=1))
+    return path
+
+
+def statistics(scores: dict[str, np.ndarray], baseline: str, curriculum: str
+               ) -> tuple[dict[str, dict[str, Estimate]], Estimate, Estimate]:
+    """``(interval estimates per method, P(curriculum > baseline), mean(curriculum) - mean(baseline))``,
+    each with its stratified bootstrap interval (:mod:`magister.evaluation`)."""
+    est = interval_estimates(scores, METRICS, confidence=CONFIDENCE, n_resamples=RESAMPLES, seed=STATS_SEED)
+    x, y = scores[curriculum], scores[baseline]
+    poi = probability_of_improvement(x, y, confidence=CONFIDENCE, seed=STATS_SEED, n_resamples=RESAMPLES)
+    diff = difference(x, y, "mean", confidence=CONFIDENCE, seed=STATS_SEED, n_resamples=RESAMPLES)
+    return est, poi, diff
+
+
+def _f(e: Estimate) -> str:
+    return format_estimate(e, 3)  # "0.412 [0.301, 0.522]", or "0.412 [n/a]" without an interval
+
+
+def stats_text(scores: dict[str, np.ndarray], baseline: str, curriculum: str,
+               seeds: list[int] | None = None) -> str:
+    """The statistics block: the interval table, P(improvement), the difference and the verdict, then every
+    run's scores (the data the intervals come from, so they can be recomputed from the page)."""
+    est, poi, diff = statistics(scores, baseline, curriculum)
+    n = {k: len(v) for k, v in scores.items()}
+    lines = [f"held-out success over difficulties, {round(CONFIDENCE * 100)}% stratified bootstrap intervals "
+             f"({RESAMPLES} resamples; runs: " + ", ".join(f"{k} {v}" for k, v in n.items()) + "):",
+             format_table(est),
+             f"P({curriculum} > {baseline}) = {_f(poi)}",
+             f"mean({curriculum}) - mean({baseline}) = {_f(diff)}"]
+    if diff.excludes(0.0):
+        side = "higher" if diff.low > 0 else "lower"
+        lines.append(f"verdict: {curriculum}'s mean held-out success is {side} than {baseline}'s; the "
+                     f"{round(CONFIDENCE * 100)}% interval of the difference excludes 0")
+    else:
+        lines.append("verdict: no difference shown: the interval of the difference includes 0"
+                     + (" (one run per method: no interval)" if min(n.values()) < 2 else ""))
+    lines.append("")
+    lines.append("held-out success per run (rows: method and seed; columns: the difficulties above, in "
+                 "order):")
+    for name, m in scores.items():
+        for k, row in enumerate(m):
+            seed = seeds[k] if seeds is not None else k
+            lines.append(f"{name} s{seed}: " + " ".join(f"{v:.4f}" for v in row))
+    return "\n".join(lines)
+
+
+_RUN_ROW = re.compile(r"^([\w-]+) s(\d+): ([0-9. ]+)$", re.M)
+_EST = r"(-?[0-9.]+) \[(-?[0-9.]+|n/a)(?:, (-?[0-9.]+))?\]"
+
+
+def parse_scores(text: str) -> dict[str, np.ndarray]:
+    """The per-run score matrices from a :func:`stats_text` block (the results page's section)."""
+    rows: dict[str, list[list[float]]] = {}
+    for m in _RUN_ROW.finditer(text):
+        rows.setdefault(m[1], []).append([float(v) for v in m[3].split()])
+    if not rows:
+        raise ValueError("no per-run scores found (lines such as 'dr s0: 0.7200 0.2800 ...')")
+    return {k: np.array(v) for k, v in rows.items()}
+
+
+def parse_quoted(text: str) -> dict[str, Estimate]:
+    """The quoted figures of a :func:`stats_text` block: ``"<method> <metric>"``, ``"P(...)"`` and
+    ``"mean(...) - mean(...)"`` -> Estimate."""
+    out: dict[str, Estimate] = {}
+    head = next((line for line in text.splitlines() if line.strip().startswith("method |")), None)
+    metrics = [c.strip() for c in head.split("|")[1:]] if head else []
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.split("|")]
+        if metrics and len(cells) == len(metrics) + 1 and cells[0] != "method":
+            for metric, cell in zip(metrics, cells[1:]):
+                m = re.fullmatch(_EST, cell)
+                if m and m[3] is not None:
+                    out[f"{cells[0]} {metric}"] = Estimate(float(m[1]), float(m[2]), float(m[3]))
+        m = re.match(r"^(P\(.*?\)|mean\(.*?\) - mean\(.*?\)) = " + _EST + "$", line)
+        if m and m[4] is not None:
+            out[m[1]] = Estimate(float(m[2]), float(m[3]), float(m[4]))
+    return out
+
+
+def compare_with_page(mine: dict[str, Estimate], page: Path = results_page.RESULTS_PAGE) -> str:
+    """Whether this run's point figures lie inside the intervals the results page quotes."""
+    try:
+        quoted = parse_quoted(results_page.read_section(page.read_text(), "quickstart"))
+    except (OSError, ValueError):
+        return "not compared with the results page (no source checkout or no quoted intervals)"
+    if not quoted:
+        return "not compared with the results page (no quoted intervals)"
+    outside = [f"{k} {v.value:.3f} (quoted {quoted[k].low:.3f}-{quoted[k].high:.3f})"
+               for k, v in mine.items() if k in quoted and not quoted[k].contains(round(v.value, 3))]
+    if outside:
+        return ("OUTSIDE the results page's 95% intervals: " + "; ".join(outside)
+                + ". Exact digits differ across CPUs (torch kernels); a figure outside its interval is worth "
+                  "a look (another machine, another budget, or a change in the code)")
+    return "every figure above lies inside the interval the results page quotes for it"
+
+
 def plot(results: dict[str, list[RunResult]], params: list[str], path: Path) -> None:
-    """Bar chart of held-out success per difficulty for every curriculum (mean over seeds)."""
+    """Held-out success per difficulty for every curriculum: the mean over seeds and each seed's value."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -124,9 +273,15 @@ def plot(results: dict[str, list[RunResult]], params: list[str], path: Path) -> 
     width = 0.8 / len(results)
     x = np.arange(len(params))
     for i, (name, runs) in enumerate(results.items()):
-        ax.bar(x + i * width, [success(runs, p) for p in params], width, label=name)
+        m = score_matrix(runs, params)
+        bars = ax.bar(x + i * width, m.mean(axis=0), width, label=f"{name} (mean of {len(runs)} seeds)",
+                      alpha=0.8)
+        for row in m:
+            ax.plot(x + i * width, row, ".", color=bars.patches[0].get_facecolor(), ms=4, alpha=0.9,
+                    markeredgecolor="k", markeredgewidth=0.3)
     ax.set_xticks(x + width * (len(results) - 1) / 2, params)
-    ax.set(ylabel="held-out success", ylim=(0, 1), title="held-out success per difficulty (same budget)")
+    ax.set(ylabel="held-out success", ylim=(0, 1.02),
+           title="held-out success per difficulty (same budget; dots: seeds)")
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -136,6 +291,9 @@ def plot(results: dict[str, list[RunResult]], params: list[str], path: Path) -> 
 def main(argv: list[str] | None = None) -> dict[str, list[RunResult]]:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     ns = parse(argv)
+    require(NEEDS, "python -m magister.examples.quickstart")
+    from magister.examples.puzzle_ppo import difficulties, train
+
     if ns.write_results:
         results_page.check_section(results_page.RESULTS_PAGE, "quickstart")  # before the run, not after
     results: dict[str, list[RunResult]] = {ns.baseline: [], ns.curriculum: []}
@@ -145,11 +303,17 @@ def main(argv: list[str] | None = None) -> dict[str, list[RunResult]]:
             print(f"== {name}, seed {seed}: {ns.total_steps} steps ==", flush=True)
             results[name].append(train(run_args(ns, name, seed)))
     params = difficulties(run_args(ns, ns.curriculum, ns.seeds[0]))
+    saved = save_results(results, params, ns.seeds, Path(ns.run_dir) / "results.json")
     runs = sum(len(r) for r in results.values())
-    text = table(results, params) + f"\nall {runs} runs: {time.perf_counter() - t0:.0f}s " \
-        f"({results_page.machine()} at the end)"
+    scores = {n: score_matrix(r, params) for n, r in results.items()}
+    text = (table(results, params) + f"\nall {runs} runs: {time.perf_counter() - t0:.0f}s "
+            f"({results_page.machine()} at the end)\n\n"
+            + stats_text(scores, ns.baseline, ns.curriculum, ns.seeds))
     print()
     print(text)
+    if _default_settings(ns):
+        print("\n" + compare_with_page(parse_quoted(text)))
+    print(f"\nresults: {saved}")
     out = Path(ns.run_dir) / "quickstart.png"
     plot(results, params, out)
     if ns.write_results:
@@ -158,9 +322,15 @@ def main(argv: list[str] | None = None) -> dict[str, list[RunResult]]:
                                             module="magister.examples.quickstart")
         results_page.write_section(results_page.RESULTS_PAGE, "quickstart", results_page.text_block(text),
                                    command, images=[image])
-    print(f"\nplots: {out} and {ns.run_dir}/<run>/curriculum.png; "
+    print(f"plots: {out} and {ns.run_dir}/<run>/curriculum.png; "
           f"TensorBoard: tensorboard --logdir {ns.run_dir}")
     return results
+
+
+def _default_settings(ns: argparse.Namespace) -> bool:
+    """Whether the run's training settings are the results page's (only then are its figures comparable)."""
+    same = all(getattr(ns, k) == v for k, v in DEFAULTS.items())
+    return same and ns.baseline == "dr"
 
 
 if __name__ == "__main__":

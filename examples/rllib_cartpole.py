@@ -165,7 +165,8 @@ def train(
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Command line entry point (see the module docstring)."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                     epilog="Needs the 'rllib' extra: pip install 'magister[rllib]'.")
     parser.add_argument("--iterations", type=int, default=8)
     parser.add_argument("--num-env-runners", type=int, default=0)
     parser.add_argument("--envs-per-runner", type=int, default=2)

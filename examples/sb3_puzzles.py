@@ -169,6 +169,9 @@ def main(argv: list[str] | None = None) -> SB3Result:
     """Command line: ``python -m magister.examples.sb3_puzzles --help``."""
     p = argparse.ArgumentParser(prog="python -m magister.examples.sb3_puzzles",
                                 description=__doc__.splitlines()[0],
+                                epilog="Needs the 'sb3' extra (Stable-Baselines3, sb3-contrib, torch): pip "
+                                       "install 'magister[sb3]'; --tensorboard-log also needs TensorBoard "
+                                       "(extra 'examples').",
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--puzzle", default="flip", choices=tuple(PUZZLES))
     p.add_argument("--size", default="3x3c", help="board parameters whose depth ladder is the task space")
@@ -183,6 +186,10 @@ def main(argv: list[str] | None = None) -> SB3Result:
     p.add_argument("--torch-threads", type=int, default=1, help="torch intra-op threads (0: torch's default)")
     p.add_argument("--tensorboard-log", default=None, help="directory for SB3's TensorBoard logs")
     args = p.parse_args(argv)
+    if args.tensorboard_log:  # SB3 imports it when its logger starts: check now, not mid-run
+        from magister.examples._cli import require
+
+        require({"tensorboard": "examples"}, "python -m magister.examples.sb3_puzzles --tensorboard-log")
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     result = train(args.puzzle, args.size, algo=args.algo, curriculum=args.curriculum,
                    total_steps=args.total_steps, num_envs=args.num_envs, n_steps=args.n_steps,

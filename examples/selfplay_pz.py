@@ -383,6 +383,8 @@ def main(argv: list[str] | None = None) -> SelfPlayResult:
     """Command line: train, print P(first snapshot) over time, and plot it."""
     parser = argparse.ArgumentParser(prog="python -m magister.examples.selfplay_pz",
                                      description=__doc__.splitlines()[0],
+                                     epilog="Needs the 'examples' extra for its progress bar and plot (tqdm, "
+                                            "matplotlib): pip install 'magister[examples]'.",
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--episodes", type=int, default=6000)
     parser.add_argument("--num-envs", type=int, default=2)
@@ -393,6 +395,10 @@ def main(argv: list[str] | None = None) -> SelfPlayResult:
     parser.add_argument("--plot", default="selfplay_pfsp.png", help="PNG path ('' to skip)")
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
+    from magister.examples._cli import require
+
+    require({**({"matplotlib": "examples"} if args.plot else {}),  # now, not after training
+             **({} if args.no_progress else {"tqdm": "examples"})}, "python -m magister.examples.selfplay_pz")
     logging.basicConfig(level=logging.WARNING)
     result = train(args.episodes, num_envs=args.num_envs, snapshot_every=args.snapshot_every,
                    max_snapshots=args.max_snapshots, curriculum=args.curriculum, seed=args.seed,

@@ -420,9 +420,11 @@ from magister.curricula.pfsp import PFSP
 from magister.curricula.task_filter import TaskFilter
 from magister.env_wrappers.coplayer import SingleLearnerEnv
 from magister.env_wrappers.sync_wrappers import PettingZooSyncWrapper
+from magister.evaluation import format_estimate, interval_estimates, probability_of_improvement
+from magister.evaluation import format_table as interval_table
 from magister.examples import results as results_page
 from magister.examples._checkpoint import read_checkpoint, write_checkpoint
-from magister.examples._cli import parse_dataclass
+from magister.examples._cli import parse_dataclass, require, trainer_needs
 from magister.examples.xland.coplayers import LEARNER, NOOP
 from magister.examples.xland.env import (
     C_OBJ,
@@ -599,7 +601,9 @@ class Args:
 def parse_args(argv: list[str] | None = None) -> Args:
     """Parse the command line into :class:`Args` (``--total-steps 1e5`` style; field docs are ``--help``)."""
     return parse_dataclass(Args, argv, prog="python -m magister.examples.xland_ppo",
-                           description=__doc__.split("\n\n")[0])
+                           description=__doc__.split("\n\n")[0],
+                           epilog="Needs the 'examples' extra (torch, tqdm, TensorBoard, matplotlib, scipy): "
+                                  "pip install 'magister[examples]'.")
 
 
 def check_args(args: Args) -> None:
@@ -1585,8 +1589,10 @@ def ablation_table(results: dict[str, RunResult]) -> str:
     steps, held-out test participation, mean worst-case return (/ episode length) and normalised
     percentiles, validation participation at the end and on the ``--n-bigval`` further validation tasks,
     the training-episode profile (last half of the run), the accepted set's size and the agent's and the
-    control policy's mean return (/ episode length) on it. With several runs per curriculum, a ``mean``
-    row per curriculum follows (test participation and return: mean +- standard deviation over its runs)."""
+    control policy's mean return (/ episode length) on it. With several runs per curriculum, a table of
+    :mod:`magister.evaluation` follows: per curriculum, test participation and return (each run's mean over
+    its own test tasks, which depend on its seed) with stratified bootstrap 95% intervals over its runs, and
+    the probability that a filter run's test return beats a uniform run's."""
     head = (f"{'curriculum':12s} {'steps':>7s} {'train':>7s} {'eval':>6s} {'test part.':>13s} "
             f"{'test ret':>13s} {'p10':>5s} {'p20':>5s} {'p50':>5s} {'val part.':>9s} {'bigval':>6s} "
             f"{'train ret':>9s} {'zero ret':>8s} {'solved':>6s} "
@@ -1611,11 +1617,15 @@ def ablation_table(results: dict[str, RunResult]) -> str:
                      f"{tr.get('train/solved_share', np.nan):6.3f} {acc:8.0f} {acc_a / L:10.3f} "
                      f"{acc_c / L:9.3f}")
     if any(len(v) > 1 for v in groups.values()):
-        for cur, vals in groups.items():
-            cols = []
-            for v in np.asarray(vals).T:  # participation, return
-                cols.append(f"{f'{v.mean():.3f}+-{v.std(ddof=1) if v.size > 1 else 0.0:.3f}':>13s}")
-            lines.append(f"{cur + ' mean':12s} {'':7s} {'':7s} {'':6s} " + " ".join(cols))
+        runs = {cur: np.asarray(vals) for cur, vals in groups.items()}  # runs x (participation, return)
+        part = interval_estimates({c: v[:, :1] for c, v in runs.items()}, ("mean",), seed=0)
+        ret = interval_estimates({c: v[:, 1:] for c, v in runs.items()}, ("mean",), seed=0)
+        table = {c: {"test participation": part[c]["mean"], "test return": ret[c]["mean"]} for c in runs}
+        lines += ["", "95% stratified bootstrap intervals over runs (each run: its mean over its own test "
+                      "tasks):", interval_table(table, title="curriculum")]
+        if "filter" in runs and "uniform" in runs:
+            p = probability_of_improvement(runs["filter"][:, 1:], runs["uniform"][:, 1:], seed=0)
+            lines.append(f"P(filter run's test return > uniform run's) = {format_estimate(p)}")
     return "\n".join(lines)
 
 
@@ -1669,6 +1679,8 @@ def filter_demo(args: Args, episodes: int) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> RunResult | dict[str, Any]:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     args = parse_args(argv)
+    # now, not after training (scipy: the normalisers' linear programs and the ablation's intervals)
+    require(trainer_needs(args, "torch", "scipy"), "python -m magister.examples.xland_ppo")
     if args.filter_demo:
         demo = filter_demo(args, args.filter_demo)
         rows = [f"{'training episodes':28s} {'n':>5s} {'mean':>6s} {'zero':>6s} {'solved':>6s}"]

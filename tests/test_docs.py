@@ -193,7 +193,7 @@ def test_the_api_reference_has_every_public_name():
     missing = []
     for module in ["magister", "magister.task_spaces", "magister.curricula", "magister.sync",
                    "magister.env_wrappers", "magister.integrations", "magister.opponents",
-                   "magister.embeddings"]:
+                   "magister.embeddings", "magister.evaluation"]:
         for name in importlib.import_module(module).__all__:
             if name not in UNDOCUMENTED and name not in documented:
                 missing.append(f"{module}.{name}")
@@ -303,34 +303,46 @@ def test_the_results_page_has_no_figures_outside_its_sections():
     assert "```" not in text, "docs/results.md: a fenced block outside the generated sections"
 
 
-def test_the_readme_quotes_the_current_quickstart_figures():
-    """The figures README.md quotes about the quickstart are those of the results page's section."""
+def test_the_readme_quotes_the_current_quickstart_intervals():
+    """The quickstart's section holds every run's scores; the intervals it printed are recomputed from them
+    (the statistics of what the command wrote, without training again), and README.md quotes those
+    intervals, with the machine-dependent figures (times) said to be so."""
+    from magister.examples import quickstart
     from magister.examples import results as R
 
     section = R.read_section((DOCS / "results.md").read_text(), "quickstart")
     table = re.search(r"```text\n(.*?)```", section, re.S)[1]
-    rows = [[c.strip() for c in line.split("|")] for line in table.splitlines() if "|" in line]
-    head, body = rows[0], rows[1:]
-    mean = next(r for r in body if r[0] == "mean")
-    first, second = body[0], body[1]  # the two easiest difficulties
-    assert head[1].startswith("dr ") and head[2].startswith("sfl-dist "), head
+    scores = quickstart.parse_scores(table)
+    assert set(scores) == {"dr", "sfl-dist"} and all(len(m) >= 5 for m in scores.values()), "five seeds each"
+    seeds = [int(s) for s in re.findall(r"^dr s(\d+): ", table, re.M)]
+    recomputed = quickstart.stats_text(scores, "dr", "sfl-dist", seeds)
+    assert recomputed in table, "the section's statistics are not those of its own per-run scores"
+    q = quickstart.parse_quoted(table)
+    f = quickstart._f
     readme = " ".join((ROOT / "README.md").read_text().split())
     expect = [
-        f"mean held-out success {mean[2]} with the curriculum vs {mean[1]} with domain randomisation",
-        f"({first[2]} vs {first[1]} on the easiest difficulty, {second[2]} vs {second[1]} on the next)",
+        f"mean held-out success {f(q['sfl-dist mean'])} with the curriculum vs {f(q['dr mean'])} with domain "
+        f"randomisation",
+        f"interquartile mean {f(q['sfl-dist iqm'])} vs {f(q['dr iqm'])}",
+        f"beats a domain-randomisation run on a difficulty is {f(q['P(sfl-dist > dr)'])}",
+        f"the difference of the means {f(q['mean(sfl-dist) - mean(dr)'])}",
     ]
     wasted = dict(re.findall(r"^([\w-]+): .*?; (\d+%) of training episodes", table, re.M))
     expect.append(f"{wasted['sfl-dist']} vs {wasted['dr']} of training episodes spent on instances never "
                   f"solved")
-    shares = [re.search(r"\(\s*(\d+%)\)\s*$", r[4])[1] for r in body[:3]]
-    expect.append(f"concentrated on the 1-, 2- and 3-move shuffles ({', '.join(shares)} of them")
     seconds = dict(re.findall(r"^([\w-]+): \d+ steps x \d+ seed\(s\), (\d+)s per run", table, re.M))
     total = re.search(r"^all \d+ runs: (\d+)s", table, re.M)[1]
     expect.append(f"{seconds['dr']} s per domain-randomisation run, {seconds['sfl-dist']} s per curriculum "
-                  f"run, {total} s for all four")
+                  f"run, {total} s for all ten")
+    rows = [[c.strip() for c in line.split("|")] for line in table.splitlines() if line.count("|") == 4]
+    shares = [re.search(r"\(\s*(\d+%)\)\s*$", r[4])[1] for r in rows[1:4]]  # the three shallowest
+    expect.append(f"concentrate on the 1-, 2- and 3-move shuffles ({', '.join(shares)} of them")
     for phrase in expect:
         assert phrase in readme, f"README.md should quote the results page's figures: {phrase!r} not found"
-    assert "results.md" in readme, "README.md should link the results page"
+    diff = q["mean(sfl-dist) - mean(dr)"]
+    claim = "its interval excludes zero" if diff.excludes(0.0) else "its interval includes zero"
+    assert claim in readme, f"README.md should say {claim!r}"
+    assert "depend on the machine" in readme and "results.md" in readme
 
 
 # -- the build ----------------------------------------------------------------------------------------
@@ -347,6 +359,59 @@ def _missing_docs_packages() -> list[str]:
         if not found:
             missing.append(package)
     return missing
+
+
+LINK = re.compile(r"""<(?:a|link|script|img|source|iframe)\b[^>]*?\b(?:href|src)=["']([^"']*)["']""", re.I)
+
+
+def _in_site_targets(site: Path, page: Path) -> list[tuple[str, Path]]:
+    """``(link, file it names)`` for every in-site link of ``page``, resolved as a browser opening the page
+    from disk would (no server: a folder is a folder, not its ``index.html``)."""
+    out = []
+    for link in LINK.findall(page.read_text()):
+        if re.match(r"^[a-z][a-z0-9+.-]*:", link, re.I) or link.startswith("//"):
+            continue  # another scheme (https:, mailto:, data:, javascript:)
+        path = link.split("#", 1)[0].split("?", 1)[0]
+        if not path:
+            continue  # an anchor on the same page
+        assert not path.startswith("/"), f"{page.relative_to(site)}: {link!r} is a site-root path"
+        out.append((link, (page.parent / path).resolve()))
+    return out
+
+
+def _broken_links(site: Path) -> tuple[list[str], int]:
+    """The in-site links that do not open a file (a folder, a missing file), and how many were checked."""
+    broken, checked = [], 0
+    for page in site.rglob("*.html"):
+        for link, target in _in_site_targets(site, page):
+            checked += 1
+            if not target.is_file():
+                kind = "a folder" if target.is_dir() else "missing"
+                broken.append(f"{page.relative_to(site)}: {link} ({kind})")
+    return broken, checked
+
+
+def _check_reads_from_disk(site: Path) -> None:
+    """Every in-site link of every page opens a file; no docs build script is in the site."""
+    broken, checked = _broken_links(site)
+    assert checked > 1000, f"only {checked} in-site links found: is the link pattern right?"
+    assert not broken, f"{len(broken)} of {checked} in-site links do not open a file, e.g. {broken[:10]}"
+    assert not list(site.rglob("*.py")), "docs build scripts were copied into the site"
+    assert 'href="./' in (site / "404.html").read_text()
+
+
+def test_the_link_check_finds_folder_links_and_missing_files(tmp_path):
+    (tmp_path / "guides" / "cleanrl").mkdir(parents=True)
+    (tmp_path / "guides" / "cleanrl" / "index.html").write_text("<p>page</p>")
+    (tmp_path / "index.html").write_text(
+        '<a href="guides/cleanrl/">folder</a> <a href="guides/cleanrl/index.html#x">file</a> '
+        '<link href="assets/x.css"> <a href="https://example.org/">out</a> <a href="#top">here</a>')
+    broken, checked = _broken_links(tmp_path)
+    assert checked == 3
+    assert broken == ["index.html: guides/cleanrl/ (a folder)", "index.html: assets/x.css (missing)"]
+    (tmp_path / "404.html").write_text('<a href="/index.html">home</a>')
+    with pytest.raises(AssertionError, match="site-root path"):
+        _broken_links(tmp_path)
 
 
 def test_mkdocs_build_strict(tmp_path):
@@ -377,7 +442,8 @@ def test_mkdocs_build_strict(tmp_path):
     for css in site.rglob("*.css"):
         hit = remote.search(css.read_text(errors="replace"))
         assert hit is None, f"{css.relative_to(site)} fetches {hit.group(0)!r} from another host"
+    _check_reads_from_disk(site)
     # every public curriculum has its own rendered entry in the reference
-    curricula = (site / "api" / "curricula" / "index.html").read_text()
+    curricula = (site / "api" / "curricula.html").read_text()
     for name in ["PLR", "RobustPLR", "ACCEL", "LearningProgress", "SFL", "OMNI", "TaskFilter", "PFSP"]:
         assert f'id="magister.curricula.{name}"' in curricula, f"the reference lacks {name}"

@@ -229,8 +229,8 @@ class Limit:
         return Env(gym.make("CartPole-v1"), self.space)
 
 
-@pytest.mark.parametrize("num_envs", [1, 3, 8])
-def test_the_runner_plays_every_task_for_every_episode(num_envs):
+@pytest.mark.parametrize("num_envs,vector", [(1, "sync"), (3, "sync"), (8, "sync"), (3, "async")])
+def test_the_runner_plays_every_task_for_every_episode(num_envs, vector):
     from magister.task_spaces import Discrete
 
     space = Discrete(tasks=[1, 2, 3, 4, 5])
@@ -241,7 +241,7 @@ def test_the_runner_plays_every_task_for_every_episode(num_envs):
         seen.append(len(obs))
         return np.zeros(len(obs), dtype=np.int64)
 
-    r = evaluate(policy, Limit(space), suite, episodes=2, num_envs=num_envs, seed=0)
+    r = evaluate(policy, Limit(space), suite, episodes=2, num_envs=num_envs, seed=0, vector=vector)
     assert r.returns.tolist() == [[t, t] for t in [1.0, 2.0, 3.0, 4.0, 5.0]]
     assert r.per_task("success").tolist() == [0.0, 0.0, 0.0, 1.0, 1.0]
     assert len(r.episodes) == 10 and not any(e.train for e in r.episodes)
@@ -297,3 +297,26 @@ def test_estimate_is_a_named_tuple():
     assert e.value == 0.5 and e.low == 0.4 and e.high == 0.6 and tuple(e) == (0.5, 0.4, 0.6)
     with pytest.raises(AttributeError):
         e.value = 1.0  # frozen
+
+
+def test_atlas_reports_intervals_from_the_module():
+    pytest.importorskip("jax")
+    from magister.examples.minigrid_rm import atlas
+
+    rng = np.random.default_rng(0)
+    held = {m: (rng.random((3, 16)) < p).astype(float) for m, p in (("dr", 0.1), ("accel", 0.6))}
+
+    def rows(m, k):
+        return [{"env_steps": 100, "solvable_fraction": 0.1 * k},
+                {"env_steps": 200, "solvable_fraction": 0.2 + 0.1 * k, "replay_solvable_fraction": 0.5,
+                 "heldout_success": held[m][k].tolist()}]
+
+    res = {m: [rows(m, k) for k in range(3)] for m in held}
+    table, better = atlas.statistics(res, n_resamples=500)
+    expect = interval_estimates(held, ("mean", "iqm", "cvar@0.1"), n_resamples=500)
+    assert table["accel"]["held-out mean"] == expect["accel"]["mean"]
+    assert table["dr"]["held-out CVaR 10%"] == expect["dr"]["cvar@0.1"]
+    assert table["dr"]["solvable"].value == pytest.approx(np.mean([0.2, 0.3, 0.4]))
+    assert better["P(accel > dr)"] == probability_of_improvement(held["accel"], held["dr"], n_resamples=500)
+    assert better["P(accel > dr)"].low > 0.5
+    assert "held-out IQM" in format_table(table)

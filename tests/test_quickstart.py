@@ -1,8 +1,15 @@
-"""The README's main job runs end to end (on a tiny budget here) and prints the comparison table."""
+"""The README's main job runs end to end (on a tiny budget here) and prints the comparison table and its
+statistics; the statistics read back from what it printed."""
 
 from __future__ import annotations
 
+import json
+
+import numpy as np
+import pytest
+
 from magister.examples import quickstart
+from magister.examples import results as R
 
 
 def test_quickstart_tiny_budget(tmp_path, capsys):
@@ -15,8 +22,14 @@ def test_quickstart_tiny_budget(tmp_path, capsys):
     out = capsys.readouterr().out
     assert set(results) == {"dr", "sfl-dist"}
     assert all(len(runs) == 2 for runs in results.values())  # two seeds each
-    for line in ("3x3m1", "3x3m2", "mean", "dr success", "sfl-dist success", "never solved"):
+    for line in ("3x3m1", "3x3m2", "mean", "dr success", "sfl-dist success", "never solved",
+                 "P(sfl-dist > dr) = ", "mean(sfl-dist) - mean(dr) = ", "verdict: ", "dr s1: "):
         assert line in out
+    saved = json.loads((tmp_path / "results.json").read_text())
+    assert saved["difficulties"] == ["3x3m1", "3x3m2"] and saved["seeds"] == [0, 1]
+    for name, runs in results.items():  # the file holds every run's held-out success, as the runs report it
+        assert saved["scores"][name] == [[r.eval[p]["success"] for p in ("3x3m1", "3x3m2")] for r in runs]
+    assert "not compared" not in out  # tiny settings: no comparison with the results page is attempted
     assert (tmp_path / "quickstart.png").stat().st_size > 1000
     for name in ("dr_s0", "dr_s1", "sfl-dist_s0", "sfl-dist_s1"):
         assert (tmp_path / name / "checkpoint.pt").exists()
@@ -38,3 +51,49 @@ def test_quickstart_table_means_over_seeds():
     row = next(line for line in text.splitlines() if line.strip().startswith("a |"))
     assert "0.30" in row and "0.50" in row  # per-seed means
     assert "20 (100%)" in row
+
+
+def _scores(seed: int, n: int = 5, tasks: int = 4) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)  # successes over 25 instances, as the quickstart measures them
+    return {"dr": rng.integers(0, 10, (n, tasks)) / 25, "sfl-dist": rng.integers(5, 25, (n, tasks)) / 25}
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_the_printed_statistics_read_back_as_computed(seed):
+    scores = _scores(seed)
+    text = quickstart.stats_text(scores, "dr", "sfl-dist", seeds=[3, 4, 5, 6, 7])
+    back = quickstart.parse_scores(text)
+    assert set(back) == {"dr", "sfl-dist"}
+    for k in scores:
+        np.testing.assert_array_equal(back[k], scores[k])
+    est, poi, diff = quickstart.statistics(scores, "dr", "sfl-dist")
+    quoted = quickstart.parse_quoted(text)
+    assert quoted["P(sfl-dist > dr)"] == tuple(round(v, 3) for v in poi)
+    assert quoted["mean(sfl-dist) - mean(dr)"] == tuple(round(v, 3) for v in diff)
+    for method in scores:
+        for metric in ("mean", "iqm"):
+            assert quoted[f"{method} {metric}"] == tuple(round(v, 3) for v in est[method][metric])
+    assert "sfl-dist s7: " in text
+    # a clear advantage is called one; the verdict follows the difference's interval
+    assert ("excludes 0" in text) == diff.excludes(0.0)
+
+
+def test_the_command_says_when_a_figure_falls_outside_the_quoted_interval(tmp_path):
+    scores = _scores(0)
+    text = quickstart.stats_text(scores, "dr", "sfl-dist")
+    page = tmp_path / "results.md"
+    page.write_text(f"{R.open_marker('quickstart')}\n```text\n{text}\n```\n{R.close_marker('quickstart')}\n")
+    mine = quickstart.parse_quoted(text)
+    assert "inside the interval" in quickstart.compare_with_page(mine, page)
+    far = dict(mine, **{"dr mean": mine["dr mean"]._replace(value=mine["dr mean"].high + 0.1)})
+    msg = quickstart.compare_with_page(far, page)
+    assert msg.startswith("OUTSIDE") and "dr mean" in msg and "sfl-dist mean" not in msg
+    assert "not compared" in quickstart.compare_with_page(mine, tmp_path / "absent.md")
+
+
+def test_a_missing_extra_is_named_before_anything_runs():
+    from magister.examples._cli import require
+
+    with pytest.raises(SystemExit, match=r"needs not_a_module_xyz.*pip install 'magister\[examples\]'"):
+        require({"numpy": "examples", "not_a_module_xyz": "examples"}, "python -m x")
+    require({"numpy": "examples"}, "python -m x")  # present: no exit

@@ -163,7 +163,9 @@ def test_the_quickstart_writes_its_table_and_plot(pages, tmp_path):
     command, body = _section(pages[0], "quickstart")
     assert command.startswith("python -m magister.examples.quickstart --total-steps 256 ")
     assert command.endswith("--write-results")
-    params = quickstart.difficulties(quickstart.run_args(quickstart.parse(argv), "dr", 0))
+    from magister.examples.puzzle_ppo import difficulties
+
+    params = difficulties(quickstart.run_args(quickstart.parse(argv), "dr", 0))
     assert quickstart.table(results, params) in body  # exactly what it printed
     assert "![quickstart](img/quickstart.png)" in body
     assert (R.IMAGES / "quickstart.png").stat().st_size > 1000
@@ -180,6 +182,7 @@ def test_the_puzzle_trainer_writes_its_held_out_table_and_plot(pages, tmp_path):
     command, body = _section(pages[0], "puzzle-ppo")
     assert command == "python -m magister.examples.puzzle_ppo " + " ".join(argv)
     assert f"held-out success after {result.global_step} steps" in body
+    assert "over the difficulties: mean " in body and "95% bootstrap intervals over the" in body
     assert "![puzzle-ppo](img/puzzle-ppo.png)" in body and (R.IMAGES / "puzzle-ppo.png").is_file()
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import subprocess
 import sys
 
@@ -474,8 +475,11 @@ def test_training_step_budget_charges_the_filters_evaluation_episodes_on_top(tmp
         assert (issued - TINY["num_envs"]) * length <= fil.eval_steps <= issued * length
         assert fil.history[-1]["train_steps"] == fil.train_steps
     text = (tmp_path / "abl" / "ablation.txt").read_text()
-    assert [line.split()[0] for line in text.splitlines()[-2:]] == ["filter", "uniform"]  # mean rows
-    assert "+-" in text.splitlines()[-1]
+    rows = [line.split("|") for line in text.splitlines() if line.count("|") == 2]
+    assert [r[0].strip() for r in rows] == ["curriculum", "filter", "uniform"]  # intervals over the seeds
+    interval = re.compile(r"-?\d\.\d{3} \[-?\d\.\d{3}, -?\d\.\d{3}\]")
+    assert all(interval.fullmatch(c.strip()) for r in rows[1:] for c in r[1:])
+    assert text.splitlines()[-1].startswith("P(filter run's test return > uniform run's) = ")
 
 
 def test_async_vector_envs_train_through_the_sync_layer(tmp_path):

@@ -6,13 +6,17 @@ solvable; PLR⊥ and ACCEL fill their buffers with solvable problems (ACCEL over
 policy does better on held-out solvable problems than with DR.
 
 Every method trains with :func:`~magister.examples.minigrid_rm.ppo.train` (independent sampling, the same
-PPO settings) for each seed; the run reports, over training and as mean ± standard deviation over seeds:
+PPO settings) for each seed; the run reports, over training (curves: mean ± standard deviation over seeds)
+and at the end (:mod:`magister.evaluation`: stratified bootstrap 95% intervals over the seeds):
 
 * the solvable fraction of the PLR⊥/ACCEL buffers (DR: of its training batches, the ~3% baseline);
 * the replay-weighted solvable fraction (the probability that a replay, what PLR⊥ trains on, is solvable);
-* the solve rate and CVaR (10%, 50%) on held-out solvable level-conditioned problems.
+* on held-out solvable level-conditioned problems (the same problems for every run: seeds × problems
+  scores), the mean and interquartile mean solve rate and the CVaR at 10%, and the probability that a
+  PLR⊥ or ACCEL run beats a DR run on a problem.
 
-It writes ``summary.json``, ``atlas.png`` (the curves) and each run's ``metrics.jsonl`` under ``--out``.
+It writes ``summary.json`` (before any plot), ``atlas.png`` (the curves) and each run's ``metrics.jsonl``
+under ``--out``. Needs the ``jax`` and ``eval`` extras (checked at start).
 The defaults take about 30 minutes on 2 CPU cores; ``--updates`` and ``--envs`` scale it. The seeds of a
 method share its compiled functions (one compile per method). It runs on JAX's default backend and prints
 it; with ``--write-results`` it writes the section ``atlas`` of the results page on the CPU and
@@ -32,11 +36,14 @@ from pathlib import Path
 
 import numpy as np
 
+from magister.evaluation import Estimate, format_table, interval_estimates, probability_of_improvement
+from magister.examples._cli import require
+
 from . import ppo
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["main", "plot", "run", "summarize"]
+__all__ = ["main", "plot", "run", "statistics", "summarize"]
 
 METHODS = ("dr", "plr", "accel")
 #: metric -> title, for the table and the plot
@@ -100,6 +107,46 @@ def summarize(results: dict[str, list[list[dict]]]) -> dict[str, dict[str, list[
     return out
 
 
+#: end-of-training columns of :func:`statistics`: per-run scalars (an interval over the seeds) ...
+FINAL = {"solvable_fraction": "solvable", "replay_solvable_fraction": "replay solvable"}
+#: ... and held-out metrics over seeds × problems
+HELDOUT = {"mean": "held-out mean", "iqm": "held-out IQM", "cvar@0.1": "held-out CVaR 10%"}
+
+
+def heldout_matrix(runs: list[list[dict]]) -> np.ndarray | None:
+    """Held-out success at each run's last evaluation, seeds × problems (``None`` without evaluations)."""
+    last = [next((r["heldout_success"] for r in reversed(rows) if "heldout_success" in r), None)
+            for rows in runs]
+    if any(x is None for x in last):
+        return None
+    return np.array(last, dtype=float)
+
+
+def statistics(results: dict[str, list[list[dict]]], n_resamples: int = 2000,
+               seed: int = 0) -> tuple[dict[str, dict[str, Estimate]], dict[str, Estimate]]:
+    """``({method: {column: Estimate}}, {"P(m > dr)": Estimate})`` at the end of training, with stratified
+    bootstrap 95% intervals over the seeds (:mod:`magister.evaluation`)."""
+    table: dict[str, dict[str, Estimate]] = {}
+    held: dict[str, np.ndarray] = {}
+    for m, runs in results.items():
+        table[m] = {}
+        for key, col in FINAL.items():
+            last = [next((r[key] for r in reversed(rows) if key in r), None) for rows in runs]
+            if all(v is not None for v in last):
+                x = np.array(last, dtype=float)[:, None]  # seeds x 1
+                table[m][col] = interval_estimates({m: x}, ("mean",), n_resamples=n_resamples,
+                                                   seed=seed)[m]["mean"]
+        h = heldout_matrix(runs)
+        if h is not None:
+            held[m] = h
+            est = interval_estimates({m: h}, tuple(HELDOUT), n_resamples=n_resamples, seed=seed)[m]
+            table[m].update({HELDOUT[k]: v for k, v in est.items()})
+    better = {f"P({m} > dr)": probability_of_improvement(held[m], held["dr"], seed=seed,
+                                                         n_resamples=n_resamples)
+              for m in held if m != "dr" and "dr" in held}
+    return table, better
+
+
 def plot(results: dict[str, list[list[dict]]], path: str | Path) -> None:
     """The four curves (mean ± std over seeds) against env steps, one line per method."""
     import matplotlib
@@ -148,6 +195,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, list[float]]]
     a = ap.parse_args(argv)
     if a.seeds < 1:
         raise SystemExit(f"--seeds must be >= 1, got {a.seeds}")
+    # now, not after the first run: the runs plot (matplotlib) and the summary has intervals (scipy)
+    require({"matplotlib": "eval", "scipy": "eval"},
+            "python -m magister.examples.minigrid_rm.atlas")
     import jax
 
     backend = jax.default_backend()
@@ -167,20 +217,22 @@ def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, list[float]]]
                   a.eval_every, a.heldout, out)
     wall = time.perf_counter() - t0
     summary = summarize(results)
-    (out / "summary.json").write_text(json.dumps(summary, indent=1))
-    plot(results, out / "atlas.png")
-    lines = [f"{'method':8s}" + "".join(f"{k:>28s}" for k in CURVES)]
-    for m, vals in summary.items():
-        lines.append(f"{m:8s}" + "".join(
-            f"{vals[k][0]:>20.3f} ± {vals[k][1]:5.3f}" if k in vals else f"{'-':>28s}" for k in CURVES))
+    table, better = statistics(results)
+    intervals = {m: {k: list(v) for k, v in row.items()} for m, row in table.items()}
+    (out / "summary.json").write_text(json.dumps(  # the results first: a failing plot loses nothing
+        {"mean_std": summary, "intervals": intervals, "improvement": {k: list(v) for k, v in better.items()}},
+        indent=1))
+    lines = [format_table(table)] + [f"{k} on a held-out problem = {v.value:.3f} [{v.low:.3f}, {v.high:.3f}]"
+                                     for k, v in better.items()]
     runs = len(a.methods) * a.seeds
-    logger.info("end of training, mean ± std over %d seeds (%d env steps each):\n%s", a.seeds,
-                a.updates * a.envs * a.steps, "\n".join(lines))
+    logger.info("end of training, 95%% stratified bootstrap intervals over %d seeds (%d env steps each):\n%s",
+                a.seeds, a.updates * a.envs * a.steps, "\n".join(lines))
     logger.info("%s; %d runs in %.0f s (compiles included)", device, runs, wall)
+    plot(results, out / "atlas.png")
     logger.info("written: %s, %s", out / "summary.json", out / "atlas.png")
     if a.write_results:
-        text = (f"end of training, mean ± std over {a.seeds} seeds ({a.updates * a.envs * a.steps} env steps "
-                "each):\n" + "\n".join(lines)
+        text = (f"end of training, 95% stratified bootstrap intervals over {a.seeds} seeds "
+                f"({a.updates * a.envs * a.steps} env steps each):\n" + "\n".join(lines)
                 + f"\n{device}; {runs} runs in {wall:.0f} s (compiles included)")
         command = results_page.command_line(None if argv is None else ["", *argv],
                                             module="magister.examples.minigrid_rm.atlas")

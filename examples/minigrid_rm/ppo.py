@@ -39,6 +39,9 @@ import numpy as np
 import optax
 from jax.flatten_util import ravel_pytree
 
+from magister.evaluation import cvar, evaluate_on_device
+from magister.examples._cli import require
+
 from .. import jax_ppo as P
 from . import curriculum as C
 from .env import NUM_ACTIONS, NUM_COLOURS, NUM_TILES, observe
@@ -552,7 +555,6 @@ def buffer_composition(cfg: TrainConfig, ts: TrainState, sampled: Problem) -> di
 _replay_distribution = jax.jit(C.replay_distribution, static_argnums=1)
 
 
-cvar = P.cvar
 
 
 def save_checkpoint(path: str | Path, ts: TrainState, cfg: TrainConfig) -> None:
@@ -625,16 +627,17 @@ def train(cfg: TrainConfig, out: str | Path | None = None, log_every: int = 5, e
             row["steps_per_s_wall"] = steps / (time.perf_counter() - t0)  # compile included
         if eval_every and ((u + 1) % eval_every == 0 or u + 1 == cfg.updates):
             k1, k2 = jax.random.split(jax.random.PRNGKey(u))
-            probe_ok = np.mean([np.asarray(eval_fn(ts.params, probes, k))
-                                for k in jax.random.split(k1, 4)], 0)
+            probe_ok = evaluate_on_device(eval_fn, ts.params, probes, key=k1, episodes=4)
             row["probe_solve_rate"] = float(probe_ok.mean())
             row.update({f"probe/{n}": float(x) for n, x in zip(names, probe_ok)})
-            held_ok = np.mean([np.asarray(eval_fn(ts.params, held, k)) for k in jax.random.split(k2, 4)], 0)
+            held_ok = evaluate_on_device(eval_fn, ts.params, held, key=k2, episodes=4)
             for a in (0.1, 0.5, 1.0):
                 row[f"cvar_{a}"] = cvar(held_ok, a)
+            row["heldout_success"] = held_ok.tolist()  # per problem: the columns of magister.evaluation
         if len(row) > 2:
             rows.append(row)
-            logger.info("update %d: %s", u + 1, {k: round(v, 4) for k, v in row.items()})
+            logger.info("update %d: %s", u + 1,
+                        {k: round(v, 4) for k, v in row.items() if not isinstance(v, list)})
             if progress and hasattr(it, "set_postfix") and "solvable_fraction" in row:
                 it.set_postfix(solvable=round(row["solvable_fraction"], 3),
                                solved=round(row.get("solve_rate_train", 0.0), 3))
@@ -671,6 +674,9 @@ def plot_composition(runs: dict[str, list[dict[str, float]]], path: str | Path) 
 
 def main(argv: Sequence[str] | None = None) -> list[dict[str, float]]:
     ap = argparse.ArgumentParser(prog="python -m magister.examples.minigrid_rm.ppo", description=__doc__,
+                                 epilog="Needs the 'jax' extra; --out (its plot) also needs matplotlib "
+                                        "(extra 'eval') and the progress bar tqdm (extra 'examples'; or "
+                                        "--no-progress).",
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--method", choices=METHODS, default="plr")
     ap.add_argument("--sampler", choices=("independent", "level_conditioned"), default="independent")
@@ -692,6 +698,8 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, float]]:
     ap.add_argument("--ckpt-every", type=int, default=0)
     ap.add_argument("--no-progress", action="store_true")
     a = ap.parse_args(argv)
+    require({**({"matplotlib": "eval"} if a.out else {}), **({} if a.no_progress else {"tqdm": "examples"})},
+            "python -m magister.examples.minigrid_rm.ppo")  # now, not after training
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     cur = method_curriculum(a.method, buffer_size=a.buffer_size, score=a.score, min_edits=a.min_edits,
                             max_edits=a.max_edits)

@@ -52,7 +52,7 @@ def throughput(steps: int = 2000, seed: int = 0) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(description=__doc__, epilog="Needs only the core install.")
     parser.add_argument("--steps", type=int, default=2000, help="steps per throughput run")
     args = parser.parse_args(argv)
     out = measure_table() + [""] + throughput(args.steps)

@@ -67,6 +67,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     from magister.examples.xland_ppo import make_task_space, parse_args, train
 
     p = argparse.ArgumentParser(prog="python -m magister.examples.xland.oracle_filter", description=__doc__,
+                                epilog="Needs the 'examples' extra (torch, tqdm, matplotlib, scipy): pip "
+                                       "install 'magister[examples]'.",
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--keep", choices=sorted(KEEP_RULES), default="oracle", help="which tasks to train on")
     p.add_argument("--pool", type=int, default=3000, help="training tasks drawn and labelled")

@@ -92,7 +92,9 @@ def learning_curve(history: list[dict], bins: int = 10) -> list[tuple[int, float
 def main(argv: list[str] | None = None) -> list[tuple[int, float]]:
     from magister.examples.xland_ppo import TorchPolicy, make_agent, parse_args, train
 
-    p = argparse.ArgumentParser(prog="python -m magister.examples.xland.sanity", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m magister.examples.xland.sanity", description=__doc__,
+                                epilog="Needs the 'examples' extra (torch, scipy): pip install "
+                                       "'magister[examples]'.")
     p.add_argument("--tasks", type=int, default=8, help="number of fixed easy tasks")
     p.add_argument("--goal", default=None, help="the learner's goal for every task (default: random easy)")
     p.add_argument("--total-steps", type=int, default=60_000)
