@@ -90,7 +90,7 @@ def _client_round_trips(address: str, n: int) -> list[float]:
     times = []
     for _ in range(n):
         t0 = time.perf_counter()
-        c._send([c._pack(P.TaskRequest(c.env_id, 1))], 0, 1)  # (one send, asking for one task)
+        c._send([P.TaskRequest(c.env_id, 1)], 0, 1)  # (one send, asking for one task)
         while not c._buffer:
             c._receive(5.0)
         times.append(time.perf_counter() - t0)
