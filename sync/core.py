@@ -318,7 +318,7 @@ class SyncCore:
                 flight[i] = (task_key(s.task), s)
             c.tasks_sampled += count
             c.tasks_sent += count
-        return P.Tasks.of(
+        return P.Tasks(
             env_id,
             ids,
             tuple(s.task for s in samples),
@@ -460,7 +460,7 @@ class SyncCore:
                     replies.append(reply)
         if tasks:
             replies.append(
-                P.Tasks.of(
+                P.Tasks(
                     batch.env_id,
                     tuple(i for t in tasks for i in t.task_ids),
                     tuple(x for t in tasks for x in t.tasks),

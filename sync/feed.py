@@ -1,31 +1,17 @@
 """The environment side of the sync layer: one feed of tasks and feedback, over one of three transports.
 
-A :class:`TaskFeed` is where an env's tasks come from and where its feedback goes. It does, once, whatever
-carries the messages:
-
-* **Prefetch.** It keeps tasks ready so ``reset`` rarely waits: as many as the env plays in
-  ``max_update_delay`` seconds (by its recent pace), at least one and at most ``prefetch``.
-* **Held updates.** Updates are held for a moment and sent together as one message (consecutive finished
-  episodes as the columns of one :class:`~magister.sync.protocol.Episodes`, other updates with them in a
-  :class:`~magister.sync.protocol.Batch`; one actor call on Ray): at most ``update_batch`` of them and
-  about ``max_update_delay`` seconds. The update after which at most one task would be left ready asks for
-  the next tasks and goes out at once. A per-process background thread sends what is due while an env is
-  idle; :meth:`TaskFeed.flush` and :meth:`TaskFeed.close` send everything.
-* **Step records** are batched (:class:`~magister.sync.steps.StepBuffer`; none when the curriculum wants
-  none; observations and infos only when it reads them).
-* **Accounting** (``stats``), **fork safety** (the transport is made lazily in the process that uses the
-  feed; after a fork the child makes its own and registers as a new env), **give back** and **close**
-  (flush, wait for tasks on their way, return unused ones with the goodbye, wait for its ack; all bounded).
-* **Fallback.** Every wait has a timeout: then :class:`ServerUnavailableError` is raised, or, when
-  ``fallback_task_space`` is given, tasks are sampled locally from then on (logged once; feedback dropped).
+A :class:`TaskFeed` is where an env's tasks come from and where its feedback goes. It keeps tasks ready
+(as many as the env plays in ``max_update_delay`` seconds, at least one, at most ``prefetch``); holds
+updates for a moment and sends them together (at most ``update_batch`` and about ``max_update_delay``
+seconds; a per-process background thread sends what is due while an env is idle); batches step records
+(:class:`~magister.sync.steps.StepBuffer`); counts what it sends and drops (``stats``); reconnects after a
+fork; and returns unused tasks at close. Every wait has a timeout: then :class:`ServerUnavailableError` is
+raised, or, with ``fallback_task_space``, tasks are sampled locally from then on (logged; feedback dropped).
 
 A transport (:mod:`magister.sync.transports`) only opens, sends, receives and closes; what differs between
 transports is declared in its :class:`~magister.sync.transports.base.Capabilities`. Every setting is a
 field of :class:`~magister.sync.options.FeedOptions`. :func:`connect` picks the transport from the source;
 :class:`CurriculumClient`, :class:`RayClient` and :class:`LocalClient` name the feed over each transport.
-
-A task handed to an env is an :class:`Assignment`: the encoded task, its train and control flags, the
-variant it plays (if any) and the id the curriculum side uses for its lease.
 """
 
 from __future__ import annotations
@@ -77,7 +63,7 @@ DEFAULT_PREFETCH = ZmqTransport.caps.prefetch
 _now = time.monotonic
 #: Whether feeds register with the per-process background flusher (tests with a fake clock turn it off).
 _background_flush = True
-#: This process's id, kept current across ``os.fork`` by an at-fork hook (read on every episode).
+#: This process's id, kept current across ``os.fork`` by an at-fork hook.
 _pid = os.getpid()
 
 
@@ -90,12 +76,8 @@ os.register_at_fork(after_in_child=_update_pid)
 
 
 class Assignment(NamedTuple):
-    """A task handed to one env: ``task_id`` is the id of its lease (``-1``: not from the curriculum side).
-
-    ``task`` is the task the curriculum credits; ``control`` asks for the trainer's control policy;
-    ``variant`` (``None``: none) is the task the env plays instead of ``task`` (the fields of
-    :class:`~magister.curricula.base.TaskSample`).
-    """
+    """A task handed to one env: its lease id (``-1``: not from the curriculum side) and the fields of
+    :class:`~magister.curricula.base.TaskSample` (``variant``: the task played instead of ``task``)."""
 
     task_id: int
     task: EncodedTask
@@ -111,11 +93,8 @@ _PROCESS_STATE = ("_pid", "_transport", "_buffer", "_steps", "_held", "_lock", "
 
 class TaskFeed:
     """Tasks for one env, and its feedback to the curriculum, over a :class:`Transport` (see the module
-    docstring). Built by :func:`connect`, or as :class:`CurriculumClient`, :class:`RayClient` or
-    :class:`LocalClient`; one env thread per feed (a background thread may send its held updates).
-
-    Serialisable to worker processes: only the transport's class and the options travel; the transport is
-    made on first use in the process that uses the feed.
+    docstring). One env thread per feed. Pickles to worker processes (the transport's class and options
+    travel; the transport is made on first use in the process that uses the feed).
 
     Args:
         transport: The transport class, made with ``transport_options`` in the process that uses the feed.
@@ -159,7 +138,6 @@ class TaskFeed:
         self.name = opts.name
         self.strip_keys = frozenset(opts.strip_keys)
         self.send_obs, self.send_infos = opts.send_obs, opts.send_infos
-        #: Whether updates are held for a batched send (``update_batch > 1`` and ``max_update_delay > 0``).
         self.holds_updates = self.update_batch > 1 and self.max_update_delay > 0
         self._transport_class = transport
         self._transport_options = transport_options
@@ -254,10 +232,9 @@ class TaskFeed:
         return True
 
     def _rejoin(self) -> None:
-        """The curriculum side no longer knows this env (it restarted, or declared the env gone after a
-        silence): register again. What is still to be delivered goes to the new registration (the
-        transport sends it again); the tasks of the old one still held are played and reported as tasks
-        the env chose (id ``-1``: their ids meant nothing to the new registration)."""
+        """Register again with a curriculum side that no longer knows this env (restarted, or it declared
+        the env gone). Undelivered updates go to the new registration; tasks of the old one still held are
+        played and reported as tasks the env chose (id ``-1``)."""
         transport = self._transport
         old = self.env_id
         logger.warning("%s no longer knows env %s (restarted, or it declared the env gone): registering "
@@ -293,8 +270,7 @@ class TaskFeed:
         )
 
     def _go_fallback(self, what: str, reason: str | None = None) -> bool:
-        """The curriculum did not answer (while waiting for ``what``): raise, or sample locally from now
-        on."""
+        """No answer while waiting for ``what``: raise, or sample locally from now on."""
         if reason is None:
             reason = self._transport.no_reply(what)  # type: ignore[union-attr]
         if self.fallback_task_space is None:
@@ -335,10 +311,8 @@ class TaskFeed:
         """Send an update (a message, or ``(message class, fields)``), or hold it for a batched send.
 
         Held updates go out together once ``update_batch`` are held, the oldest has waited
-        ``max_update_delay``, one asks for tasks, or a large update (step records with large observations)
-        comes
-        (over a costly transport it goes with them, otherwise after them); and on :meth:`flush`,
-        :meth:`close`, a :meth:`next_task` with no task ready, and from the background flusher.
+        ``max_update_delay``, one asks for tasks, or a large update comes (step records with large
+        observations: over a costly transport it goes with them, otherwise after them).
         """
         large = type(item) is P.StepUpdate and observation_bytes(item.obs) >= P.DEFAULT_OOB_THRESHOLD
         with self._lock:
@@ -359,8 +333,7 @@ class TaskFeed:
                 self.stats["updates_dropped"] += 1
 
     def _send_held(self, request: int = 0) -> None:
-        """Send the held updates (one message; a batch when several), with a request for ``request``
-        more tasks."""
+        """Send the held updates as one message, asking for ``request`` more tasks."""
         if not self._active() or self.env_id is None:
             return
         held, asked = self._held, self._held_request
@@ -380,9 +353,8 @@ class TaskFeed:
         self._send(held, updates, asked)
 
     def _send_due(self) -> None:
-        """Send the held updates if they are due, and a heartbeat after ``heartbeat`` seconds of silence
-        (called by the background flusher's thread; a feed the env's thread is using is skipped until the
-        next wake-up)."""
+        """Send the held updates if due, or a heartbeat after ``heartbeat`` seconds of silence (from the
+        background flusher; a feed busy in the env's thread is skipped)."""
         transport = self._transport
         beat = (
             self.heartbeat > 0
@@ -454,10 +426,10 @@ class TaskFeed:
         return True
 
     # -- tasks --------------------------------------------------------------------------------------
-    def _request_size(self) -> int:
+    @property
+    def request_size(self) -> int:
         """Tasks to keep ready: as many as the env plays in ``max_update_delay`` seconds (by its recent
-        pace; 1 until that is known), at least 1 and at most ``prefetch`` (``prefetch`` itself when
-        ``max_update_delay`` is infinite)."""
+        pace; 1 until known), within ``[1, prefetch]``."""
         if self.prefetch <= 1:
             return 1
         if self.max_update_delay == math.inf:
@@ -470,18 +442,16 @@ class TaskFeed:
 
     def _depth(self) -> int:
         """Tasks to keep ready beyond the one the next reset takes (0 with ``prefetch=0``)."""
-        return self._request_size() if self.prefetch else 0
+        return self.request_size if self.prefetch else 0
 
     def _refill_request(self) -> int:
-        """Tasks an episode (or completed task) update asks for along the way, the reset that follows
-        taking one task. In-process: none (tasks are asked for when needed). Over sockets: what keeps the
-        depth ready, asked once at most one task would be left after that reset (when holding updates).
-        Over a costly transport: the next ``request_size`` tasks once none would be left."""
+        """Tasks an episode (or completed task) update asks for along the way: none in-process, what keeps
+        the depth ready over sockets, the next ``request_size`` once none is left over a costly one."""
         if self.env_id is None or self.caps.replies_with_send:
             return 0
         ready = len(self._buffer) + self._outstanding + self._held_request
         if self.caps.costly_send:
-            return self._request_size() if self.prefetch and ready <= 1 else 0
+            return self.request_size if self.prefetch and ready <= 1 else 0
         if self.holds_updates and ready > 2:
             return 0
         return max(0, self._depth() + 1 - ready)
@@ -502,7 +472,7 @@ class TaskFeed:
                 self._drain()  # (a feed holding updates reads error replies with the next tasks)
             if not self._buffer:
                 if not self._outstanding:  # ask, sending what is held along
-                    self._send_held(1 if caps.cheap_receive else self._request_size())
+                    self._send_held(1 if caps.cheap_receive else self.request_size)
                 elif not caps.costly_send:
                     self._send_held()
                 if not self._wait_for_tasks():
@@ -548,15 +518,13 @@ class TaskFeed:
             self._steps.add(assignment, obs, reward, terminated, truncated, info, progress)
 
     def step_recorder(self) -> Callable[..., None] | None:
-        """What :meth:`record_step` calls, for callers recording every step of an episode; ``None`` when the
-        curriculum wants no step updates."""
+        """What :meth:`record_step` calls (``None``: the curriculum wants no step updates)."""
         if self.requires_step_updates and self._steps is not None:
             return self._steps.add
         return None
 
     def flush(self) -> None:
-        """Send buffered step records and every held update now (dropped when updates cannot be
-        delivered: closed, fallback)."""
+        """Send buffered step records and every held update now."""
         with self._lock:
             self._flush_steps()
             self._send_held()
@@ -584,8 +552,8 @@ class TaskFeed:
                 self._drain()  # error replies and tasks that arrived meanwhile
 
     def _task_id(self, assignment: Assignment, done: bool) -> int:
-        """The lease id to report ``assignment`` under (``-1`` for a task of a previous registration);
-        ``done``: the lease ends with this report."""
+        """The lease id to report ``assignment`` under (``-1``: a previous registration's); ``done``: the
+        lease ends."""
         task_id = assignment.task_id
         if self._void.get(task_id) is assignment:
             if done:
@@ -607,9 +575,8 @@ class TaskFeed:
     ) -> None:
         """An episode on ``assignment`` finished (``ended=False``: abandoned by an early reset).
 
-        ``refill``: a next task will be wanted (the env resets next), so the update may also ask for it;
-        false when the env is closing. ``extras`` must travel (msgpack-able values): checked here, in the
-        env's step, rather than when the held updates are sent."""
+        ``refill``: the env resets next, so the update may ask for the next task. ``extras`` that cannot
+        travel raise here, in the env's step, not when the held updates are sent."""
         if self._transport is None or self._pid != _pid:  # (closed, fallback, forked)
             return
         if self.requires_step_updates and self._steps is not None and len(self._steps):
@@ -625,8 +592,8 @@ class TaskFeed:
         self._deliver((P.EpisodeUpdate, fields), request)
 
     def record_progress(self, assignment: Assignment, progress: float, done: bool = False) -> None:
-        """Progress on ``assignment`` mid-episode; ``done`` acknowledges the task as consumed (and, the task
-        being replaced at once, may ask for the next one in the same message)."""
+        """Progress on ``assignment`` mid-episode; ``done`` acknowledges the task as consumed (and may ask
+        for the next one)."""
         if not self._active():
             return
         if self._steps is not None and len(self._steps):
@@ -701,8 +668,8 @@ class TaskFeed:
 
 
 def _columns(held: list[Any], env_id: int) -> list[Any]:
-    """``held`` with each run of two or more held episode updates without extras (``(EpisodeUpdate,
-    fields)``) made one :class:`~magister.sync.protocol.Episodes` item asking for the tasks they asked for."""
+    """``held`` with each run of two or more episode updates without extras made one
+    :class:`~magister.sync.protocol.Episodes`."""
     out: list[Any] = []
     run: list[tuple] = []
 
@@ -727,13 +694,10 @@ def _columns(held: list[Any], env_id: int) -> list[Any]:
 
 
 class _Flusher:
-    """One daemon thread per process that sends the updates feeds have held too long (and heartbeats).
-
-    It sleeps until the oldest held update of its feeds is due (at least a quarter and at most all of the
-    shortest ``max_update_delay`` among them), so an update waits at most about
-    ``1.25 * max_update_delay`` even when its env stops stepping (an RLlib env runner between two
-    ``sample()`` calls). Feeds are held by weak reference; a feed busy in its own thread is skipped until
-    the next wake-up. The thread ends once no feed is registered; the next registration starts a new one.
+    """One daemon thread per process sending what feeds held too long (and heartbeats), also while their
+    env does not step (an RLlib env runner between two ``sample()`` calls). It sleeps until the oldest
+    held update is due, within a quarter and all of the shortest ``max_update_delay``. Feeds are held by
+    weak reference; the thread ends when none is left (the next registration starts a new one).
     """
 
     def __init__(self) -> None:
@@ -794,8 +758,7 @@ class _Flusher:
             timeout = self._tick()
 
     def _tick(self) -> float | None:
-        """Send what is due; returns the next sleep. (Its own frame: the thread's long-lived frame holds
-        no feed between wake-ups, so an abandoned feed can be collected.)"""
+        """Send what is due; returns the next sleep (its own frame, so no feed stays referenced)."""
         with self.lock:
             clients = list(self.clients)
         for client in clients:
@@ -830,12 +793,8 @@ def _unregister_for_flushing(client: TaskFeed) -> None:
 
 
 class CurriculumClient(TaskFeed):
-    """The feed over ZeroMQ: a DEALER socket to a :class:`~magister.sync.server.CurriculumServer` at
-    ``address``, made on first use in the process that uses it. Options: :class:`FeedOptions` fields.
-
-    Raises:
-        ValueError: a malformed address (naming it and the accepted forms).
-    """
+    """The feed over ZeroMQ to the :class:`~magister.sync.server.CurriculumServer` at ``address``.
+    Options: :class:`FeedOptions` fields. A malformed address raises ``ValueError``."""
 
     def __init__(
         self, address: str, options: FeedOptions | None = None, *, task_space: TaskSpace | None = None,
@@ -853,15 +812,9 @@ class CurriculumClient(TaskFeed):
 
 
 class RayClient(TaskFeed):
-    """The feed over Ray: calls to the curriculum actor at ``address`` (``"ray://<name>"`` or
-    ``"ray://<namespace>/<name>"``, see :mod:`magister.sync.ray_backend`), looked up on first use in the
-    process that uses it. A process *forked* from a Ray worker or driver cannot use Ray: build such envs
-    in Ray workers, or use the ZeroMQ backend. Options: :class:`FeedOptions` fields.
-
-    Raises:
-        ImportError: Ray is not installed.
-        ValueError: ``curve_server_key`` was given (CURVE is ZeroMQ's; secure the Ray cluster instead).
-    """
+    """The feed over Ray to the curriculum actor at ``address`` (``"ray://[<namespace>/]<name>"``, see
+    :mod:`magister.sync.ray_backend`). A process *forked* from a Ray worker cannot use Ray. Options:
+    :class:`FeedOptions` fields (not ``curve_server_key``: secure the Ray cluster instead)."""
 
     def __init__(
         self, address: str, options: FeedOptions | None = None, *, task_space: TaskSpace | None = None,
@@ -881,16 +834,11 @@ class RayClient(TaskFeed):
         super().__init__(RayTransport, transport_options, opts, address=address, task_space=task_space,
                          stream=stream)
 
-    @property
-    def request_size(self) -> int:
-        """Tasks the feed asks for in its next request (see :meth:`TaskFeed._request_size`)."""
-        return self._request_size()
 
 
 class LocalClient(TaskFeed):
-    """The feed in-process: calls the curriculum's core directly (under its lock), no sockets; it registers
-    when made (a refusal raises :class:`SyncError`) and holds nothing. Options: :class:`FeedOptions`
-    fields (``prefetch``: tasks asked for at once when none is ready; default 0, i.e. one)."""
+    """The feed in-process: calls the curriculum's core directly, no sockets; it registers when made (a
+    refusal raises :class:`SyncError`) and holds nothing. Options: :class:`FeedOptions` fields."""
 
     def __init__(
         self, core: SyncCore, options: FeedOptions | None = None, *, task_space: TaskSpace | None = None,
@@ -915,15 +863,9 @@ def connect(
     source: Source, options: FeedOptions | None = None, *, task_space: TaskSpace | None = None,
     stream: int | None = None, **overrides: Any,
 ) -> TaskFeed:
-    """The feed for ``source``, its transport picked from it.
-
-    * an address str: ``"ray://..."`` (from :func:`magister.sync.ray_backend.serve_ray`) gives a
-      :class:`RayClient` (``ImportError`` without Ray), any other (``tcp://``, ``ipc://``) a
-      :class:`CurriculumClient`;
-    * a :class:`ServerHandle` (what a server sent to another process becomes): its address;
-    * a :class:`~magister.curricula.base.Curriculum`, or a server of this process: a :class:`LocalClient`
-      (in-process). A server used from another process is reached through its address;
-    * a :class:`TaskFeed`: itself.
+    """The feed for ``source``: a :class:`RayClient` for a ``"ray://..."`` address, a
+    :class:`CurriculumClient` for another address or a :class:`ServerHandle`, a :class:`LocalClient` for a
+    :class:`~magister.curricula.base.Curriculum` or a server of this process, a :class:`TaskFeed` itself.
 
     Raises:
         TypeError: ``source`` is none of these, or an option is unknown.

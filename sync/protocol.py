@@ -39,11 +39,11 @@ from __future__ import annotations
 
 import logging
 import math
-import operator
 import struct
-import threading
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import MISSING, dataclass, field, fields
+from functools import partial
 from typing import Any, ClassVar
 
 import msgpack
@@ -81,6 +81,7 @@ __all__ = [
     "PONG",
     "pack_envelope",
     "unpack_envelope",
+    "Stream",
     "rebase",
 ]
 
@@ -120,20 +121,12 @@ def _check_dtype(dt: np.dtype) -> None:
         )
 
 
-_dtype_cache: dict[bytes, np.dtype] = {}
-
-
 def _dtype_from(code: bytes) -> np.dtype:
-    dt = _dtype_cache.get(code)
-    if dt is not None:
-        return dt
     try:
         dt = np.dtype(code.decode("ascii"))
         _check_dtype(dt)
     except (TypeError, ValueError, UnicodeDecodeError) as exc:
         raise ProtocolError(f"refused numpy dtype {code!r}: {exc}") from None
-    if len(_dtype_cache) < 256:  # bounded: a peer cannot grow it without limit
-        _dtype_cache[code] = dt
     return dt
 
 
@@ -141,8 +134,7 @@ def _dtype_from(code: bytes) -> np.dtype:
 # (_EXT_ARRAY) or the uint32 index of the out-of-band frame holding them (_EXT_ARRAY_FRAME).
 def _array_payload(arr: np.ndarray, frames: list[Any] | None, oob_threshold: int) -> msgpack.ExtType:
     dt = arr.dtype
-    if dt.kind not in _ALLOWED_DTYPE_KINDS or dt.fields is not None or dt.subdtype is not None:
-        _check_dtype(dt)
+    _check_dtype(dt)
     if not arr.flags.c_contiguous:
         arr = arr.copy(order="C")  # (np.ascontiguousarray would turn a 0-d array into 1-d)
     code = dt.str.encode("ascii")
@@ -210,40 +202,13 @@ def pack_value(
     >>> unpack_value(pack_value({"a": (1, 2.5, None)}))
     {'a': (1, 2.5, None)}
     """
-    packing = _packing  # this thread's packer, made once (msgpack.packb makes one and its buffer per call)
-    if packing.busy:  # (re-entered from a default hook: a packer of its own)
-        return msgpack.packb(value, default=_default(frames, oob_threshold), use_bin_type=True)
-    packing.busy, packing.frames, packing.threshold = True, frames, oob_threshold
-    try:
-        return packing.packer.pack(value)  # (a failed pack leaves the packer empty)
-    finally:
-        packing.busy, packing.frames = False, None
-
-
-class _Packing(threading.local):
-    """A msgpack packer per thread, whose numpy hook reads the frames and threshold of the current call."""
-
-    def __init__(self) -> None:
-        self.busy = False
-        self.frames: list[Any] | None = None
-        self.threshold = DEFAULT_OOB_THRESHOLD
-        self.packer = msgpack.Packer(default=self._default, use_bin_type=True)
-
-    def _default(self, obj: Any) -> Any:
-        return _default(self.frames, self.threshold)(obj)
-
-
-_packing = _Packing()
+    return msgpack.packb(value, default=_default(frames, oob_threshold), use_bin_type=True)
 
 
 def _ext(code: int, payload: bytes, frames: Sequence[Any]) -> Any:
     if code == _EXT_ARRAY or code == _EXT_ARRAY_FRAME:
         return _array_from(code, payload, frames)
     raise ProtocolError(f"unknown msgpack extension type {code}")
-
-
-def _ext_inline(code: int, payload: bytes) -> Any:
-    return _ext(code, payload, ())
 
 
 def unpack_value(
@@ -254,13 +219,10 @@ def unpack_value(
     if nbytes > max_buffer_size:
         raise ProtocolError(f"message header of {nbytes} bytes exceeds the limit of {max_buffer_size} bytes")
 
-    if frames:
 
-        def ext_hook(code: int, payload: bytes) -> Any:
-            return _ext(code, payload, frames)
+    def ext_hook(code: int, payload: bytes) -> Any:
+        return _ext(code, payload, frames)
 
-    else:  # (most messages: nothing out of band, and no closure to make)
-        ext_hook = _ext_inline
     try:
         return msgpack.unpackb(
             data,
@@ -280,10 +242,9 @@ def unpack_value(
         raise ProtocolError(f"malformed msgpack data: {type(exc).__name__}: {exc}") from None
 
 
-# -- field checkers -----------------------------------------------------------------------------------
+# -- field checkers: each takes (field name, value) and returns the value the message keeps ------------
 
 
-# (each checks the exact built-in type first: what msgpack decodes to, on every field of every message)
 def _int(name: str, v: Any, lo: int | None = None) -> int:
     if type(v) is not int:
         if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
@@ -292,6 +253,11 @@ def _int(name: str, v: Any, lo: int | None = None) -> int:
     if lo is not None and v < lo:
         raise ProtocolError(f"field {name} must be >= {lo}, got {v}")
     return v
+
+
+_NAT = partial(_int, lo=0)  # an int >= 0
+_ID = partial(_int, lo=-1)  # an id, or -1 for none
+_POS = partial(_int, lo=1)
 
 
 def _float(name: str, v: Any) -> float:
@@ -316,15 +282,28 @@ def _str(name: str, v: Any) -> str:
     return v
 
 
+def _dict(name: str, v: Any) -> dict:
+    if not isinstance(v, dict):
+        raise ProtocolError(f"field {name} must be a dict, got {type(v).__name__}")
+    return v
+
+
 def _tuple(name: str, v: Any) -> tuple:
     if not isinstance(v, (tuple, list)):
         raise ProtocolError(f"field {name} must be a tuple, got {type(v).__name__}")
     return tuple(v)
 
 
-def _array(name: str, v: Any, dtype: Any, n: int | None = None) -> np.ndarray:
-    if type(v) is np.ndarray and v.dtype == dtype and v.ndim == 1 and (n is None or v.shape[0] == n):
-        return v  # the common case, checked cheaply
+def _column(name: str, v: Any, check: Any, n: int | None = None) -> tuple:
+    """A tuple of ``n`` values (any length when ``n`` is ``None``), each checked by ``check`` (``None``:
+    any value)."""
+    col = _tuple(name, v)
+    if n is not None and len(col) != n:
+        raise ProtocolError(f"fields differ in length: {name} has {len(col)} entries, expected {n}")
+    return col if check is None else tuple(check(name, x) for x in col)
+
+
+def _array(name: str, v: Any, dtype: Any, n: int) -> np.ndarray:
     try:
         arr = np.asarray(v)
     except Exception:
@@ -334,7 +313,7 @@ def _array(name: str, v: Any, dtype: Any, n: int | None = None) -> np.ndarray:
     want = np.dtype(dtype)
     if arr.size and not np.can_cast(arr.dtype, want, casting="same_kind"):
         raise ProtocolError(f"field {name} must have dtype {want}, got {arr.dtype}")
-    if n is not None and arr.shape[0] != n:
+    if arr.shape[0] != n:
         raise ProtocolError(f"field {name} has length {arr.shape[0]}, expected {n}")
     return arr.astype(want, copy=False)
 
@@ -343,22 +322,25 @@ def _array(name: str, v: Any, dtype: Any, n: int | None = None) -> np.ndarray:
 
 
 class Message:
-    """Base of every message kind: a frozen dataclass with a class-level ``KIND`` code."""
+    """Base of every message kind: a frozen dataclass with a class-level ``KIND`` code.
+
+    Its fields are checked when it is made, so a decoded message is as valid as a constructed one:
+    ``CHECKS`` names a checker per field (kinds with fields that depend on each other check in their
+    own ``__post_init__``).
+    """
 
     KIND: ClassVar[int] = 0
+    CHECKS: ClassVar[dict[str, Callable[[str, Any], Any]]] = {}
+
+    def __post_init__(self) -> None:
+        for name, check in self.CHECKS.items():
+            self._set(name, check(name, getattr(self, name)))
 
     def _set(self, name: str, value: Any) -> None:
         object.__setattr__(self, name, value)
 
     def _fields(self) -> tuple:
-        get = _FIELD_GETTERS.get(self.__class__)
-        if get is None:  # one C-level getter of every field, per class
-            names = [f.name for f in fields(self)]  # type: ignore[arg-type]
-            get = _FIELD_GETTERS[self.__class__] = operator.attrgetter(*names, names[0])
-        return get(self)[:-1]  # (the repeated first name makes even a one-field getter return a tuple)
-
-
-_FIELD_GETTERS: dict[type, Any] = {}
+        return tuple(getattr(self, f.name) for f in fields(self))  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)
@@ -366,25 +348,18 @@ class Hello(Message):
     """Client -> server at connect: who is asking (for logs), answered by :class:`Welcome`."""
 
     KIND: ClassVar[int] = 1
+    CHECKS: ClassVar[dict] = {"pid": _NAT, "name": _str, "task_space": _str, "stream": _ID, "rejoin": _ID}
     pid: int
     name: str = ""
-    #: The env's task space fingerprint (:meth:`~magister.task_spaces.base.TaskSpace.fingerprint`; ``""``:
-    #: not given): the server refuses the env when it differs from its curriculum's.
+    #: The env's task space fingerprint (``""``: not given): the server refuses the env when it differs
+    #: from its curriculum's.
     task_space: str = ""
     #: The env's random stream (the seed of its first seeded reset; ``-1``: none): tasks sampled for this env
     #: draw from a generator of its own, derived from the curriculum's seed and this number.
     stream: int = -1
-    #: The env id this client had before it registered again (``-1``: a first hello): after a server
-    #: restart, or after the server declared it gone. Messages it still has to deliver from that
-    #: registration carry that id; the server takes them as the new registration's.
+    #: The env id this client had before it registered again (``-1``: a first hello). Messages it still
+    #: has to deliver from that registration carry that id; the server takes them as the new one's.
     rejoin: int = -1
-
-    def __post_init__(self) -> None:
-        self._set("pid", _int("pid", self.pid, 0))
-        self._set("name", _str("name", self.name))
-        self._set("task_space", _str("task_space", self.task_space))
-        self._set("stream", _int("stream", self.stream, -1))
-        self._set("rejoin", _int("rejoin", self.rejoin, -1))
 
 
 @dataclass(frozen=True)
@@ -392,11 +367,16 @@ class Welcome(Message):
     """Server -> client: the env id assigned to this client and the server's settings.
 
     ``step_obs`` / ``step_infos``: whether step records should carry observations / infos (the curriculum's
-    :attr:`~magister.curricula.base.Curriculum.requires_step_observations` and ``requires_step_infos``);
-    the client sends them only when these and its own ``send_obs`` / ``send_infos`` options agree.
+    ``requires_step_observations`` and ``requires_step_infos``); the client sends them only when these and
+    its own ``send_obs`` / ``send_infos`` options agree.
     """
 
     KIND: ClassVar[int] = 2
+    CHECKS: ClassVar[dict] = {
+        "env_id": _NAT, "requires_step_updates": _bool, "requires_episode_updates": _bool,
+        "step_batch_size": _POS, "step_obs": _bool, "step_infos": _bool, "task_space": _str,
+        "heartbeat": _float, "server_token": _str,
+    }
     env_id: int
     requires_step_updates: bool
     requires_episode_updates: bool
@@ -405,25 +385,11 @@ class Welcome(Message):
     step_infos: bool = True
     #: The curriculum's task space fingerprint.
     task_space: str = ""
-    #: Seconds between the heartbeats the server wants from an idle env (0: none); an env silent for
-    #: the server's ``env_timeout`` is declared gone.
+    #: Seconds between the heartbeats the server wants from an idle env (0: none).
     heartbeat: float = 0.0
     #: A random token naming this server instance: a client that registers again learns from it whether it
     #: met the same server (it had declared the env gone) or a restarted one.
     server_token: str = ""
-
-    def __post_init__(self) -> None:
-        self._set("task_space", _str("task_space", self.task_space))
-        self._set("heartbeat", _float("heartbeat", self.heartbeat))
-        self._set("server_token", _str("server_token", self.server_token))
-        self._set("env_id", _int("env_id", self.env_id, 0))
-        self._set("requires_step_updates", _bool("requires_step_updates", self.requires_step_updates))
-        self._set(
-            "requires_episode_updates", _bool("requires_episode_updates", self.requires_episode_updates)
-        )
-        self._set("step_batch_size", _int("step_batch_size", self.step_batch_size, 1))
-        self._set("step_obs", _bool("step_obs", self.step_obs))
-        self._set("step_infos", _bool("step_infos", self.step_infos))
 
 
 @dataclass(frozen=True)
@@ -431,12 +397,9 @@ class TaskRequest(Message):
     """Client -> server: send ``count`` more tasks to env ``env_id``."""
 
     KIND: ClassVar[int] = 3
+    CHECKS: ClassVar[dict] = {"env_id": _NAT, "count": _POS}
     env_id: int
     count: int = 1
-
-    def __post_init__(self) -> None:
-        self._set("env_id", _int("env_id", self.env_id, 0))
-        self._set("count", _int("count", self.count, 1))
 
 
 @dataclass(frozen=True)
@@ -445,8 +408,8 @@ class Tasks(Message):
 
     Per task: ``train`` (``False``: evaluation-only), ``control`` (``True``: to be played by the trainer's
     control policy) and ``variants`` (the encoded task the env plays instead, ``None``: the task itself),
-    the fields of :class:`~magister.curricula.base.TaskSample`. ``tasks`` are always the tasks the
-    curriculum credits. ``control`` and ``variants`` default to all ``False`` / all ``None``.
+    the fields of :class:`~magister.curricula.base.TaskSample`. ``control`` and ``variants`` default to all
+    ``False`` / all ``None``.
 
     >>> Tasks(0, (4, 5), (1, 2), (True, False), (False, True), (9, None)).variants
     (9, None)
@@ -463,39 +426,14 @@ class Tasks(Message):
     variants: tuple[Any, ...] | None = None
 
     def __post_init__(self) -> None:
-        self._set("env_id", _int("env_id", self.env_id, 0))
-        ids = tuple(_int("task_ids", t, 0) for t in _tuple("task_ids", self.task_ids))
-        tasks = _tuple("tasks", self.tasks)
-        n = len(tasks)
-        train = tuple(_bool("train", t) for t in _tuple("train", self.train))
-        control = (
-            (False,) * n if self.control is None
-            else tuple(_bool("control", t) for t in _tuple("control", self.control))
-        )
-        variants = (None,) * n if self.variants is None else _tuple("variants", self.variants)
-        if not (len(ids) == n == len(train) == len(control) == len(variants)):
-            raise ProtocolError(
-                f"Tasks fields differ in length: {len(ids)} ids, {n} tasks, {len(train)} train flags, "
-                f"{len(control)} control flags, {len(variants)} variants"
-            )
-        self._set("task_ids", ids)
-        self._set("tasks", tasks)
-        self._set("train", train)
-        self._set("control", control)
-        self._set("variants", variants)
-
-    @classmethod
-    def of(
-        cls, env_id: int, task_ids: tuple, tasks: tuple, train: tuple, control: tuple, variants: tuple
-    ) -> Tasks:
-        """A :class:`Tasks` from fields that already have the types and lengths the checks leave (a server
-        answering with what its curriculum sampled: ids it numbered, flags a ``TaskSample`` checked),
-        built without running them (its receiver checks them when it decodes the message)."""
-        msg = object.__new__(cls)
-        msg.__dict__.update(
-            env_id=env_id, task_ids=task_ids, tasks=tasks, train=train, control=control, variants=variants
-        )
-        return msg
+        self._set("env_id", _NAT("env_id", self.env_id))
+        self._set("tasks", _tuple("tasks", self.tasks))
+        n = len(self.tasks)
+        self._set("task_ids", _column("task_ids", self.task_ids, _NAT, n))
+        self._set("train", _column("train", self.train, _bool, n))
+        control, variants = self.control, self.variants
+        self._set("control", (False,) * n if control is None else _column("control", control, _bool, n))
+        self._set("variants", (None,) * n if variants is None else _column("variants", variants, None, n))
 
 
 @dataclass(frozen=True, eq=False)
@@ -521,37 +459,29 @@ class StepUpdate(Message):
     infos: tuple[dict, ...] | None = None
 
     def __post_init__(self) -> None:
-        self._set("env_id", _int("env_id", self.env_id, 0))
-        tasks = _tuple("tasks", self.tasks)
-        n = len(tasks)
-        self._set("tasks", tasks)
+        self._set("env_id", _NAT("env_id", self.env_id))
+        self._set("tasks", _tuple("tasks", self.tasks))
+        n = len(self.tasks)
         ids = _array("task_ids", self.task_ids, np.int64, n)
         if ids.size and ids.min() < -1:
             raise ProtocolError("field task_ids must be >= -1")
         self._set("task_ids", ids)
-        self._set("rewards", _array("rewards", self.rewards, np.float64, n))
-        self._set("terminated", _array("terminated", self.terminated, np.bool_, n))
-        self._set("truncated", _array("truncated", self.truncated, np.bool_, n))
-        self._set("progress", _array("progress", self.progress, np.float64, n))
-        if self.obs is not None:
-            if isinstance(self.obs, np.ndarray):
-                if self.obs.ndim == 0 or self.obs.shape[0] != n:
-                    raise ProtocolError(f"field obs has shape {self.obs.shape}, expected first axis {n}")
-            elif isinstance(self.obs, dict):
-                for k, v in self.obs.items():
-                    if not (isinstance(k, str) and isinstance(v, np.ndarray) and v.ndim and v.shape[0] == n):
-                        raise ProtocolError(
-                            f"field obs[{k!r}] must be an array with first axis {n} (stacked observations)"
-                        )
-            elif len(_tuple("obs", self.obs)) != n:
-                raise ProtocolError(f"field obs has length {len(self.obs)}, expected {n}")
-            else:
-                self._set("obs", tuple(self.obs))
+        for name, dtype in (("rewards", np.float64), ("terminated", np.bool_), ("truncated", np.bool_),
+                            ("progress", np.float64)):
+            self._set(name, _array(name, getattr(self, name), dtype, n))
+        obs = self.obs
+        if isinstance(obs, np.ndarray):
+            if obs.ndim == 0 or obs.shape[0] != n:
+                raise ProtocolError(f"field obs has shape {obs.shape}, expected first axis {n}")
+        elif isinstance(obs, dict):
+            for k, v in obs.items():
+                if not (isinstance(k, str) and isinstance(v, np.ndarray) and v.ndim and v.shape[0] == n):
+                    raise ProtocolError(f"field obs[{k!r}] must be an array with first axis {n} (stacked "
+                                        "observations)")
+        elif obs is not None:
+            self._set("obs", _column("obs", obs, None, n))
         if self.infos is not None:
-            infos = _tuple("infos", self.infos)
-            if len(infos) != n or not all(isinstance(i, dict) for i in infos):
-                raise ProtocolError(f"field infos must be a tuple of {n} dicts")
-            self._set("infos", infos)
+            self._set("infos", _column("infos", self.infos, _dict, n))
 
     def __len__(self) -> int:
         return len(self.tasks)
@@ -611,6 +541,10 @@ class EpisodeUpdate(Message):
     """
 
     KIND: ClassVar[int] = 6
+    CHECKS: ClassVar[dict] = {
+        "env_id": _NAT, "task_id": _ID, "episode_return": _float, "length": _NAT, "progress": _float,
+        "ended": _bool, "extras": _dict, "request": _NAT,
+    }
     env_id: int
     task_id: int
     task: Any
@@ -621,17 +555,6 @@ class EpisodeUpdate(Message):
     extras: dict = field(default_factory=dict)
     request: int = 0
 
-    def __post_init__(self) -> None:
-        self._set("env_id", _int("env_id", self.env_id, 0))
-        self._set("task_id", _int("task_id", self.task_id, -1))
-        self._set("episode_return", _float("episode_return", self.episode_return))
-        self._set("length", _int("length", self.length, 0))
-        self._set("progress", _float("progress", self.progress))
-        self._set("ended", _bool("ended", self.ended))
-        if not isinstance(self.extras, dict):
-            raise ProtocolError(f"field extras must be a dict, got {type(self.extras).__name__}")
-        self._set("request", _int("request", self.request, 0))
-
 
 @dataclass(frozen=True)
 class ProgressUpdate(Message):
@@ -641,19 +564,15 @@ class ProgressUpdate(Message):
     """
 
     KIND: ClassVar[int] = 7
+    CHECKS: ClassVar[dict] = {
+        "env_id": _NAT, "task_id": _ID, "progress": _float, "done": _bool, "request": _NAT,
+    }
     env_id: int
     task_id: int
     task: Any
     progress: float
     done: bool = False
     request: int = 0
-
-    def __post_init__(self) -> None:
-        self._set("env_id", _int("env_id", self.env_id, 0))
-        self._set("task_id", _int("task_id", self.task_id, -1))
-        self._set("progress", _float("progress", self.progress))
-        self._set("done", _bool("done", self.done))
-        self._set("request", _int("request", self.request, 0))
 
 
 @dataclass(frozen=True)
@@ -684,32 +603,14 @@ class Episodes(Message):
     request: int = 0
 
     def __post_init__(self) -> None:
-        self._set("env_id", _int("env_id", self.env_id, 0))
-        self._set("request", _int("request", self.request, 0))
-        names = ("task_ids", "tasks", "returns", "lengths", "progress", "ended")
-        cols = [getattr(self, name) for name in names]
-        if set(map(type, cols)) != {tuple}:
-            cols = [_tuple(name, col) for name, col in zip(names, cols)]
-        n = len(cols[0])
+        self._set("env_id", _NAT("env_id", self.env_id))
+        self._set("request", _NAT("request", self.request))
+        n = len(_tuple("task_ids", self.task_ids))
         if not 1 <= n <= MAX_BATCH:
             raise ProtocolError(f"field task_ids must hold 1..{MAX_BATCH} episodes, got {n}")
-        for name, col in zip(names, cols):
-            if len(col) != n:
-                raise ProtocolError(f"field {name} has {len(col)} entries, task_ids {n}")
-        ids, _, returns, lengths, progress, ended = cols
-        # each column checked at C speed when its values have the exact type (what a magister client sends)
-        if set(map(type, ids)) != {int} or min(ids) < -1:
-            cols[0] = tuple(_int("task_ids", t, -1) for t in ids)
-        if set(map(type, returns)) != {float}:
-            cols[2] = tuple(_float("returns", v) for v in returns)
-        if set(map(type, lengths)) != {int} or min(lengths) < 0:
-            cols[3] = tuple(_int("lengths", v, 0) for v in lengths)
-        if set(map(type, progress)) != {float}:
-            cols[4] = tuple(_float("progress", v) for v in progress)
-        if set(map(type, ended)) != {bool}:
-            cols[5] = tuple(_bool("ended", v) for v in ended)
-        for name, col in zip(names, cols):
-            self._set(name, col)
+        for name, check in (("task_ids", _ID), ("tasks", None), ("returns", _float), ("lengths", _NAT),
+                            ("progress", _float), ("ended", _bool)):
+            self._set(name, _column(name, getattr(self, name), check, n))
 
     def rows(self) -> list[tuple[int, Any, float, int, float, bool]]:
         """``(task_id, task, return, length, progress, ended)`` per episode, in order."""
@@ -729,14 +630,10 @@ class Error(Message):
     """Either direction: a request or update was refused. ``code`` is a short machine-readable tag."""
 
     KIND: ClassVar[int] = 8
+    CHECKS: ClassVar[dict] = {"code": _str, "message": _str, "env_id": _ID}
     code: str
     message: str
     env_id: int = -1
-
-    def __post_init__(self) -> None:
-        self._set("code", _str("code", self.code))
-        self._set("message", _str("message", self.message))
-        self._set("env_id", _int("env_id", self.env_id, -1))
 
 
 @dataclass(frozen=True)
@@ -744,14 +641,9 @@ class Goodbye(Message):
     """Client -> server when an env closes, returning its unused prefetched tasks; the server echoes it."""
 
     KIND: ClassVar[int] = 9
+    CHECKS: ClassVar[dict] = {"env_id": _NAT, "returned_task_ids": partial(_column, check=_NAT)}
     env_id: int
     returned_task_ids: tuple[int, ...] = ()
-
-    def __post_init__(self) -> None:
-        self._set("env_id", _int("env_id", self.env_id, 0))
-        ids = _tuple("returned_task_ids", self.returned_task_ids)
-        ids = tuple(_int("returned_task_ids", t, 0) for t in ids)
-        self._set("returned_task_ids", ids)
 
 
 #: The kinds a :class:`Batch` may carry: what an env sends between its hello and its goodbye.
@@ -778,7 +670,7 @@ class Batch(Message):
     messages: tuple[Message, ...]
 
     def __post_init__(self) -> None:
-        env_id = _int("env_id", self.env_id, 0)
+        env_id = _NAT("env_id", self.env_id)
         self._set("env_id", env_id)
         items = _tuple("messages", self.messages)
         if not 1 <= len(items) <= MAX_BATCH:
@@ -924,15 +816,13 @@ def _decode(frames: Sequence[Any], max_header_bytes: int, kinds: dict[int, type[
 
 # -- the sequencing envelope of the ZeroMQ transport ---------------------------------------------------
 #
-# A client that wants its messages delivered exactly once across reconnects puts 21 bytes in front of each
-# message's first frame: ``ENVELOPE_MAGIC, kind, seq, ack`` (:func:`pack_envelope`; in the same frame, so a
-# message costs no extra frame). A msgpack header never starts with the magic, so a message without it is
-# still read as before (unsequenced: a hello, or a peer that does not sequence). ``DATA`` carries a message:
-# ``seq`` numbers it (1, 2, ... per sender and registration), ``ack`` is the highest ``seq`` received in
-# order from the other side. ``PING`` (client -> server, no message) asks the server to send again its
-# replies after ``ack`` and to answer ``PONG``, whose ``ack`` tells the client from where to send its own
-# again. Each side drops what it already has (``seq`` at or below what it received) and what comes after a
-# gap (it answers, or sends, a ``PONG`` / ``PING``).
+# A peer that wants its messages delivered exactly once across reconnects puts 21 bytes in front of each
+# message's first frame: ``ENVELOPE_MAGIC, kind, seq, ack`` (a msgpack header never starts with the magic,
+# so an unsequenced message, e.g. a hello, is still read). ``DATA`` carries a message numbered ``seq``
+# (1, 2, ... per sender and registration); ``ack`` is the highest ``seq`` received in order from the other
+# side. ``PING`` (client -> server, no message) asks the server to send again its unacknowledged replies
+# and to answer ``PONG``, after which the client sends again its own. Both sides keep this state in a
+# :class:`Stream`.
 
 ENVELOPE_MAGIC = b"MGSQ"
 #: Envelope kinds: a sequenced message, a request for a resend (and a liveness probe), the answer to one.
@@ -952,15 +842,12 @@ def pack_envelope(kind: int, seq: int, ack: int) -> bytes:
 
 
 def unpack_envelope(frame: Any) -> tuple[int, int, int] | None:
-    """``(kind, seq, ack)`` of the envelope at the start of ``frame``; ``None`` when it has none (it starts
-    with a message's header). The message, if any, follows in the same frame from :data:`ENVELOPE_SIZE`.
-
-    Raises :class:`ProtocolError` for a frame that starts like an envelope but is not a valid one.
+    """``(kind, seq, ack)`` of the envelope at the start of ``frame``; ``None`` when it has none. The message,
+    if any, follows in the same frame from :data:`ENVELOPE_SIZE`. A frame that starts like an envelope but
+    is not a valid one raises :class:`ProtocolError`.
 
     >>> unpack_envelope(encode(TaskRequest(0, 1))[0]) is None
     True
-    >>> unpack_envelope(pack_envelope(DATA, 4, 2) + encode(TaskRequest(0, 1))[0])
-    (0, 4, 2)
     """
     buf = frame.buffer if hasattr(frame, "buffer") else frame
     if len(buf) < 4 or bytes(buf[:4]) != ENVELOPE_MAGIC:
@@ -971,6 +858,62 @@ def unpack_envelope(frame: Any) -> tuple[int, int, int] | None:
     if kind not in (DATA, PING, PONG) or seq < 0 or ack < 0:
         raise ProtocolError(f"malformed envelope frame: kind {kind}, seq {seq}, ack {ack}")
     return kind, seq, ack
+
+
+class Stream:
+    """One side's state of a sequenced connection: the number of the last message it sent (``tx``) and of
+    the last one it received in order (``rx``), and the messages it sent that the other side has not
+    acknowledged (at most ``keep``, for a resend).
+
+    >>> a, b = Stream(8), Stream(8)
+    >>> first, second = a.number([b"x"]), a.number([b"y"])
+    >>> b.receive(*unpack_envelope(second[0])), b.receive(*unpack_envelope(first[0]))
+    ('gap', 'deliver')
+    >>> b.receive(*unpack_envelope(first[0])), b.receive(*unpack_envelope(second[0]))
+    ('repeat', 'deliver')
+    """
+
+    def __init__(self, keep: int) -> None:
+        self.keep = keep
+        self.tx = self.rx = 0
+        self.sent: deque[tuple[int, list[Any]]] = deque()
+        self.gap = False  # a gap was reported since the last message received in order
+
+    def number(self, frames: list[Any]) -> list[Any]:
+        """``frames`` as the next numbered message, kept until the other side acknowledges it."""
+        self.tx += 1
+        self.sent.append((self.tx, frames))
+        if len(self.sent) > self.keep:  # a peer that far behind is gone: liveness finds out
+            self.sent.popleft()
+        return self._framed(self.tx, frames)
+
+    def _framed(self, seq: int, frames: list[Any]) -> list[Any]:
+        return [pack_envelope(DATA, seq, self.rx) + frames[0], *frames[1:]]
+
+    def control(self, kind: int) -> bytes:
+        """A ``PING`` or ``PONG`` frame saying where this side stands."""
+        return pack_envelope(kind, self.tx, self.rx)
+
+    def unacknowledged(self) -> list[list[Any]]:
+        """The frames of every message sent and not acknowledged, to send again."""
+        return [self._framed(n, frames) for n, frames in self.sent]
+
+    def receive(self, kind: int, seq: int, ack: int) -> str:
+        """Account for a received envelope: ``"deliver"`` (its message is the next in order),
+        ``"repeat"`` (already received: drop it), ``"gap"`` (one before it was lost: drop it, and ask for
+        the resend), ``"ahead"`` (after a gap already reported: drop it) or ``"control"`` (a ``PING`` /
+        ``PONG``)."""
+        while self.sent and self.sent[0][0] <= ack:
+            self.sent.popleft()
+        if kind != DATA:
+            return "control"
+        if seq <= self.rx:
+            return "repeat"
+        if seq > self.rx + 1:
+            reported, self.gap = self.gap, True
+            return "ahead" if reported else "gap"
+        self.rx, self.gap = seq, False
+        return "deliver"
 
 
 def rebase(msg: Message, env_id: int) -> Message | None:

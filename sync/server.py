@@ -53,7 +53,6 @@ import tempfile
 import threading
 import time
 import weakref
-from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -84,19 +83,16 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["CurriculumServer", "serve"]
 
+
 @dataclass(eq=False)
 class _Peer:
-    """What the server keeps of one connected env: its id and welcome, and the state of its sequenced
-    stream (see :func:`magister.sync.protocol.pack_envelope`)."""
+    """What the server keeps of one connected env: its id, welcome, and sequenced stream."""
 
     env_id: int
     welcome: P.Welcome
     last_seen: float
-    rx: int = 0  # the highest sequence number applied from the env
-    tx: int = 0  # the sequence number of the last reply sent to it
-    sent: deque = field(default_factory=deque)  # (seq, frames) of replies it has not acknowledged
+    stream: P.Stream = field(default_factory=lambda: P.Stream(MAX_UNACKED_REPLIES))
     sequenced: bool = False  # it sends envelopes (so replies carry them)
-    gap: bool = False  # a gap was reported to it since its last in-order message
 
 
 #: Most replies a server keeps per env for a resend (older ones are dropped: a client that far behind
@@ -257,11 +253,7 @@ class CurriculumServer(ServedCurriculum):
         peer = self._peers.get(identity)
         frames = P.encode(msg)
         if peer is not None and peer.sequenced:  # numbered, and kept until the env acknowledges it
-            peer.tx += 1
-            frames = [P.pack_envelope(P.DATA, peer.tx, peer.rx) + frames[0], *frames[1:]]
-            peer.sent.append((peer.tx, frames))
-            if len(peer.sent) > MAX_UNACKED_REPLIES:
-                peer.sent.popleft()
+            frames = peer.stream.number(frames)
         quiet = peer is not None and peer.sequenced
         return self._write(identity, frames, msg, logging.DEBUG if quiet else None)
 
@@ -298,28 +290,20 @@ class CurriculumServer(ServedCurriculum):
                         "declared the env gone); send Hello again")
             return False
         peer.sequenced = True
-        sent = peer.sent
-        while sent and sent[0][0] <= ack:  # acknowledged replies need no resend
-            sent.popleft()
-        if kind == P.PING:  # resend what it missed, then say from where it must resend its own
-            for _, frames in sent:
+        verdict = peer.stream.receive(kind, seq, ack)
+        if verdict == "control":
+            if kind != P.PING:
+                raise P.ProtocolError(f"an env may not send a {kind} envelope")
+            for frames in peer.stream.unacknowledged():  # what it missed, then from where it must resend
                 self._write(identity, frames)
                 self.replies_resent += 1
-            self._write(identity, [P.pack_envelope(P.PONG, peer.tx, peer.rx)])
-            return False
-        if kind != P.DATA:
-            raise P.ProtocolError(f"an env may not send a {kind} envelope")
-        if seq <= peer.rx:  # already applied (a resend after a reconnect)
+            self._write(identity, [peer.stream.control(P.PONG)])
+        elif verdict == "repeat":  # already applied (a resend after a reconnect)
             self.duplicates_dropped += 1
             self.core.counters(peer.env_id).duplicates_dropped += 1
-            return False
-        if seq > peer.rx + 1:  # something before it was lost: ask (once) for the resend from there
-            if not peer.gap:
-                peer.gap = True
-                self._write(identity, [P.pack_envelope(P.PONG, peer.tx, peer.rx)])
-            return False
-        peer.rx, peer.gap = seq, False
-        return True
+        elif verdict == "gap":  # something before it was lost: ask for the resend from there
+            self._write(identity, [peer.stream.control(P.PONG)])
+        return verdict == "deliver"
 
     def _handle(self, frames: list[Any]) -> None:
         identity = frames[0].bytes

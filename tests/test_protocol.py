@@ -309,9 +309,9 @@ def test_tasks_decoding_checks_like_the_constructor(values):
     _decodes_like_the_constructor(P.Tasks, values, lambda m: m.task_ids + m.train + m.control)
 
 
-def test_tasks_of_a_server_decode_and_near_misses_are_refused():
+def test_tasks_decode_and_near_misses_are_refused():
     msg = P.Tasks(3, (7, 8), (1, (2, 3)), (True, False), (False, True), (None, 5))
-    out = P.decode(P.encode(P.Tasks.of(3, (7, 8), (1, (2, 3)), (True, False), (False, True), (None, 5))))
+    out = P.decode(P.encode(msg))
     assert out == msg
     for bad in ((3, (7, -1), (1, 1), (True, True), (False, False), (None, None)),  # a negative id
                 (3, (7, 8), (1, 1), (True, 1), (False, False), (None, None)),  # a flag that is not a bool

@@ -745,7 +745,7 @@ def test_fast_episodes_are_reported_in_batches_with_their_task_requests(clock):
             a = c.next_task()
             clock.t += 0.01
             c.record_episode(a, float(e), 10, 1.0)
-        assert c._request_size() == 8
+        assert c.request_size == 8
         c.close()
         m = server.metrics()
         # every episode applied once, in order, and every task accounted for
@@ -773,7 +773,7 @@ def test_slow_episodes_are_reported_one_message_each(clock):
             a = c.next_task()
             clock.t += 2.0
             c.record_episode(a, 1.0, 10, 1.0)
-        assert c._request_size() == 1 and c.held_updates == 0
+        assert c.request_size == 1 and c.held_updates == 0
         assert [type(s).__name__ for s in sent] == ["EpisodeUpdate"] * 6  # each asking for the next task
         assert all(s.request >= 1 for s in sent)
         c.close()

@@ -22,7 +22,6 @@ import logging
 import os
 import threading
 import time
-from collections import deque
 from typing import Any, ClassVar
 
 import zmq
@@ -92,12 +91,9 @@ class ZmqTransport(Transport):
         self.retry_interval = float(retry_interval)
         self.socket: zmq.Socket | None = None
         self.waits = 0
-        self.seq = 0  # the number of the last message sent
-        self.rx = 0  # the number of the last reply received in order
-        self.unacked: deque[tuple[int, list[Any]]] = deque()  # (seq, frames) the server has not acknowledged
+        self.stream = P.Stream(MAX_UNACKED)
         self.pings = self.resent = self.duplicates = self.rejoins = 0
         self.last_send = 0.0  # (monotonic) when the last frame went out: heartbeats fill silences
-        self._reported_gap = False
 
     @property
     def peer(self) -> str:
@@ -131,9 +127,8 @@ class ZmqTransport(Transport):
         acknowledged are sent again, numbered from the start, after being made the new registration's
         (:func:`magister.sync.protocol.rebase`)."""
         self.rejoins += 1
-        old = [P.decode(frames) for _, frames in self.unacked]
-        self.unacked.clear()
-        self.seq = self.rx = 0
+        old = [P.decode(frames) for _, frames in self.stream.sent]
+        self.stream = P.Stream(MAX_UNACKED)
         welcome = self._register(hello)
         for msg in old:
             msg = P.rebase(msg, welcome.env_id)
@@ -176,12 +171,7 @@ class ZmqTransport(Transport):
             self._send_frames(P.encode_batch(self.env_id, [f[0] for f in encoded]), f"batch of {len(items)}")
 
     def _send_frames(self, frames: list[Any], what: str) -> None:
-        self.seq = seq = self.seq + 1
-        unacked = self.unacked
-        unacked.append((seq, frames))
-        if len(unacked) > MAX_UNACKED:  # a server that far behind is gone: the feed finds out waiting
-            unacked.popleft()
-        self._write([P.pack_envelope(P.DATA, seq, self.rx) + frames[0], *frames[1:]], what)
+        self._write(self.stream.number(frames), what)
 
     def ping(self) -> None:
         """Ask the server for the replies this env missed and where to resend from (also a heartbeat: the
@@ -190,7 +180,7 @@ class ZmqTransport(Transport):
         if sock is None:
             return
         try:
-            sock.send(P.pack_envelope(P.PING, self.seq, self.rx), zmq.NOBLOCK)
+            sock.send(self.stream.control(P.PING), zmq.NOBLOCK)
             self.pings += 1
             self.last_send = time.monotonic()
         except zmq.Again:  # the queue is full: the messages in it will do
@@ -243,25 +233,18 @@ class ZmqTransport(Transport):
         envelope = P.unpack_envelope(frames[0])
         if envelope is None:  # unsequenced: a welcome, or an error to a peer the server does not know
             return [P.decode(frames)]
-        kind, seq, ack = envelope
-        unacked = self.unacked
-        while unacked and unacked[0][0] <= ack:
-            unacked.popleft()
-        if kind == P.PONG:  # what is still unacknowledged was sent before this and never arrived
-            for n, sent in list(unacked):
-                self._write([P.pack_envelope(P.DATA, n, self.rx) + sent[0], *sent[1:]], "message sent again")
+        verdict = self.stream.receive(*envelope)
+        if verdict == "control":  # a PONG: what is still unacknowledged never arrived
+            for frames in self.stream.unacknowledged():
+                self._write(frames, "message sent again")
                 self.resent += 1
-            return []
-        if seq <= self.rx:
+        elif verdict == "repeat":
             self.duplicates += 1
-            return []
-        if seq > self.rx + 1:  # a reply was lost before this one: ask for both again
-            if not self._reported_gap:
-                self._reported_gap = True
-                self.ping()
-            return []
-        self.rx, self._reported_gap = seq, False
-        return [P.decode([frames[0].buffer[P.ENVELOPE_SIZE:], *frames[1:]])]
+        elif verdict == "gap":  # a reply was lost before this one: ask for both again
+            self.ping()
+        elif verdict == "deliver":
+            return [P.decode([frames[0].buffer[P.ENVELOPE_SIZE:], *frames[1:]])]
+        return []
 
     def close(self, wait: bool = True, linger: float | None = None) -> None:
         """Close the socket: letting queued messages go out for at most ``linger`` seconds (default the
