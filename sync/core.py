@@ -7,22 +7,19 @@ endpoints feed it the same protocol messages, so validation and accounting are i
 * :class:`magister.sync.ray_backend.CurriculumActor` — a named Ray actor;
 * :func:`magister.sync.local.local_core` — the in-process path (envs in the learner's process).
 
-**Leases.** Each task the core hands out gets a core-unique id and stays *in flight* until the env
-acknowledges it: with the episode played on it, with a completion (progress) update, by returning it at
-close, or by leaving (its tasks are then abandoned and passed to ``on_task_abandoned``). Per env the core
-counts tasks sampled, sent, consumed, returned, abandoned and in flight, updates received, applied and
-rejected; :meth:`SyncCore.sync_metrics` reports them as ``sync/env<i>/<counter>`` and ``sync/total/...``.
+**Leases.** Each task handed out gets a core-unique id and stays *in flight* until the env acknowledges
+it: with its episode, a completion (progress) update, by returning it at close, or by leaving (its tasks
+are then abandoned and passed to ``on_task_abandoned``). :meth:`SyncCore.sync_metrics` reports the per-env
+counts as ``sync/env<i>/<counter>`` and ``sync/total/...``.
 
-**Episodes.** Each finished episode reaches the curriculum as one
-:class:`~magister.curricula.base.Episode` record through
-:meth:`~magister.curricula.base.Curriculum.on_episode`: the return, length, credited task and progress the
-env reported, and the ``train``/``control``/``variant`` fields the core recorded when it handed the task out
-(the env never sends them back, so it cannot mislabel them).
+**Episodes** reach the curriculum as :class:`~magister.curricula.base.Episode` records through
+:meth:`~magister.curricula.base.Curriculum.on_episode`: what the env reported, with the
+``train``/``control``/``variant`` fields the core recorded when it handed the task out.
 
-**Refusals.** A malformed update, one naming a task the env does not hold, non-finite rewards or progress,
-and an update the curriculum raises on are refused with :class:`SyncRejected` (the endpoint sends the
-env an error reply); the curriculum is not touched by a refused update. An update the curriculum raised on
-is counted (``curriculum_errors``) and logged with the curriculum's name.
+**Refusals.** A malformed update, one naming a task the env does not hold, non-finite values, and an
+update the curriculum raises on are refused with :class:`SyncRejected` (the endpoint replies with an
+error; the curriculum is not touched). Curriculum errors are counted (``curriculum_errors``) and logged
+with the curriculum's name.
 
 >>> from magister.curricula.domain_randomization import DomainRandomization
 >>> from magister.task_spaces.discrete import Discrete
@@ -57,7 +54,7 @@ from .ratelimit import RateLimitedLogger
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["EnvCounters", "ServedCurriculum", "ServerHandle", "SyncCore", "SyncRejected"]
+__all__ = ["EnvCounters", "LearnerCalls", "ServedCurriculum", "ServerHandle", "SyncCore", "SyncRejected"]
 
 #: Default number of steps a client batches into one step update.
 DEFAULT_STEP_BATCH_SIZE = 64
@@ -190,9 +187,7 @@ class SyncCore:
         #: The fingerprint of the curriculum's task space (``""``: it has none), sent in every Welcome and
         #: compared with the env's at connect.
         self.task_space_fingerprint = space.fingerprint() if isinstance(space, TaskSpace) else ""
-        # Per-env random streams: an env that names one (the seed of its first seeded reset) has its tasks
-        # sampled from the curriculum's generator of that stream (Curriculum.stream_rng), so its task
-        # sequence does not depend on how the other envs' requests interleave with its own.
+        # per-env random streams (Curriculum.stream_rng): an env's tasks do not depend on the others' timing
         self._streams: dict[int, int] = {}
 
     # -- envs ---------------------------------------------------------------------------------------
@@ -318,14 +313,7 @@ class SyncCore:
                 flight[i] = (task_key(s.task), s)
             c.tasks_sampled += count
             c.tasks_sent += count
-        return P.Tasks(
-            env_id,
-            ids,
-            tuple(s.task for s in samples),
-            tuple(s.train for s in samples),
-            tuple(s.control for s in samples),
-            tuple(s.variant for s in samples),
-        )
+        return P.Tasks(env_id, ids, *zip(*((s.task, s.train, s.control, s.variant) for s in samples)))
 
     def mark_unsent(self, msg: P.Tasks) -> None:
         """The tasks of ``msg`` could not be delivered (the env is gone): their leases end unsent."""
@@ -458,17 +446,9 @@ class SyncCore:
                     tasks.append(reply)
                 elif reply is not None:
                     replies.append(reply)
-        if tasks:
-            replies.append(
-                P.Tasks(
-                    batch.env_id,
-                    tuple(i for t in tasks for i in t.task_ids),
-                    tuple(x for t in tasks for x in t.tasks),
-                    tuple(b for t in tasks for b in t.train),
-                    tuple(b for t in tasks for b in t.control),
-                    tuple(v for t in tasks for v in t.variants),
-                )
-            )
+        if tasks:  # one message with every task the batch asked for
+            columns = zip(*((t.task_ids, t.tasks, t.train, t.control, t.variants) for t in tasks))
+            replies.append(P.Tasks(batch.env_id, *(sum(col, ()) for col in columns)))
         return replies
 
     def _episode(
@@ -611,6 +591,55 @@ class SyncCore:
             out["sync/envs_departed"] = float(self.departed_envs)
             out["sync/malformed_frames_unattributed"] = float(self.malformed_frames)
         return out
+
+
+class LearnerCalls:
+    """The learner-side calls of an endpoint that holds a :class:`SyncCore` as ``core``: each the
+    curriculum's method under the lock the endpoint's envs are served under."""
+
+    core: SyncCore
+
+    def sample(self, k: int = 1) -> list[EncodedTask]:
+        """``curriculum.sample(k)`` (tasks for the learner's own use, not accounted)."""
+        with self.core.lock:
+            return self.core.curriculum.sample(k)
+
+    def sample_tasks(self, k: int = 1) -> list[TaskSample]:
+        """``curriculum.sample_tasks(k)``."""
+        with self.core.lock:
+            return self.core.curriculum.sample_tasks(k)
+
+    def update_on_demand(self, metrics: dict[str, Any]) -> None:
+        """Learner-side feedback: ``curriculum.update_on_demand(metrics)``."""
+        with self.core.lock:
+            self.core.curriculum.update_on_demand(metrics)
+
+    def metrics(self) -> dict[str, float]:
+        """The curriculum's metrics, the sync accounting (:meth:`SyncCore.sync_metrics`) and the
+        endpoint's own counts."""
+        with self.core.lock:
+            out = dict(self.core.curriculum.metrics())
+            out.update(self.core.sync_metrics())
+            out.update(self.endpoint_metrics())
+        return out
+
+    def endpoint_metrics(self) -> dict[str, float]:
+        """Counts of the endpoint itself, added to :meth:`metrics`."""
+        return {}
+
+    def state_dict(self) -> dict[str, Any]:
+        """``curriculum.state_dict()``, for checkpoints (``magister.save(path, state)``)."""
+        with self.core.lock:
+            return self.core.curriculum.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """``curriculum.load_state_dict(state)`` (resume from a checkpoint)."""
+        with self.core.lock:
+            self.core.curriculum.load_state_dict(state)
+
+    def in_flight(self, env_id: int) -> dict[int, EncodedTask]:
+        """Tasks sent to ``env_id`` and not yet consumed, returned or abandoned, by task id."""
+        return self.core.in_flight(env_id)
 
 
 class ServedCurriculum:

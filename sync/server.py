@@ -58,12 +58,12 @@ from typing import Any
 
 import zmq
 
-from ..curricula.base import Curriculum, TaskSample
-from ..task_spaces.base import EncodedTask
+from ..curricula.base import Curriculum
 from . import protocol as P
 from .core import (
     DEFAULT_STEP_BATCH_SIZE,
     LOG_INTERVAL,
+    LearnerCalls,
     ServedCurriculum,
     ServerHandle,
     SyncCore,
@@ -100,7 +100,7 @@ class _Peer:
 MAX_UNACKED_REPLIES = 1024
 
 
-class CurriculumServer(ServedCurriculum):
+class CurriculumServer(LearnerCalls, ServedCurriculum):
     """A curriculum served over ZeroMQ. Create it with :func:`serve`.
 
     Attributes:
@@ -386,46 +386,17 @@ class CurriculumServer(ServedCurriculum):
         """The core, for feeds in the process that serves it (no sockets in-process)."""
         return self.core if os.getpid() == self._pid else None
 
-    # -- learner-side proxies (all under the lock) ----------------------------------------------------
-    def sample(self, k: int = 1) -> list[EncodedTask]:
-        """``curriculum.sample(k)`` under the lock (tasks for the learner's own use, not accounted)."""
-        with self.lock:
-            return self.curriculum.sample(k)
-
-    def sample_tasks(self, k: int = 1) -> list[TaskSample]:
-        """``curriculum.sample_tasks(k)`` under the lock."""
-        with self.lock:
-            return self.curriculum.sample_tasks(k)
-
-    def update_on_demand(self, metrics: dict[str, Any]) -> None:
-        """Learner-side feedback, ``curriculum.update_on_demand(metrics)`` under the lock."""
-        with self.lock:
-            self.curriculum.update_on_demand(metrics)
-
-    def metrics(self) -> dict[str, float]:
-        """The curriculum's metrics plus the sync accounting (see :meth:`SyncCore.sync_metrics`)."""
-        with self.lock:
-            out = dict(self.curriculum.metrics())
-            out.update(self.core.sync_metrics())
-            out["sync/errors_sent"] = float(self.errors_sent)
-            out["sync/duplicates_dropped"] = float(self.duplicates_dropped)
-            out["sync/replies_resent"] = float(self.replies_resent)
-            out["sync/replies_undelivered"] = float(self.replies_undelivered)
-            if self._auth is not None:
-                out["sync/clients_refused"] = float(self._auth.refused)
-        return out
-
-    def state_dict(self) -> dict[str, Any]:
-        """``curriculum.state_dict()`` under the lock, for checkpoints: ``magister.save(path, state)``
-        writes it to a file that ``magister.load(path)`` reads back without running code
-        (:mod:`magister.checkpoint`)."""
-        with self.lock:
-            return self.curriculum.state_dict()
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """``curriculum.load_state_dict(state)`` under the lock (resume from a checkpoint)."""
-        with self.lock:
-            self.curriculum.load_state_dict(state)
+    def endpoint_metrics(self) -> dict[str, float]:
+        """The socket's counts, added to :meth:`metrics`."""
+        out = {
+            "sync/errors_sent": self.errors_sent,
+            "sync/duplicates_dropped": self.duplicates_dropped,
+            "sync/replies_resent": self.replies_resent,
+            "sync/replies_undelivered": self.replies_undelivered,
+        }
+        if self._auth is not None:
+            out["sync/clients_refused"] = self._auth.refused
+        return {k: float(v) for k, v in out.items()}
 
     # -- lifecycle ----------------------------------------------------------------------------------
     @property
