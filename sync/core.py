@@ -173,6 +173,8 @@ class SyncCore:
         self._evicted = EnvCounters(connected=0)  # the totals of envs that left before those
         self.keep_departed = int(keep_departed)
         self.departed_envs = 0
+        #: Registrations of envs that had registered before (after a restart, or after being declared gone).
+        self.rejoined_envs = 0
         #: Seconds between heartbeats asked of idle envs (set by a server with an ``env_timeout``; 0: none).
         self.heartbeat = 0.0
         #: Names this core in every welcome (a client that registers again compares it).
@@ -216,6 +218,8 @@ class SyncCore:
             self._in_flight[env_id] = {}
             if hello is not None and hello.stream >= 0:
                 self._streams[env_id] = hello.stream
+            if hello is not None and hello.rejoin >= 0:
+                self.rejoined_envs += 1
         cur = self.curriculum
         return P.Welcome(
             env_id=env_id,
@@ -573,7 +577,8 @@ class SyncCore:
     def sync_metrics(self) -> dict[str, float]:
         """Flat accounting metrics: ``sync/env<i>/<counter>`` per live env (and per env among the last that
         left), ``sync/total/<counter>`` over every env that ever connected, ``sync/envs`` (envs that ever
-        registered), ``sync/envs_live`` and ``sync/envs_departed``."""
+        registered), ``sync/envs_live``, ``sync/envs_departed`` and ``sync/envs_rejoined`` (registrations
+        of envs that had registered before)."""
         out: dict[str, float] = {}
         with self.lock:
             totals = EnvCounters(connected=0)
@@ -589,6 +594,7 @@ class SyncCore:
             out["sync/envs"] = float(len(self._counters) + self.departed_envs)  # ever registered
             out["sync/envs_live"] = float(len(self._counters))
             out["sync/envs_departed"] = float(self.departed_envs)
+            out["sync/envs_rejoined"] = float(self.rejoined_envs)
             out["sync/malformed_frames_unattributed"] = float(self.malformed_frames)
         return out
 

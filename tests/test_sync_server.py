@@ -1036,3 +1036,15 @@ def test_background_flusher_ends_when_its_last_client_is_collected():
         gc.collect()
         flusher.thread.join(timeout=5)  # woken by the collection, not by its 30 s timeout
         assert not flusher.thread.is_alive() and flusher.stopped
+
+
+def test_registrations_of_returning_envs_are_counted_as_rejoins():
+    from magister.sync.core import SyncCore
+
+    core = SyncCore(Recorder())
+    first = core.register_env(P.Hello(1)).env_id
+    core.depart(first, "timeout")
+    again = core.register_env(P.Hello(1, rejoin=first)).env_id
+    m = core.sync_metrics()
+    assert again != first and m["sync/envs"] == 2 and m["sync/envs_rejoined"] == 1
+    assert m["sync/envs"] - m["sync/envs_rejoined"] == 1  # one env, registered twice

@@ -1,19 +1,11 @@
 """What a feed needs from a transport, and the errors both raise.
 
 A :class:`Transport` moves protocol messages between one env-side feed
-(:class:`magister.sync.feed.TaskFeed`) and the curriculum's :class:`~magister.sync.core.SyncCore`. It
-decides nothing: prefetch, held updates, accounting and the fallback are the feed's. It is made in the
-process that uses it (the feed keeps only its class and options, which pickle) and serves one env.
-
-The messages a feed hands to :meth:`Transport.send` are *items*: protocol message objects, or
-``(message class, fields)`` tuples for updates the feed held as their fields; the transport encodes them
-(ZeroMQ, Ray) or builds and applies them (in-process).
-
-What differs between transports, as far as the feed is concerned, is declared once, in the transport's
-:class:`Capabilities`.
-
-Transports import :mod:`~magister.sync.protocol`, :mod:`~magister.sync.core` and
-:mod:`~magister.sync.security` only: never the feed, never an endpoint.
+(:class:`magister.sync.feed.TaskFeed`) and the curriculum's :class:`~magister.sync.core.SyncCore`, and
+decides nothing. It is made in the process that uses it and serves one env. The items a feed hands to
+:meth:`Transport.send` are message objects, or ``(message class, fields)`` for updates the feed held as
+their fields. What differs between transports is declared once, in their :class:`Capabilities`.
+Transports never import the feed or an endpoint.
 """
 
 from __future__ import annotations
