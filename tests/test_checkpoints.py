@@ -8,10 +8,17 @@ Before this, the documented recipe was ``torch.save(server.state_dict(), path)``
 
 from __future__ import annotations
 
+import collections
+import functools
+import hashlib
 import inspect
+import json
+import logging
 import os
 import pickle
 import shutil
+import subprocess
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -302,15 +309,212 @@ _ext_payloads = st.one_of(
 )
 
 
+def _framed(payload: bytes, version: int = checkpoint.FORMAT_VERSION) -> bytes:
+    """A file around ``payload`` with the right header and checksum, as a hostile author would write it
+    (so the decoder, not the checksum, is what gets tested); format 1 has no checksum."""
+    digest = hashlib.sha256(payload).digest() if version == 2 else b""
+    return checkpoint.MAGIC + bytes([version]) + digest + payload
+
+
 @settings(max_examples=400, deadline=None)
-@given(st.binary(max_size=200), st.integers(0, 400), st.integers(0, 8), _ext_payloads)
-def test_any_bytes_load_as_data_or_fail_with_a_checkpoint_error(payload, cut, code, ext_data):
+@given(st.binary(max_size=200), st.integers(0, 400), st.integers(0, 8), _ext_payloads,
+       st.sampled_from([1, 2]))
+def test_any_bytes_load_as_data_or_fail_with_a_checkpoint_error(payload, cut, code, ext_data, version):
     """Hostile or damaged files: a value or a CheckpointError, never another exception (nor code run)."""
     good = checkpoint.dumps({"a": np.arange(4.0), "t": (1, "x"), "big": 2**80, "s": {1, 2}})
-    head = checkpoint.MAGIC + bytes([checkpoint.FORMAT_VERSION])
     ext = msgpack.packb({"k": msgpack.ExtType(code, ext_data)}, use_bin_type=True)
-    for data in (head + payload, good[:cut], good[:cut] + payload + good[cut:], head + ext):
+    body = good[len(checkpoint.MAGIC) + 33 :]
+    for data in (_framed(payload, version), good[:cut], good[:cut] + payload + good[cut:],
+                 _framed(ext, version), _framed(body[:cut] + payload + body[cut:], version)):
         try:
             checkpoint.loads(data)
         except checkpoint.CheckpointError:
             pass
+
+
+# -- damage: a checksum over the payload ------------------------------------------------------------------
+
+
+@functools.cache
+def _real_checkpoint() -> tuple[Any, bytes]:
+    """A small real state (PLR on tuple tasks after some traffic: arrays, numpy scalars, tuples, dicts,
+    a 128-bit generator state) and its file."""
+    cur = _factories()["PLR-box"](1, None)
+    _feedback(cur, np.random.default_rng(0), 6)
+    state = cur.state_dict()
+    return state, checkpoint.dumps(state)
+
+
+def test_every_single_bit_flip_of_a_real_checkpoint_raises_a_checkpoint_error():
+    """Each of the file's bits flipped in turn (the header's too): never a silently altered value. Before
+    the checksum, some flips loaded with altered numbers."""
+    state, good = _real_checkpoint()
+    _same(checkpoint.loads(good), state)
+    flips, head = len(good) * 8, len(checkpoint.MAGIC)
+    errors = collections.Counter()
+    for bit in range(flips):
+        bad = bytearray(good)
+        bad[bit // 8] ^= 1 << (bit % 8)
+        with pytest.raises(checkpoint.CheckpointError) as info:
+            checkpoint.loads(bytes(bad))
+        kinds = ("checksum mismatch", "not a magister checkpoint", "checkpoint format")
+        errors[next(k for k in kinds if k in str(info.value))] += 1
+    assert flips > 10_000
+    # a flip in the magic bytes, in the version byte, or anywhere in the checksum or the payload
+    assert errors == {"not a magister checkpoint": 8 * head, "checkpoint format": 8,
+                      "checksum mismatch": flips - 8 * (head + 1)}
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_any_change_or_cut_to_a_checkpoint_raises_a_checkpoint_error(data):
+    _, good = _real_checkpoint()
+    where = data.draw(st.integers(0, len(good) - 1))
+    byte = data.draw(st.integers(0, 255).filter(lambda b: b != good[where]))
+    changed = good[:where] + bytes([byte]) + good[where + 1 :]
+    cut = good[: data.draw(st.integers(0, len(good) - 1))]
+    extended = good + data.draw(st.binary(min_size=1, max_size=8))
+    for bad in (changed, cut, extended):
+        with pytest.raises(checkpoint.CheckpointError):
+            checkpoint.loads(bad)
+
+
+#: A file magister wrote before checksums (format 1): {"a": np.arange(3, dtype=np.int16), "t": (1, "x"),
+#: "big": 2**80, "s": {2}}.
+_FORMAT_1 = (b"\x89magister-state\n\x01\x84\xa1a\xc7\x0f\x01\x93\xa3<i2\x91\x03\xc4\x06\x00\x00\x01\x00\x02"
+             b"\x00\xa1t\xd6\x03\x92\x01\xa1x\xa3big\xc7\x19\x041208925819614629174706176\xa1s\xd5\x05\x91\x02")
+
+
+def test_a_file_of_the_previous_format_still_loads_with_a_warning(caplog):
+    with caplog.at_level(logging.WARNING, logger="magister.checkpoint"):
+        back = checkpoint.loads(_FORMAT_1)
+    _same(back, {"a": np.arange(3, dtype=np.int16), "t": (1, "x"), "big": 2**80, "s": {2}})
+    assert "format 1" in caplog.text and "save it again" in caplog.text
+    assert checkpoint.dumps(back)[len(checkpoint.MAGIC)] == checkpoint.FORMAT_VERSION == 2  # saved again: 2
+
+
+# -- depth: bounded on save and on load, and loading uses no stack per level ------------------------------
+
+
+_WRAP = {"list": lambda v: [v], "dict": lambda v: {"k": v}, "tuple": lambda v: (v,),
+         "frozenset": lambda v: frozenset([v]), "set": lambda v: {v}}
+
+
+def _nest(kind: str, depth: int) -> Any:
+    """Containers nested ``depth`` deep around an int: all of ``kind`` or, for "mixed", tuples and frozensets
+    in a set in lists and dicts (each kind of container where it can hold the one inside)."""
+    value: Any = 0
+    for i in range(depth):
+        if kind != "mixed":
+            k = kind
+        elif i < depth // 2:
+            k = ("tuple", "frozenset")[i % 2]
+        else:
+            k = "set" if i == depth // 2 else ("list", "dict")[i % 2]
+        value = _WRAP[k](value)
+    return value
+
+
+@pytest.mark.parametrize("kind", ["list", "dict", "tuple", "mixed"])
+def test_a_state_nested_to_the_bound_round_trips_and_deeper_is_refused_on_save(kind, tmp_path):
+    limit = checkpoint.MAX_DEPTH
+    deepest = _nest(kind, limit)
+    _same(checkpoint.loads(checkpoint.dumps(deepest)), deepest)
+    path = tmp_path / "c.ckpt"
+    with pytest.raises(ValueError, match=rf"nested {limit + 1} deep, more than the limit of {limit}"):
+        magister.save(path, _nest(kind, limit + 1))
+    assert os.listdir(tmp_path) == []  # nothing written: what saves, loads
+    loop: list[Any] = []
+    loop.append(loop)  # (a list holding itself: refused at the bound, not by a RecursionError)
+    with pytest.raises(ValueError, match="more than the limit"):
+        checkpoint.dumps({"loop": loop})
+
+
+def test_the_bundled_states_nest_far_below_the_bound(tmp_path):
+    def depth(v: Any) -> int:
+        if isinstance(v, dict):
+            return 1 + max([0] + [max(depth(k), depth(x)) for k, x in v.items()])
+        if isinstance(v, (list, tuple, set, frozenset)):
+            return 1 + max([0] + [depth(x) for x in v])
+        return 0
+
+    deepest = 0
+    for name, make in _factories().items():
+        cur = make(1, tmp_path / name)
+        _feedback(cur, np.random.default_rng(0), 4)
+        deepest = max(deepest, depth(cur.state_dict()))
+    assert 3 <= deepest <= checkpoint.MAX_DEPTH // 10
+
+
+_HOSTILE = r"""
+import hashlib, json, sys, threading
+import msgpack
+from magister import checkpoint as C
+
+assert C.__file__ == sys.argv[1], (C.__file__, sys.argv[1])
+
+def framed(payload, version):
+    return C.MAGIC + bytes([version]) + (hashlib.sha256(payload).digest() if version == 2 else b"") + payload
+
+def tuples(n):  # n tuples, each the one item of the next: 200 of them is the 955-byte file
+    inner = msgpack.packb(0)
+    for _ in range(n):
+        inner = msgpack.packb(msgpack.ExtType(3, b"\x91" + inner), use_bin_type=True)
+    return inner
+
+def sets(n):
+    inner = msgpack.packb(0)
+    for _ in range(n):
+        inner = msgpack.packb(msgpack.ExtType(6, b"\x91" + inner), use_bin_type=True)
+    return inner
+
+cases = {"tuples-200": tuples(200), "tuples-20000": tuples(20000), "frozensets-5000": sets(5000),
+         "lists-500": b"\x91" * 500 + b"\x00", "lists-100000": b"\x91" * 100000 + b"\x00",
+         "maps-500": b"\x81\xa1k" * 500 + b"\x00"}
+
+def attempt(name, data):
+    try:
+        C.loads(data)
+        print(json.dumps([name, len(data), "loaded"]), flush=True)
+    except C.CheckpointError as exc:
+        print(json.dumps([name, len(data), "CheckpointError: " + str(exc)]), flush=True)
+
+for name, payload in cases.items():
+    for version in (1, 2):
+        attempt(f"{name}-v{version}", framed(payload, version))
+
+# loading uses no C stack per level: a thread with a small stack refuses the deep file and loads the deepest
+# legal value
+threading.stack_size(256 * 1024)
+deepest = 0
+for _ in range(C.MAX_DEPTH):
+    deepest = (deepest,)
+def in_thread():
+    attempt("thread-tuples-20000", framed(tuples(20000), 2))
+    print(json.dumps(["thread-deepest", 0, "loaded" if C.loads(C.dumps(deepest)) == deepest else "wrong"]))
+thread = threading.Thread(target=in_thread)
+thread.start()
+thread.join()
+"""
+
+
+def test_deeply_nested_files_raise_a_checkpoint_error_and_never_crash_the_process(tmp_path):
+    """The files that crashed the loader with SIGSEGV (tuples nested 200 deep: 955 bytes) and deeper ones,
+    in a subprocess, so a crash shows as its exit code instead of taking pytest down."""
+    script = tmp_path / "hostile.py"
+    script.write_text(_HOSTILE)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    proc = subprocess.run([sys.executable, str(script), checkpoint.__file__], capture_output=True, text=True,
+                          timeout=60, env=env, cwd=tmp_path)
+    crash = f"exit code {proc.returncode} (-11: SIGSEGV)"
+    assert proc.returncode == 0, f"{crash}\n{proc.stdout}\n{proc.stderr[-3000:]}"
+    results = {name: (size, outcome) for name, size, outcome in map(json.loads, proc.stdout.splitlines())}
+    assert len(results) == 14
+    assert results.pop("thread-deepest")[1] == "loaded"
+    assert 900 < results["tuples-200-v1"][0] < 1000
+    limit = checkpoint.MAX_DEPTH
+    for name, (_, outcome) in results.items():
+        assert outcome.startswith("CheckpointError: damaged or hostile checkpoint: containers nested "), name
+        assert f"beyond the limit of {limit}" in outcome, name
+    assert f"nested {limit + 1} deep" in results["tuples-200-v2"][1]
+    assert "nested over 1000 deep" in results["lists-100000-v2"][1]
