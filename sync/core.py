@@ -175,6 +175,8 @@ class SyncCore:
         self.departed_envs = 0
         #: Registrations of envs that had registered before (after a restart, or after being declared gone).
         self.rejoined_envs = 0
+        #: Updates returning envs could not keep while the server was away (reported in their hellos).
+        self.updates_lost_away = 0
         #: Seconds between heartbeats asked of idle envs (set by a server with an ``env_timeout``; 0: none).
         self.heartbeat = 0.0
         #: Names this core in every welcome (a client that registers again compares it).
@@ -220,6 +222,7 @@ class SyncCore:
                 self._streams[env_id] = hello.stream
             if hello is not None and hello.rejoin >= 0:
                 self.rejoined_envs += 1
+                self.updates_lost_away += hello.lost
         cur = self.curriculum
         return P.Welcome(
             env_id=env_id,
@@ -595,6 +598,7 @@ class SyncCore:
             out["sync/envs_live"] = float(len(self._counters))
             out["sync/envs_departed"] = float(self.departed_envs)
             out["sync/envs_rejoined"] = float(self.rejoined_envs)
+            out["sync/updates_lost_away"] = float(self.updates_lost_away)
             out["sync/malformed_frames_unattributed"] = float(self.malformed_frames)
         return out
 

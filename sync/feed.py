@@ -134,6 +134,7 @@ class TaskFeed:
         self.update_batch = caps.update_batch if opts.update_batch is None else opts.update_batch
         self.max_update_delay = opts.max_update_delay
         self.timeout, self.close_timeout = opts.timeout, opts.close_timeout
+        self.reconnect_timeout = opts.reconnect_timeout
         self.fallback_task_space = opts.fallback_task_space
         self.name = opts.name
         self.strip_keys = frozenset(opts.strip_keys)
@@ -169,6 +170,7 @@ class TaskFeed:
         # tasks of a previous registration still being played (reported as tasks the env chose, id -1)
         self._void: dict[int, Assignment] = {}
         self.heartbeat = 0.0  # seconds of silence after which the background thread sends a heartbeat
+        self._next_away_log = 0.0
         counters = ("tasks_received", "updates_sent", "updates_dropped", "errors_received", "send_waits",
                     "rejoins")
         self.stats = dict.fromkeys((*counters, self.caps.unit), 0)
@@ -194,9 +196,9 @@ class TaskFeed:
         return self._transport
 
     # -- connection ---------------------------------------------------------------------------------
-    def _hello(self, rejoin: int = -1) -> P.Hello:
+    def _hello(self, rejoin: int = -1, lost: int = 0) -> P.Hello:
         space = self.task_space.fingerprint() if self.task_space is not None else ""
-        return P.Hello(os.getpid(), self.name, space, self.stream, rejoin)
+        return P.Hello(os.getpid(), self.name, space, self.stream, rejoin, lost)
 
     def _ensure(self) -> bool:
         """Connect in this process if needed; False when running on the local fallback."""
@@ -245,7 +247,12 @@ class TaskFeed:
         self._issued = {}
         self._buffer = deque(a._replace(task_id=-1) for a in self._buffer)
         self._outstanding = 0  # the old registration's requests were dropped with it
-        welcome = transport.rejoin(self._hello(-1 if old is None else old))  # type: ignore[union-attr]
+        lost = transport.lost  # type: ignore[union-attr]
+        if lost:
+            logger.warning("env %s: %d updates could not be kept while %s was away (more than the resend "
+                           "queue holds); reported to it", old, lost, transport.peer)  # type: ignore[union-attr]
+            self.stats["updates_dropped"] += lost
+        welcome = transport.rejoin(self._hello(-1 if old is None else old, lost))  # type: ignore[union-attr]
         self.stats["rejoins"] += 1
         self._take_welcome(welcome)
         need = self._depth() + 1 - len(self._buffer)
@@ -410,19 +417,42 @@ class TaskFeed:
             pass
 
     def _wait_for_tasks(self) -> bool:
-        """Wait for a task (at most ``timeout``); False when the fallback took over."""
-        deadline = time.monotonic() + self.timeout
+        """Wait for a task: at most ``timeout`` while the curriculum side answers, up to
+        ``reconnect_timeout`` while it is silent (restarting, preempted, cut off); False when the fallback
+        took over."""
+        start = time.monotonic()
+        deadline = start + self.timeout
         while not self._buffer:
             if self._refusal is not None:
                 err, self._refusal = self._refusal, None
                 raise SyncError(f"{self._transport.peer} refused (waiting for tasks): {err}")  # type: ignore
             left = deadline - time.monotonic()
             if left <= 0:
-                return self._go_fallback("tasks")
+                if not self._keep_waiting(start):
+                    return self._go_fallback("tasks")
+                deadline = time.monotonic() + self.timeout
+                continue
             try:
                 self._receive(left)
             except ServerUnavailableError as exc:
                 return self._go_fallback("tasks", str(exc))
+        return True
+
+    def _keep_waiting(self, since: float) -> bool:
+        """Whether a wait that began at ``since`` goes on: the curriculum side this env registered with has
+        been silent for ``timeout`` (not merely slow to answer) and ``reconnect_timeout`` has not passed.
+        Logged when it starts and once a minute."""
+        transport = self._transport
+        if not self.caps.cheap_receive or self.env_id is None or transport is None:
+            return False
+        now = time.monotonic()
+        if now - transport.last_heard < self.timeout or now - since >= self.reconnect_timeout:
+            return False
+        if now >= self._next_away_log:
+            self._next_away_log = now + 60.0
+            logger.warning("env %s: %s silent for %.0f s; still trying, up to reconnect_timeout=%g s (the "
+                           "episodes played meanwhile are kept and sent when it answers)", self.env_id,
+                           transport.peer, now - transport.last_heard, self.reconnect_timeout)
         return True
 
     # -- tasks --------------------------------------------------------------------------------------

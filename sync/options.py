@@ -27,6 +27,8 @@ __all__ = ["FeedOptions", "DEFAULT_MAX_UPDATE_DELAY", "DEFAULT_TIMEOUT"]
 DEFAULT_MAX_UPDATE_DELAY = 0.5
 #: Seconds a feed waits for the curriculum before giving up.
 DEFAULT_TIMEOUT = 5.0
+#: Seconds a registered env keeps trying to reach a silent curriculum side (a learner's restart).
+DEFAULT_RECONNECT_TIMEOUT = 3600.0
 
 
 def _seconds(name: str, value: Any, positive: bool = False) -> float:
@@ -56,7 +58,11 @@ class FeedOptions:
         update_batch: Most updates held for one send (``None``: the transport's default; 1: none held).
         max_update_delay: Most seconds an update is held (``math.inf``: only ``update_batch`` bounds it;
             0: nothing is held).
-        timeout: Seconds to wait for the curriculum before :class:`ServerUnavailableError` (or the fallback).
+        timeout: Seconds to wait for the curriculum before :class:`ServerUnavailableError` (or the fallback):
+            for the first connection, and for an answer while the curriculum side is up.
+        reconnect_timeout: Seconds a registered env keeps trying while the curriculum side is silent (a
+            learner restarting from a checkpoint, a preemption, a partition) before the same error;
+            episodes played meanwhile are kept and sent when it answers. ``math.inf``: for ever.
         close_timeout: Seconds ``close`` waits for tasks on their way, and for the goodbye's ack.
         strip_keys: Keys removed from dict observations and from infos before step records are sent.
         send_obs: Whether step records carry observations (only sent when the curriculum wants steps,
@@ -76,6 +82,7 @@ class FeedOptions:
     update_batch: int | None = None
     max_update_delay: float = DEFAULT_MAX_UPDATE_DELAY
     timeout: float = DEFAULT_TIMEOUT
+    reconnect_timeout: float = DEFAULT_RECONNECT_TIMEOUT
     close_timeout: float = 2.0
     strip_keys: tuple[str, ...] = ()
     send_obs: bool = True
@@ -96,6 +103,8 @@ class FeedOptions:
             set_(self, "max_update_delay", _seconds("max_update_delay", self.max_update_delay))
         set_(self, "timeout", _seconds("timeout", self.timeout, positive=True))
         set_(self, "close_timeout", _seconds("close_timeout", self.close_timeout))
+        if self.reconnect_timeout != math.inf:
+            set_(self, "reconnect_timeout", _seconds("reconnect_timeout", self.reconnect_timeout))
         if isinstance(self.strip_keys, str):
             raise TypeError("strip_keys must be an iterable of keys, not a single str")
         set_(self, "strip_keys", tuple(self.strip_keys))

@@ -86,7 +86,7 @@ __all__ = [
 ]
 
 #: Bumped whenever a message layout changes or a kind is added; both ends must agree.
-PROTOCOL_VERSION = 7
+PROTOCOL_VERSION = 8
 #: Arrays with at least this many bytes travel as separate zero-copy frames.
 DEFAULT_OOB_THRESHOLD = 64 * 1024
 #: Upper bound on one msgpack header (the out-of-band frames are bounded by the socket's MAXMSGSIZE).
@@ -348,7 +348,9 @@ class Hello(Message):
     """Client -> server at connect: who is asking (for logs), answered by :class:`Welcome`."""
 
     KIND: ClassVar[int] = 1
-    CHECKS: ClassVar[dict] = {"pid": _NAT, "name": _str, "task_space": _str, "stream": _ID, "rejoin": _ID}
+    CHECKS: ClassVar[dict] = {
+        "pid": _NAT, "name": _str, "task_space": _str, "stream": _ID, "rejoin": _ID, "lost": _NAT,
+    }
     pid: int
     name: str = ""
     #: The env's task space fingerprint (``""``: not given): the server refuses the env when it differs
@@ -360,6 +362,8 @@ class Hello(Message):
     #: The env id this client had before it registered again (``-1``: a first hello). Messages it still
     #: has to deliver from that registration carry that id; the server takes them as the new one's.
     rejoin: int = -1
+    #: Updates of that registration the env could not keep while the server was away (counted there).
+    lost: int = 0
 
 
 @dataclass(frozen=True)
@@ -878,13 +882,15 @@ class Stream:
         self.tx = self.rx = 0
         self.sent: deque[tuple[int, list[Any]]] = deque()
         self.gap = False  # a gap was reported since the last message received in order
+        self.dropped = 0  # messages dropped unacknowledged (more than ``keep`` were waiting)
 
     def number(self, frames: list[Any]) -> list[Any]:
         """``frames`` as the next numbered message, kept until the other side acknowledges it."""
         self.tx += 1
         self.sent.append((self.tx, frames))
-        if len(self.sent) > self.keep:  # a peer that far behind is gone: liveness finds out
+        if len(self.sent) > self.keep:  # a peer that far behind is gone: counted, liveness finds out
             self.sent.popleft()
+            self.dropped += 1
         return self._framed(self.tx, frames)
 
     def _framed(self, seq: int, frames: list[Any]) -> list[Any]:

@@ -49,7 +49,7 @@ def _wait(pred, timeout: float = 20.0, what: str = "condition") -> None:
 
 def _play(address: str, episodes: int, pause: float, out, started=None, **kw) -> None:
     """A worker: play ``episodes`` episodes (``pause`` s each), then report its counts and close."""
-    c = CurriculumClient(address, timeout=20.0, **kw)
+    c = CurriculumClient(address, **{"timeout": 20.0, **kw})
     for i in range(episodes):
         if i == 5 and started is not None:
             started.set()
@@ -148,6 +148,67 @@ def test_a_server_killed_and_restarted_on_the_same_port_is_rejoined():
         second.join(10)
     assert all(s["rejoins"] == 1 for s in stats)
     assert all(s["errors_received"] == 0 for s in stats)
+
+
+class Tally(Counting):
+    """Counts the episodes applied in a shared counter, which outlives a killed server process."""
+
+    def __init__(self, applied) -> None:
+        super().__init__()
+        self.applied = applied
+
+    def update_on_episode(self, episode_return, length, task, progress=0.0, env_id=None) -> None:
+        with self.applied.get_lock():
+            self.applied.value += 1
+
+
+def _tally_server(port: int, ready, applied) -> None:
+    serve(Tally(applied), f"tcp://127.0.0.1:{port}")
+    ready.set()
+    time.sleep(600)  # killed long before
+
+
+def test_workers_wait_for_a_learner_down_far_longer_than_their_timeout():
+    """The learner process is SIGKILLed and a new one starts on the same port 8 s later, eight times the
+    workers' ``timeout``: the workers keep trying (``reconnect_timeout``), register again, finish without
+    an error, and every episode they played was applied (episodes the killed learner had applied but
+    not yet acknowledged are applied again by the new one: its ledger died with it)."""
+    ctx = mp.get_context("spawn")
+    port = _free_port()
+    applied = ctx.Value("i", 0)
+    ready = ctx.Event()
+    first = ctx.Process(target=_tally_server, args=(port, ready, applied))
+    first.start()
+    assert ready.wait(60)
+    out = ctx.Queue()
+    started = [ctx.Event() for _ in range(2)]
+    workers = [ctx.Process(target=_play, args=(f"tcp://127.0.0.1:{port}", 40, 0.01, out, e),
+                           kwargs={"timeout": 1.0, "prefetch": 2}) for e in started]
+    second = None
+    try:
+        for w in workers:
+            w.start()
+        for e in started:
+            assert e.wait(60)
+        os.kill(first.pid, signal.SIGKILL)
+        first.join(10)
+        time.sleep(8.0)  # the learner is down: the workers wait, their timeout long passed
+        ready.clear()
+        second = ctx.Process(target=_tally_server, args=(port, ready, applied))
+        second.start()
+        assert ready.wait(60)
+        stats = [out.get(timeout=120) for _ in workers]
+        for w in workers:
+            w.join(20)
+            assert w.exitcode == 0
+    finally:
+        for p in (first, second, *workers):
+            if p is not None and p.is_alive():
+                p.kill()
+                p.join(10)
+    assert all(s["rejoins"] == 1 and s["errors_received"] == 0 for s in stats)
+    assert all(s["updates_dropped"] == 0 and s["updates_sent"] == 40 for s in stats)
+    assert applied.value >= 80  # none lost (some applied by both learners)
 
 
 def _hold_and_hang(address: str, ready, env_timeout_hint: float) -> None:

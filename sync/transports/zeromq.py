@@ -94,6 +94,7 @@ class ZmqTransport(Transport):
         self.stream = P.Stream(MAX_UNACKED)
         self.pings = self.resent = self.duplicates = self.rejoins = 0
         self.last_send = 0.0  # (monotonic) when the last frame went out: heartbeats fill silences
+        self.last_heard = time.monotonic()  # when the last frame came in: a silent server is away
 
     @property
     def peer(self) -> str:
@@ -173,6 +174,11 @@ class ZmqTransport(Transport):
     def _send_frames(self, frames: list[Any], what: str) -> None:
         self._write(self.stream.number(frames), what)
 
+    @property
+    def lost(self) -> int:
+        """Messages dropped unacknowledged from the resend queue (it was full) since the last registration."""
+        return self.stream.dropped
+
     def ping(self) -> None:
         """Ask the server for the replies this env missed and where to resend from (also a heartbeat: the
         server counts any frame as a sign of life). Never waits."""
@@ -219,7 +225,9 @@ class ZmqTransport(Transport):
             left = deadline - time.monotonic()
             if left <= 0:
                 return []
-            slice_ = min(left, self.retry_interval) if retry else left
+            # a resend request every retry_interval; once every second while the server is silent
+            every = self.retry_interval if time.monotonic() - self.last_heard < self.timeout else 1.0
+            slice_ = min(left, every) if retry else left
             if sock.poll(max(1, int(slice_ * 1000)), zmq.POLLIN):
                 msgs = self._take(sock.recv_multipart(copy=False))
                 if msgs:
@@ -230,6 +238,7 @@ class ZmqTransport(Transport):
     def _take(self, frames: list[Any]) -> list[P.Message]:
         """The message of a received frame list: ``[]`` for a repeat, an out-of-order reply or a ``PONG``
         (which may send again what the server missed)."""
+        self.last_heard = time.monotonic()
         envelope = P.unpack_envelope(frames[0])
         if envelope is None:  # unsequenced: a welcome, or an error to a peer the server does not know
             return [P.decode(frames)]
