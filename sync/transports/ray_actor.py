@@ -1,15 +1,9 @@
-"""The Ray transport: calls to a named curriculum actor (:mod:`magister.sync.ray_backend` serves it).
+"""The Ray transport: calls to a named curriculum actor (served by :mod:`magister.sync.ray_backend`).
 
-Addresses are ``"ray://<name>"`` or ``"ray://<namespace>/<name>"``. :meth:`RayTransport.open` looks the
-actor up by name (connecting this process to Ray first when it is not); each :meth:`RayTransport.send` is
-one fire-and-forget ``handle_batch`` call carrying every item, and :meth:`RayTransport.receive` reads the
-replies of the oldest call still unread (calls are applied in order, so once a reply is here every
-earlier call was applied too). Back-pressure: at most ``max_pending`` calls unread; a send beyond waits
-for the oldest reply, whose messages :meth:`RayTransport.receive` then returns.
-
-Every message travels as one ``bytes`` frame (arrays inline), or for a message with large arrays as the
-tuple ``(header, array_bytes, ...)``, each large array's bytes a flat ``uint8`` numpy array that Ray ships
-out of band (:func:`pack`, :func:`unpack`).
+Addresses are ``"ray://<name>"`` or ``"ray://<namespace>/<name>"``. Each :meth:`RayTransport.send` is one
+fire-and-forget ``handle_batch`` call carrying every item; :meth:`RayTransport.receive` reads the replies
+of the oldest unread call (the actor applies calls in order, so every earlier call was applied too). At
+most ``max_pending`` calls stay unread: a send beyond that first waits for the oldest reply.
 """
 
 from __future__ import annotations
@@ -26,8 +20,7 @@ try:
     from ray.exceptions import GetTimeoutError, RayActorError
 except ImportError as _exc:  # pragma: no cover - exercised only without ray
     raise ImportError(
-        "the Ray backend of magister.sync needs Ray; install it with `pip install 'magister[ray]'` "
-        "(or `pip install ray`)"
+        "the Ray backend of magister.sync needs Ray; install it with `pip install 'magister[ray]'`"
     ) from _exc
 
 from .. import protocol as P
@@ -35,36 +28,18 @@ from .base import Capabilities, ServerUnavailableError, SyncError, Transport
 
 logger = logging.getLogger(__name__)
 
-__all__ = [
-    "ADDRESS_PREFIX",
-    "DEFAULT_MAX_PENDING",
-    "Frame",
-    "RayTransport",
-    "as_frame",
-    "describe_actor",
-    "lookup_actor",
-    "pack",
-    "parse_ray_address",
-    "ray_address",
-    "unpack",
-]
+__all__ = ["RayTransport", "describe_actor", "get", "lookup_actor", "pack", "parse_ray_address",
+           "ray_address", "unpack"]
 
-#: Every Ray backend address starts with this.
 ADDRESS_PREFIX = "ray://"
-#: Calls a client may have in flight (sent, reply not yet seen) before it waits for the actor.
-DEFAULT_MAX_PENDING = 1024
-#: Arrays at least this large travel out of band (as numpy arrays next to the header, which Ray moves
-#: through its object store without pickling or copying them again); smaller messages are one frame.
-OOB_BYTES = P.DEFAULT_OOB_THRESHOLD
+_FORMS = "expected 'ray://<name>' or 'ray://<namespace>/<name>'"
 
 
 def ray_address(name: str, namespace: str | None = None) -> str:
     """The address of the curriculum actor ``name`` (in ``namespace``).
 
-    >>> ray_address("cur")
-    'ray://cur'
-    >>> ray_address("cur", "team")
-    'ray://team/cur'
+    >>> ray_address("cur"), ray_address("cur", "team")
+    ('ray://cur', 'ray://team/cur')
     """
     if not isinstance(name, str) or not name:
         raise ValueError(f"actor name must be a non-empty str, got {name!r}")
@@ -81,46 +56,31 @@ def ray_address(name: str, namespace: str | None = None) -> str:
 
 
 def parse_ray_address(address: str) -> tuple[str, str | None]:
-    """``(name, namespace)`` of a ``"ray://[<namespace>/]<name>"`` address (inverse of :func:`ray_address`).
+    """``(name, namespace)`` of a Ray backend address (the inverse of :func:`ray_address`).
 
-    >>> parse_ray_address("ray://team/cur")
-    ('cur', 'team')
-    >>> parse_ray_address("ray://cur")
-    ('cur', None)
+    >>> parse_ray_address("ray://team/cur"), parse_ray_address("ray://cur")
+    (('cur', 'team'), ('cur', None))
     >>> parse_ray_address("tcp://127.0.0.1:5555")
     Traceback (most recent call last):
     ...
     ValueError: not a Ray backend address: 'tcp://127.0.0.1:5555'; expected 'ray://<name>' or 'ray://<namespace>/<name>'
     """
     if not isinstance(address, str) or not address.startswith(ADDRESS_PREFIX):
-        raise ValueError(
-            f"not a Ray backend address: {address!r}; expected 'ray://<name>' or 'ray://<namespace>/<name>'"
-        )
-    rest = address[len(ADDRESS_PREFIX) :]
+        raise ValueError(f"not a Ray backend address: {address!r}; {_FORMS}")
+    name = address[len(ADDRESS_PREFIX) :]
     namespace: str | None = None
-    if "/" in rest:
-        namespace, rest = rest.split("/", 1)
-    if not rest or namespace == "":
-        raise ValueError(
-            f"Ray backend address {address!r} names no actor; expected 'ray://<name>' or "
-            "'ray://<namespace>/<name>'"
-        )
-    return rest, namespace
+    if "/" in name:
+        namespace, name = name.split("/", 1)
+    if not name or namespace == "":
+        raise ValueError(f"Ray backend address {address!r} names no actor; {_FORMS}")
+    return name, namespace
 
 
-#: One encoded message on the Ray path (see :func:`pack`).
-Frame = bytes | tuple[Any, ...]
-
-
-def pack(msg: P.Message) -> Frame:
-    """One protocol message: one ``bytes`` frame, or for a message with large arrays (step records with
-    observations) the tuple ``(header, array_bytes, ...)``, each large array's bytes as a flat ``uint8``
-    numpy array (a view, not a copy) so that Ray ships it out of band."""
-    return as_frame(P.encode(msg, oob_threshold=OOB_BYTES))
-
-
-def as_frame(frames: list[Any]) -> Frame:
-    """Encoded frames as :func:`pack` returns them."""
+def pack(item: Any) -> bytes | tuple[Any, ...]:
+    """A protocol message, or an update held as ``(message class, fields)``, as one ``bytes`` frame; or,
+    when it carries large arrays (step records with observations), as ``(header, array_bytes, ...)``,
+    each large array's bytes a flat ``uint8`` view that Ray ships out of band."""
+    frames = P.encode_fields(*item) if type(item) is tuple else P.encode(item)
     if len(frames) == 1:
         return bytes(frames[0])
     return (bytes(frames[0]), *(np.frombuffer(f, dtype=np.uint8) for f in frames[1:]))
@@ -136,12 +96,23 @@ def unpack(frame: Any) -> P.Message:
 
 
 def describe_actor(name: str, namespace: str | None) -> str:
-    """``"Ray actor '<name>' in namespace '<ns>'"``, as used in messages."""
-    return f"Ray actor {name!r}" + (f" in namespace {namespace!r}" if namespace else "")
+    """``"curriculum Ray actor '<name>' in namespace '<ns>'"``, as used in messages."""
+    return f"curriculum Ray actor {name!r}" + (f" in namespace {namespace!r}" if namespace else "")
+
+
+def get(ref: Any, timeout: float, peer: str, what: str) -> Any:
+    """``ray.get(ref)``; :class:`ServerUnavailableError` naming ``peer`` and ``what`` when the actor is dead
+    or does not answer within ``timeout`` seconds."""
+    try:
+        return ray.get(ref, timeout=timeout)
+    except GetTimeoutError:
+        raise ServerUnavailableError(f"the {peer} did not answer {what} within {timeout:g}s") from None
+    except RayActorError as exc:
+        raise ServerUnavailableError(f"the {peer} is dead ({what}): {exc}") from None
 
 
 def lookup_actor(name: str, namespace: str | None, timeout: float) -> Any:
-    """``ray.get_actor`` retried until ``timeout``; :class:`ServerUnavailableError` naming the actor."""
+    """``ray.get_actor``, retried until ``timeout``; then :class:`ServerUnavailableError` naming the actor."""
     deadline = time.monotonic() + timeout
     delay = 0.02
     while True:
@@ -151,19 +122,12 @@ def lookup_actor(name: str, namespace: str | None, timeout: float) -> Any:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise ServerUnavailableError(
-                    f"no curriculum {describe_actor(name, namespace)} found within {timeout:g}s; is "
-                    "serve_ray() running in this Ray cluster, under this name and namespace? (a non-detached "
-                    f"actor created without a namespace is only visible to its own job) [{exc}]"
+                    f"no {describe_actor(name, namespace)} found within {timeout:g}s; is serve_ray() running "
+                    "in this Ray cluster, under this name and namespace? (a non-detached actor created "
+                    f"without a namespace is only visible to its own job) [{exc}]"
                 ) from None
             time.sleep(min(delay, left))
             delay = min(2 * delay, 0.5)
-
-
-def _item_frame(item: Any) -> Frame:
-    """The frame of an item: a message, or an update held as ``(message class, fields)``."""
-    if type(item) is tuple:
-        return as_frame(P.encode_fields(*item, oob_threshold=OOB_BYTES))
-    return pack(item)
 
 
 class RayTransport(Transport):
@@ -171,22 +135,13 @@ class RayTransport(Transport):
 
     # a call costs far more than a socket message: more tasks per request and more updates per call
     caps: ClassVar[Capabilities] = Capabilities(
-        prefetch=32,
-        update_batch=32,
-        costly_send=True,
-        unit="calls",
+        prefetch=32, update_batch=32, costly_send=True, unit="calls",
         hint=". Is serve_ray() running, and is the actor alive? Pass fallback_task_space=... to sample "
         "locally instead",
     )
 
-    def __init__(
-        self,
-        address: str,
-        timeout: float,
-        max_pending: int = DEFAULT_MAX_PENDING,
-        ray_address: str | None = None,
-    ) -> None:
-        self.address = address
+    def __init__(self, address: str, timeout: float, max_pending: int,
+                 ray_address: str | None = None) -> None:
         self.actor_name, self.namespace = parse_ray_address(address)
         self.timeout = timeout
         self.max_pending = max_pending
@@ -194,11 +149,10 @@ class RayTransport(Transport):
         self.method: Any = None  # the actor's handle_batch
         self.calls: deque[Any] = deque()  # refs of the calls whose replies are unread, oldest first
         self.replies: list[P.Message] = []  # replies read while waiting for room
-        self.waits = 0
 
     @property
     def peer(self) -> str:
-        return f"curriculum {describe_actor(self.actor_name, self.namespace)}"
+        return describe_actor(self.actor_name, self.namespace)
 
     @property
     def in_flight(self) -> int:
@@ -206,18 +160,7 @@ class RayTransport(Transport):
         return len(self.calls)
 
     def no_reply(self, what: str) -> str:
-        return (
-            f"no reply from the {self.peer} ({self.address}) within {self.timeout:g}s while waiting for "
-            f"{what}"
-        )
-
-    def _get(self, ref: Any, what: str, timeout: float) -> Any:
-        try:
-            return ray.get(ref, timeout=timeout)
-        except GetTimeoutError:
-            raise ServerUnavailableError(self.no_reply(what)) from None
-        except RayActorError as exc:
-            raise ServerUnavailableError(f"the {self.peer} is dead: {exc}") from None
+        return f"no reply from the {self.peer} within {self.timeout:g}s while waiting for {what}"
 
     def open(self, hello: P.Hello) -> P.Welcome:
         if not ray.is_initialized():
@@ -229,12 +172,11 @@ class RayTransport(Transport):
                 raise ServerUnavailableError(self.no_reply(f"a Ray cluster at {target!r} ({exc})")) from None
         actor = lookup_actor(self.actor_name, self.namespace, self.timeout)
         self.method = actor.handle_batch
-        reply = P.decode([self._get(actor.handle.remote(pack(hello)), "a welcome", self.timeout)])
+        reply = P.decode([get(actor.handle.remote(pack(hello)), self.timeout, self.peer, "the hello")])
         if isinstance(reply, P.Error) and reply.code == "version":
             raise P.ProtocolVersionError(reply.message)
         if not isinstance(reply, P.Welcome):
             raise SyncError(f"the {self.peer} refused this env: {reply!r:.300}")
-        self.env_id = reply.env_id
         return reply
 
     def send(self, items: list[Any]) -> None:
@@ -244,10 +186,10 @@ class RayTransport(Transport):
             if replies is None:
                 raise ServerUnavailableError(self.no_reply(f"room for {len(items)} message(s)"))
             self.replies.extend(replies)
-        self.calls.append(self.method.remote([_item_frame(i) for i in items]))
+        self.calls.append(self.method.remote([pack(i) for i in items]))
 
     def _read(self, timeout: float) -> list[P.Message] | None:
-        """The replies of the oldest unread call, waiting at most ``timeout`` (None: not yet)."""
+        """The replies of the oldest unread call, waiting at most ``timeout`` (``None``: not yet)."""
         try:
             replies = ray.get(self.calls[0], timeout=timeout)
         except GetTimeoutError:
@@ -255,7 +197,7 @@ class RayTransport(Transport):
         except RayActorError as exc:
             raise ServerUnavailableError(f"the {self.peer} is dead: {exc}") from None
         self.calls.popleft()
-        return [P.decode([r]) for r in replies] if replies else []
+        return [P.decode([r]) for r in replies or ()]
 
     def receive(self, timeout: float) -> list[P.Message]:
         if self.replies:
