@@ -429,7 +429,10 @@ class TaskFeed:
             left = deadline - time.monotonic()
             if left <= 0:
                 if not self._keep_waiting(start):
-                    return self._go_fallback("tasks")
+                    what = "tasks"
+                    if time.monotonic() - start > self.timeout:
+                        what += f" (kept trying for reconnect_timeout={self.reconnect_timeout:g}s)"
+                    return self._go_fallback(what)
                 deadline = time.monotonic() + self.timeout
                 continue
             try:

@@ -342,7 +342,7 @@ def test_server_that_disappears_mid_run():
         c = CurriculumClient(server.address, prefetch=0, timeout=5.0, close_timeout=0.1)
         a = c.next_task()
         c.record_episode(a, 1.0, 1, 1.0, refill=False)  # no task asked for: the next one must wait
-    c.timeout = 0.5
+    c.timeout = c.reconnect_timeout = 0.5
     with pytest.raises(ServerUnavailableError):
         c.next_task()
     c.close()

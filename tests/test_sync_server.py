@@ -128,7 +128,8 @@ def test_no_leaked_file_descriptors_or_threads():
     rounds(2)
     after_three = rounds(3)
     after_ten = rounds(10)
-    assert after_ten == after_three
+    # (garbage of earlier tests collected meanwhile can only lower the counts)
+    assert after_ten[0] <= after_three[0] and after_ten[1] <= after_three[1]
 
 
 def test_welcome_settings_and_no_step_data_when_not_required():
