@@ -98,6 +98,11 @@ class EnvCounters:
     malformed_frames: int = 0
     tasks_abandoned: int = 0
     duplicates_dropped: int = 0
+    #: Reports for leases that had already ended otherwise (abandoned while the env was away, returned):
+    #: dropped, the lease's first outcome stands.
+    reports_late: int = 0
+    #: Reports for leases this core never issued (a server instance before a restart issued them).
+    reports_orphaned: int = 0
     connected: int = 1
 
     @property
@@ -184,7 +189,12 @@ class SyncCore:
         #: The open leases: per env, by task id, the task's key and the sample handed out.
         self._in_flight: dict[int, dict[int, tuple[Hashable, TaskSample]]] = {}
         self._next_env = 0
-        self._next_task = 0
+        # lease ids are unique across server instances (each core numbers from a random base), so a
+        # returning env's report names a lease this core holds, ended, or never issued
+        self._first_task = self._next_task = secrets.randbits(40) << 16
+        #: How the last ``keep_ended`` leases ended, by id: a later report for one is dropped and counted.
+        self._ended: OrderedDict[int, str] = OrderedDict()
+        self.keep_ended = 1 << 16
         self.malformed_frames = 0  # frames from peers that never said hello
         self.log = RateLimitedLogger(logger, LOG_INTERVAL)
         space = getattr(curriculum, "task_space", None)
@@ -214,15 +224,21 @@ class SyncCore:
                     "same space as the curriculum (same kind, size, parameters and order)",
                 )
         with self.lock:
-            env_id = self._next_env
-            self._next_env += 1
-            self._counters[env_id] = EnvCounters()
-            self._in_flight[env_id] = {}
-            if hello is not None and hello.stream >= 0:
-                self._streams[env_id] = hello.stream
             if hello is not None and hello.rejoin >= 0:
                 self.rejoined_envs += 1
                 self.updates_lost_away += hello.lost
+            if hello is not None and hello.rejoin in self._departed:  # back under its identity
+                env_id = hello.rejoin
+                self._counters[env_id] = self._departed.pop(env_id)
+                self._counters[env_id].connected = 1
+                self.departed_envs -= 1
+            else:
+                env_id = self._next_env
+                self._next_env += 1
+                self._counters[env_id] = EnvCounters()
+            self._in_flight[env_id] = {}
+            if hello is not None and hello.stream >= 0:
+                self._streams[env_id] = hello.stream
         cur = self.curriculum
         return P.Welcome(
             env_id=env_id,
@@ -257,7 +273,8 @@ class SyncCore:
                 return 0
             flight = self._in_flight.pop(env_id, {})
             self._streams.pop(env_id, None)
-            for _, sample in flight.values():
+            for task_id, (_, sample) in flight.items():
+                self._end(task_id, "abandoned")
                 try:
                     self.curriculum.on_task_abandoned(sample.task, env_id)
                 except Exception:
@@ -272,6 +289,32 @@ class SyncCore:
         if flight or reason != "goodbye":
             logger.info("env %d left (%s); %d tasks it held abandoned", env_id, reason, len(flight))
         return len(flight)
+
+    def may_rejoin(self, env_id: int) -> bool:
+        """Whether an env that says it was ``env_id`` would come back under that identity (it left, and
+        its counters are still kept): a server at ``max_envs`` admits it, it held a slot before."""
+        return env_id in self._departed
+
+    def _end(self, task_id: int, outcome: str) -> None:
+        """Record how lease ``task_id`` ended (the last ``keep_ended`` are kept)."""
+        self._ended[task_id] = outcome
+        if len(self._ended) > self.keep_ended:
+            self._ended.popitem(last=False)
+
+    def _stale(self, c: EnvCounters, task_id: int) -> bool:
+        """Whether a report for ``task_id`` (not in flight for its env) is to be dropped: its lease ended
+        already (consumed: a repeat; abandoned or returned: late) or another server instance issued it.
+        Counted; the lease's first outcome stands."""
+        ended = self._ended.get(task_id)
+        if ended == "consumed":
+            c.duplicates_dropped += 1
+        elif ended is not None:
+            c.reports_late += 1
+        elif task_id >= 0 and not self._first_task <= task_id < self._next_task:
+            c.reports_orphaned += 1
+        else:
+            return False
+        return True
 
     def is_live(self, env_id: int) -> bool:
         """Whether ``env_id`` is registered and has not departed."""
@@ -331,6 +374,7 @@ class SyncCore:
                 return
             for i in msg.task_ids:
                 flight.pop(i, None)
+                self._end(i, "unsent")
             c.tasks_sent -= len(msg.task_ids)
             c.tasks_unsent += len(msg.task_ids)
 
@@ -476,6 +520,8 @@ class SyncCore:
         if not math.isfinite(episode_return):
             raise SyncRejected("non_finite", f"episode return must be finite, got {episode_return!r}")
         _check_progress("episode progress", progress)
+        if task_id != -1 and task_id not in self._in_flight[env_id] and self._stale(c, task_id):
+            return
         sample = self._resolve(env_id, task_id, task)
         cur = self.curriculum
         if ended and cur.requires_episode_updates:
@@ -487,6 +533,7 @@ class SyncCore:
                 raise self._curriculum_error(c, "on_episode", exc) from exc
         if task_id != -1:
             del self._in_flight[env_id][task_id]
+            self._end(task_id, "consumed")
             c.tasks_consumed += 1
         if ended:
             c.episodes_applied += 1
@@ -511,6 +558,9 @@ class SyncCore:
             _check_progress("step progress", msg.progress)
             tasks = []
             ids, n = msg.task_ids, len(msg.tasks)
+            flight = self._in_flight[msg.env_id]
+            if any(t != -1 and t not in flight and self._stale(c, t) for t in set(ids.tolist())):
+                return None  # steps of a lease that ended (or another server's): dropped, counted
             starts = [0, *(np.flatnonzero(np.diff(ids)) + 1).tolist()]  # runs of steps on one task id
             for start, end in zip(starts, [*starts[1:], n]):
                 tid, run = int(ids[start]), msg.tasks[start:end]
@@ -541,26 +591,32 @@ class SyncCore:
             return None
         if isinstance(msg, P.ProgressUpdate):
             _check_progress("task progress", msg.progress)
-            sample = self._resolve(msg.env_id, msg.task_id, msg.task)
+            tid = msg.task_id
+            if tid != -1 and tid not in self._in_flight[msg.env_id] and self._stale(c, tid):
+                return None
+            sample = self._resolve(msg.env_id, tid, msg.task)
             try:
                 cur.update_task_progress(sample.task, msg.progress, msg.env_id)
             except Exception as exc:
                 raise self._curriculum_error(c, "update_task_progress", exc) from exc
-            if msg.done and msg.task_id != -1:
-                del self._in_flight[msg.env_id][msg.task_id]
+            if msg.done and tid != -1:
+                del self._in_flight[msg.env_id][tid]
+                self._end(tid, "consumed")
                 c.tasks_consumed += 1
             c.progress_applied += 1
             return None
         if isinstance(msg, P.Goodbye):
             flight = self._in_flight[msg.env_id]
-            unknown = [i for i in msg.returned_task_ids if i not in flight]
+            returned = [i for i in msg.returned_task_ids if i in flight or not self._stale(c, i)]
+            unknown = [i for i in returned if i not in flight]
             if unknown:
                 raise SyncRejected(
                     "unknown_task", f"env {msg.env_id} returned task ids it does not hold: {unknown}"
                 )
-            for i in msg.returned_task_ids:
+            for i in returned:
                 del flight[i]
-            c.tasks_returned += len(msg.returned_task_ids)
+                self._end(i, "returned")
+            c.tasks_returned += len(returned)
             self.depart(msg.env_id, "goodbye")
             return P.Goodbye(msg.env_id, msg.returned_task_ids)
         raise SyncRejected("bad_request", f"an env may not send {type(msg).__name__} messages")
