@@ -195,6 +195,7 @@ class SyncCore:
         #: How the last ``keep_ended`` leases ended, by id: a later report for one is dropped and counted.
         self._ended: OrderedDict[int, str] = OrderedDict()
         self.keep_ended = 1 << 16
+        self._returned: set[int] = set()  # envs that registered again: they may report other servers' leases
         self.malformed_frames = 0  # frames from peers that never said hello
         self.log = RateLimitedLogger(logger, LOG_INTERVAL)
         space = getattr(curriculum, "task_space", None)
@@ -236,6 +237,8 @@ class SyncCore:
                 env_id = self._next_env
                 self._next_env += 1
                 self._counters[env_id] = EnvCounters()
+            if hello is not None and hello.rejoin >= 0:
+                self._returned.add(env_id)
             self._in_flight[env_id] = {}
             if hello is not None and hello.stream >= 0:
                 self._streams[env_id] = hello.stream
@@ -273,6 +276,8 @@ class SyncCore:
                 return 0
             flight = self._in_flight.pop(env_id, {})
             self._streams.pop(env_id, None)
+            if reason == "goodbye":
+                self._returned.discard(env_id)
             for task_id, (_, sample) in flight.items():
                 self._end(task_id, "abandoned")
                 try:
@@ -301,16 +306,19 @@ class SyncCore:
         if len(self._ended) > self.keep_ended:
             self._ended.popitem(last=False)
 
-    def _stale(self, c: EnvCounters, task_id: int) -> bool:
-        """Whether a report for ``task_id`` (not in flight for its env) is to be dropped: its lease ended
-        already (consumed: a repeat; abandoned or returned: late) or another server instance issued it.
-        Counted; the lease's first outcome stands."""
+    def _stale(self, env_id: int, c: EnvCounters, task_id: int) -> bool:
+        """Whether a report of an env that came back (registered again) for ``task_id``, not in flight for
+        it, is to be dropped: its lease ended already (consumed: a repeat; abandoned or returned: late) or
+        another server instance issued it. Counted; the lease's first outcome stands. (Any other env's
+        report for a lease it does not hold is refused.)"""
+        if env_id not in self._returned:
+            return False
         ended = self._ended.get(task_id)
         if ended == "consumed":
             c.duplicates_dropped += 1
         elif ended is not None:
             c.reports_late += 1
-        elif task_id >= 0 and not self._first_task <= task_id < self._next_task:
+        elif not self._first_task <= task_id < self._next_task:
             c.reports_orphaned += 1
         else:
             return False
@@ -520,7 +528,7 @@ class SyncCore:
         if not math.isfinite(episode_return):
             raise SyncRejected("non_finite", f"episode return must be finite, got {episode_return!r}")
         _check_progress("episode progress", progress)
-        if task_id != -1 and task_id not in self._in_flight[env_id] and self._stale(c, task_id):
+        if task_id != -1 and task_id not in self._in_flight[env_id] and self._stale(env_id, c, task_id):
             return
         sample = self._resolve(env_id, task_id, task)
         cur = self.curriculum
@@ -559,7 +567,7 @@ class SyncCore:
             tasks = []
             ids, n = msg.task_ids, len(msg.tasks)
             flight = self._in_flight[msg.env_id]
-            if any(t != -1 and t not in flight and self._stale(c, t) for t in set(ids.tolist())):
+            if any(t != -1 and t not in flight and self._stale(msg.env_id, c, t) for t in set(ids.tolist())):
                 return None  # steps of a lease that ended (or another server's): dropped, counted
             starts = [0, *(np.flatnonzero(np.diff(ids)) + 1).tolist()]  # runs of steps on one task id
             for start, end in zip(starts, [*starts[1:], n]):
@@ -592,7 +600,7 @@ class SyncCore:
         if isinstance(msg, P.ProgressUpdate):
             _check_progress("task progress", msg.progress)
             tid = msg.task_id
-            if tid != -1 and tid not in self._in_flight[msg.env_id] and self._stale(c, tid):
+            if tid != -1 and tid not in self._in_flight[msg.env_id] and self._stale(msg.env_id, c, tid):
                 return None
             sample = self._resolve(msg.env_id, tid, msg.task)
             try:
@@ -607,7 +615,7 @@ class SyncCore:
             return None
         if isinstance(msg, P.Goodbye):
             flight = self._in_flight[msg.env_id]
-            returned = [i for i in msg.returned_task_ids if i in flight or not self._stale(c, i)]
+            returned = [i for i in msg.returned_task_ids if i in flight or not self._stale(msg.env_id, c, i)]
             unknown = [i for i in returned if i not in flight]
             if unknown:
                 raise SyncRejected(

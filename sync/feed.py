@@ -88,7 +88,7 @@ class Assignment(NamedTuple):
 
 #: Held updates whose last field is a task request.
 _REQUESTING = (P.EpisodeUpdate, P.Episodes, P.ProgressUpdate)
-_PROCESS_STATE = ("_pid", "_transport", "_buffer", "_steps", "_held", "_lock", "_issued", "_void")
+_PROCESS_STATE = ("_pid", "_transport", "_buffer", "_steps", "_held", "_lock", "_issued")
 
 
 class TaskFeed:
@@ -167,8 +167,6 @@ class TaskFeed:
         self._last_reset: float | None = None
         self._episode_s: float | None = None  # running mean of the time between two tasks
         self._issued: dict[int, Assignment] = {}  # tasks handed to the env and not yet reported, by id
-        # tasks of a previous registration still being played (reported as tasks the env chose, id -1)
-        self._void: dict[int, Assignment] = {}
         self.heartbeat = 0.0  # seconds of silence after which the background thread sends a heartbeat
         self._next_away_log = 0.0
         counters = ("tasks_received", "updates_sent", "updates_dropped", "errors_received", "send_waits",
@@ -235,17 +233,16 @@ class TaskFeed:
 
     def _rejoin(self) -> None:
         """Register again with a curriculum side that no longer knows this env (restarted, or it declared
-        the env gone). Undelivered updates go to the new registration; tasks of the old one still held are
-        played and reported as tasks the env chose (id ``-1``)."""
+        the env gone), under the same identity. Undelivered updates go to the new registration with their
+        lease ids: the curriculum side applies each once, or counts it (a lease it abandoned meanwhile,
+        or one another server instance issued). Tasks not yet started are dropped (their leases ended)."""
         transport = self._transport
         old = self.env_id
         logger.warning("%s no longer knows env %s (restarted, or it declared the env gone): registering "
                        "again", transport.peer, old)  # type: ignore[union-attr]
         self._flush_steps()  # everything of the old registration into the transport's resend queue
         self._send_held()
-        self._void.update(self._issued)
-        self._issued = {}
-        self._buffer = deque(a._replace(task_id=-1) for a in self._buffer)
+        self._buffer.clear()  # leases the curriculum side abandoned with the old registration (or never knew)
         self._outstanding = 0  # the old registration's requests were dropped with it
         lost = transport.lost  # type: ignore[union-attr]
         if lost:
@@ -273,7 +270,6 @@ class TaskFeed:
             frozenset(opts.strip_keys),
             capacity=welcome.step_batch_size,
             on_full=self._flush_steps,
-            void=self._void,
         )
 
     def _go_fallback(self, what: str, reason: str | None = None) -> bool:
@@ -530,10 +526,7 @@ class TaskFeed:
         if assignment.task_id >= 0 and self._active():
             with self._lock:
                 self._issued.pop(assignment.task_id, None)
-                if self._void.get(assignment.task_id) is assignment:
-                    del self._void[assignment.task_id]  # its registration is gone: nothing to return
-                else:
-                    self._buffer.appendleft(assignment)
+                self._buffer.appendleft(assignment)
 
     # -- feedback -----------------------------------------------------------------------------------
     def record_step(
@@ -585,16 +578,10 @@ class TaskFeed:
                 self._drain()  # error replies and tasks that arrived meanwhile
 
     def _task_id(self, assignment: Assignment, done: bool) -> int:
-        """The lease id to report ``assignment`` under (``-1``: a previous registration's); ``done``: the
-        lease ends."""
-        task_id = assignment.task_id
-        if self._void.get(task_id) is assignment:
-            if done:
-                del self._void[task_id]
-            return -1
+        """The lease id to report ``assignment`` under; ``done``: the lease ends."""
         if done:
-            self._issued.pop(task_id, None)
-        return task_id
+            self._issued.pop(assignment.task_id, None)
+        return assignment.task_id
 
     def record_episode(
         self,

@@ -926,14 +926,14 @@ def rebase(msg: Message, env_id: int) -> Message | None:
     """``msg``, from an env's previous registration, as its new registration ``env_id`` delivers it
     (``None``: nothing of it is to be delivered).
 
-    The ids of the tasks it names belonged to the previous registration: they become ``-1`` (tasks the
-    env reports itself, checked against the task space). Task requests are dropped (the env asks the new
-    registration for what it needs), and so is a goodbye. Used by a client that registered again (after a
-    server restart, or after the server declared it gone) for the updates it still had to deliver.
+    The lease ids it names are kept (lease ids are unique across registrations and server instances: the
+    curriculum side applies each report once, or counts it). Task requests are dropped (the env asks the
+    new registration for what it needs), and so is a goodbye. Used by a client that registered again
+    (after a server restart, or after the server declared it gone).
 
     >>> m = rebase(EpisodeUpdate(3, 17, 2, 1.0, 5, 1.0, request=1), 0)
     >>> m.env_id, m.task_id, m.task, m.request
-    (0, -1, 2, 0)
+    (0, 17, 2, 0)
     >>> rebase(TaskRequest(3, 2), 0) is None
     True
     """
@@ -942,12 +942,10 @@ def rebase(msg: Message, env_id: int) -> Message | None:
     if isinstance(msg, Batch):
         kept = [m for m in (rebase(m, env_id) for m in msg.messages) if m is not None]
         return Batch(env_id, tuple(kept)) if kept else None
-    if isinstance(msg, (EpisodeUpdate, ProgressUpdate)):
-        return replace(msg, env_id=env_id, task_id=-1, request=0)
-    if isinstance(msg, Episodes):
-        return replace(msg, env_id=env_id, task_ids=(-1,) * len(msg.task_ids), request=0)
+    if isinstance(msg, (EpisodeUpdate, ProgressUpdate, Episodes)):
+        return replace(msg, env_id=env_id, request=0)
     if isinstance(msg, StepUpdate):
-        return replace(msg, env_id=env_id, task_ids=np.full(len(msg.task_ids), -1, dtype=np.int64))
+        return replace(msg, env_id=env_id)
     if isinstance(msg, (TaskRequest, Goodbye)):
         return None
     raise TypeError(f"an env does not send {type(msg).__name__} messages after its hello")

@@ -71,15 +71,13 @@ class StepBuffer:
         strip_keys: Keys removed from dict observations and infos.
         capacity: Steps per batch; a step that fills it calls ``on_full`` (the feed sends the batch).
         on_full: Called with no argument when the batch is full.
-        void: Tasks of a previous registration (by task id): their steps are reported with task id ``-1``.
     """
 
     def __init__(
         self, send_obs: bool, send_infos: bool, strip_keys: frozenset[str], capacity: int = 0,
-        on_full: Callable[[], None] | None = None, void: dict[int, Any] | None = None,
+        on_full: Callable[[], None] | None = None,
     ) -> None:
         self.send_obs, self.send_infos, self.strip_keys = send_obs, send_infos, strip_keys
-        self.void = void if void is not None else {}
         self.capacity = int(capacity) if on_full is not None and capacity > 0 else 0
         self.on_full = on_full
         self.clear()
@@ -114,7 +112,7 @@ class StepBuffer:
 
     def message(self, env_id: int) -> P.StepUpdate:
         """The buffered steps as one :class:`~magister.sync.protocol.StepUpdate`; empties the buffer."""
-        ids = [-1 if self.void.get(a.task_id) is a else a.task_id for a in self.assignments]
+        ids = [a.task_id for a in self.assignments]
         msg = P.StepUpdate(
             env_id,
             np.array(ids, dtype=np.int64),

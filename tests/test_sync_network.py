@@ -162,22 +162,24 @@ class Tally(Counting):
             self.applied.value += 1
 
 
-def _tally_server(port: int, ready, applied) -> None:
-    serve(Tally(applied), f"tcp://127.0.0.1:{port}")
+def _tally_server(port: int, ready, applied, orphaned) -> None:
+    server = serve(Tally(applied), f"tcp://127.0.0.1:{port}")
     ready.set()
-    time.sleep(600)  # killed long before
+    while True:  # (killed) its count of reports for the dead server's leases, shared
+        orphaned.value = int(server.metrics()["sync/total/reports_orphaned"])
+        time.sleep(0.05)
 
 
 def test_workers_wait_for_a_learner_down_far_longer_than_their_timeout():
     """The learner process is SIGKILLed and a new one starts on the same port 8 s later, eight times the
     workers' ``timeout``: the workers keep trying (``reconnect_timeout``), register again, finish without
-    an error, and every episode they played was applied (episodes the killed learner had applied but
-    not yet acknowledged are applied again by the new one: its ledger died with it)."""
+    an error, and every episode they played was applied or counted: reports for leases of the killed
+    learner (which kept no checkpoint) are dropped and counted as orphaned by the new one."""
     ctx = mp.get_context("spawn")
     port = _free_port()
-    applied = ctx.Value("i", 0)
+    applied, orphaned = ctx.Value("i", 0), ctx.Value("i", 0)
     ready = ctx.Event()
-    first = ctx.Process(target=_tally_server, args=(port, ready, applied))
+    first = ctx.Process(target=_tally_server, args=(port, ready, applied, orphaned))
     first.start()
     assert ready.wait(60)
     out = ctx.Queue()
@@ -194,7 +196,7 @@ def test_workers_wait_for_a_learner_down_far_longer_than_their_timeout():
         first.join(10)
         time.sleep(8.0)  # the learner is down: the workers wait, their timeout long passed
         ready.clear()
-        second = ctx.Process(target=_tally_server, args=(port, ready, applied))
+        second = ctx.Process(target=_tally_server, args=(port, ready, applied, orphaned))
         second.start()
         assert ready.wait(60)
         stats = [out.get(timeout=120) for _ in workers]
@@ -208,7 +210,8 @@ def test_workers_wait_for_a_learner_down_far_longer_than_their_timeout():
                 p.join(10)
     assert all(s["rejoins"] == 1 and s["errors_received"] == 0 for s in stats)
     assert all(s["updates_dropped"] == 0 and s["updates_sent"] == 40 for s in stats)
-    assert applied.value >= 80  # none lost (some applied by both learners)
+    time.sleep(0.2)  # (the second server's last count reached the shared value)
+    assert applied.value + orphaned.value >= 80  # none lost uncounted (some applied by both learners)
 
 
 def _hold_and_hang(address: str, ready, env_timeout_hint: float) -> None:
@@ -301,9 +304,10 @@ def _pausable(address: str, out) -> None:
     c.close()
 
 
-def test_a_paused_env_declared_gone_rejoins_and_reports_its_task():
-    """SIGSTOP a worker past ``env_timeout``: it is declared gone (its tasks abandoned); resumed, it
-    registers again and its episode on the old task is applied as a task it reports itself."""
+def test_a_paused_env_declared_gone_rejoins_under_its_identity_and_each_lease_has_one_outcome():
+    """SIGSTOP a worker past ``env_timeout``: it is declared gone (its tasks abandoned, once each);
+    resumed, it registers again under the same env id, and its episode on the abandoned task is dropped
+    and counted as late (never both abandoned and applied); the episodes after it are applied."""
     ctx = mp.get_context("fork")
     cur = Counting()
     with serve(cur, env_timeout=0.3) as server:
@@ -318,8 +322,11 @@ def test_a_paused_env_declared_gone_rejoins_and_reports_its_task():
         rejoins, errors, task_a, task_b = out.get(timeout=30)
         p.join(10)
         assert p.exitcode == 0
-    assert rejoins == 1 and errors == 0 and abandoned >= 1
-    assert (task_a, 7.0) in cur.episodes and (task_b, 8.0) in cur.episodes
+        m = server.metrics()
+    assert rejoins == 1 and errors == 0 and abandoned >= 1 == m["sync/total/reports_late"]
+    assert m["sync/envs"] == 1 and m["sync/envs_rejoined"] == 1  # the same env, back under its id
+    assert (task_a, 7.0) not in cur.episodes and (task_b, 8.0) in cur.episodes
+    assert len(cur.abandoned) == m["sync/total/tasks_abandoned"] == abandoned  # once each
 
 
 def test_close_is_bounded_by_close_timeout_when_the_server_is_gone():
