@@ -114,6 +114,57 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+class Unique(Counting):
+    """Every task it hands out is a new one: a task names its lease."""
+
+    def __init__(self) -> None:
+        Curriculum.__init__(self, Discrete(10**6), seed=0)
+        self.episodes, self.abandoned, self.next = [], [], 0
+
+    def sample(self, k: int = 1) -> list[int]:
+        self.next += k
+        return list(range(self.next - k, self.next))
+
+
+def test_a_partition_longer_than_env_timeout_gives_each_lease_one_outcome():
+    """Two workers play through a TCP proxy cut twice for 2.5 s, longer than the server's ``env_timeout``:
+    each is declared gone (its leases abandoned) and comes back under its identity. Every lease has one
+    outcome: no task applied twice, none both applied and abandoned, and each played episode is either
+    applied or counted as late."""
+    ctx = mp.get_context("fork")
+    cur = Unique()
+    with serve(cur, "tcp://127.0.0.1:*", env_timeout=1.0) as server:
+        port = int(server.address.rsplit(":", 1)[1])
+        proxy_port = _free_port()
+        out = ctx.Queue()
+        address = f"tcp://127.0.0.1:{proxy_port}"
+        workers = [
+            ctx.Process(target=_play, args=(address, 300, 0.005, out), kwargs={"max_update_delay": 0.05})
+            for _ in range(2)
+        ]
+        for w in workers:
+            w.start()
+        with TcpProxy("127.0.0.1", port, proxy_port) as proxy:
+            for _ in range(2):
+                seen = server.metrics()["sync/total/episodes_applied"] + 20
+                _wait(lambda s=seen: server.metrics()["sync/total/episodes_applied"] > s, what="episodes")
+                proxy.cut()
+                _wait(lambda: server.metrics()["sync/envs_live"] == 0, 30, "both declared gone")
+                time.sleep(0.5)
+                proxy.restore()
+            stats = [out.get(timeout=60) for _ in workers]
+            for w in workers:
+                w.join(10)
+                assert w.exitcode == 0
+    m = server.metrics()
+    applied, abandoned = [t for t, _ in cur.episodes], [t for t, _ in cur.abandoned]
+    assert len(applied) == len(set(applied)) and not set(applied) & set(abandoned)
+    assert len(abandoned) == len(set(abandoned)) == m["sync/total/tasks_abandoned"] > 0
+    assert m["sync/total/episodes_applied"] + m["sync/total/reports_late"] == 600
+    assert m["sync/envs"] == 2 and m["sync/envs_rejoined"] >= 2  # the same two envs came back
+    assert sum(s["errors_received"] for s in stats) == 0
+
+
 def test_a_server_killed_and_restarted_on_the_same_port_is_rejoined():
     """The server process is SIGKILLed mid-run and a new one starts on the same port: the workers register
     again (the tasks they held are played and reported as their own) and finish without an error."""
