@@ -149,6 +149,7 @@ class TaskFeed:
         self._pid: int | None = None
         self._transport: Transport | None = None
         self.env_id = None
+        self.server_token = ""
         self.requires_step_updates = False
         self.requires_episode_updates = True
         self.step_batch_size = 1
@@ -170,7 +171,7 @@ class TaskFeed:
         self.heartbeat = 0.0  # seconds of silence after which the background thread sends a heartbeat
         self._next_away_log = 0.0
         counters = ("tasks_received", "updates_sent", "updates_dropped", "errors_received", "send_waits",
-                    "rejoins")
+                    "rejoins", "episodes_reported")
         self.stats = dict.fromkeys((*counters, self.caps.unit), 0)
 
     def __getstate__(self) -> dict[str, Any]:
@@ -196,7 +197,9 @@ class TaskFeed:
     # -- connection ---------------------------------------------------------------------------------
     def _hello(self, rejoin: int = -1, lost: int = 0) -> P.Hello:
         space = self.task_space.fingerprint() if self.task_space is not None else ""
-        return P.Hello(os.getpid(), self.name, space, self.stream, rejoin, lost)
+        holds = (*self._issued, *(a.task_id for a in self._buffer if a.task_id >= 0)) if rejoin >= 0 else ()
+        reported = self.stats["episodes_reported"]
+        return P.Hello(os.getpid(), self.name, space, self.stream, rejoin, lost, holds, reported)
 
     def _ensure(self) -> bool:
         """Connect in this process if needed; False when running on the local fallback."""
@@ -242,15 +245,18 @@ class TaskFeed:
                        "again", transport.peer, old)  # type: ignore[union-attr]
         self._flush_steps()  # everything of the old registration into the transport's resend queue
         self._send_held()
-        self._buffer.clear()  # leases the curriculum side abandoned with the old registration (or never knew)
         self._outstanding = 0  # the old registration's requests were dropped with it
         lost = transport.lost  # type: ignore[union-attr]
         if lost:
             logger.warning("env %s: %d updates could not be kept while %s was away (more than the resend "
                            "queue holds); reported to it", old, lost, transport.peer)  # type: ignore[union-attr]
             self.stats["updates_dropped"] += lost
+        token = self.server_token
         welcome = transport.rejoin(self._hello(-1 if old is None else old, lost))  # type: ignore[union-attr]
         self.stats["rejoins"] += 1
+        if not (welcome.env_id == old and welcome.server_token != token):
+            self._buffer.clear()  # leases abandoned with the old registration, or unknown to a new server
+        # (else a server restored from a checkpoint took the env back with its leases: they are played)
         self._take_welcome(welcome)
         need = self._depth() + 1 - len(self._buffer)
         if need > 0:  # what the old registration was asked for and never sent
@@ -260,6 +266,7 @@ class TaskFeed:
         """Adopt the settings of the welcome: env id, which updates to send, the step buffer."""
         opts = self.options
         self.env_id = welcome.env_id
+        self.server_token = welcome.server_token
         self.heartbeat = welcome.heartbeat
         self.requires_step_updates = welcome.requires_step_updates
         self.requires_episode_updates = welcome.requires_episode_updates
@@ -610,6 +617,7 @@ class TaskFeed:
         fields = (self.env_id, task_id, assignment.task, float(episode_return), int(length), float(progress),
                   bool(ended), dict(extras) if extras else {}, request)
         self._deliver((P.EpisodeUpdate, fields), request)
+        self.stats["episodes_reported"] += 1
 
     def record_progress(self, assignment: Assignment, progress: float, done: bool = False) -> None:
         """Progress on ``assignment`` mid-episode; ``done`` acknowledges the task as consumed (and may ask

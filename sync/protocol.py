@@ -350,6 +350,7 @@ class Hello(Message):
     KIND: ClassVar[int] = 1
     CHECKS: ClassVar[dict] = {
         "pid": _NAT, "name": _str, "task_space": _str, "stream": _ID, "rejoin": _ID, "lost": _NAT,
+        "holds": partial(_column, check=_NAT), "reported": _NAT,
     }
     pid: int
     name: str = ""
@@ -364,6 +365,12 @@ class Hello(Message):
     rejoin: int = -1
     #: Updates of that registration the env could not keep while the server was away (counted there).
     lost: int = 0
+    #: The leases of that registration the env still holds (being played, ready, or named in updates it
+    #: will deliver): a server restored from a checkpoint ends the others as lost to the restore.
+    holds: tuple[int, ...] = ()
+    #: The episodes the env reported and the server acknowledged, over its life: a server restored from a
+    #: checkpoint counts the ones it lacks as lost to the restore.
+    reported: int = 0
 
 
 @dataclass(frozen=True)
@@ -920,6 +927,36 @@ class Stream:
             return "ahead" if reported else "gap"
         self.rx, self.gap = seq, False
         return "deliver"
+
+
+def lease_ids(messages: Sequence[Message]) -> list[int]:
+    """The lease ids the updates among ``messages`` name (``-1``, a task the env chose, left out).
+
+    >>> lease_ids([Batch(0, (EpisodeUpdate(0, 7, 1, 1.0, 2, 1.0), TaskRequest(0, 1))), Goodbye(0, (9,))])
+    [7]
+    """
+    out: list[int] = []
+    for msg in messages:
+        if isinstance(msg, Batch):
+            out += lease_ids(msg.messages)
+        elif isinstance(msg, (EpisodeUpdate, ProgressUpdate)):
+            out.append(msg.task_id)
+        elif isinstance(msg, (Episodes, StepUpdate)):
+            out += [int(i) for i in msg.task_ids]
+    return [i for i in out if i >= 0]
+
+
+def episode_rows(messages: Sequence[Message]) -> int:
+    """The episodes the updates among ``messages`` report."""
+    n = 0
+    for msg in messages:
+        if isinstance(msg, Batch):
+            n += episode_rows(msg.messages)
+        elif isinstance(msg, EpisodeUpdate):
+            n += 1
+        elif isinstance(msg, Episodes):
+            n += len(msg.task_ids)
+    return n
 
 
 def rebase(msg: Message, env_id: int) -> Message | None:

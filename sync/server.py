@@ -248,6 +248,7 @@ class CurriculumServer(LearnerCalls, ServedCurriculum):
             if peer.last_seen < deadline:
                 del self._peers[identity]
                 self.core.depart(peer.env_id, "timeout")
+        self.core.depart_unclaimed(deadline)
 
     def _send(self, identity: bytes, msg: P.Message) -> bool:
         peer = self._peers.get(identity)

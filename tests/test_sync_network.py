@@ -165,6 +165,91 @@ def test_a_partition_longer_than_env_timeout_gives_each_lease_one_outcome():
     assert sum(s["errors_received"] for s in stats) == 0
 
 
+class Ledgered(Unique):
+    """A :class:`Unique` whose checkpoints hold the episodes it applied and the tasks it was told were
+    abandoned."""
+
+    def state_dict(self):
+        return {**super().state_dict(), "next": self.next, "applied": [t for t, _ in self.episodes],
+                "gone": [t for t, _ in self.abandoned]}
+
+    def load_state_dict(self, state):
+        super().load_state_dict(state)
+        self.next = state["next"]
+        self.episodes = [(t, 0.0) for t in state["applied"]]
+        self.abandoned = [(t, -1) for t in state["gone"]]
+
+
+def _checkpointing_server(port: int, ready, folder: str, restore: bool) -> None:
+    import json
+
+    import magister
+
+    server = serve(Ledgered(), f"tcp://127.0.0.1:{port}", env_timeout=30.0)
+    if restore:
+        server.load_state_dict(magister.load(f"{folder}/ckpt"))
+    ready.set()
+    while True:  # (killed) a checkpoint every 0.2 s, and the counts next to it
+        magister.save(f"{folder}/ckpt", server.state_dict())
+        with open(f"{folder}/metrics.tmp", "w") as f:
+            json.dump(server.metrics(), f)
+        os.replace(f"{folder}/metrics.tmp", f"{folder}/metrics.json")
+        time.sleep(0.2)
+
+
+def test_a_learner_restored_from_its_checkpoint_under_live_workers_applies_each_episode_once(tmp_path):
+    """The learner writes a checkpoint every 0.2 s, is SIGKILLed, and a new one restores the last checkpoint
+    (curriculum and ledger) on the same port while two workers play on. The workers come back under their
+    identities; no episode is applied twice; every played episode is in the restored curriculum or
+    counted: lost to the restore (applied by the dead learner after its checkpoint) or orphaned (on a
+    lease it handed out after it)."""
+    import json
+
+    import magister
+
+    ctx = mp.get_context("spawn")
+    port = _free_port()
+    ready = ctx.Event()
+    first = ctx.Process(target=_checkpointing_server, args=(port, ready, str(tmp_path), False))
+    first.start()
+    assert ready.wait(60)
+    out = ctx.Queue()
+    started = [ctx.Event() for _ in range(2)]
+    workers = [ctx.Process(target=_play, args=(f"tcp://127.0.0.1:{port}", 200, 0.005, out, e),
+                           kwargs={"timeout": 2.0}) for e in started]
+    second = None
+    try:
+        for w in workers:
+            w.start()
+        for e in started:
+            assert e.wait(60)
+        time.sleep(0.5)  # a few checkpoints with episodes in them
+        os.kill(first.pid, signal.SIGKILL)
+        first.join(10)
+        ready.clear()
+        second = ctx.Process(target=_checkpointing_server, args=(port, ready, str(tmp_path), True))
+        second.start()
+        assert ready.wait(60)
+        stats = [out.get(timeout=120) for _ in workers]
+        for w in workers:
+            w.join(20)
+            assert w.exitcode == 0
+        time.sleep(0.6)  # the restored learner's checkpoints after the last episode
+    finally:
+        for p in (first, second, *workers):
+            if p is not None and p.is_alive():
+                p.kill()
+                p.join(10)
+    state = magister.load(str(tmp_path / "ckpt"))
+    m = json.loads((tmp_path / "metrics.json").read_text())
+    applied = state["applied"]
+    assert all(s["rejoins"] == 1 and s["errors_received"] == 0 for s in stats)
+    assert len(applied) == len(set(applied)) and not set(applied) & set(state["gone"])
+    lost, orphaned = m["sync/total/episodes_lost_to_restore"], m["sync/total/reports_orphaned"]
+    assert len(applied) + lost + orphaned == 400
+    assert m["sync/envs"] == 2  # the two workers, back under their identities
+
+
 def test_a_server_killed_and_restarted_on_the_same_port_is_rejoined():
     """The server process is SIGKILLed mid-run and a new one starts on the same port: the workers register
     again (the tasks they held are played and reported as their own) and finish without an error."""
