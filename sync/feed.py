@@ -834,7 +834,8 @@ class CurriculumClient(TaskFeed):
         opts = FeedOptions.of(options, **overrides)
         keys = opts.curve_client_keys or (None, None)
         transport_options = {"address": address, "timeout": opts.timeout, "close_timeout": opts.close_timeout,
-                             "curve": (opts.curve_server_key, *keys)}
+                             "curve": (opts.curve_server_key, *keys),
+                             "reconnect_timeout": opts.reconnect_timeout}
         super().__init__(ZmqTransport, transport_options, opts, address=address, task_space=task_space,
                          stream=stream)
 
