@@ -61,6 +61,8 @@ __all__ = ["EnvCounters", "LearnerCalls", "ServedCurriculum", "ServerHandle", "S
 DEFAULT_STEP_BATCH_SIZE = 64
 #: Largest number of tasks one request may ask for.
 MAX_TASKS_PER_REQUEST = 4096
+#: Default most tasks one env may hold in flight (a feed keeps at most ``prefetch`` ready, and plays one).
+DEFAULT_MAX_TASKS_IN_FLIGHT = 4096
 #: Seconds between two log records of one kind of fault (the rest are counted, see
 #: :class:`~magister.sync.ratelimit.RateLimitedLogger`): a peer sending garbage cannot flood the log.
 LOG_INTERVAL = 10.0
@@ -160,6 +162,8 @@ class SyncCore:
         keep_departed: Counters of this many envs that left (goodbye, or declared gone) stay listed one by
             one (``sync/env<i>/...``); older ones are only counted in the totals. Nothing else is kept of an
             env that left, so the memory a core holds is bounded by its live envs.
+        max_tasks_in_flight: Most tasks one env may hold (a request beyond it is refused,
+            ``too_many_tasks``).
     """
 
     def __init__(
@@ -170,6 +174,7 @@ class SyncCore:
         validate_tasks: bool = True,
         lock: Any = None,
         keep_departed: int = 64,
+        max_tasks_in_flight: int = DEFAULT_MAX_TASKS_IN_FLIGHT,
     ) -> None:
         if not isinstance(curriculum, Curriculum):
             raise TypeError(f"curriculum must be a magister Curriculum, got {type(curriculum).__name__}")
@@ -178,6 +183,7 @@ class SyncCore:
         self.curriculum = curriculum
         self.step_batch_size = step_batch_size
         self.validate_tasks = bool(validate_tasks)
+        self.max_tasks_in_flight = int(max_tasks_in_flight)
         self.lock = lock if lock is not None else curriculum.lock
         self.pid = os.getpid()
         self._counters: dict[int, EnvCounters] = {}  # live envs
@@ -430,6 +436,14 @@ class SyncCore:
                 "bad_request", f"task request for {count} tasks; expected 1..{MAX_TASKS_PER_REQUEST}"
             )
         with self.lock:
+            held = len(self._in_flight[env_id])
+            if held + count > self.max_tasks_in_flight:
+                raise SyncRejected(
+                    "too_many_tasks",
+                    f"env {env_id} asked for {count} tasks holding {held}: the server allows "
+                    f"{self.max_tasks_in_flight} in flight per env (max_tasks_in_flight; a feed holds at "
+                    "most prefetch + 1)",
+                )
             cur = self.curriculum
             try:
                 stream = self._streams.get(env_id)

@@ -161,6 +161,9 @@ def check_bind_address(
     elif curve_allowed_clients is not None:
         raise ValueError("curve_allowed_clients needs curve_secret_key: only a CURVE server sees client keys")
     if not is_exposed(address):
+        if address.startswith("tcp://") and curve_secret_key is None:
+            logger.info("serving %s without keys: every local user's processes can connect (an ipc:// socket "
+                        "file, serve()'s default, admits only this user's; or pass CURVE keys)", address)
         return
     if address.startswith("ipc://@"):
         where = "any local user can connect to an abstract socket (it has no file, so no permissions)"

@@ -57,10 +57,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import zmq
+from zmq.utils.monitor import recv_monitor_message
 
 from ..curricula.base import Curriculum
 from . import protocol as P
 from .core import (
+    DEFAULT_MAX_TASKS_IN_FLIGHT,
     DEFAULT_STEP_BATCH_SIZE,
     LOG_INTERVAL,
     LearnerCalls,
@@ -93,6 +95,7 @@ class _Peer:
     last_seen: float
     stream: P.Stream = field(default_factory=lambda: P.Stream(MAX_UNACKED_REPLIES))
     sequenced: bool = False  # it sends envelopes (so replies carry them)
+    fd: int = 0  # the connection its last message came on (-1: ZeroMQ reported it closed)
 
 
 #: Most replies a server keeps per env for a resend (older ones are dropped: a client that far behind
@@ -126,6 +129,7 @@ class CurriculumServer(LearnerCalls, ServedCurriculum):
         join_timeout: float = 5.0,
         env_timeout: float | None = 60.0,
         keep_departed: int = 64,
+        max_tasks_in_flight: int = DEFAULT_MAX_TASKS_IN_FLIGHT,
     ) -> None:
         if env_timeout is not None and (
             isinstance(env_timeout, bool) or not isinstance(env_timeout, (int, float)) or not env_timeout > 0
@@ -136,6 +140,7 @@ class CurriculumServer(LearnerCalls, ServedCurriculum):
             step_batch_size=step_batch_size,
             validate_tasks=validate_tasks,
             keep_departed=keep_departed,
+            max_tasks_in_flight=max_tasks_in_flight,
         )
         self.curriculum = curriculum
         self.lock = self.core.lock
@@ -190,6 +195,7 @@ class CurriculumServer(LearnerCalls, ServedCurriculum):
             configure_server_socket(sock, curve_secret_key, authenticate_clients=allowed is not None)
             sock.bind(address)
             self.address: str = sock.getsockopt_string(zmq.LAST_ENDPOINT)
+            self._monitor = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
         except Exception:
             sock.close(0)
             if self._auth is not None:
@@ -217,12 +223,16 @@ class CurriculumServer(LearnerCalls, ServedCurriculum):
         poller = zmq.Poller()
         poller.register(sock, zmq.POLLIN)
         poller.register(self._wake_rx, zmq.POLLIN)
+        poller.register(self._monitor, zmq.POLLIN)
         try:
             while not self._stop.is_set():
                 if time.monotonic() >= self._next_sweep:
                     self._sweep()
-                if not poller.poll(self._poll_ms):
+                ready = dict(poller.poll(self._poll_ms))
+                if not ready:
                     continue
+                if self._monitor in ready:
+                    self._read_monitor()
                 # one message per wake-up: poll returns at once while more are waiting (as cheap as asking
                 # the socket whether one is, and no failing recv at the end of a burst)
                 try:
@@ -236,8 +246,27 @@ class CurriculumServer(LearnerCalls, ServedCurriculum):
         except zmq.ContextTerminated:  # pragma: no cover - only if the context is destroyed under us
             pass
         finally:
+            sock.disable_monitor()
             sock.close(0)
+            self._monitor.close(0)
             self._wake_rx.close(0)
+
+    def _read_monitor(self) -> None:
+        """Note the peers whose connection ZeroMQ reports closed (their slots are freed when one is needed;
+        a peer that reconnects and sends again is connected again)."""
+        while self._monitor.poll(0):
+            fd = recv_monitor_message(self._monitor)["value"]
+            for peer in self._peers.values():
+                if peer.fd == fd:
+                    peer.fd = -1
+
+    def _free_disconnected(self) -> None:
+        """Declare gone the envs whose connection closed (their tasks are abandoned): a full server makes
+        room for a newcomer without waiting for ``env_timeout``."""
+        for identity, peer in list(self._peers.items()):
+            if peer.fd == -1:
+                del self._peers[identity]
+                self.core.depart(peer.env_id, "disconnected")
 
     def _sweep(self) -> None:
         """Declare gone the envs silent for longer than ``env_timeout`` (their tasks are abandoned)."""
@@ -311,6 +340,7 @@ class CurriculumServer(LearnerCalls, ServedCurriculum):
         peer = self._peers.get(identity)
         if peer is not None:
             peer.last_seen = time.monotonic()
+            peer.fd = frames[-1].get(zmq.SRCFD)
         env_id = None if peer is None else peer.env_id
         try:
             envelope = P.unpack_envelope(frames[1]) if len(frames) > 1 else None
@@ -332,6 +362,8 @@ class CurriculumServer(LearnerCalls, ServedCurriculum):
             return
         if isinstance(msg, P.Hello):
             if peer is None:  # (a repeated Hello, a client's retry, gets the same answer)
+                if len(self._peers) >= self.max_envs:
+                    self._free_disconnected()
                 if len(self._peers) >= self.max_envs and not self.core.may_rejoin(msg.rejoin):
                     self._error(
                         identity, "too_many_envs", f"the server serves at most {self.max_envs} live envs"
@@ -343,6 +375,7 @@ class CurriculumServer(LearnerCalls, ServedCurriculum):
                     self._error(identity, exc.code, str(exc))
                     return
                 peer = self._peers[identity] = _Peer(welcome.env_id, welcome, time.monotonic())
+                peer.fd = frames[-1].get(zmq.SRCFD)
                 logger.debug("env %d joined (pid %d, %r)", welcome.env_id, msg.pid, msg.name)
                 if msg.rejoin >= 0:
                     logger.info("env %d joined again (it was env %d)", welcome.env_id, msg.rejoin)
@@ -478,6 +511,7 @@ def serve(
     max_envs: int = 65536,
     env_timeout: float | None = 60.0,
     keep_departed: int = 64,
+    max_tasks_in_flight: int = DEFAULT_MAX_TASKS_IN_FLIGHT,
 ) -> CurriculumServer:
     """Serve ``curriculum`` to environment workers; returns the running :class:`CurriculumServer`.
 
@@ -504,6 +538,7 @@ def serve(
             ``on_task_abandoned``) and its slot is freed. Clients send a heartbeat when idle for a quarter
             of it. ``None``: envs are never declared gone.
         keep_departed: Counters of this many envs that left stay listed one by one in ``metrics()``.
+        max_tasks_in_flight: Most tasks one env may hold; a request beyond it is refused (``too_many_tasks``).
 
     Raises:
         ValueError: an unsupported address, an exposed address (:func:`~magister.sync.security.is_exposed`)
@@ -522,4 +557,5 @@ def serve(
         max_envs=max_envs,
         env_timeout=env_timeout,
         keep_departed=keep_departed,
+        max_tasks_in_flight=max_tasks_in_flight,
     )

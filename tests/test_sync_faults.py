@@ -396,10 +396,18 @@ def test_a_flood_of_hellos_is_bounded(ctx):
         reply = _ask(socks[3], P.encode(P.Hello(1, "one too many")))
         assert isinstance(reply, P.Error) and reply.code == "too_many_envs"
         assert server.metrics()["sync/envs"] == 3
-        c = CurriculumClient(server.address, timeout=5.0)
+        c = CurriculumClient(server.address, timeout=5.0, reconnect_timeout=1.0)
         with pytest.raises(SyncError, match="too_many_envs"):
-            c.next_task()  # a clear refusal, not a timeout
+            c.next_task()  # asked again, backing off, for reconnect_timeout; then a clear refusal
         c.close()
+        # a peer that goes away frees its slot when one is needed (ZeroMQ reports its connection closed),
+        # long before env_timeout: a client asking again gets in
+        socks[0].close(0)
+        late = CurriculumClient(server.address, timeout=30.0)
+        late.next_task()
+        m = server.metrics()
+        assert m["sync/envs_live"] == 3 and m["sync/env0/connected"] == 0
+        late.close()
 
 
 def test_a_refused_update_still_gets_the_tasks_it_asked_for(ctx):

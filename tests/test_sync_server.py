@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from magister.curricula.base import Curriculum, TaskSample
 from magister.sync import feed as client_module
 from magister.sync import protocol as P
-from magister.sync.feed import CurriculumClient, LocalClient, ServerUnavailableError, connect
+from magister.sync.feed import CurriculumClient, LocalClient, ServerUnavailableError, SyncError, connect
 from magister.sync.security import generate_keypair
 from magister.sync.server import CurriculumServer, serve
 from magister.task_spaces.discrete import Discrete
@@ -529,14 +529,15 @@ def test_curve_secured_connection_works_with_keys_and_fails_without():
         good = CurriculumClient(server.address, curve_server_key=keys.public_key)
         _play(good, 2)
         good.close()
-        plain = CurriculumClient(server.address, timeout=0.5, close_timeout=0.1)
-        with pytest.raises(ServerUnavailableError, match="no reply"):
+        plain = CurriculumClient(server.address, timeout=2.0, close_timeout=0.1)
+        # (ZeroMQ reports a client without keys to a CURVE server as a failed handshake only sometimes)
+        with pytest.raises((SyncError, ServerUnavailableError), match="CURVE keys"):
             plain.next_task()
         plain.close()
         wrong = CurriculumClient(
-            server.address, timeout=0.5, close_timeout=0.1, curve_server_key=generate_keypair().public_key
+            server.address, timeout=30.0, close_timeout=0.1, curve_server_key=generate_keypair().public_key
         )
-        with pytest.raises(ServerUnavailableError):
+        with pytest.raises(SyncError, match="is curve_server_key .* the server's public key"):
             wrong.next_task()
         wrong.close()
         m = server.metrics()

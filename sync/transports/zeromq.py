@@ -129,19 +129,16 @@ class ZmqTransport(Transport):
         configure_client_socket(sock, server_key, public, secret)
         self.public_key = public
         # a refused CURVE handshake is reported by the socket's monitor: the hello fails at once, saying why
-        monitor = None
-        if self.curve[0] is not None:
-            failures = (zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
-                        | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL)
-            monitor = sock.get_monitor_socket(failures)
+        failures = (zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
+                    | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL)
+        monitor = sock.get_monitor_socket(failures)
         sock.connect(self.address)
         self.socket = sock
         try:
             return self._register(hello, monitor)
         finally:
-            if monitor is not None:
-                sock.disable_monitor()
-                monitor.close(0)
+            sock.disable_monitor()
+            monitor.close(0)
 
     def rejoin(self, hello: P.Hello) -> P.Welcome:
         """Register again on the same socket (the server no longer knew this env): the messages not yet
@@ -203,6 +200,9 @@ class ZmqTransport(Transport):
                 raise SyncError(f"{self.peer} refused this client's CURVE key {key} (not on its "
                                 "curve_allowed_clients): pass a listed key pair as curve_client_keys")
             self.failed_handshakes += 1
+            if self.failed_handshakes >= 3 and self.curve[0] is None:
+                raise SyncError(f"the handshake with {self.peer} fails: does it require CURVE keys (pass "
+                                "curve_server_key=<its public key>)?")
             if self.failed_handshakes >= 3:
                 raise SyncError(f"the CURVE handshake with {self.peer} fails: is curve_server_key "
                                 f"{self.curve[0]!r} the server's public key?")
