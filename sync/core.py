@@ -40,6 +40,7 @@ import logging
 import math
 import os
 import secrets
+import time
 from collections import OrderedDict
 from collections.abc import Hashable
 from dataclasses import dataclass, fields
@@ -98,6 +99,17 @@ class EnvCounters:
     malformed_frames: int = 0
     tasks_abandoned: int = 0
     duplicates_dropped: int = 0
+    #: Reports for leases that had already ended otherwise (abandoned while the env was away, returned):
+    #: dropped, the lease's first outcome stands.
+    reports_late: int = 0
+    #: Reports for leases this core never issued (a server instance before a restart issued them, after
+    #: its last checkpoint, or with none).
+    reports_orphaned: int = 0
+    #: Episode reports processed (applied, cut short, late, orphaned or refused; repeats not counted).
+    episodes_reported: int = 0
+    #: Episodes the env reported that the server instance which died after writing the checkpoint took
+    #: (and acknowledged): the restored curriculum never sees them. From the env's count, at its return.
+    episodes_lost_to_restore: int = 0
     connected: int = 1
 
     @property
@@ -184,7 +196,14 @@ class SyncCore:
         #: The open leases: per env, by task id, the task's key and the sample handed out.
         self._in_flight: dict[int, dict[int, tuple[Hashable, TaskSample]]] = {}
         self._next_env = 0
-        self._next_task = 0
+        # lease ids are unique across server instances (each core numbers from a random base), so a
+        # returning env's report names a lease this core holds, ended, or never issued
+        self._first_task = self._next_task = secrets.randbits(40) << 16
+        #: How the last ``keep_ended`` leases ended, by id: a later report for one is dropped and counted.
+        self._ended: OrderedDict[int, str] = OrderedDict()
+        self.keep_ended = 1 << 16
+        self._returned: set[int] = set()  # envs that registered again: they may report other servers' leases
+        self._restored: dict[int, float] = {}  # envs restored from a checkpoint, not yet back: since when
         self.malformed_frames = 0  # frames from peers that never said hello
         self.log = RateLimitedLogger(logger, LOG_INTERVAL)
         space = getattr(curriculum, "task_space", None)
@@ -214,15 +233,31 @@ class SyncCore:
                     "same space as the curriculum (same kind, size, parameters and order)",
                 )
         with self.lock:
-            env_id = self._next_env
-            self._next_env += 1
-            self._counters[env_id] = EnvCounters()
-            self._in_flight[env_id] = {}
-            if hello is not None and hello.stream >= 0:
-                self._streams[env_id] = hello.stream
             if hello is not None and hello.rejoin >= 0:
                 self.rejoined_envs += 1
                 self.updates_lost_away += hello.lost
+            if hello is not None and hello.rejoin in self._restored:  # its leases restored from a checkpoint
+                env_id = hello.rejoin
+                del self._restored[env_id]
+                c = self._counters[env_id]
+                c.connected = 1
+                c.episodes_lost_to_restore += max(0, hello.reported - c.episodes_reported)
+                c.episodes_reported = max(c.episodes_reported, hello.reported)
+                self._reclaim(env_id, set(hello.holds))
+            elif hello is not None and hello.rejoin in self._departed:  # back under its identity
+                env_id = hello.rejoin
+                self._counters[env_id] = self._departed.pop(env_id)
+                self._counters[env_id].connected = 1
+                self.departed_envs -= 1
+            else:
+                env_id = self._next_env
+                self._next_env += 1
+                self._counters[env_id] = EnvCounters()
+            if hello is not None and hello.rejoin >= 0:
+                self._returned.add(env_id)
+            self._in_flight.setdefault(env_id, {})
+            if hello is not None and hello.stream >= 0:
+                self._streams[env_id] = hello.stream
         cur = self.curriculum
         return P.Welcome(
             env_id=env_id,
@@ -257,12 +292,11 @@ class SyncCore:
                 return 0
             flight = self._in_flight.pop(env_id, {})
             self._streams.pop(env_id, None)
-            for _, sample in flight.values():
-                try:
-                    self.curriculum.on_task_abandoned(sample.task, env_id)
-                except Exception:
-                    self.log.log(logging.ERROR, "abandoned_hook", "%s.on_task_abandoned failed",
-                                 type(self.curriculum).__name__, exc_info=True)
+            if reason == "goodbye":
+                self._returned.discard(env_id)
+            for task_id, (_, sample) in flight.items():
+                self._end(task_id, "abandoned")
+                self._abandoned(sample, env_id)
             c.tasks_abandoned += len(flight)
             c.connected = 0
             self.departed_envs += 1
@@ -272,6 +306,105 @@ class SyncCore:
         if flight or reason != "goodbye":
             logger.info("env %d left (%s); %d tasks it held abandoned", env_id, reason, len(flight))
         return len(flight)
+
+    def may_rejoin(self, env_id: int) -> bool:
+        """Whether an env that says it was ``env_id`` would come back under that identity (it left and its
+        counters are still kept, or it was restored from a checkpoint): a server at ``max_envs`` admits
+        it, it held a slot before."""
+        return env_id in self._departed or env_id in self._restored
+
+    def _reclaim(self, env_id: int, holds: set[int]) -> None:
+        """A restored env came back holding ``holds``: its other restored leases were completed by the server
+        instance that died after the checkpoint (its episodes counted as lost to the restore); they end
+        abandoned."""
+        c = self._counters[env_id]
+        for task_id in [i for i in self._in_flight[env_id] if i not in holds]:
+            _, sample = self._in_flight[env_id].pop(task_id)
+            self._end(task_id, "abandoned")
+            c.tasks_abandoned += 1
+            self._abandoned(sample, env_id)
+
+    def _abandoned(self, sample: TaskSample, env_id: int) -> None:
+        try:
+            self.curriculum.on_task_abandoned(sample.task, env_id)
+        except Exception:
+            self.log.log(logging.ERROR, "abandoned_hook", "%s.on_task_abandoned failed",
+                         type(self.curriculum).__name__, exc_info=True)
+
+    def depart_unclaimed(self, since: float) -> None:
+        """Declare gone the envs restored from a checkpoint before ``since`` (``time.monotonic()``) that have
+        not come back."""
+        for env_id in [e for e, t in self._restored.items() if t < since]:
+            del self._restored[env_id]
+            self.depart(env_id, "timeout")
+
+    # -- the ledger in checkpoints ------------------------------------------------------------------
+    def ledger_state(self) -> dict[str, Any]:
+        """The open leases and counters of the live envs, and the last ended leases: plain data for a
+        checkpoint (:meth:`load_ledger`)."""
+        with self.lock:
+            envs = {
+                env_id: {
+                    "counters": {f.name: getattr(c, f.name) for f in fields(c)},
+                    "leases": [[i, s.task, s.train, s.control, s.variant] for i, (_, s) in
+                               self._in_flight[env_id].items()],
+                    "stream": self._streams.get(env_id),
+                }
+                for env_id, c in self._counters.items()
+            }
+            ended = [[i, outcome] for i, outcome in self._ended.items()]
+            return {"envs": envs, "ended": ended, "next_env": self._next_env}
+
+    def load_ledger(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`ledger_state` (a restart from a checkpoint under live workers): its envs are
+        expected back (each under its identity, saying which leases it still holds; one that is not back
+        within the server's ``env_timeout`` is declared gone), its leases are open again, a report for a
+        lease that ended before the checkpoint is dropped as a repeat, and one for a lease the dead
+        instance issued after it is counted as orphaned. This core's own new leases keep their own ids."""
+        with self.lock:
+            for env_id in list(self._counters):
+                self.depart(env_id, "restore")
+            now = time.monotonic()
+            for key, env in state["envs"].items():
+                env_id = int(key)
+                self._counters[env_id] = EnvCounters(**{**env["counters"], "connected": 0})
+                self._in_flight[env_id] = {
+                    int(i): (task_key(t), TaskSample(t, train, control, variant))
+                    for i, t, train, control, variant in env["leases"]
+                }
+                if env["stream"] is not None:
+                    self._streams[env_id] = int(env["stream"])
+                self._restored[env_id] = now
+                self._returned.add(env_id)
+            for i, outcome in state["ended"]:
+                self._end(int(i), outcome)
+            self._next_env = max(self._next_env, int(state["next_env"]))
+
+    def _end(self, task_id: int, outcome: str) -> None:
+        """Record how lease ``task_id`` ended (the last ``keep_ended`` are kept)."""
+        self._ended[task_id] = outcome
+        if len(self._ended) > self.keep_ended:
+            self._ended.popitem(last=False)
+
+    def _stale(self, env_id: int, c: EnvCounters, task_id: int) -> str | None:
+        """Whether a report of an env that came back (registered again) for ``task_id``, not in flight for
+        it, is to be dropped, and why: ``"repeat"`` (its lease was consumed), ``"late"`` (abandoned or
+        returned meanwhile) or ``"orphaned"`` (another server instance issued it); ``None``: it is not.
+        Counted; the lease's first outcome stands. (Any other env's report for a lease it does not hold is
+        refused.)"""
+        if env_id not in self._returned:
+            return None
+        ended = self._ended.get(task_id)
+        if ended == "consumed":
+            c.duplicates_dropped += 1
+            return "repeat"
+        if ended is not None:
+            c.reports_late += 1
+            return "late"
+        if not self._first_task <= task_id < self._next_task:
+            c.reports_orphaned += 1
+            return "orphaned"
+        return None
 
     def is_live(self, env_id: int) -> bool:
         """Whether ``env_id`` is registered and has not departed."""
@@ -331,6 +464,7 @@ class SyncCore:
                 return
             for i in msg.task_ids:
                 flight.pop(i, None)
+                self._end(i, "unsent")
             c.tasks_sent -= len(msg.task_ids)
             c.tasks_unsent += len(msg.task_ids)
 
@@ -476,6 +610,11 @@ class SyncCore:
         if not math.isfinite(episode_return):
             raise SyncRejected("non_finite", f"episode return must be finite, got {episode_return!r}")
         _check_progress("episode progress", progress)
+        stale = task_id != -1 and task_id not in self._in_flight[env_id] and self._stale(env_id, c, task_id)
+        if stale != "repeat":
+            c.episodes_reported += 1
+        if stale:
+            return
         sample = self._resolve(env_id, task_id, task)
         cur = self.curriculum
         if ended and cur.requires_episode_updates:
@@ -487,6 +626,7 @@ class SyncCore:
                 raise self._curriculum_error(c, "on_episode", exc) from exc
         if task_id != -1:
             del self._in_flight[env_id][task_id]
+            self._end(task_id, "consumed")
             c.tasks_consumed += 1
         if ended:
             c.episodes_applied += 1
@@ -511,6 +651,9 @@ class SyncCore:
             _check_progress("step progress", msg.progress)
             tasks = []
             ids, n = msg.task_ids, len(msg.tasks)
+            flight = self._in_flight[msg.env_id]
+            if any(t != -1 and t not in flight and self._stale(msg.env_id, c, t) for t in set(ids.tolist())):
+                return None  # steps of a lease that ended (or another server's): dropped, counted
             starts = [0, *(np.flatnonzero(np.diff(ids)) + 1).tolist()]  # runs of steps on one task id
             for start, end in zip(starts, [*starts[1:], n]):
                 tid, run = int(ids[start]), msg.tasks[start:end]
@@ -541,26 +684,32 @@ class SyncCore:
             return None
         if isinstance(msg, P.ProgressUpdate):
             _check_progress("task progress", msg.progress)
-            sample = self._resolve(msg.env_id, msg.task_id, msg.task)
+            tid = msg.task_id
+            if tid != -1 and tid not in self._in_flight[msg.env_id] and self._stale(msg.env_id, c, tid):
+                return None
+            sample = self._resolve(msg.env_id, tid, msg.task)
             try:
                 cur.update_task_progress(sample.task, msg.progress, msg.env_id)
             except Exception as exc:
                 raise self._curriculum_error(c, "update_task_progress", exc) from exc
-            if msg.done and msg.task_id != -1:
-                del self._in_flight[msg.env_id][msg.task_id]
+            if msg.done and tid != -1:
+                del self._in_flight[msg.env_id][tid]
+                self._end(tid, "consumed")
                 c.tasks_consumed += 1
             c.progress_applied += 1
             return None
         if isinstance(msg, P.Goodbye):
             flight = self._in_flight[msg.env_id]
-            unknown = [i for i in msg.returned_task_ids if i not in flight]
+            returned = [i for i in msg.returned_task_ids if i in flight or not self._stale(msg.env_id, c, i)]
+            unknown = [i for i in returned if i not in flight]
             if unknown:
                 raise SyncRejected(
                     "unknown_task", f"env {msg.env_id} returned task ids it does not hold: {unknown}"
                 )
-            for i in msg.returned_task_ids:
+            for i in returned:
                 del flight[i]
-            c.tasks_returned += len(msg.returned_task_ids)
+                self._end(i, "returned")
+            c.tasks_returned += len(returned)
             self.depart(msg.env_id, "goodbye")
             return P.Goodbye(msg.env_id, msg.returned_task_ids)
         raise SyncRejected("bad_request", f"an env may not send {type(msg).__name__} messages")
@@ -638,14 +787,20 @@ class LearnerCalls:
         return {}
 
     def state_dict(self) -> dict[str, Any]:
-        """``curriculum.state_dict()``, for checkpoints (``magister.save(path, state)``)."""
+        """``curriculum.state_dict()`` with the sync ledger (open leases, counters) under
+        ``"sync_ledger"``, for checkpoints (``magister.save(path, state)``)."""
         with self.core.lock:
-            return self.core.curriculum.state_dict()
+            return {**self.core.curriculum.state_dict(), "sync_ledger": self.core.ledger_state()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """``curriculum.load_state_dict(state)`` (resume from a checkpoint)."""
+        """``curriculum.load_state_dict(state)`` (resume from a checkpoint), and the ledger when the state
+        has one (see :meth:`SyncCore.load_ledger`: workers still running resume their leases)."""
+        state = dict(state)
+        ledger = state.pop("sync_ledger", None)
         with self.core.lock:
             self.core.curriculum.load_state_dict(state)
+            if ledger is not None:
+                self.core.load_ledger(ledger)
 
     def in_flight(self, env_id: int) -> dict[int, EncodedTask]:
         """Tasks sent to ``env_id`` and not yet consumed, returned or abandoned, by task id."""

@@ -88,7 +88,7 @@ class Assignment(NamedTuple):
 
 #: Held updates whose last field is a task request.
 _REQUESTING = (P.EpisodeUpdate, P.Episodes, P.ProgressUpdate)
-_PROCESS_STATE = ("_pid", "_transport", "_buffer", "_steps", "_held", "_lock", "_issued", "_void")
+_PROCESS_STATE = ("_pid", "_transport", "_buffer", "_steps", "_held", "_lock", "_issued")
 
 
 class TaskFeed:
@@ -149,6 +149,7 @@ class TaskFeed:
         self._pid: int | None = None
         self._transport: Transport | None = None
         self.env_id = None
+        self.server_token = ""
         self.requires_step_updates = False
         self.requires_episode_updates = True
         self.step_batch_size = 1
@@ -167,12 +168,10 @@ class TaskFeed:
         self._last_reset: float | None = None
         self._episode_s: float | None = None  # running mean of the time between two tasks
         self._issued: dict[int, Assignment] = {}  # tasks handed to the env and not yet reported, by id
-        # tasks of a previous registration still being played (reported as tasks the env chose, id -1)
-        self._void: dict[int, Assignment] = {}
         self.heartbeat = 0.0  # seconds of silence after which the background thread sends a heartbeat
         self._next_away_log = 0.0
         counters = ("tasks_received", "updates_sent", "updates_dropped", "errors_received", "send_waits",
-                    "rejoins")
+                    "rejoins", "episodes_reported")
         self.stats = dict.fromkeys((*counters, self.caps.unit), 0)
 
     def __getstate__(self) -> dict[str, Any]:
@@ -198,7 +197,9 @@ class TaskFeed:
     # -- connection ---------------------------------------------------------------------------------
     def _hello(self, rejoin: int = -1, lost: int = 0) -> P.Hello:
         space = self.task_space.fingerprint() if self.task_space is not None else ""
-        return P.Hello(os.getpid(), self.name, space, self.stream, rejoin, lost)
+        holds = (*self._issued, *(a.task_id for a in self._buffer if a.task_id >= 0)) if rejoin >= 0 else ()
+        reported = self.stats["episodes_reported"]
+        return P.Hello(os.getpid(), self.name, space, self.stream, rejoin, lost, holds, reported)
 
     def _ensure(self) -> bool:
         """Connect in this process if needed; False when running on the local fallback."""
@@ -235,25 +236,27 @@ class TaskFeed:
 
     def _rejoin(self) -> None:
         """Register again with a curriculum side that no longer knows this env (restarted, or it declared
-        the env gone). Undelivered updates go to the new registration; tasks of the old one still held are
-        played and reported as tasks the env chose (id ``-1``)."""
+        the env gone), under the same identity. Undelivered updates go to the new registration with their
+        lease ids: the curriculum side applies each once, or counts it (a lease it abandoned meanwhile,
+        or one another server instance issued). Tasks not yet started are dropped (their leases ended)."""
         transport = self._transport
         old = self.env_id
         logger.warning("%s no longer knows env %s (restarted, or it declared the env gone): registering "
                        "again", transport.peer, old)  # type: ignore[union-attr]
         self._flush_steps()  # everything of the old registration into the transport's resend queue
         self._send_held()
-        self._void.update(self._issued)
-        self._issued = {}
-        self._buffer = deque(a._replace(task_id=-1) for a in self._buffer)
         self._outstanding = 0  # the old registration's requests were dropped with it
         lost = transport.lost  # type: ignore[union-attr]
         if lost:
             logger.warning("env %s: %d updates could not be kept while %s was away (more than the resend "
                            "queue holds); reported to it", old, lost, transport.peer)  # type: ignore[union-attr]
             self.stats["updates_dropped"] += lost
+        token = self.server_token
         welcome = transport.rejoin(self._hello(-1 if old is None else old, lost))  # type: ignore[union-attr]
         self.stats["rejoins"] += 1
+        if not (welcome.env_id == old and welcome.server_token != token):
+            self._buffer.clear()  # leases abandoned with the old registration, or unknown to a new server
+        # (else a server restored from a checkpoint took the env back with its leases: they are played)
         self._take_welcome(welcome)
         need = self._depth() + 1 - len(self._buffer)
         if need > 0:  # what the old registration was asked for and never sent
@@ -263,6 +266,7 @@ class TaskFeed:
         """Adopt the settings of the welcome: env id, which updates to send, the step buffer."""
         opts = self.options
         self.env_id = welcome.env_id
+        self.server_token = welcome.server_token
         self.heartbeat = welcome.heartbeat
         self.requires_step_updates = welcome.requires_step_updates
         self.requires_episode_updates = welcome.requires_episode_updates
@@ -273,7 +277,6 @@ class TaskFeed:
             frozenset(opts.strip_keys),
             capacity=welcome.step_batch_size,
             on_full=self._flush_steps,
-            void=self._void,
         )
 
     def _go_fallback(self, what: str, reason: str | None = None) -> bool:
@@ -530,10 +533,7 @@ class TaskFeed:
         if assignment.task_id >= 0 and self._active():
             with self._lock:
                 self._issued.pop(assignment.task_id, None)
-                if self._void.get(assignment.task_id) is assignment:
-                    del self._void[assignment.task_id]  # its registration is gone: nothing to return
-                else:
-                    self._buffer.appendleft(assignment)
+                self._buffer.appendleft(assignment)
 
     # -- feedback -----------------------------------------------------------------------------------
     def record_step(
@@ -585,16 +585,10 @@ class TaskFeed:
                 self._drain()  # error replies and tasks that arrived meanwhile
 
     def _task_id(self, assignment: Assignment, done: bool) -> int:
-        """The lease id to report ``assignment`` under (``-1``: a previous registration's); ``done``: the
-        lease ends."""
-        task_id = assignment.task_id
-        if self._void.get(task_id) is assignment:
-            if done:
-                del self._void[task_id]
-            return -1
+        """The lease id to report ``assignment`` under; ``done``: the lease ends."""
         if done:
-            self._issued.pop(task_id, None)
-        return task_id
+            self._issued.pop(assignment.task_id, None)
+        return assignment.task_id
 
     def record_episode(
         self,
@@ -623,6 +617,7 @@ class TaskFeed:
         fields = (self.env_id, task_id, assignment.task, float(episode_return), int(length), float(progress),
                   bool(ended), dict(extras) if extras else {}, request)
         self._deliver((P.EpisodeUpdate, fields), request)
+        self.stats["episodes_reported"] += 1
 
     def record_progress(self, assignment: Assignment, progress: float, done: bool = False) -> None:
         """Progress on ``assignment`` mid-episode; ``done`` acknowledges the task as consumed (and may ask
@@ -839,7 +834,8 @@ class CurriculumClient(TaskFeed):
         opts = FeedOptions.of(options, **overrides)
         keys = opts.curve_client_keys or (None, None)
         transport_options = {"address": address, "timeout": opts.timeout, "close_timeout": opts.close_timeout,
-                             "curve": (opts.curve_server_key, *keys)}
+                             "curve": (opts.curve_server_key, *keys),
+                             "reconnect_timeout": opts.reconnect_timeout}
         super().__init__(ZmqTransport, transport_options, opts, address=address, task_space=task_space,
                          stream=stream)
 

@@ -350,6 +350,7 @@ class Hello(Message):
     KIND: ClassVar[int] = 1
     CHECKS: ClassVar[dict] = {
         "pid": _NAT, "name": _str, "task_space": _str, "stream": _ID, "rejoin": _ID, "lost": _NAT,
+        "holds": partial(_column, check=_NAT), "reported": _NAT,
     }
     pid: int
     name: str = ""
@@ -364,6 +365,12 @@ class Hello(Message):
     rejoin: int = -1
     #: Updates of that registration the env could not keep while the server was away (counted there).
     lost: int = 0
+    #: The leases of that registration the env still holds (being played, ready, or named in updates it
+    #: will deliver): a server restored from a checkpoint ends the others as lost to the restore.
+    holds: tuple[int, ...] = ()
+    #: The episodes the env reported and the server acknowledged, over its life: a server restored from a
+    #: checkpoint counts the ones it lacks as lost to the restore.
+    reported: int = 0
 
 
 @dataclass(frozen=True)
@@ -922,18 +929,48 @@ class Stream:
         return "deliver"
 
 
+def lease_ids(messages: Sequence[Message]) -> list[int]:
+    """The lease ids the updates among ``messages`` name (``-1``, a task the env chose, left out).
+
+    >>> lease_ids([Batch(0, (EpisodeUpdate(0, 7, 1, 1.0, 2, 1.0), TaskRequest(0, 1))), Goodbye(0, (9,))])
+    [7]
+    """
+    out: list[int] = []
+    for msg in messages:
+        if isinstance(msg, Batch):
+            out += lease_ids(msg.messages)
+        elif isinstance(msg, (EpisodeUpdate, ProgressUpdate)):
+            out.append(msg.task_id)
+        elif isinstance(msg, (Episodes, StepUpdate)):
+            out += [int(i) for i in msg.task_ids]
+    return [i for i in out if i >= 0]
+
+
+def episode_rows(messages: Sequence[Message]) -> int:
+    """The episodes the updates among ``messages`` report."""
+    n = 0
+    for msg in messages:
+        if isinstance(msg, Batch):
+            n += episode_rows(msg.messages)
+        elif isinstance(msg, EpisodeUpdate):
+            n += 1
+        elif isinstance(msg, Episodes):
+            n += len(msg.task_ids)
+    return n
+
+
 def rebase(msg: Message, env_id: int) -> Message | None:
     """``msg``, from an env's previous registration, as its new registration ``env_id`` delivers it
     (``None``: nothing of it is to be delivered).
 
-    The ids of the tasks it names belonged to the previous registration: they become ``-1`` (tasks the
-    env reports itself, checked against the task space). Task requests are dropped (the env asks the new
-    registration for what it needs), and so is a goodbye. Used by a client that registered again (after a
-    server restart, or after the server declared it gone) for the updates it still had to deliver.
+    The lease ids it names are kept (lease ids are unique across registrations and server instances: the
+    curriculum side applies each report once, or counts it). Task requests are dropped (the env asks the
+    new registration for what it needs), and so is a goodbye. Used by a client that registered again
+    (after a server restart, or after the server declared it gone).
 
     >>> m = rebase(EpisodeUpdate(3, 17, 2, 1.0, 5, 1.0, request=1), 0)
     >>> m.env_id, m.task_id, m.task, m.request
-    (0, -1, 2, 0)
+    (0, 17, 2, 0)
     >>> rebase(TaskRequest(3, 2), 0) is None
     True
     """
@@ -942,12 +979,10 @@ def rebase(msg: Message, env_id: int) -> Message | None:
     if isinstance(msg, Batch):
         kept = [m for m in (rebase(m, env_id) for m in msg.messages) if m is not None]
         return Batch(env_id, tuple(kept)) if kept else None
-    if isinstance(msg, (EpisodeUpdate, ProgressUpdate)):
-        return replace(msg, env_id=env_id, task_id=-1, request=0)
-    if isinstance(msg, Episodes):
-        return replace(msg, env_id=env_id, task_ids=(-1,) * len(msg.task_ids), request=0)
+    if isinstance(msg, (EpisodeUpdate, ProgressUpdate, Episodes)):
+        return replace(msg, env_id=env_id, request=0)
     if isinstance(msg, StepUpdate):
-        return replace(msg, env_id=env_id, task_ids=np.full(len(msg.task_ids), -1, dtype=np.int64))
+        return replace(msg, env_id=env_id)
     if isinstance(msg, (TaskRequest, Goodbye)):
         return None
     raise TypeError(f"an env does not send {type(msg).__name__} messages after its hello")

@@ -1,52 +1,12 @@
-"""Transport security for the sync layer: which addresses need encryption, and CURVE key helpers.
+"""Transport security for the sync layer: address checks, which addresses need encryption, CURVE keys.
 
-Rules (checked by :func:`check_bind_address` before the server binds):
+A server may bind an *exposed* address (:func:`is_exposed`: reachable by others than this user's processes)
+only with CURVE keys (ZeroMQ's encryption and server authentication) or an explicit ``insecure=True``.
+CURVE alone admits any holder of the server's public key; ``curve_allowed_clients`` admits only listed
+client keys (:class:`ClientAllowList`, checked at each handshake by a :class:`ZapAuthenticator`). The
+remote-workers guide shows both set-ups.
 
-* ``ipc://PATH`` (a socket file; :func:`~magister.sync.server.serve`'s default puts it in a private 0700
-  directory) and ``inproc://`` need no keys.
-* ``tcp://`` on a loopback host (``127.x.x.x``, ``localhost``, ``::1``) needs no keys.
-* ``tcp://`` on any other host, including the wildcards ``*`` and ``0.0.0.0``, requires CURVE keys
-  (ZeroMQ's elliptic-curve encryption and server authentication) unless the caller passes an explicit
-  ``insecure=True``: anyone who can reach an unencrypted port could read the traffic and feed the
-  curriculum.
-* ``ipc://@NAME`` (a Linux *abstract* socket) is treated like an exposed TCP address: it has no file, so no
-  file permission guards it, and any local user who knows (or lists, in ``/proc/net/unix``) the name can
-  connect. It needs CURVE keys or ``insecure=True``.
-
-**Which clients may join.** CURVE alone authenticates the *server*: any client that holds the server's
-public key completes the handshake and feeds the curriculum. To admit only known clients, give each client
-a key pair of its own and the server the list of their public keys, ``curve_allowed_clients=[...]``, or a
-directory of ZeroMQ certificate files (``*.key``, as written by :func:`zmq.auth.create_certificates`; read
-again when the directory changes). The server then runs a ZAP handler (ZeroMQ's authentication protocol,
-RFC 27) that refuses every other key during the handshake: a refused client never reaches the curriculum,
-and its feed raises :class:`~magister.sync.feed.ServerUnavailableError` when its timeout runs out. The
-refusals are logged (rate-limited) and counted in ``server.metrics()["sync/clients_refused"]``. Without an
-allow-list, an exposed address logs a warning that any holder of the public key can join.
-
-Usage across machines::
-
-    from magister.sync.security import generate_keypair
-    keys = generate_keypair()                       # once; keep keys.secret_key private
-    server = serve(curriculum, "tcp://0.0.0.0:5555", curve_secret_key=keys.secret_key)
-    # on each worker machine, only the *public* key is needed:
-    env = GymnasiumSyncWrapper(task_env, "tcp://learner-host:5555", curve_server_key=keys.public_key)
-
-    # only known clients: each has a key pair, the server lists their public keys
-    worker = generate_keypair()
-    server = serve(curriculum, "tcp://0.0.0.0:5555", curve_secret_key=keys.secret_key,
-                   curve_allowed_clients=[worker.public_key])
-    env = GymnasiumSyncWrapper(task_env, "tcp://learner-host:5555", curve_server_key=keys.public_key,
-                               curve_client_keys=worker)   # on the worker: its own key pair
-
-A client without the server's public key cannot complete the handshake, so it never receives a task.
-Keys are the Z85-encoded 40-byte strings produced by :func:`zmq.curve_keypair`.
-
->>> keys = generate_keypair()
->>> len(keys.public_key), len(keys.secret_key)
-(40, 40)
->>> is_loopback("tcp://127.0.0.1:5555"), is_loopback("tcp://0.0.0.0:5555"), is_loopback("ipc:///tmp/x")
-(True, False, True)
->>> is_exposed("tcp://0.0.0.0:5555"), is_exposed("ipc://@magister"), is_exposed("ipc:///tmp/x")
+>>> is_exposed("tcp://0.0.0.0:5555"), is_exposed("ipc://@magister"), is_exposed("tcp://127.0.0.1:5555")
 (True, True, False)
 """
 
@@ -73,18 +33,23 @@ __all__ = [
     "ClientAllowList",
     "CurveKeyPair",
     "ZapAuthenticator",
+    "check_address",
     "check_bind_address",
     "generate_keypair",
     "is_exposed",
-    "is_loopback",
     "load_keypair",
-    "public_key_of",
 ]
 
 #: What ``curve_allowed_clients`` takes: public keys, or a directory of certificate files.
 AllowedClients = Iterable[bytes | str] | str | os.PathLike
 
-_LOCAL_SCHEMES = ("ipc://", "inproc://")
+#: The address forms a server binds, for error messages.
+BIND_FORMS = (
+    "'ipc:///path/to/socket', 'ipc://@name' (Linux abstract socket), 'tcp://host:port' (port '*' to bind "
+    "a free one)"
+)
+#: The address forms a worker connects to, for error messages.
+ADDRESS_FORMS = BIND_FORMS + ", or 'ray://name' / 'ray://namespace/name' (a serve_ray() actor)"
 
 
 class CurveKeyPair(NamedTuple):
@@ -98,33 +63,19 @@ def generate_keypair() -> CurveKeyPair:
     """A fresh CURVE key pair (requires libzmq built with CURVE support, as pyzmq's wheels are)."""
     if not zmq.has("curve"):
         raise RuntimeError("this libzmq has no CURVE support; install pyzmq from its official wheels")
-    public, secret = zmq.curve_keypair()
-    return CurveKeyPair(public, secret)
+    return CurveKeyPair(*zmq.curve_keypair())
 
 
 def load_keypair(path: str | os.PathLike) -> CurveKeyPair:
     """The key pair in a ZeroMQ secret certificate file (``NAME.key_secret``, as written by
-    :func:`zmq.auth.create_certificates`).
-
-    Raises:
-        ValueError: the file holds no secret key (a public ``NAME.key`` file, or not a certificate).
-        OSError: the file cannot be read.
-    """
-    try:
-        public, secret = zmq.auth.load_certificate(path)
-    except ValueError as exc:
-        raise ValueError(f"{os.fspath(path)!r} is not a ZeroMQ certificate file: {exc}") from None
+    :func:`zmq.auth.create_certificates`); ``ValueError`` if the file holds no secret key."""
+    public, secret = zmq.auth.load_certificate(path)
     if secret is None:
         raise ValueError(
             f"{os.fspath(path)!r} holds only a public key; a client needs its secret certificate "
             "(the NAME.key_secret file)"
         )
     return CurveKeyPair(_as_key("public key", public), _as_key("secret key", secret))
-
-
-def public_key_of(secret_key: bytes | str) -> bytes:
-    """The public half of a Z85-encoded CURVE secret key."""
-    return zmq.curve_public(_as_key("secret key", secret_key))
 
 
 def _as_key(what: str, key: bytes | str) -> bytes:
@@ -137,29 +88,19 @@ def _as_key(what: str, key: bytes | str) -> bytes:
     return key
 
 
-def _host_of(address: str) -> str:
-    rest = address[len("tcp://") :]
-    if rest.startswith("["):  # [ipv6]:port
-        end = rest.find("]")
-        if end < 0:
-            raise ValueError(f"malformed tcp address {address!r}: expected tcp://[ipv6]:port")
-        return rest[1:end]
-    host, sep, _port = rest.rpartition(":")
-    if not sep:
-        raise ValueError(f"malformed tcp address {address!r}: expected tcp://host:port")
-    return host.split(";")[-1]  # "tcp://src;host:port" form: the host is the bind target
-
-
-#: The address forms a server binds and a worker connects to, for error messages.
-ADDRESS_FORMS = (
-    "'ipc:///path/to/socket', 'ipc://@name' (Linux abstract socket), 'tcp://host:port' (port '*' to bind "
-    "a free one), or 'ray://name' / 'ray://namespace/name' (a serve_ray() actor)"
-)
+def _host_and_port(address: str) -> tuple[str, str]:
+    """The host (IPv6 without its brackets; of ``tcp://src;host:port``, the host) and the port of a
+    ``tcp://`` address; the host is ``""`` when it or the port is missing."""
+    host, _, port = address[len("tcp://") :].rpartition(":")
+    host = host.split(";")[-1]
+    if host.startswith("["):
+        host = host[1:-1] if host.endswith("]") else ""
+    return host, port
 
 
 def check_address(address: object, bind: bool = False) -> str:
     """``address`` if it is a well-formed server address, else ``ValueError`` naming it and the accepted
-    forms (:data:`ADDRESS_FORMS`); ``bind``: the server side (a tcp port may be ``*``; no ``ray://``).
+    forms; ``bind``: the server side (a tcp port may be ``*``; no ``ray://``).
 
     >>> check_address("tcp://127.0.0.1:5555")
     'tcp://127.0.0.1:5555'
@@ -170,151 +111,107 @@ def check_address(address: object, bind: bool = False) -> str:
     """
 
     def bad(why: str) -> ValueError:
-        forms = ADDRESS_FORMS.replace(", or 'ray://name' / 'ray://namespace/name' (a serve_ray() actor)", "")
-        forms = forms if bind else ADDRESS_FORMS
+        forms = BIND_FORMS if bind else ADDRESS_FORMS
         return ValueError(f"malformed address {address!r}: {why}; expected {forms}")
 
     if not isinstance(address, str):
         raise TypeError(f"address must be a str, got {type(address).__name__} {address!r:.100}")
-    if address != address.strip() or any(c.isspace() for c in address):
+    if any(c.isspace() for c in address):
         raise bad("it contains whitespace")
     scheme, sep, rest = address.partition("://")
-    schemes = ("ipc", "tcp") if bind else ("ipc", "tcp", "ray")
-    if not sep or scheme not in schemes:
+    if not sep or scheme not in (("ipc", "tcp") if bind else ("ipc", "tcp", "ray")):
         raise bad(f"unknown scheme {scheme + sep!r}" if sep else "no scheme")
     if not rest:
         raise bad("nothing after the scheme")
     if scheme == "tcp":
-        host, colon, port = rest.rpartition(":")
-        if rest.startswith("[") and not host.endswith("]"):
-            host, colon, port = rest, "", ""
-        if not colon or not host:
+        host, port = _host_and_port(address)
+        if not host:
             raise bad("a tcp address needs a host and a port")
         if not (port.isdigit() and 0 < int(port) < 65536) and not (bind and port in ("*", "0")):
             raise bad(f"port {port!r} is not a port number in 1..65535" + (" or '*'" if bind else ""))
     return address
 
 
-def _is_abstract_ipc(address: str) -> bool:
-    return address.startswith("ipc://@")
-
-
 def is_exposed(address: str) -> bool:
     """Whether peers other than this user's processes can connect to ``address`` without a key: tcp on a
-    host that is not loopback, and Linux abstract ipc sockets (``ipc://@NAME``, guarded by no file
-    permission)."""
-    return _is_abstract_ipc(address) or not is_loopback(address)
-
-
-def is_loopback(address: str) -> bool:
-    """Whether ``address`` stays on this machine (ipc/inproc, or tcp on a loopback host)."""
-    if not isinstance(address, str):
-        raise TypeError(f"address must be a str, got {type(address).__name__}")
-    if address.startswith(_LOCAL_SCHEMES):
+    host that is not loopback (``*`` and ``0.0.0.0`` included), and Linux abstract ipc sockets
+    (``ipc://@NAME``: no file, so no file permission guards them)."""
+    if address.startswith("ipc://@"):
         return True
-    if not address.startswith("tcp://"):
-        raise ValueError(f"unsupported address {address!r}: expected ipc://PATH or tcp://HOST:PORT")
-    host = _host_of(address)
+    if address.startswith(("ipc://", "inproc://")):
+        return False
+    host, _ = _host_and_port(check_address(address, bind=True))
     if host == "localhost":
-        return True
+        return False
     try:
-        return ipaddress.ip_address(host).is_loopback
+        return not ipaddress.ip_address(host).is_loopback
     except ValueError:
-        return False  # '*', interface names and host names: treat as reachable from outside
+        return True  # '*', interface names and host names: treat as reachable from outside
 
 
 def check_bind_address(
-    address: str,
-    curve_secret_key: bytes | str | None,
-    insecure: bool,
+    address: str, curve_secret_key: bytes | str | None, insecure: bool,
     curve_allowed_clients: AllowedClients | None = None,
 ) -> None:
-    """Refuse to bind an exposed address (:func:`is_exposed`) without CURVE keys, unless ``insecure`` is
-    explicit; warn when an exposed address has keys but no client allow-list.
-
-    Raises:
-        ValueError: the address is unsupported; it is exposed and neither keys nor ``insecure=True`` were
-            given; or ``curve_allowed_clients`` was given without ``curve_secret_key``.
-    """
+    """Refuse to bind an exposed address (:func:`is_exposed`) without CURVE keys unless ``insecure`` is
+    explicit, and ``curve_allowed_clients`` without keys (``ValueError``); warn when an exposed address is
+    served unencrypted or to any holder of the server's public key."""
     if curve_secret_key is not None:
         _as_key("secret key", curve_secret_key)
     elif curve_allowed_clients is not None:
-        raise ValueError(
-            "curve_allowed_clients needs curve_secret_key: clients are authenticated by their CURVE keys, "
-            "which only an encrypted (CURVE) server sees"
-        )
+        raise ValueError("curve_allowed_clients needs curve_secret_key: only a CURVE server sees client keys")
     if not is_exposed(address):
         return
-    where = (
-        "any local user can connect to an abstract socket (it has no file, so no permissions)"
-        if _is_abstract_ipc(address)
-        else "it is reachable from other machines"
-    )
-    if curve_secret_key is not None:
-        if curve_allowed_clients is None:
-            logger.warning(
-                "serving %s with CURVE but no curve_allowed_clients: any holder of the server's public "
-                "key can join and feed the curriculum (%s). Pass curve_allowed_clients=[client public "
-                "keys] or a directory of certificates to admit only those clients",
-                address, where,
-            )
-        return
-    if insecure is True:
+    if address.startswith("ipc://@"):
+        where = "any local user can connect to an abstract socket (it has no file, so no permissions)"
+    else:
+        where = "it is reachable from other machines"
+    if curve_secret_key is None and insecure is not True:
+        raise ValueError(
+            f"refusing to bind {address!r} without encryption: {where}. Pass "
+            "curve_secret_key=generate_keypair().secret_key (and give clients the public key as "
+            "curve_server_key), bind a loopback address or an ipc:// socket file (serve()'s default), or "
+            "pass insecure=True explicitly"
+        )
+    if curve_secret_key is None:
+        logger.warning("binding %s WITHOUT encryption (insecure=True): anyone who reaches it can join (%s)",
+                       address, where)
+    elif curve_allowed_clients is None:
         logger.warning(
-            "binding %s WITHOUT encryption (insecure=True): anyone who reaches it can join (%s)",
+            "serving %s with CURVE but no curve_allowed_clients: any holder of the server's public key can "
+            "join and feed the curriculum (%s). Pass curve_allowed_clients=[client public keys] or a "
+            "directory of certificates to admit only those clients",
             address, where,
         )
-        return
-    hint = (
-        "use serve()'s default address (an ipc socket file in a private directory) or an ipc:// path"
-        if _is_abstract_ipc(address)
-        else "bind a loopback/ipc address"
-    )
-    raise ValueError(
-        f"refusing to bind {address!r} without encryption: {where}. "
-        "Pass curve_secret_key=generate_keypair().secret_key (and give clients the public key as "
-        f"curve_server_key), {hint}, or pass insecure=True explicitly"
-    )
 
 
 class ClientAllowList:
     """The CURVE public keys of the clients a server admits: a fixed list, or the ``*.key`` certificate
-    files in a directory (read again whenever the directory's modification time changes, so a client added
-    there is admitted without restarting the server).
+    files in a directory, read at each handshake (a client added there is admitted without a restart).
 
     >>> a, b = generate_keypair(), generate_keypair()
     >>> allowed = ClientAllowList([a.public_key])
     >>> allowed.allows(a.public_key), allowed.allows(b.public_key)
     (True, False)
-
-    Raises:
-        ValueError: a key is not a 40-character Z85 string, a single key was given instead of a list, or
-            the directory does not exist.
-        TypeError: ``clients`` is neither keys nor a directory.
     """
 
     def __init__(self, clients: AllowedClients) -> None:
         self.directory: Path | None = None
-        self._keys: frozenset[bytes] = frozenset()
-        self._stamp: int | None = None
-        self._lock = threading.Lock()
-        self._log = RateLimitedLogger(logger)  # (asked at every handshake: a bad directory must not flood)
+        self._log = RateLimitedLogger(logger)  # asked at every handshake: a bad directory must not flood
+        one_str = isinstance(clients, str) and len(clients) == 40 and not os.path.exists(clients)
+        if isinstance(clients, bytes) or one_str:
+            raise ValueError(
+                f"curve_allowed_clients got one key (one {len(clients)}-character {type(clients).__name__}): "
+                "pass public keys as a list ([key]) or a directory of certificate files"
+            )
         if isinstance(clients, (str, os.PathLike)):
-            if isinstance(clients, str) and len(clients) == 40 and not os.path.exists(clients):
-                raise ValueError(
-                    "curve_allowed_clients got one 40-character str: pass public keys as a list "
-                    "([key]) or a directory of certificate files"
-                )
-            directory = Path(clients)
-            if not directory.is_dir():
+            if not Path(clients).is_dir():
                 raise ValueError(
                     f"curve_allowed_clients={os.fspath(clients)!r} is not a directory; expected a directory "
                     "of ZeroMQ certificate files (*.key) or a list of public keys"
                 )
-            self.directory = directory
-            self._reload()
-        elif isinstance(clients, bytes):
-            raise ValueError("curve_allowed_clients got one key (bytes): pass a list of public keys")
+            self.directory = Path(clients)
+            self._keys = self._read()
         elif isinstance(clients, Iterable):
             self._keys = frozenset(_as_key("client public key", k) for k in clients)
         else:
@@ -323,150 +220,104 @@ class ClientAllowList:
                 f"files, got {type(clients).__name__}"
             )
 
-    def _reload(self) -> None:
-        assert self.directory is not None
-        stamp = self.directory.stat().st_mtime_ns
-        if stamp == self._stamp:
-            return
+    def _read(self) -> frozenset[bytes]:
         keys = set()
-        for path in sorted(self.directory.glob("*.key")):
-            try:
-                public, _ = zmq.auth.load_certificate(path)
-                keys.add(_as_key("public key", public))
-            except (OSError, ValueError) as exc:
-                logger.warning("curve_allowed_clients: skipping %s: %s", path, exc)
-        self._keys = frozenset(keys)
-        self._stamp = stamp
-        logger.debug("curve_allowed_clients: %d keys in %s", len(keys), self.directory)
+        for path in self.directory.iterdir():  # type: ignore[union-attr]
+            if path.suffix == ".key":
+                try:
+                    keys.add(_as_key("public key", zmq.auth.load_certificate(path)[0]))
+                except (OSError, ValueError) as exc:
+                    self._log.warning(f"skip:{path}", "curve_allowed_clients: skipping %s: %s", path, exc)
+        return frozenset(keys)
 
     def allows(self, public_key: bytes | str) -> bool:
         """Whether the client with this Z85 public key may join."""
         key = _as_key("public key", public_key)
         if self.directory is not None:
-            with self._lock:
-                try:
-                    self._reload()
-                except OSError as exc:  # the directory went away: keep the last keys read
-                    self._log.warning(
-                        "unreadable", "curve_allowed_clients: cannot read %s: %s", self.directory, exc
-                    )
+            try:
+                self._keys = self._read()
+            except OSError as exc:  # the directory went away: keep the last keys read
+                self._log.warning("unreadable", "curve_allowed_clients: cannot read the directory: %s", exc)
         return key in self._keys
-
-    def __len__(self) -> int:
-        return len(self._keys)
 
 
 #: The ZAP domain the server's socket announces (RFC 27); the handler answers only it.
 ZAP_DOMAIN = b"magister"
 _ZAP_ENDPOINT = "inproc://zeromq.zap.01"  # fixed by RFC 27
+_JOIN_TIMEOUT = 5.0
+
+
+def _zap_reply(request: list[bytes], status: bytes, text: bytes, user_id: bytes = b"") -> list[bytes]:
+    return [b"1.0", request[1] if len(request) > 1 else b"", status, text, user_id, b""]
 
 
 class ZapAuthenticator:
     """A ZAP handler (ZeroMQ Authentication Protocol, RFC 27) for one server's context, run by a thread.
 
-    libzmq asks it, during each CURVE handshake on a socket of ``context`` whose ``zap_domain`` is
-    :data:`ZAP_DOMAIN`, whether the client's public key may join; keys in ``allowed`` are admitted, all
-    others refused (the handshake fails; the server never sees a message from that client). Refusals are
-    counted in :attr:`refused` and logged through ``log`` (rate-limited: a refused client retries its
-    connection every few hundred milliseconds).
-
-    Start it before the server socket binds and :meth:`stop` it before the context is terminated.
+    libzmq asks it during each handshake on a socket with ``zap_domain`` :data:`ZAP_DOMAIN` whether the
+    client's key is in ``allowed``; other keys are refused before the server sees a message, counted in
+    :attr:`refused` and logged (rate-limited). Start it before the server binds, :meth:`stop` it before the
+    context is terminated.
     """
 
     def __init__(
-        self,
-        context: zmq.Context,
-        allowed: ClientAllowList,
-        *,
-        log: RateLimitedLogger | None = None,
-        poll_interval: float = 1.0,
-        join_timeout: float = 5.0,
+        self, context: zmq.Context, allowed: ClientAllowList, *, log: RateLimitedLogger | None = None
     ) -> None:
         self.allowed = allowed
         self.refused = 0
-        self.admitted = 0
         self._log = log if log is not None else RateLimitedLogger(logger)
-        self._poll_ms = max(1, int(poll_interval * 1000))
-        self._join_timeout = float(join_timeout)
         self._stop = threading.Event()
         self._zap = context.socket(zmq.REP)
         self._zap.setsockopt(zmq.LINGER, 0)
-        wake = f"inproc://magister-zap-wake-{id(self)}"
-        self._wake_rx = context.socket(zmq.PAIR)
-        self._wake_tx = context.socket(zmq.PAIR)
+        self._zap.setsockopt(zmq.RCVTIMEO, 100)  # milliseconds: how soon the thread sees stop()
         try:
             self._zap.bind(_ZAP_ENDPOINT)
-            self._wake_rx.bind(wake)
-            self._wake_tx.setsockopt(zmq.LINGER, 0)
-            self._wake_tx.connect(wake)
         except zmq.ZMQError:
-            for s in (self._zap, self._wake_rx, self._wake_tx):
-                s.close(0)
+            self._zap.close(0)
             raise
         self._thread = threading.Thread(target=self._run, name="magister-zap", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
-        poller = zmq.Poller()
-        poller.register(self._zap, zmq.POLLIN)
-        poller.register(self._wake_rx, zmq.POLLIN)
         try:
             while not self._stop.is_set():
-                if not dict(poller.poll(self._poll_ms)).get(self._zap):
+                try:
+                    request = self._zap.recv_multipart()
+                except zmq.Again:
                     continue
-                request = self._zap.recv_multipart()
                 try:
                     reply = self._answer(request)
-                except Exception:  # the handler must answer and keep running whatever arrives
-                    self.refused += 1  # (fails closed: the client is refused)
+                except Exception:  # answer whatever arrives, and fail closed: the client is refused
+                    self.refused += 1
                     self._log.exception("zap", "ZAP handler: unexpected error")
-                    reply = [b"1.0", request[1] if len(request) > 1 else b"", b"500", b"internal error",
-                             b"", b""]
+                    reply = _zap_reply(request, b"500", b"internal error")
                 self._zap.send_multipart(reply)
-        except zmq.ContextTerminated:  # pragma: no cover - only if the context is destroyed under us
-            pass
         finally:
             self._zap.close(0)
-            self._wake_rx.close(0)
 
     def _answer(self, request: list[bytes]) -> list[bytes]:
         # request: version, request id, domain, address, routing id, mechanism, credentials...
-        if len(request) < 6 or request[0] != b"1.0":
-            return [b"1.0", request[1] if len(request) > 1 else b"", b"400", b"bad ZAP request", b"", b""]
-        _version, request_id, domain, address, _identity, mechanism, *credentials = request
-        if mechanism == b"CURVE" and len(credentials) == 1 and len(credentials[0]) == 32:
-            key = z85.encode(credentials[0])
-            if domain == ZAP_DOMAIN and self.allowed.allows(key):
-                self.admitted += 1
-                return [b"1.0", request_id, b"200", b"OK", key, b""]
-            self.refused += 1
-            self._log.warning(
-                "refused_client",
-                "curriculum server: refused a client from %s: its CURVE public key %s is not in "
-                "curve_allowed_clients",
-                address.decode("utf-8", "replace") or "?", key.decode("ascii"),
-            )
-            return [b"1.0", request_id, b"400", b"client key not allowed", b"", b""]
+        _version, _id, domain, address, _identity, mechanism, *credentials = request
+        if mechanism != b"CURVE":  # the server's socket is a CURVE server: nothing else is asked about
+            raise ValueError(f"unexpected ZAP mechanism {mechanism!r}")
+        key = z85.encode(credentials[0])
+        if domain == ZAP_DOMAIN and self.allowed.allows(key):
+            return _zap_reply(request, b"200", b"OK", key)
         self.refused += 1
         self._log.warning(
-            "refused_client", "curriculum server: refused a %s client from %s (CURVE keys required)",
-            mechanism.decode("ascii", "replace"), address.decode("utf-8", "replace") or "?",
+            "refused_client",
+            "curriculum server: refused a client from %s: its CURVE public key %s is not in "
+            "curve_allowed_clients",
+            address.decode("utf-8", "replace") or "?", key.decode("ascii"),
         )
-        return [b"1.0", request_id, b"400", b"CURVE required", b"", b""]
+        return _zap_reply(request, b"400", b"client key not allowed")
 
     def stop(self) -> None:
-        """Stop the thread (joined with a timeout) and close its sockets. Idempotent."""
-        if self._stop.is_set():
-            return
+        """Stop the thread (joined with a timeout); it closes its socket. Idempotent."""
         self._stop.set()
-        try:
-            self._wake_tx.send(b"", zmq.NOBLOCK)
-        except zmq.ZMQError:  # pragma: no cover - the thread then wakes at its poll interval
-            pass
-        self._wake_tx.close(0)
-        self._thread.join(self._join_timeout)
+        self._thread.join(_JOIN_TIMEOUT)
         if self._thread.is_alive():  # pragma: no cover - only if an allow-list read blocks
-            logger.error("ZAP handler thread did not stop within %.1fs", self._join_timeout)
+            logger.error("ZAP handler thread did not stop within %.1fs", _JOIN_TIMEOUT)
 
 
 def configure_server_socket(
@@ -490,25 +341,14 @@ def configure_client_socket(
     curve_public_key: bytes | str | None = None,
     curve_secret_key: bytes | str | None = None,
 ) -> None:
-    """Make ``socket`` a CURVE client of the server with public key ``curve_server_key``.
-
-    Without a client key pair an ephemeral one is generated (the server authenticates itself to the
-    client; clients are not individually authenticated).
-    """
+    """Make ``socket`` a CURVE client of the server with public key ``curve_server_key`` (nothing without
+    one), presenting the client key pair given, or else a throwaway one."""
     if curve_server_key is None:
-        if curve_public_key is not None or curve_secret_key is not None:
-            raise ValueError("client CURVE keys need curve_server_key (the server's public key) as well")
         return
-    server = _as_key("server public key", curve_server_key)
     if curve_secret_key is None:
-        public, secret = generate_keypair()
-    else:
-        secret = _as_key("secret key", curve_secret_key)
-        public = (
-            _as_key("public key", curve_public_key)
-            if curve_public_key is not None
-            else zmq.curve_public(secret)
-        )
-    socket.curve_serverkey = server
+        curve_public_key, curve_secret_key = generate_keypair()
+    secret = _as_key("secret key", curve_secret_key)
+    public = zmq.curve_public(secret) if curve_public_key is None else _as_key("public key", curve_public_key)
+    socket.curve_serverkey = _as_key("server public key", curve_server_key)
     socket.curve_publickey = public
     socket.curve_secretkey = secret

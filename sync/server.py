@@ -248,6 +248,7 @@ class CurriculumServer(LearnerCalls, ServedCurriculum):
             if peer.last_seen < deadline:
                 del self._peers[identity]
                 self.core.depart(peer.env_id, "timeout")
+        self.core.depart_unclaimed(deadline)
 
     def _send(self, identity: bytes, msg: P.Message) -> bool:
         peer = self._peers.get(identity)
@@ -331,7 +332,7 @@ class CurriculumServer(LearnerCalls, ServedCurriculum):
             return
         if isinstance(msg, P.Hello):
             if peer is None:  # (a repeated Hello, a client's retry, gets the same answer)
-                if len(self._peers) >= self.max_envs:
+                if len(self._peers) >= self.max_envs and not self.core.may_rejoin(msg.rejoin):
                     self._error(
                         identity, "too_many_envs", f"the server serves at most {self.max_envs} live envs"
                     )

@@ -1,11 +1,5 @@
-"""Step records on the env side: the steps of one env, batched into one
-:class:`~magister.sync.protocol.StepUpdate` (only kept at all when the curriculum wants step updates).
-
-The columns are typed arrays (rewards, progress); what is nearly constant within a batch is stored
-sparsely: the task as runs of steps on one assignment, terminated/truncated as the few steps where one is
-set. Observations and infos are kept only when the curriculum reads them; numeric observations of one
-layout are stacked into one array per key when the batch is sent.
-"""
+"""Step records on the env side, batched into one :class:`~magister.sync.protocol.StepUpdate` per env (kept
+only when the curriculum wants step updates), numeric observations of one layout stacked into one array."""
 
 from __future__ import annotations
 
@@ -15,50 +9,37 @@ from typing import Any
 
 import numpy as np
 
-from ..task_spaces.base import EncodedTask
 from . import protocol as P
 
 __all__ = ["StepBuffer"]
 
 
-def _strip(value: Any, keys: frozenset[str]) -> Any:
-    if keys and isinstance(value, dict):
-        return {k: v for k, v in value.items() if k not in keys}
-    return value
-
-
-def _copy_obs(obs: Any) -> Any:
-    """Step records are sent later; copy arrays an env might overwrite in place."""
+def _copy(obs: Any, drop: frozenset[str] = frozenset()) -> Any:
+    """``obs`` without the dict keys in ``drop``, its arrays copied (an env may overwrite them in place)."""
     if isinstance(obs, np.ndarray):
         return obs.copy()
     if isinstance(obs, dict):
-        return {k: _copy_obs(v) for k, v in obs.items()}
+        return {k: _copy(v) for k, v in obs.items() if k not in drop}
     if isinstance(obs, (tuple, list)):
-        return tuple(_copy_obs(v) for v in obs)
+        return tuple(_copy(v) for v in obs)
     return obs
 
 
-def _numeric(a: Any) -> bool:
-    return isinstance(a, np.ndarray) and a.dtype.kind in "biufc"
-
-
-def _like(a: Any, ref: np.ndarray) -> bool:
-    return isinstance(a, np.ndarray) and a.shape == ref.shape and a.dtype == ref.dtype
-
-
 def observation_bytes(obs: Any) -> int:
-    """The bytes of the arrays in ``obs`` (an array, or a dict or sequence of them).
-
-    >>> observation_bytes({"a": np.zeros(4), "b": (np.zeros(2, np.uint8),)})
-    34
-    """
+    """The bytes of the arrays in ``obs`` (an array, or a dict or sequence of them)."""
     if isinstance(obs, np.ndarray):
         return obs.nbytes
-    if isinstance(obs, dict):
-        return sum(observation_bytes(v) for v in obs.values())
-    if isinstance(obs, (tuple, list)):
-        return sum(observation_bytes(v) for v in obs)
+    if isinstance(obs, (dict, tuple, list)):
+        return sum(observation_bytes(v) for v in (obs.values() if isinstance(obs, dict) else obs))
     return 0
+
+
+def _stackable(arrays: list[Any]) -> bool:
+    """Whether ``arrays`` are numeric arrays of one shape and dtype."""
+    ref = arrays[0]
+    return isinstance(ref, np.ndarray) and ref.dtype.kind in "biufc" and all(
+        isinstance(a, np.ndarray) and a.shape == ref.shape and a.dtype == ref.dtype for a in arrays
+    )
 
 
 def stack_observations(observations: list[Any]) -> Any:
@@ -71,19 +52,13 @@ def stack_observations(observations: list[Any]) -> Any:
     'tuple'
     """
     first = observations[0]
-    if _numeric(first):
-        if all(_like(o, first) for o in observations):
-            return np.stack(observations)
-    elif (
-        isinstance(first, dict)
-        and first
-        and all(isinstance(k, str) and _numeric(v) for k, v in first.items())
-        and all(
-            isinstance(o, dict) and o.keys() == first.keys() and all(_like(o[k], v) for k, v in first.items())
-            for o in observations
-        )
-    ):
-        return {k: np.stack([o[k] for o in observations]) for k in first}
+    if _stackable(observations):
+        return np.stack(observations)
+    keys = first.keys() if isinstance(first, dict) else None
+    if keys and all(isinstance(o, dict) and o.keys() == keys for o in observations):
+        columns = {k: [o[k] for o in observations] for k in keys}
+        if all(isinstance(k, str) and _stackable(c) for k, c in columns.items()):
+            return {k: np.stack(c) for k, c in columns.items()}
     return tuple(observations)
 
 
@@ -96,30 +71,23 @@ class StepBuffer:
         strip_keys: Keys removed from dict observations and infos.
         capacity: Steps per batch; a step that fills it calls ``on_full`` (the feed sends the batch).
         on_full: Called with no argument when the batch is full.
-        void: Tasks of a previous registration (by task id): their steps are reported with task id ``-1``.
     """
 
     def __init__(
-        self,
-        send_obs: bool,
-        send_infos: bool,
-        strip_keys: frozenset[str],
-        capacity: int = 0,
+        self, send_obs: bool, send_infos: bool, strip_keys: frozenset[str], capacity: int = 0,
         on_full: Callable[[], None] | None = None,
-        void: dict[int, Any] | None = None,
     ) -> None:
         self.send_obs, self.send_infos, self.strip_keys = send_obs, send_infos, strip_keys
-        self.void = void if void is not None else {}
         self.capacity = int(capacity) if on_full is not None and capacity > 0 else 0
         self.on_full = on_full
         self.clear()
 
     def clear(self) -> None:
-        self.runs: list[tuple[int, Any]] = []  # (first step, assignment)
-        self.last: Any = None  # the assignment of the last step
+        self.assignments: list[Any] = []
         self.rewards = array.array("d")
         self.progress = array.array("d")
-        self.ends: list[tuple[int, bool, bool]] = []  # (step, terminated, truncated)
+        self.terminated: list[bool] = []
+        self.truncated: list[bool] = []
         self.obs: list[Any] = []
         self.infos: list[dict] = []
 
@@ -130,41 +98,28 @@ class StepBuffer:
         self, a: Any, obs: Any, reward: float, term: bool, trunc: bool, info: Any, progress: float
     ) -> None:
         """Record one step on assignment ``a``; a step that fills the batch hands it to ``on_full``."""
-        n = len(self.rewards)
-        if a is not self.last:
-            self.runs.append((n, a))
-            self.last = a
+        self.assignments.append(a)
         self.rewards.append(reward)
         self.progress.append(progress)
-        if term or trunc:
-            self.ends.append((n, bool(term), bool(trunc)))
+        self.terminated.append(bool(term))
+        self.truncated.append(bool(trunc))
         if self.send_obs:
-            self.obs.append(_copy_obs(_strip(obs, self.strip_keys)))
+            self.obs.append(_copy(obs, self.strip_keys))
         if self.send_infos:
-            self.infos.append(_strip(dict(info) if info else {}, self.strip_keys))
-        if n + 1 == self.capacity:
+            self.infos.append({k: v for k, v in (info or {}).items() if k not in self.strip_keys})
+        if len(self.rewards) == self.capacity:
             self.on_full()  # type: ignore[misc]
 
     def message(self, env_id: int) -> P.StepUpdate:
         """The buffered steps as one :class:`~magister.sync.protocol.StepUpdate`; empties the buffer."""
-        n = len(self.rewards)
-        ids = np.empty(n, dtype=np.int64)
-        tasks: list[EncodedTask] = []
-        for k, (start, a) in enumerate(self.runs):
-            end = self.runs[k + 1][0] if k + 1 < len(self.runs) else n
-            ids[start:end] = -1 if self.void.get(a.task_id) is a else a.task_id
-            tasks.extend([a.task] * (end - start))
-        term = np.zeros(n, dtype=np.bool_)
-        trunc = np.zeros(n, dtype=np.bool_)
-        for i, te, tr in self.ends:
-            term[i], trunc[i] = te, tr
+        ids = [a.task_id for a in self.assignments]
         msg = P.StepUpdate(
             env_id,
-            ids,
-            tuple(tasks),
+            np.array(ids, dtype=np.int64),
+            tuple(a.task for a in self.assignments),
             np.array(self.rewards, dtype=np.float64),
-            term,
-            trunc,
+            np.array(self.terminated, dtype=np.bool_),
+            np.array(self.truncated, dtype=np.bool_),
             np.array(self.progress, dtype=np.float64),
             stack_observations(self.obs) if self.send_obs and self.obs else None,
             tuple(self.infos) if self.send_infos else None,

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
+import time
 import uuid
 
 import numpy as np
@@ -13,7 +15,7 @@ import zmq
 import zmq.auth
 
 from magister.curricula.base import Curriculum
-from magister.sync.feed import CurriculumClient, ServerUnavailableError
+from magister.sync.feed import CurriculumClient, SyncError
 from magister.sync.security import (
     ClientAllowList,
     check_bind_address,
@@ -57,14 +59,24 @@ def _client(address: str, server_public: bytes, keys=None, timeout: float = 5.0)
     )
 
 
-def _refused(address: str, server_public: bytes, keys=None) -> None:
-    """A client the server does not admit: a clear error within its timeout, no task."""
-    c = _client(address, server_public, keys, timeout=1.0)
+def _refused(address: str, server_public: bytes, keys=None, match="refused this client's CURVE key") -> None:
+    """A client the server does not admit: an error saying why as soon as the handshake fails (the socket's
+    monitor reports it), long before its timeout; no task."""
+    c = _client(address, server_public, keys, timeout=30.0)
+    t0 = time.monotonic()
     try:
-        with pytest.raises(ServerUnavailableError, match="no reply .* within 1s.*CURVE keys"):
+        with pytest.raises(SyncError, match=match):
             c.next_task()
     finally:
         c.close()
+    assert time.monotonic() - t0 < 15.0  # the refusal, not the timeout
+
+
+def test_a_wrong_server_key_is_named_at_once():
+    server_keys, other = generate_keypair(), generate_keypair()
+    with serve(Recorder(), "tcp://127.0.0.1:*", curve_secret_key=server_keys.secret_key) as server:
+        _refused(server.address, other.public_key, match="is curve_server_key .* the server's public key")
+        assert server.metrics()["sync/envs"] == 0
 
 
 # -- allow-list ----------------------------------------------------------------------------------------
@@ -214,8 +226,9 @@ def test_a_wrapper_presents_its_key_pair_and_only_a_listed_one_is_served():
     with serve(cur, "tcp://127.0.0.1:*", curve_secret_key=server_keys.secret_key,
                curve_allowed_clients=[listed.public_key]) as server:
         bad = GymnasiumSyncWrapper(_cartpole(space), server.address, curve_server_key=server_keys.public_key,
-                                   curve_client_keys=unlisted, timeout=1.0)
-        with pytest.raises(ServerUnavailableError, match="CURVE keys"):
+                                   curve_client_keys=unlisted, timeout=30.0)
+        named = re.escape(f"refused this client's CURVE key {unlisted.public_key.decode()}")
+        with pytest.raises(SyncError, match=named):
             bad.reset(seed=0)
         bad.close()
         assert cur.num_sampled == 0

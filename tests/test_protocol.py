@@ -320,10 +320,10 @@ def test_tasks_decode_and_near_misses_are_refused():
             P.decode([msgpack.packb((P.PROTOCOL_VERSION, P.Tasks.KIND, bad), use_bin_type=True)])
 
 
-def test_episodes_rebase_to_a_new_registration():
+def test_episodes_rebase_to_a_new_registration_keeps_their_lease_ids():
     m = P.Episodes(3, (17, 18), (2, 2), (1.0, 0.0), (5, 6), (1.0, 0.0), (True, False), request=2)
     out = P.rebase(m, 0)
-    assert (out.env_id, out.task_ids, out.request, out.returns) == (0, (-1, -1), 0, (1.0, 0.0))
+    assert (out.env_id, out.task_ids, out.request, out.returns) == (0, (17, 18), 0, (1.0, 0.0))
 
 
 @given(env_ids, st.integers(-1, 2**40), tasks, st.floats(0, 1), st.booleans(), st.integers(0, 4096))

@@ -312,7 +312,7 @@ def test_sigkilled_worker_loses_only_its_in_flight_tasks():
         # update asked for the next reset's task; the 2 left over are returned at close)
         assert m["sync/total/tasks_sampled"] == 3 + 22
         assert m["sync/env1/tasks_returned"] == 2
-        assert set(server.core.in_flight(dead)) == {0, 1, 2}
+        assert len(set(server.core.in_flight(dead))) == 3
     assert server.closed
 
 

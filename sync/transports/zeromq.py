@@ -22,12 +22,14 @@ import logging
 import os
 import threading
 import time
+from dataclasses import replace
 from typing import Any, ClassVar
 
 import zmq
+from zmq.utils.monitor import recv_monitor_message
 
 from .. import protocol as P
-from ..security import configure_client_socket
+from ..security import configure_client_socket, generate_keypair
 from .base import Capabilities, ServerUnavailableError, SyncError, Transport
 
 logger = logging.getLogger(__name__)
@@ -84,12 +86,15 @@ class ZmqTransport(Transport):
         close_timeout: float,
         curve: tuple[Any, Any, Any] = (None, None, None),
         retry_interval: float = DEFAULT_RETRY_INTERVAL,
+        reconnect_timeout: float = 3600.0,
     ) -> None:
         self.address = address
         self.timeout = timeout
         self.close_timeout = close_timeout
         self.curve = curve
         self.retry_interval = float(retry_interval)
+        self.reconnect_timeout = float(reconnect_timeout)
+        self.failed_handshakes = 0
         self.socket: zmq.Socket | None = None
         self.waits = 0
         self.stream = P.Stream(MAX_UNACKED)
@@ -119,10 +124,25 @@ class ZmqTransport(Transport):
         # the session token: the server knows this socket by it across reconnects (a leading zero byte is
         # reserved by ZeroMQ)
         sock.setsockopt(zmq.ROUTING_ID, b"m" + os.urandom(15))
-        configure_client_socket(sock, *self.curve)
+        server_key, public, secret = self.curve
+        if server_key is not None and secret is None:  # a throwaway key pair, known here for messages
+            public, secret = generate_keypair()
+        configure_client_socket(sock, server_key, public, secret)
+        self.public_key = public
+        # a refused CURVE handshake is reported by the socket's monitor: the hello fails at once, saying why
+        monitor = None
+        if self.curve[0] is not None:
+            failures = (zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
+                        | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL)
+            monitor = sock.get_monitor_socket(failures)
         sock.connect(self.address)
         self.socket = sock
-        return self._register(hello)
+        try:
+            return self._register(hello, monitor)
+        finally:
+            if monitor is not None:
+                sock.disable_monitor()
+                monitor.close(0)
 
     def rejoin(self, hello: P.Hello) -> P.Welcome:
         """Register again on the same socket (the server no longer knew this env): the messages not yet
@@ -131,6 +151,8 @@ class ZmqTransport(Transport):
         self.rejoins += 1
         old = [P.decode(frames) for _, frames in self.stream.sent]
         self.stream = P.Stream(MAX_UNACKED)
+        hello = replace(hello, holds=(*hello.holds, *P.lease_ids(old)),
+                        reported=max(0, hello.reported - P.episode_rows(old)))
         welcome = self._register(hello)
         for msg in old:
             msg = P.rebase(msg, welcome.env_id)
@@ -139,26 +161,52 @@ class ZmqTransport(Transport):
                 self.resent += 1
         return welcome
 
-    def _register(self, hello: P.Hello) -> P.Welcome:
+    def _register(self, hello: P.Hello, monitor: zmq.Socket | None = None) -> P.Welcome:
+        """Send ``hello`` and wait for the welcome. A server at ``max_envs`` is asked again, backing off,
+        for up to ``reconnect_timeout``; a refused CURVE handshake raises :class:`SyncError` at once."""
         self._write(P.encode(hello), "Hello")
-        deadline = time.monotonic() + self.timeout
+        start = time.monotonic()
+        deadline = start + self.timeout
+        backoff = 0.1
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise ServerUnavailableError(self.no_reply("a welcome"))
+            if monitor is not None:
+                self._check_handshake(monitor)
+                left = min(left, 0.05)
             for msg in self.receive(left, retry=False):
                 if isinstance(msg, P.Welcome):
                     self.env_id = msg.env_id
                     return msg
-                if isinstance(msg, P.Error):
-                    if msg.code == "unknown_env":  # about a frame sent before this hello: stale
-                        continue
-                    if msg.code == "version":
-                        raise P.ProtocolVersionError(msg.message)
-                    logger.error("%s refused the hello (%s): %s", self.peer, msg.code, msg.message)
-                    raise SyncError(
-                        f"{self.peer} refused (waiting for a welcome): {msg.code}: {msg.message}"
-                    )
+                if not isinstance(msg, P.Error) or msg.code == "unknown_env":  # (stale: before this hello)
+                    continue
+                if msg.code == "version":
+                    raise P.ProtocolVersionError(msg.message)
+                if msg.code == "too_many_envs" and time.monotonic() - start < self.reconnect_timeout:
+                    if backoff == 0.1:
+                        logger.warning("%s is full (%s); asking again, backing off", self.peer, msg.message)
+                    time.sleep(backoff)
+                    backoff = min(2 * backoff, 5.0)
+                    deadline = time.monotonic() + self.timeout
+                    self._write(P.encode(hello), "Hello")
+                    continue
+                logger.error("%s refused the hello (%s): %s", self.peer, msg.code, msg.message)
+                raise SyncError(f"{self.peer} refused (waiting for a welcome): {msg.code}: {msg.message}")
+
+    def _check_handshake(self, monitor: zmq.Socket) -> None:
+        """Raise :class:`SyncError` saying why when the socket's monitor reports a refused CURVE handshake
+        (a key not on the server's allow-list; a wrong server key fails three times in a row)."""
+        while monitor.poll(0):
+            event = recv_monitor_message(monitor)["event"]
+            if event == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
+                key = self.public_key.decode() if isinstance(self.public_key, bytes) else self.public_key
+                raise SyncError(f"{self.peer} refused this client's CURVE key {key} (not on its "
+                                "curve_allowed_clients): pass a listed key pair as curve_client_keys")
+            self.failed_handshakes += 1
+            if self.failed_handshakes >= 3:
+                raise SyncError(f"the CURVE handshake with {self.peer} fails: is curve_server_key "
+                                f"{self.curve[0]!r} the server's public key?")
 
     def send(self, items: list[Any]) -> None:
         """One message: the item's own, or a :class:`~magister.sync.protocol.Batch` of several (items with
