@@ -20,10 +20,10 @@ node table and one of its worker table), or when it stayed silent past ``env_tim
 heartbeats). Updates a killed worker still held are lost with it.
 
 **Restarts.** With ``max_restarts``, Ray restarts an actor whose process died; the new one restores the
-curriculum from ``checkpoint`` (a file written with :func:`magister.save`, or a callable returning the
-state) and starts its ``sync/...`` counters from zero. Envs find out at their next call and register
-again: the updates the dead actor had not applied are sent again, and tasks from before are reported as
-tasks the env chose.
+curriculum and the sync ledger from ``checkpoint`` (``server.state_dict()`` written with
+:func:`magister.save`, or a callable returning it), as :meth:`~magister.sync.core.SyncCore.load_ledger`
+describes. Envs find out at their next call and register again under their identity, sending what the
+dead actor had not applied.
 """
 
 from __future__ import annotations
@@ -46,7 +46,14 @@ from ..checkpoint import load
 from ..curricula.base import Curriculum, TaskSample
 from ..task_spaces.base import EncodedTask
 from . import protocol as P
-from .core import DEFAULT_STEP_BATCH_SIZE, ServedCurriculum, ServerHandle, SyncCore, SyncRejected
+from .core import (
+    DEFAULT_STEP_BATCH_SIZE,
+    LearnerCalls,
+    ServedCurriculum,
+    ServerHandle,
+    SyncCore,
+    SyncRejected,
+)
 from .feed import RayClient, SyncError
 from .transports.ray_actor import describe_actor, get, lookup_actor, parse_ray_address, ray_address
 from .transports.ray_actor import pack as _pack
@@ -76,7 +83,7 @@ def _live_workers() -> set[str] | None:
         return None
 
 
-class CurriculumActor:
+class CurriculumActor(LearnerCalls):
     """The body of the curriculum actor (made a Ray actor by :func:`serve_ray`): env feeds call
     :meth:`handle_batch` with encoded protocol messages, the learner the other methods through
     :class:`RayCurriculumServer`. Every curriculum access holds the core's lock."""
@@ -113,8 +120,7 @@ class CurriculumActor:
             logger.warning("curriculum actor restarted with no checkpoint (%r): the curriculum starts again "
                            "from the state it was served with", checkpoint)
             return
-        with self.core.lock:
-            self.core.curriculum.load_state_dict(state)
+        self.load_state_dict(state)  # the curriculum, and the ledger: envs come back with their leases
         self.restored = 1.0
         logger.warning("curriculum actor restarted; curriculum restored from %r", checkpoint)
 
@@ -146,6 +152,7 @@ class CurriculumActor:
         out = [(e, "dead") for e in dead]
         if self.env_timeout is not None:
             oldest = time.monotonic() - self.env_timeout
+            self.core.depart_unclaimed(oldest)  # restored from a checkpoint, and not back
             out += [(e, "timeout") for e, t in list(self.seen.items()) if t < oldest and e not in dead]
         return out
 
@@ -168,7 +175,7 @@ class CurriculumActor:
             self.seen[env_id] = time.monotonic()
         try:
             if isinstance(msg, P.Hello):
-                if self.core.live_envs >= self.max_envs:
+                if self.core.live_envs >= self.max_envs and not self.core.may_rejoin(msg.rejoin):
                     raise SyncRejected("too_many_envs", f"the actor serves at most {self.max_envs} live envs")
                 welcome = self.core.register_env(msg)
                 self.seen[welcome.env_id] = time.monotonic()
@@ -224,18 +231,12 @@ class CurriculumActor:
         """The actor's pid (a liveness check)."""
         return os.getpid()
 
-    def metrics(self) -> dict[str, float]:
-        with self.core.lock:
-            out = dict(self.core.curriculum.metrics())
-            out.update(self.core.sync_metrics())
-            out["sync/errors_sent"] = float(self.errors_sent)
-            out["sync/envs_dead"] = float(self.gone["dead"])
-            out["sync/envs_timed_out"] = float(self.gone["timeout"])
-            out["sync/actor_restored"] = self.restored
-        return out
+    def endpoint_metrics(self) -> dict[str, float]:
+        return {"sync/errors_sent": float(self.errors_sent), "sync/envs_dead": float(self.gone["dead"]),
+                "sync/envs_timed_out": float(self.gone["timeout"]), "sync/actor_restored": self.restored}
 
-    def in_flight(self, env_id: int) -> dict[int, EncodedTask]:
-        return self.core.in_flight(env_id)
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(copy.deepcopy(state))  # (writable copies of Ray's read-only arrays)
 
     def call(self, method: str, args: tuple = (), kwargs: dict | None = None) -> Any:
         """``curriculum.<method>(*args, **kwargs)`` under the lock, for a public method."""
@@ -313,12 +314,12 @@ class RayCurriculumServer(ServedCurriculum):
         return self.wait(self._submit("metrics"), "metrics()")
 
     def state_dict(self) -> dict[str, Any]:
-        """``curriculum.state_dict()`` (for checkpoints)."""
-        return self.call("state_dict")
+        """``curriculum.state_dict()`` with the sync ledger (for checkpoints, and ``checkpoint=``)."""
+        return self.wait(self._submit("state_dict"), "state_dict()")
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """``curriculum.load_state_dict(state)`` (resume from a checkpoint)."""
-        self.call("load_state_dict", state)
+        """Restore :meth:`state_dict` (see :meth:`~magister.sync.core.LearnerCalls.load_state_dict`)."""
+        self.wait(self._submit("load_state_dict", state), "load_state_dict()")
 
     def in_flight(self, env_id: int) -> dict[int, EncodedTask]:
         """Tasks sent to ``env_id`` and not yet consumed or returned, by task id."""

@@ -602,7 +602,7 @@ def test_silent_env_is_declared_gone_and_a_feed_with_heartbeats_is_not(ray_sessi
         assert sorted(env for _, env in abandoned) == [silent] * 3
 
 
-def test_feed_declared_gone_registers_again_and_loses_nothing(ray_session, monkeypatch):
+def test_feed_declared_gone_registers_again_under_its_identity(ray_session, monkeypatch):
     monkeypatch.setattr(client_module, "_background_flush", False)  # no heartbeats: it will be declared gone
     with serve_ray(Recorder(step_updates=False), name=unique_name("gone"), env_timeout=0.5) as server:
         client = RayClient(server.address, prefetch=0, timeout=30, max_update_delay=0)
@@ -613,13 +613,13 @@ def test_feed_declared_gone_registers_again_and_loses_nothing(ray_session, monke
         b = client.next_task()
         client.record_episode(b, 1.0, 1, 1.0)
         client.close()
-        assert client.stats["rejoins"] == 1 and client.env_id != first
+        assert client.stats["rejoins"] == 1 and client.env_id == first  # back under its identity
         rec, m = server.call("records"), server.metrics()
-    # episode a was applied once, under the new registration (as a task the env reported itself)
-    assert [(t, r, n) for t, r, n, _, _ in rec["episodes"]] == [(a.task, 2.0, 3), (b.task, 1.0, 1)]
-    assert [t for t, _ in rec["abandoned"]] == [a.task]  # the old lease, abandoned once when declared gone
-    assert m["sync/envs_rejoined"] == 1 and m["sync/total/tasks_in_flight"] == 0
-    assert m[f"sync/env{client.env_id}/episodes_applied"] == 2
+    # a's lease was abandoned once when the env was declared gone: its late report is dropped and counted
+    assert [t for t, _ in rec["abandoned"]] == [a.task] and m[f"sync/env{first}/reports_late"] == 1
+    assert [(t, r, n) for t, r, n, _, _ in rec["episodes"]] == [(b.task, 1.0, 1)]
+    assert m["sync/envs_rejoined"] == 1 and m["sync/envs"] == 1 and m["sync/total/tasks_in_flight"] == 0
+    assert m[f"sync/env{first}/episodes_reported"] == 2
 
 
 class Player:
@@ -667,12 +667,21 @@ def test_actor_restarts_from_its_checkpoint_and_envs_register_again(ray_session,
         server.close()
     assert rejoins == 1 and stats["errors_received"] == 0
     assert m["sync/actor_restored"] == 1 and m["sync/envs_rejoined"] == 1
-    # the restarted actor samples on from the checkpoint: a task handed out after it is handed out again
-    assert len(set(before + more)) == 8 and ckpt_next in more and ckpt_next in after
-    # every episode played after the restart reached the restored curriculum once (those of tasks from
-    # before the restart as tasks the env reported itself)
-    assert [t for t, *_ in rec["episodes"]] == after
-    assert m["sync/total/tasks_in_flight"] == 0 and m["sync/total/updates_rejected"] == 0
+    assert m["sync/envs"] == 1  # the env came back under its identity, with its leases from the checkpoint
+    # the episodes the dead actor applied after the checkpoint are counted as lost to the restore
+    assert m["sync/env0/episodes_lost_to_restore"] == len(more) == 3
+    assert m["sync/env0/episodes_reported"] == len(before) + len(more) + len(after)
+    # the leases open at the checkpoint that the env had finished meanwhile end abandoned, once each
+    assert sorted(t for t, _ in rec["abandoned"]) == [t for t in more if t < ckpt_next]
+    # reports for leases the dead actor issued after the checkpoint are counted as orphaned; the restored
+    # curriculum samples on from the checkpoint (ckpt_next is handed out again) and gets the rest once each
+    orphaned = int(m["sync/env0/reports_orphaned"])
+    assert orphaned >= 1 and [t for t, *_ in rec["episodes"]] == after[orphaned:]
+    assert rec["episodes"][0][0] == ckpt_next and ckpt_next in more
+    # every lease accounted
+    t = {k.split("/")[-1]: v for k, v in m.items() if k.startswith("sync/total/")}
+    assert t["tasks_sent"] == t["tasks_consumed"] + t["tasks_returned"] + t["tasks_abandoned"]
+    assert t["tasks_in_flight"] == 0 and t["updates_rejected"] == 0
 
 
 def test_serve_ray_validates_restart_options(ray_session):

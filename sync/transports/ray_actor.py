@@ -19,6 +19,7 @@ import logging
 import math
 import time
 from collections import deque
+from dataclasses import replace
 from typing import Any, ClassVar
 
 import numpy as np
@@ -231,9 +232,12 @@ class RayTransport(Transport):
     def rejoin(self, hello: P.Hello) -> P.Welcome:
         """Register again, waiting for the actor up to ``reconnect_timeout``; then send the kept messages,
         made the new registration's (:func:`magister.sync.protocol.rebase`)."""
+        old = [unpack(f) for f in self.kept]
+        hello = replace(hello, holds=(*hello.holds, *P.lease_ids(old)),
+                        reported=max(0, hello.reported - P.episode_rows(old)))
         welcome = self._register(hello, self.reconnect_timeout)
-        kept, self.kept, self.lost = self.kept, [], 0
-        msgs = [m for m in (P.rebase(unpack(f), welcome.env_id) for f in kept) if m is not None]
+        self.kept, self.lost = [], 0
+        msgs = [m for m in (P.rebase(m, welcome.env_id) for m in old) if m is not None]
         for start in range(0, len(msgs), 256):
             self.send(msgs[start:start + 256])
         return welcome
