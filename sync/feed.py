@@ -229,7 +229,7 @@ class TaskFeed:
             # prefetch right away: over sockets the first reset takes one task and leaves the others ready
             extra = 1 if self.holds_updates and not self.caps.costly_send else 0
             self._send_held(self._depth() + extra)
-        beats = self.heartbeat > 0 and self.caps.cheap_receive
+        beats = self.heartbeat > 0 and self.caps.rejoins
         if _background_flush and ((self.holds_updates and self.max_update_delay < math.inf) or beats):
             _register_for_flushing(self)
         return True
@@ -401,7 +401,7 @@ class TaskFeed:
             elif isinstance(msg, P.Goodbye):
                 self._goodbye_acked = True
             elif isinstance(msg, P.Error):
-                if msg.code == "unknown_env" and not self._closing and self.caps.cheap_receive:
+                if msg.code == "unknown_env" and not self._closing and self.caps.rejoins:
                     self._rejoin()
                     continue
                 self.stats["errors_received"] += 1
@@ -859,7 +859,8 @@ class RayClient(TaskFeed):
                 "transport (secure the Ray cluster instead)"
             )
         transport_options = {"address": address, "timeout": opts.timeout,
-                             "max_pending": opts.max_pending_updates, "ray_address": opts.ray_address}
+                             "max_pending": opts.max_pending_updates, "ray_address": opts.ray_address,
+                             "reconnect_timeout": opts.reconnect_timeout}
         super().__init__(RayTransport, transport_options, opts, address=address, task_space=task_space,
                          stream=stream)
 

@@ -9,17 +9,32 @@ in a Ray worker (the feed is a :class:`RayClient`).
 An env's messages travel protocol-encoded, several per actor call (:meth:`CurriculumActor.handle_batch`),
 applied one call at a time: an env's updates in the order it made them, its goodbye last. Malformed and
 refused messages get an :class:`~magister.sync.protocol.Error` reply and are counted; the curriculum is not
-touched. A worker killed while holding updates loses them: their tasks stay in flight in the ``sync/...``
-counters. A non-detached actor made without a namespace is visible to its own job only. A
+touched. A non-detached actor made without a namespace is visible to its own job only. A
 ``"ray://host:port"`` Ray Client address names a cluster, not an actor: give it as the feed's
 ``ray_address``.
+
+**Liveness.** A thread of the actor declares an env gone (:meth:`SyncCore.depart`: the tasks it held are
+abandoned, counted, and passed to ``on_task_abandoned`` once each) when Ray reports the node it ran on, or
+the worker process it ran in, dead (checked every :data:`LIVENESS_PERIOD` seconds: one query of Ray's
+node table and one of its worker table), or when it stayed silent past ``env_timeout`` (idle envs send
+heartbeats). Updates a killed worker still held are lost with it.
+
+**Restarts.** With ``max_restarts``, Ray restarts an actor whose process died; the new one restores the
+curriculum and the sync ledger from ``checkpoint`` (``server.state_dict()`` written with
+:func:`magister.save`, or a callable returning it), as :meth:`~magister.sync.core.SyncCore.load_ledger`
+describes. Envs find out at their next call and register again under their identity, sending what the
+dead actor had not applied.
 """
 
 from __future__ import annotations
 
 import copy
 import logging
+import math
 import os
+import threading
+import time
+from collections.abc import Callable
 from typing import Any
 
 try:
@@ -27,10 +42,18 @@ try:
 except ImportError as _exc:  # pragma: no cover - exercised only without ray
     raise ImportError("magister.sync.ray_backend needs Ray: `pip install 'magister[ray]'`") from _exc
 
+from ..checkpoint import load
 from ..curricula.base import Curriculum, TaskSample
 from ..task_spaces.base import EncodedTask
 from . import protocol as P
-from .core import DEFAULT_STEP_BATCH_SIZE, ServedCurriculum, ServerHandle, SyncCore, SyncRejected
+from .core import (
+    DEFAULT_STEP_BATCH_SIZE,
+    LearnerCalls,
+    ServedCurriculum,
+    ServerHandle,
+    SyncCore,
+    SyncRejected,
+)
 from .feed import RayClient, SyncError
 from .transports.ray_actor import describe_actor, get, lookup_actor, parse_ray_address, ray_address
 from .transports.ray_actor import pack as _pack
@@ -41,31 +64,106 @@ logger = logging.getLogger(__name__)
 __all__ = ["CurriculumActor", "RayClient", "RayCurriculumServer", "parse_ray_address", "ray_address",
            "serve_ray"]
 
+#: Seconds between two liveness checks of the actor's envs (at most a quarter of ``env_timeout``).
+LIVENESS_PERIOD = 1.0
+#: A curriculum checkpoint: a file written with :func:`magister.save`, or a callable returning the state.
+Checkpoint = str | os.PathLike | Callable[[], dict[str, Any] | None]
+
 #: Messages an env may send to the actor.
 _ENV_MESSAGES = (P.TaskRequest, P.StepUpdate, P.EpisodeUpdate, P.Episodes, P.ProgressUpdate, P.Goodbye)
 
 
-class CurriculumActor:
+def _live_workers() -> set[str] | None:
+    """Ids of Ray's live worker processes (its worker table, which no public call reads without the
+    dashboard); ``None`` when this Ray cannot tell (then envs are declared gone by node or silence)."""
+    try:
+        from ray._private.state import workers
+        return set(workers())
+    except Exception:  # pragma: no cover - depends on the Ray version
+        return None
+
+
+class CurriculumActor(LearnerCalls):
     """The body of the curriculum actor (made a Ray actor by :func:`serve_ray`): env feeds call
     :meth:`handle_batch` with encoded protocol messages, the learner the other methods through
     :class:`RayCurriculumServer`. Every curriculum access holds the core's lock."""
 
     def __init__(self, curriculum: Curriculum, step_batch_size: int = DEFAULT_STEP_BATCH_SIZE,
-                 validate_tasks: bool = True, max_envs: int = 65536) -> None:
+                 validate_tasks: bool = True, max_envs: int = 65536, env_timeout: float | None = None,
+                 checkpoint: Checkpoint | None = None) -> None:
         # Ray hands an actor numpy arrays from its object store as read-only views: the curriculum writes
         # into its arrays, so it gets writable copies (as does every argument of `call`)
         self.core = SyncCore(copy.deepcopy(curriculum), step_batch_size=step_batch_size,
                              validate_tasks=validate_tasks)
         self.max_envs = int(max_envs)
         self.errors_sent = 0
+        self.env_timeout = env_timeout
+        if env_timeout is not None:
+            self.core.heartbeat = env_timeout / 4
+        self.seen: dict[int, float] = {}  # live env -> when it last called
+        self.where: dict[int, tuple[str, str]] = {}  # live env -> (Ray node id, worker id or "")
+        self.gone = {"dead": 0, "timeout": 0}  # envs declared gone, by reason
+        self.restored = 0.0
+        if ray.get_runtime_context().was_current_actor_reconstructed:
+            self._restore(checkpoint)
+        threading.Thread(target=self._watch, name="magister-liveness", daemon=True).start()
+
+    def _restore(self, checkpoint: Checkpoint | None) -> None:
+        """After a restart: load the curriculum's state from ``checkpoint`` (a missing one is logged)."""
+        if callable(checkpoint):
+            state = checkpoint()
+        elif checkpoint is not None and os.path.exists(checkpoint):
+            state = load(checkpoint)
+        else:
+            state = None
+        if state is None:
+            logger.warning("curriculum actor restarted with no checkpoint (%r): the curriculum starts again "
+                           "from the state it was served with", checkpoint)
+            return
+        self.load_state_dict(state)  # the curriculum, and the ledger: envs come back with their leases
+        self.restored = 1.0
+        logger.warning("curriculum actor restarted; curriculum restored from %r", checkpoint)
+
+    def _watch(self) -> None:
+        period = LIVENESS_PERIOD if self.env_timeout is None else min(LIVENESS_PERIOD, self.env_timeout / 4)
+        while True:
+            time.sleep(period)
+            try:
+                for env_id, reason in self._gone():
+                    with self.core.lock:
+                        if self.core.is_live(env_id):
+                            self.core.depart(env_id, reason)
+                            self.gone[reason] += 1
+            except Exception:  # the thread must not die
+                self.core.log.exception("liveness", "curriculum actor: liveness check failed")
+
+    def _gone(self) -> list[tuple[int, str]]:
+        """The live envs whose node or worker Ray reports dead, then those silent past ``env_timeout``."""
+        for env_id in [e for e in list(self.seen) if not self.core.is_live(e)]:  # left, or declared gone
+            self.seen.pop(env_id, None)
+            self.where.pop(env_id, None)
+        where = list(self.where.items())
+        dead: list[int] = []
+        if where:
+            nodes = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
+            workers = _live_workers() if any(w for _, (_, w) in where) else None
+            dead = [e for e, (node, worker) in where
+                    if node not in nodes or (workers is not None and worker and worker not in workers)]
+        out = [(e, "dead") for e in dead]
+        if self.env_timeout is not None:
+            oldest = time.monotonic() - self.env_timeout
+            self.core.depart_unclaimed(oldest)  # restored from a checkpoint, and not back
+            out += [(e, "timeout") for e, t in list(self.seen.items()) if t < oldest and e not in dead]
+        return out
 
     def _error(self, code: str, message: str, env_id: int = -1) -> P.Error:
         self.errors_sent += 1
         return P.Error(code, message[:2000], max(-1, int(env_id)))
 
-    def _replies(self, frame: Any) -> list[P.Message]:
+    def _replies(self, frame: Any, where: tuple[str, str] | None = None) -> list[P.Message]:
         """The replies to one encoded message from an env: usually none or one (a refused update that asked
-        for tasks gets the Error, then the Tasks). Never raises: a bad message gets an Error, counted."""
+        for tasks gets the Error, then the Tasks). Never raises: a bad message gets an Error, counted.
+        ``where``: the hello's sender's Ray node and worker ids (its liveness is checked through them)."""
         try:
             msg = _unpack(frame)
         except P.ProtocolError as exc:
@@ -73,11 +171,16 @@ class CurriculumActor:
             code = "version" if isinstance(exc, P.ProtocolVersionError) else "malformed"
             return [self._error(code, str(exc))]
         env_id = getattr(msg, "env_id", -1)
+        if env_id in self.seen:
+            self.seen[env_id] = time.monotonic()
         try:
             if isinstance(msg, P.Hello):
-                if self.core.live_envs >= self.max_envs:
+                if self.core.live_envs >= self.max_envs and not self.core.may_rejoin(msg.rejoin):
                     raise SyncRejected("too_many_envs", f"the actor serves at most {self.max_envs} live envs")
                 welcome = self.core.register_env(msg)
+                self.seen[welcome.env_id] = time.monotonic()
+                if where is not None:
+                    self.where[welcome.env_id] = (str(where[0]), str(where[1]))
                 logger.debug("env %d joined (pid %d, %r)", welcome.env_id, msg.pid, msg.name)
                 return [welcome]
             if not isinstance(msg, _ENV_MESSAGES):
@@ -93,37 +196,47 @@ class CurriculumActor:
                                     type(msg).__name__)
             return [self._error("internal", f"{type(exc).__name__}: {exc}", env_id)]
 
-    def handle(self, frame: Any) -> bytes | None:
-        """Apply one encoded message with at most one reply (a hello); returns the encoded reply, if any."""
-        replies = self._replies(frame)
+    def handle(self, frame: Any, where: tuple[str, str] | None = None) -> bytes | None:
+        """Apply one encoded message with at most one reply (a hello, sent from Ray node and worker
+        ``where``); returns the encoded reply, if any."""
+        replies = self._replies(frame, where)
         for extra in replies[1:]:  # tasks owed after a refusal cannot be returned here: they end unsent
             if isinstance(extra, P.Tasks):
                 self.core.mark_unsent(extra)
         return _pack(replies[0]) if replies else None
 
     @ray.method(enable_task_events=False)  # called a few times per episode per env: no per-call events
-    def handle_batch(self, frames: list[Any]) -> list[bytes] | None:
-        """Apply encoded messages from one env, in order; returns their encoded replies in order (Tasks,
-        Errors, the Goodbye's acknowledgement), or ``None`` when there are none. Never raises."""
+    def handle_batch(self, frames: list[Any], token: str = "") -> list[bytes] | None:
+        """Apply encoded messages from one env, in order and whole (no env is declared gone halfway);
+        returns their encoded replies in order (Tasks, Errors, the Goodbye's acknowledgement), or ``None``
+        when there are none. ``token``: the welcome's; another actor's (before a restart) gets one
+        ``unknown_env`` error and nothing is applied. Never raises."""
         if not isinstance(frames, (list, tuple)):
             self.core.note_malformed(None)
             return [_pack(self._error("malformed", f"expected a list of encoded messages, got "
                                                    f"{type(frames).__name__}"))]
-        return [_pack(reply) for frame in frames for reply in self._replies(frame)] or None
+        if token and token != self.core.token:
+            return [_pack(self._error("unknown_env", "the curriculum actor restarted and no longer knows "
+                                                     "this env; send Hello again"))]
+        with self.core.lock:
+            return [_pack(reply) for frame in frames for reply in self._replies(frame)] or None
+
+    @ray.method(enable_task_events=False)
+    def beat(self, env_id: int, token: str) -> None:
+        """A heartbeat of an idle env."""
+        if token == self.core.token and env_id in self.seen:
+            self.seen[env_id] = time.monotonic()
 
     def ping(self) -> int:
         """The actor's pid (a liveness check)."""
         return os.getpid()
 
-    def metrics(self) -> dict[str, float]:
-        with self.core.lock:
-            out = dict(self.core.curriculum.metrics())
-            out.update(self.core.sync_metrics())
-            out["sync/errors_sent"] = float(self.errors_sent)
-        return out
+    def endpoint_metrics(self) -> dict[str, float]:
+        return {"sync/errors_sent": float(self.errors_sent), "sync/envs_dead": float(self.gone["dead"]),
+                "sync/envs_timed_out": float(self.gone["timeout"]), "sync/actor_restored": self.restored}
 
-    def in_flight(self, env_id: int) -> dict[int, EncodedTask]:
-        return self.core.in_flight(env_id)
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(copy.deepcopy(state))  # (writable copies of Ray's read-only arrays)
 
     def call(self, method: str, args: tuple = (), kwargs: dict | None = None) -> Any:
         """``curriculum.<method>(*args, **kwargs)`` under the lock, for a public method."""
@@ -201,12 +314,12 @@ class RayCurriculumServer(ServedCurriculum):
         return self.wait(self._submit("metrics"), "metrics()")
 
     def state_dict(self) -> dict[str, Any]:
-        """``curriculum.state_dict()`` (for checkpoints)."""
-        return self.call("state_dict")
+        """``curriculum.state_dict()`` with the sync ledger (for checkpoints, and ``checkpoint=``)."""
+        return self.wait(self._submit("state_dict"), "state_dict()")
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """``curriculum.load_state_dict(state)`` (resume from a checkpoint)."""
-        self.call("load_state_dict", state)
+        """Restore :meth:`state_dict` (see :meth:`~magister.sync.core.LearnerCalls.load_state_dict`)."""
+        self.wait(self._submit("load_state_dict", state), "load_state_dict()")
 
     def in_flight(self, env_id: int) -> dict[int, EncodedTask]:
         """Tasks sent to ``env_id`` and not yet consumed or returned, by task id."""
@@ -248,6 +361,9 @@ def serve_ray(
     max_envs: int = 65536,
     actor_options: dict[str, Any] | None = None,
     timeout: float = 30.0,
+    env_timeout: float | None = 60.0,
+    max_restarts: int = 0,
+    checkpoint: Checkpoint | None = None,
 ) -> RayCurriculumServer:
     """Start the curriculum in a named Ray actor; returns the learner-side :class:`RayCurriculumServer`.
 
@@ -261,19 +377,40 @@ def serve_ray(
         validate_tasks: Check tasks that clients chose themselves against the task space.
         max_envs: Most live envs the actor serves.
         actor_options: Extra ``.options(...)`` for the actor (e.g. ``num_cpus``, ``resources``); the name,
-            namespace, lifetime and ``max_concurrency=1`` are set here.
+            namespace, lifetime, ``max_restarts`` and ``max_concurrency=1`` are set here.
         timeout: Seconds to wait for the actor to start, and for each proxy call.
+        env_timeout: Seconds an env may stay silent before it is declared gone (``None``: never; envs
+            whose Ray node or worker died are declared gone either way). Idle envs send a heartbeat every
+            quarter of it.
+        max_restarts: Times Ray restarts the actor after its process dies (``-1``: always). Calls in flight
+            when it died fail on the learner side with ``ServerUnavailableError``; envs register again.
+        checkpoint: What a restarted actor restores the curriculum from: a file written with
+            ``magister.save(path, server.state_dict())`` (on storage the node it restarts on can read), or
+            a callable returning the state (``None``: none yet). Needs ``max_restarts``.
 
     Raises:
-        TypeError: ``curriculum`` is not a Curriculum.
-        ValueError: a bad name or namespace, reserved ``actor_options``, or an actor of that name exists.
+        TypeError: ``curriculum`` is not a Curriculum, or ``checkpoint`` is neither a path nor a callable.
+        ValueError: a bad name or namespace, reserved ``actor_options``, an actor of that name exists, a
+            bad ``env_timeout`` or ``max_restarts``, or a ``checkpoint`` without restarts.
         ServerUnavailableError: the actor did not start within ``timeout``.
     """
     if not isinstance(curriculum, Curriculum):
         raise TypeError(f"curriculum must be a magister Curriculum, got {type(curriculum).__name__}")
     ray_address(name, namespace)  # validates both
-    options = {"num_cpus": 0, "max_restarts": 0, **(actor_options or {})}
-    reserved = {"name", "namespace", "lifetime", "max_concurrency", "get_if_exists"} & set(options)
+    if env_timeout is not None and (isinstance(env_timeout, bool) or not isinstance(env_timeout, (int, float))
+                                    or not 0 < env_timeout < math.inf):
+        raise ValueError(f"env_timeout must be a positive number of seconds or None, got {env_timeout!r}")
+    if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < -1:
+        raise ValueError(f"max_restarts must be an int >= -1 (-1: always restart), got {max_restarts!r}")
+    if checkpoint is not None:
+        if not (callable(checkpoint) or isinstance(checkpoint, (str, os.PathLike))):
+            raise TypeError(f"checkpoint must be a path or a callable returning the state, got "
+                            f"{checkpoint!r}")
+        if max_restarts == 0:
+            raise ValueError("checkpoint is read when the actor restarts: set max_restarts as well")
+    options = {"num_cpus": 0, **(actor_options or {})}
+    reserved = {"name", "namespace", "lifetime", "max_concurrency", "get_if_exists", "max_restarts"}
+    reserved &= set(options)
     if reserved:
         raise ValueError(f"actor_options may not set {sorted(reserved)}; they are serve_ray's arguments")
     try:
@@ -288,9 +425,11 @@ def serve_ray(
         namespace=namespace,
         lifetime="detached" if detached else None,
         max_concurrency=1,  # one call at a time: each caller's messages are applied in order
+        max_restarts=max_restarts,
         **options,
     )
-    actor = cls.remote(curriculum, step_batch_size, validate_tasks, max_envs)
+    env_timeout = None if env_timeout is None else float(env_timeout)
+    actor = cls.remote(curriculum, step_batch_size, validate_tasks, max_envs, env_timeout, checkpoint)
     server = RayCurriculumServer(actor, name, namespace, owner=True, timeout=timeout)
     try:
         server.wait(actor.ping.remote(), "the start-up ping")

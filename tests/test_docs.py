@@ -107,6 +107,9 @@ EXPECT: dict[str, dict[str, str]] = {
     "magister.save(path, server.state_dict())": {
         "the restored curriculum continues identically": "restored_next == expected_next",
     },
+    "ray.kill(server.actor, no_restart=False)": {
+        "the restarted actor restored the checkpoint": "restored == 1.0",
+    },
     'magister.save(run / "curriculum.ckpt", curriculum.state_dict())': {
         "the curriculum was restored": "curriculum.num_sampled == 0",
     },

@@ -98,6 +98,7 @@ class Recorder(Curriculum):
         self.episodes: list[tuple] = []
         self.steps: collections.Counter = collections.Counter()
         self.on_demand: list[dict] = []
+        self.abandoned: list[tuple] = []
 
     def set_step_updates(self, flag: bool) -> None:
         self.requires_step_updates = flag
@@ -127,8 +128,12 @@ class Recorder(Curriculum):
     def update_on_demand(self, metrics):
         self.on_demand.append(dict(metrics))
 
+    def on_task_abandoned(self, task, env_id=None):
+        self.abandoned.append((task, env_id))
+
     def records(self):
-        return {"episodes": self.episodes, "steps": dict(self.steps), "on_demand": self.on_demand}
+        return {"episodes": self.episodes, "steps": dict(self.steps), "on_demand": self.on_demand,
+                "abandoned": self.abandoned}
 
     def state_dict(self):
         state = super().state_dict()
@@ -540,21 +545,156 @@ class HeldWorker:
         return self.client.env_id, played, self.client.held_updates
 
 
-def test_killed_worker_loses_only_its_held_updates_and_the_accounting_shows_them(shared):
+def wait_for(predicate, timeout: float = 60.0, what: str = "a condition"):
+    """Poll ``predicate()`` until it returns something truthy (returned), at most ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def test_killed_worker_is_declared_dead_through_ray_and_its_leases_abandoned(shared):
+    # the worker is SIGKILLed holding tasks and updates: Ray reports its process dead, and the actor
+    # abandons its leases long before the 60 s env_timeout (on main they stayed in flight for ever)
     worker = ray.remote(num_cpus=1)(HeldWorker).remote()
     env_id, played, held = ray.get(worker.play.remote(shared.address, 6), timeout=60)
+    e = env_id
+    held_tasks = shared.in_flight(e)
+    in_flight = set(held_tasks)
     ray.kill(worker, no_restart=True)
     # 4 tasks at connect; episode 3's update asked for 4 more and carried episodes 1-3; episodes 4-6 were
-    # still held when the worker died
-    assert held == 3
-    m = shared.metrics()
-    e = env_id
+    # still held when the worker died (lost with it): their 3 tasks and the 2 never played were in flight
+    assert held == 3 and set(played[3:]) <= in_flight and not set(played[:3]) & in_flight
+    assert len(in_flight) == 5
+    m = wait_for(lambda: (m := shared.metrics())[f"sync/env{e}/connected"] == 0 and m, 30, "the dead env")
     assert m[f"sync/env{e}/episodes_applied"] == 3 and m[f"sync/env{e}/tasks_sampled"] == 8
-    assert m[f"sync/env{e}/tasks_consumed"] == 3 and m[f"sync/env{e}/connected"] == 1
-    # in flight: the 3 played tasks whose updates were lost, and the 2 never played
-    assert m[f"sync/env{e}/tasks_in_flight"] == 5
-    lost = set(shared.in_flight(e))
-    assert set(played[3:]) <= lost and not set(played[:3]) & lost and len(lost) == 5
+    assert m[f"sync/env{e}/tasks_consumed"] == 3 and m[f"sync/env{e}/tasks_abandoned"] == 5
+    assert m[f"sync/env{e}/tasks_in_flight"] == 0 and shared.in_flight(e) == {}
+    assert m["sync/envs_dead"] >= 1 and m["sync/envs_timed_out"] == 0
+    # on_task_abandoned once for each of them, with the env's id
+    mine = [t for t, env in shared.call("records")["abandoned"] if env == e]
+    assert sorted(mine) == sorted(held_tasks.values())
+
+
+def test_silent_env_is_declared_gone_and_a_feed_with_heartbeats_is_not(ray_session):
+    with serve_ray(Recorder(step_updates=False), name=unique_name("silent"), env_timeout=1.0) as server:
+        # a feed idle for 3 s: its background thread sends heartbeats, so it stays registered
+        beating = RayClient(server.address, prefetch=1, timeout=30, max_update_delay=0)
+        a = beating.next_task()
+        # an env that registered and asked for tasks, then went silent (no feed, so no heartbeats)
+        hello = ray.get(server.actor.handle.remote(ray_backend._pack(P.Hello(0, "silent"))), timeout=30)
+        silent = P.decode([hello]).env_id
+        ray.get(server.actor.handle_batch.remote([ray_backend._pack(P.TaskRequest(silent, 3))]), timeout=30)
+        m = wait_for(lambda: (m := server.metrics())[f"sync/env{silent}/connected"] == 0 and m, 30,
+                     "the silent env to be declared gone")
+        assert m[f"sync/env{silent}/tasks_abandoned"] == 3 and m["sync/envs_timed_out"] == 1
+        time.sleep(2.0)  # another two env_timeouts of idleness for the feed
+        m = server.metrics()
+        assert m[f"sync/env{beating.env_id}/connected"] == 1 and m["sync/envs_timed_out"] == 1
+        beating.record_episode(a, 1.0, 1, 1.0)
+        beating.close()
+        m = server.metrics()
+        assert m[f"sync/env{beating.env_id}/episodes_applied"] == 1 and m["sync/total/tasks_in_flight"] == 0
+        abandoned = server.call("records")["abandoned"]
+        assert sorted(env for _, env in abandoned) == [silent] * 3
+
+
+def test_feed_declared_gone_registers_again_under_its_identity(ray_session, monkeypatch):
+    monkeypatch.setattr(client_module, "_background_flush", False)  # no heartbeats: it will be declared gone
+    with serve_ray(Recorder(step_updates=False), name=unique_name("gone"), env_timeout=0.5) as server:
+        client = RayClient(server.address, prefetch=0, timeout=30, max_update_delay=0)
+        a = client.next_task()
+        first = client.env_id
+        wait_for(lambda: server.metrics()[f"sync/env{first}/connected"] == 0, 30, "the env declared gone")
+        client.record_episode(a, 2.0, 3, 1.0)  # refused (unknown env): kept, and sent again after the rejoin
+        b = client.next_task()
+        client.record_episode(b, 1.0, 1, 1.0)
+        client.close()
+        assert client.stats["rejoins"] == 1 and client.env_id == first  # back under its identity
+        rec, m = server.call("records"), server.metrics()
+    # a's lease was abandoned once when the env was declared gone: its late report is dropped and counted
+    assert [t for t, _ in rec["abandoned"]] == [a.task] and m[f"sync/env{first}/reports_late"] == 1
+    assert [(t, r, n) for t, r, n, _, _ in rec["episodes"]] == [(b.task, 1.0, 1)]
+    assert m["sync/envs_rejoined"] == 1 and m["sync/envs"] == 1 and m["sync/total/tasks_in_flight"] == 0
+    assert m[f"sync/env{first}/episodes_reported"] == 2
+
+
+class Player:
+    """A Ray actor playing episodes one by one through a feed that holds nothing."""
+
+    def start(self, address: str):
+        self.client = RayClient(address, prefetch=2, timeout=30, max_update_delay=0, reconnect_timeout=120)
+        return self.client.env_id
+
+    def play(self, episodes: int):
+        out = []
+        for _ in range(episodes):
+            a = self.client.next_task()
+            self.client.record_episode(a, 1.0, 1, 1.0)
+            out.append(a.task)
+        return out, self.client.env_id, self.client.stats["rejoins"]
+
+    def close(self):
+        self.client.close()
+        return self.client.stats
+
+
+def test_actor_restarts_from_its_checkpoint_and_envs_register_again(ray_session, tmp_path):
+    import os
+    import signal
+
+    from magister.checkpoint import save
+
+    path = str(tmp_path / "curriculum.ckpt")
+    server = serve_ray(Recorder(step_updates=False), name=unique_name("restart"), max_restarts=1,
+                       checkpoint=path)
+    try:
+        player = ray.remote(num_cpus=0)(Player).remote()
+        ray.get(player.start.remote(server.address), timeout=60)
+        before, _, _ = ray.get(player.play.remote(5), timeout=60)
+        save(path, server.state_dict())  # the learner's checkpoint
+        ckpt_next = server.state_dict()["next"]
+        more, _, _ = ray.get(player.play.remote(3), timeout=60)
+        wait_for(lambda: len(server.call("records")["episodes"]) == 8, 30, "the episodes before the kill")
+        os.kill(ray.get(server.actor.ping.remote(), timeout=30), signal.SIGKILL)  # the actor's process dies
+        after, _, rejoins = ray.get(player.play.remote(6), timeout=120)
+        stats = ray.get(player.close.remote(), timeout=60)
+        rec, m = server.call("records"), server.metrics()
+    finally:
+        server.close()
+    assert rejoins == 1 and stats["errors_received"] == 0
+    assert m["sync/actor_restored"] == 1 and m["sync/envs_rejoined"] == 1
+    assert m["sync/envs"] == 1  # the env came back under its identity, with its leases from the checkpoint
+    # the episodes the dead actor applied after the checkpoint are counted as lost to the restore
+    assert m["sync/env0/episodes_lost_to_restore"] == len(more) == 3
+    assert m["sync/env0/episodes_reported"] == len(before) + len(more) + len(after)
+    # the leases open at the checkpoint that the env had finished meanwhile end abandoned, once each
+    assert sorted(t for t, _ in rec["abandoned"]) == [t for t in more if t < ckpt_next]
+    # reports for leases the dead actor issued after the checkpoint are counted as orphaned; the restored
+    # curriculum samples on from the checkpoint (ckpt_next is handed out again) and gets the rest once each
+    orphaned = int(m["sync/env0/reports_orphaned"])
+    assert orphaned >= 1 and [t for t, *_ in rec["episodes"]] == after[orphaned:]
+    assert rec["episodes"][0][0] == ckpt_next and ckpt_next in more
+    # every lease accounted
+    t = {k.split("/")[-1]: v for k, v in m.items() if k.startswith("sync/total/")}
+    assert t["tasks_sent"] == t["tasks_consumed"] + t["tasks_returned"] + t["tasks_abandoned"]
+    assert t["tasks_in_flight"] == 0 and t["updates_rejected"] == 0
+
+
+def test_serve_ray_validates_restart_options(ray_session):
+    with pytest.raises(ValueError, match="max_restarts"):
+        serve_ray(Recorder(), name=unique_name(), max_restarts=-2)
+    with pytest.raises(ValueError, match="set max_restarts"):
+        serve_ray(Recorder(), name=unique_name(), checkpoint="x.ckpt")
+    with pytest.raises(TypeError, match="checkpoint"):
+        serve_ray(Recorder(), name=unique_name(), max_restarts=1, checkpoint=3)
+    with pytest.raises(ValueError, match="env_timeout"):
+        serve_ray(Recorder(), name=unique_name(), env_timeout=0)
+    with pytest.raises(ValueError, match="actor_options"):
+        serve_ray(Recorder(), name=unique_name(), actor_options={"max_restarts": 3})
 
 
 class ObsSums(Curriculum):

@@ -36,7 +36,9 @@ class Capabilities:
         replies_with_send: A send's replies are there when it returns (in-process): the feed asks for
             tasks when it needs one, never ahead, and never along with an update.
         cheap_receive: Replies can be polled at no cost (a socket): the feed reads them whenever some may
-            be waiting, and the transport can send heartbeats and register again (``ping``, ``rejoin``).
+            be waiting.
+        rejoins: The transport sends heartbeats and registers again when the curriculum side no longer
+            knows the env (``ping``, ``rejoin``, ``lost``, ``last_send``).
         costly_send: A send costs far more than a message (an actor call): the feed asks for tasks only
             when none is left ready, holds large updates with the others, and lets the goodbye carry the
             last held updates.
@@ -48,6 +50,7 @@ class Capabilities:
     update_batch: int
     replies_with_send: bool = False
     cheap_receive: bool = False
+    rejoins: bool = False
     costly_send: bool = False
     unit: str = "sends"
     hint: str = ""

@@ -4,20 +4,29 @@ Addresses are ``"ray://<name>"`` or ``"ray://<namespace>/<name>"``. Each :meth:`
 fire-and-forget ``handle_batch`` call carrying every item; :meth:`RayTransport.receive` reads the replies
 of the oldest unread call (the actor applies calls in order, so every earlier call was applied too). At
 most ``max_pending`` calls stay unread: a send beyond that first waits for the oldest reply.
+
+The hello tells the actor where the env runs (its Ray node, and its worker when it runs in a Ray task or
+actor), so the actor can declare it gone when Ray reports that node or worker dead. Every call carries the
+token of the actor that welcomed the env. When the actor restarts (``serve_ray(max_restarts=...)``) or no
+longer knows the env, the calls it did not apply are kept (at most :data:`MAX_KEPT` messages) and the feed
+registers again (:meth:`RayTransport.rejoin`), waiting for the actor up to ``reconnect_timeout``; an actor
+dead for good raises :class:`ServerUnavailableError`.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections import deque
+from dataclasses import replace
 from typing import Any, ClassVar
 
 import numpy as np
 
 try:
     import ray
-    from ray.exceptions import GetTimeoutError, RayActorError
+    from ray.exceptions import ActorDiedError, GetTimeoutError, RayActorError
 except ImportError as _exc:  # pragma: no cover - exercised only without ray
     raise ImportError(
         "the Ray backend of magister.sync needs Ray; install it with `pip install 'magister[ray]'`"
@@ -29,9 +38,11 @@ from .base import Capabilities, ServerUnavailableError, SyncError, Transport
 logger = logging.getLogger(__name__)
 
 __all__ = ["RayTransport", "describe_actor", "get", "lookup_actor", "pack", "parse_ray_address",
-           "ray_address", "unpack"]
+           "ray_address", "unpack", "whereabouts", "ActorGone"]
 
 ADDRESS_PREFIX = "ray://"
+#: Most messages a transport keeps for a resend while the actor is away (the rest are counted in ``lost``).
+MAX_KEPT = 4096
 _FORMS = "expected 'ray://<name>' or 'ray://<namespace>/<name>'"
 
 
@@ -95,6 +106,10 @@ def unpack(frame: Any) -> P.Message:
     return P.decode([frame])
 
 
+class ActorGone(ServerUnavailableError):
+    """The curriculum actor is dead for good (it will not be restarted)."""
+
+
 def describe_actor(name: str, namespace: str | None) -> str:
     """``"curriculum Ray actor '<name>' in namespace '<ns>'"``, as used in messages."""
     return f"curriculum Ray actor {name!r}" + (f" in namespace {namespace!r}" if namespace else "")
@@ -107,8 +122,18 @@ def get(ref: Any, timeout: float, peer: str, what: str) -> Any:
         return ray.get(ref, timeout=timeout)
     except GetTimeoutError:
         raise ServerUnavailableError(f"the {peer} did not answer {what} within {timeout:g}s") from None
+    except ActorDiedError as exc:
+        raise ActorGone(f"the {peer} is dead ({what}): {exc}") from None
     except RayActorError as exc:
-        raise ServerUnavailableError(f"the {peer} is dead ({what}): {exc}") from None
+        raise ServerUnavailableError(f"the {peer} is unavailable, restarting? ({what}): {exc}") from None
+
+
+def whereabouts() -> tuple[str, str]:
+    """``(node id, worker id)`` of this process as Ray knows it; the worker id is ``""`` outside a Ray task
+    or actor (a driver is not in Ray's worker table)."""
+    ctx = ray.get_runtime_context()
+    in_worker = ctx.get_actor_id() is not None or ctx.get_task_id() is not None
+    return ctx.get_node_id(), ctx.get_worker_id() if in_worker else ""
 
 
 def lookup_actor(name: str, namespace: str | None, timeout: float) -> Any:
@@ -135,20 +160,26 @@ class RayTransport(Transport):
 
     # a call costs far more than a socket message: more tasks per request and more updates per call
     caps: ClassVar[Capabilities] = Capabilities(
-        prefetch=32, update_batch=32, costly_send=True, unit="calls",
+        prefetch=32, update_batch=32, costly_send=True, rejoins=True, unit="calls",
         hint=". Is serve_ray() running, and is the actor alive? Pass fallback_task_space=... to sample "
         "locally instead",
     )
 
     def __init__(self, address: str, timeout: float, max_pending: int,
-                 ray_address: str | None = None) -> None:
+                 ray_address: str | None = None, reconnect_timeout: float = math.inf) -> None:
         self.actor_name, self.namespace = parse_ray_address(address)
         self.timeout = timeout
         self.max_pending = max_pending
         self.ray_address = ray_address
-        self.method: Any = None  # the actor's handle_batch
-        self.calls: deque[Any] = deque()  # refs of the calls whose replies are unread, oldest first
+        self.reconnect_timeout = reconnect_timeout
+        self.actor: Any = None
+        self.token = ""  # the welcoming actor's
+        self.calls: deque[tuple[Any, list]] = deque()  # (ref, frames) of the calls whose replies are unread
         self.replies: list[P.Message] = []  # replies read while waiting for room
+        self.kept: list[Any] = []  # frames the actor did not apply, resent by rejoin
+        self.away = False  # the actor restarted or forgot this env: sends are kept until rejoin
+        self.lost = 0  # frames dropped from ``kept`` (it was full) since the last registration
+        self.last_send = time.monotonic()
 
     @property
     def peer(self) -> str:
@@ -170,34 +201,104 @@ class RayTransport(Transport):
                 ray.init(address=target, namespace=self.namespace, ignore_reinit_error=True)
             except (ConnectionError, RuntimeError, ValueError) as exc:
                 raise ServerUnavailableError(self.no_reply(f"a Ray cluster at {target!r} ({exc})")) from None
-        actor = lookup_actor(self.actor_name, self.namespace, self.timeout)
-        self.method = actor.handle_batch
-        reply = P.decode([get(actor.handle.remote(pack(hello)), self.timeout, self.peer, "the hello")])
+        return self._register(hello, self.timeout)
+
+    def _register(self, hello: P.Hello, patience: float) -> P.Welcome:
+        """Say hello to the actor, retrying for ``patience`` seconds while it cannot be found or is
+        restarting (:class:`ActorGone` at once when it is dead for good)."""
+        deadline = time.monotonic() + patience
+        delay = 0.1
+        while True:
+            try:
+                actor = lookup_actor(self.actor_name, self.namespace, max(0.0, deadline - time.monotonic()))
+                ref = actor.handle.remote(pack(hello), whereabouts())
+                reply = P.decode([get(ref, self.timeout, self.peer, "the hello")])
+                break
+            except ActorGone:
+                raise
+            except ServerUnavailableError as exc:
+                if time.monotonic() + delay >= deadline:
+                    raise
+                logger.debug("%s away: %s", self.peer, exc)
+                time.sleep(delay)
+                delay = min(2 * delay, 5.0)
         if isinstance(reply, P.Error) and reply.code == "version":
             raise P.ProtocolVersionError(reply.message)
         if not isinstance(reply, P.Welcome):
             raise SyncError(f"the {self.peer} refused this env: {reply!r:.300}")
+        self.actor, self.token, self.env_id, self.away = actor, reply.server_token, reply.env_id, False
         return reply
 
+    def rejoin(self, hello: P.Hello) -> P.Welcome:
+        """Register again, waiting for the actor up to ``reconnect_timeout``; then send the kept messages,
+        made the new registration's (:func:`magister.sync.protocol.rebase`)."""
+        old = [unpack(f) for f in self.kept]
+        hello = replace(hello, holds=(*hello.holds, *P.lease_ids(old)),
+                        reported=max(0, hello.reported - P.episode_rows(old)))
+        welcome = self._register(hello, self.reconnect_timeout)
+        self.kept, self.lost = [], 0
+        msgs = [m for m in (P.rebase(m, welcome.env_id) for m in old) if m is not None]
+        for start in range(0, len(msgs), 256):
+            self.send(msgs[start:start + 256])
+        return welcome
+
+    def _keep(self, frames: list) -> None:
+        room = MAX_KEPT - len(self.kept)
+        self.kept.extend(frames[:max(0, room)])
+        self.lost += max(0, len(frames) - max(0, room))
+
     def send(self, items: list[Any]) -> None:
+        frames = [pack(i) for i in items]
+        if self.away:
+            self._keep(frames)
+            return
         if len(self.calls) >= self.max_pending:  # back-pressure: the actor is behind
             self.waits += 1
             replies = self._read(self.timeout)
             if replies is None:
                 raise ServerUnavailableError(self.no_reply(f"room for {len(items)} message(s)"))
             self.replies.extend(replies)
-        self.calls.append(self.method.remote([pack(i) for i in items]))
+            if self.away:
+                self._keep(frames)
+                return
+        self.calls.append((self.method.remote(frames, self.token), frames))
+        self.last_send = time.monotonic()
+
+    @property
+    def method(self) -> Any:
+        return self.actor.handle_batch
+
+    def ping(self) -> None:
+        """A heartbeat (fire-and-forget): the actor counts it as a sign of life."""
+        if self.actor is not None and not self.away:
+            self.actor.beat.remote(self.env_id, self.token)
+            self.last_send = time.monotonic()
 
     def _read(self, timeout: float) -> list[P.Message] | None:
-        """The replies of the oldest unread call, waiting at most ``timeout`` (``None``: not yet)."""
+        """The replies of the oldest unread call, waiting at most ``timeout`` (``None``: not yet). When the
+        actor restarted or forgot the env: one ``unknown_env`` error, the frames it did not apply kept."""
+        ref = self.calls[0][0]
         try:
-            replies = ray.get(self.calls[0], timeout=timeout)
+            replies = [P.decode([r]) for r in ray.get(ref, timeout=timeout) or ()]
         except GetTimeoutError:
             return None
-        except RayActorError as exc:
-            raise ServerUnavailableError(f"the {self.peer} is dead: {exc}") from None
+        except ActorDiedError as exc:
+            raise ActorGone(f"the {self.peer} is dead: {exc}") from None
+        except RayActorError as exc:  # unavailable: restarting, or cut off
+            return self._lose(f"the {self.peer} is unavailable, restarting? {exc}")
+        for reply in replies:  # (the actor applies or refuses a call whole)
+            if isinstance(reply, P.Error) and reply.code == "unknown_env":
+                return self._lose(reply.message)
         self.calls.popleft()
-        return [P.decode([r]) for r in replies or ()]
+        return replies
+
+    def _lose(self, why: str) -> list[P.Message]:
+        """The actor lost this env: keep the frames of every unread call; one error for the feed."""
+        self.away = True
+        for _, frames in self.calls:
+            self._keep(frames)
+        self.calls.clear()
+        return [P.Error("unknown_env", why[:2000], self.env_id)]
 
     def receive(self, timeout: float) -> list[P.Message]:
         if self.replies:
@@ -212,6 +313,7 @@ class RayTransport(Transport):
         return len(self.calls) < self.max_pending
 
     def close(self, wait: bool = True, linger: float | None = None) -> None:
-        self.method = None
+        self.actor = None
         self.calls.clear()
         self.replies.clear()
+        self.kept.clear()

@@ -74,6 +74,7 @@ class ZmqTransport(Transport):
         prefetch=8,
         update_batch=32,
         cheap_receive=True,
+        rejoins=True,
         hint="; is the server running (and are CURVE keys right)? Pass fallback_task_space=... to sample "
         "locally instead",
     )
