@@ -431,3 +431,30 @@ def test_a_refused_update_still_gets_the_tasks_it_asked_for(ctx):
         m = server.metrics()
         assert m[f"sync/env{env}/tasks_sent"] == 4 and m[f"sync/env{env}/tasks_consumed"] == 1
         assert m[f"sync/env{env}/updates_rejected"] == 1 and m[f"sync/env{env}/updates_applied"] == 1
+
+
+def test_tasks_in_flight_per_env_are_capped(ctx):
+    """One client asking again and again for the most tasks a request may carry holds at most the server's
+    ``max_tasks_in_flight``: the request beyond it is refused, saying why; the server's memory stays
+    bounded."""
+    with serve(Recorder(n=10), max_tasks_in_flight=100) as server:
+        sock = _raw(ctx, server.address)
+        env = _hello(sock)
+        assert len(_tasks(sock, env, 60).task_ids) == 60
+        reply = _ask(sock, P.encode(P.TaskRequest(env, 60)))
+        assert isinstance(reply, P.Error) and reply.code == "too_many_tasks"
+        assert "holding 60" in reply.message and "max_tasks_in_flight" in reply.message
+        assert server.metrics()[f"sync/env{env}/tasks_in_flight"] == 60
+
+
+def test_loopback_tcp_without_keys_says_every_local_user_can_connect(caplog):
+    import logging
+
+    caplog.set_level(logging.INFO, logger="magister.sync")
+    with serve(Recorder(), "tcp://127.0.0.1:*"):
+        pass
+    assert any("every local user" in r.getMessage() for r in caplog.records)
+    caplog.clear()
+    with serve(Recorder()):  # an ipc socket file: this user's only
+        pass
+    assert not any("every local user" in r.getMessage() for r in caplog.records)

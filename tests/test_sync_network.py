@@ -465,6 +465,30 @@ def test_a_paused_env_declared_gone_rejoins_under_its_identity_and_each_lease_ha
     assert len(cur.abandoned) == m["sync/total/tasks_abandoned"] == abandoned  # once each
 
 
+def test_a_returning_env_rejoins_under_its_identity_even_when_the_server_is_full():
+    """``max_envs=1``: a worker SIGSTOPped past ``env_timeout`` is declared gone and a newcomer takes the
+    slot; resumed, the worker comes back under its identity all the same (it held a slot before)."""
+    ctx = mp.get_context("fork")
+    cur = Counting()
+    with serve(cur, max_envs=1, env_timeout=0.3) as server:
+        out = ctx.Queue()
+        p = ctx.Process(target=_pausable, args=(server.address, out))
+        p.start()
+        assert out.get(timeout=30) == "holding"
+        os.kill(p.pid, signal.SIGSTOP)
+        _wait(lambda: server.metrics()["sync/envs_live"] == 0, 10, "the paused env declared gone")
+        newcomer = CurriculumClient(server.address, timeout=5.0)
+        newcomer.next_task()  # the slot is taken
+        os.kill(p.pid, signal.SIGCONT)
+        rejoins, errors, _, task_b = out.get(timeout=30)
+        p.join(10)
+        assert p.exitcode == 0
+        newcomer.close()
+        m = server.metrics()
+    assert rejoins == 1 and errors == 0 and (task_b, 8.0) in cur.episodes
+    assert m["sync/envs"] == 2 and m["sync/env0/episodes_applied"] == 1  # env 0, back, played on
+
+
 def test_close_is_bounded_by_close_timeout_when_the_server_is_gone():
     server = serve(Counting(), "tcp://127.0.0.1:*")
     c = CurriculumClient(server.address, timeout=5.0, close_timeout=1.0, prefetch=0)
