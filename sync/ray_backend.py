@@ -361,6 +361,7 @@ def serve_ray(
     max_envs: int = 65536,
     actor_options: dict[str, Any] | None = None,
     timeout: float = 30.0,
+    start_timeout: float = 300.0,
     env_timeout: float | None = 60.0,
     max_restarts: int = 0,
     checkpoint: Checkpoint | None = None,
@@ -378,7 +379,9 @@ def serve_ray(
         max_envs: Most live envs the actor serves.
         actor_options: Extra ``.options(...)`` for the actor (e.g. ``num_cpus``, ``resources``); the name,
             namespace, lifetime, ``max_restarts`` and ``max_concurrency=1`` are set here.
-        timeout: Seconds to wait for the actor to start, and for each proxy call.
+        timeout: Seconds to wait for each proxy call.
+        start_timeout: Seconds to wait for the actor to start (a busy machine or cluster may take far
+            longer to schedule it than a call takes).
         env_timeout: Seconds an env may stay silent before it is declared gone (``None``: never; envs
             whose Ray node or worker died are declared gone either way). Idle envs send a heartbeat every
             quarter of it.
@@ -392,7 +395,7 @@ def serve_ray(
         TypeError: ``curriculum`` is not a Curriculum, or ``checkpoint`` is neither a path nor a callable.
         ValueError: a bad name or namespace, reserved ``actor_options``, an actor of that name exists, a
             bad ``env_timeout`` or ``max_restarts``, or a ``checkpoint`` without restarts.
-        ServerUnavailableError: the actor did not start within ``timeout``.
+        ServerUnavailableError: the actor did not start within ``start_timeout``.
     """
     if not isinstance(curriculum, Curriculum):
         raise TypeError(f"curriculum must be a magister Curriculum, got {type(curriculum).__name__}")
@@ -432,7 +435,7 @@ def serve_ray(
     actor = cls.remote(curriculum, step_batch_size, validate_tasks, max_envs, env_timeout, checkpoint)
     server = RayCurriculumServer(actor, name, namespace, owner=True, timeout=timeout)
     try:
-        server.wait(actor.ping.remote(), "the start-up ping")
+        get(actor.ping.remote(), start_timeout, describe_actor(name, namespace), "the start-up ping")
     except Exception:
         server.close()
         raise
