@@ -64,21 +64,28 @@ def _play(address: str, episodes: int, pause: float, out, started=None, **kw) ->
     out.put(stats)
 
 
+def _workers_behind_a_proxy(server, episodes: int, pause: float):
+    """Two forked workers that will play ``episodes`` each through a TCP proxy to ``server`` (not started:
+    the caller opens it, after the fork, so that they do not hold its socket)."""
+    ctx = mp.get_context("fork")
+    port = int(server.address.rsplit(":", 1)[1])
+    proxy_port = _free_port()
+    out = ctx.Queue()
+    address = f"tcp://127.0.0.1:{proxy_port}"
+    workers = [
+        ctx.Process(target=_play, args=(address, episodes, pause, out), kwargs={"max_update_delay": 0.05})
+        for _ in range(2)
+    ]
+    for w in workers:
+        w.start()
+    return out, workers, port, proxy_port
+
+
 def test_a_cut_network_loses_no_update_and_counts_none_twice():
     """Two worker processes play through a TCP proxy that is cut (connections reset, bytes in flight lost)
     for 0.2 s five times: both finish, and the server applied exactly the episodes they played."""
-    ctx = mp.get_context("fork")
     with serve(Counting(), "tcp://127.0.0.1:*") as server:
-        port = int(server.address.rsplit(":", 1)[1])
-        proxy_port = _free_port()
-        out = ctx.Queue()
-        address = f"tcp://127.0.0.1:{proxy_port}"
-        workers = [
-            ctx.Process(target=_play, args=(address, 400, 0.002, out), kwargs={"max_update_delay": 0.05})
-            for _ in range(2)
-        ]
-        for w in workers:  # (forked before the proxy listens, so that they do not hold its socket)
-            w.start()
+        out, workers, port, proxy_port = _workers_behind_a_proxy(server, 400, 0.002)
         with TcpProxy("127.0.0.1", port, proxy_port) as proxy:
             _wait(lambda: server.metrics()["sync/total/episodes_applied"] > 20, what="first episodes")
             for _ in range(5):
@@ -131,19 +138,9 @@ def test_a_partition_longer_than_env_timeout_gives_each_lease_one_outcome():
     each is declared gone (its leases abandoned) and comes back under its identity. Every lease has one
     outcome: no task applied twice, none both applied and abandoned, and each played episode is either
     applied or counted as late."""
-    ctx = mp.get_context("fork")
     cur = Unique()
     with serve(cur, "tcp://127.0.0.1:*", env_timeout=1.0) as server:
-        port = int(server.address.rsplit(":", 1)[1])
-        proxy_port = _free_port()
-        out = ctx.Queue()
-        address = f"tcp://127.0.0.1:{proxy_port}"
-        workers = [
-            ctx.Process(target=_play, args=(address, 300, 0.005, out), kwargs={"max_update_delay": 0.05})
-            for _ in range(2)
-        ]
-        for w in workers:
-            w.start()
+        out, workers, port, proxy_port = _workers_behind_a_proxy(server, 300, 0.005)
         with TcpProxy("127.0.0.1", port, proxy_port) as proxy:
             for _ in range(2):
                 seen = server.metrics()["sync/total/episodes_applied"] + 20
@@ -207,39 +204,9 @@ def test_a_learner_restored_from_its_checkpoint_under_live_workers_applies_each_
 
     import magister
 
-    ctx = mp.get_context("spawn")
-    port = _free_port()
-    ready = ctx.Event()
-    first = ctx.Process(target=_checkpointing_server, args=(port, ready, str(tmp_path), False))
-    first.start()
-    assert ready.wait(60)
-    out = ctx.Queue()
-    started = [ctx.Event() for _ in range(2)]
-    workers = [ctx.Process(target=_play, args=(f"tcp://127.0.0.1:{port}", 200, 0.005, out, e),
-                           kwargs={"timeout": 2.0}) for e in started]
-    second = None
-    try:
-        for w in workers:
-            w.start()
-        for e in started:
-            assert e.wait(60)
-        time.sleep(0.5)  # a few checkpoints with episodes in them
-        os.kill(first.pid, signal.SIGKILL)
-        first.join(10)
-        ready.clear()
-        second = ctx.Process(target=_checkpointing_server, args=(port, ready, str(tmp_path), True))
-        second.start()
-        assert ready.wait(60)
-        stats = [out.get(timeout=120) for _ in workers]
-        for w in workers:
-            w.join(20)
-            assert w.exitcode == 0
-        time.sleep(0.6)  # the restored learner's checkpoints after the last episode
-    finally:
-        for p in (first, second, *workers):
-            if p is not None and p.is_alive():
-                p.kill()
-                p.join(10)
+    folder = str(tmp_path)
+    stats = _kill_and_restart_the_learner(_checkpointing_server, (folder, False), (folder, True), 200, 0.005,
+                                          playing_s=0.5, settle_s=0.6, timeout=2.0)
     state = magister.load(str(tmp_path / "ckpt"))
     m = json.loads((tmp_path / "metrics.json").read_text())
     applied = state["applied"]
@@ -286,6 +253,50 @@ def test_a_server_killed_and_restarted_on_the_same_port_is_rejoined():
     assert all(s["errors_received"] == 0 for s in stats)
 
 
+def _kill_and_restart_the_learner(server, first_args: tuple, second_args: tuple, episodes: int, pause: float,
+                                  playing_s: float = 0.0, down_s: float = 0.0, settle_s: float = 0.0,
+                                  **worker_options) -> list[dict]:
+    """Run the learner process ``server(port, ready, *first_args)`` and two workers playing ``episodes``
+    on it; ``playing_s`` after both play, SIGKILL the learner, and ``down_s`` later start
+    ``server(port, ready, *second_args)`` on the same port. Returns the workers' counts once both
+    finished (exit code 0), ``settle_s`` after that; every process is gone on return."""
+    ctx = mp.get_context("spawn")
+    port = _free_port()
+    ready = ctx.Event()
+    first = ctx.Process(target=server, args=(port, ready, *first_args))
+    first.start()
+    assert ready.wait(60)
+    out = ctx.Queue()
+    started = [ctx.Event() for _ in range(2)]
+    workers = [ctx.Process(target=_play, args=(f"tcp://127.0.0.1:{port}", episodes, pause, out, e),
+                           kwargs=worker_options) for e in started]
+    second = None
+    try:
+        for w in workers:
+            w.start()
+        for e in started:
+            assert e.wait(60)
+        time.sleep(playing_s)
+        os.kill(first.pid, signal.SIGKILL)
+        first.join(10)
+        time.sleep(down_s)
+        ready.clear()
+        second = ctx.Process(target=server, args=(port, ready, *second_args))
+        second.start()
+        assert ready.wait(60)
+        stats = [out.get(timeout=120) for _ in workers]
+        for w in workers:
+            w.join(20)
+            assert w.exitcode == 0
+        time.sleep(settle_s)
+    finally:
+        for p in (first, second, *workers):
+            if p is not None and p.is_alive():
+                p.kill()
+                p.join(10)
+    return stats
+
+
 class Tally(Counting):
     """Counts the episodes applied in a shared counter, which outlives a killed server process."""
 
@@ -312,41 +323,11 @@ def test_workers_wait_for_a_learner_down_far_longer_than_their_timeout():
     an error, and every episode they played was applied or counted: reports for leases of the killed
     learner (which kept no checkpoint) are dropped and counted as orphaned by the new one."""
     ctx = mp.get_context("spawn")
-    port = _free_port()
     applied, orphaned = ctx.Value("i", 0), ctx.Value("i", 0)
-    ready = ctx.Event()
-    first = ctx.Process(target=_tally_server, args=(port, ready, applied, orphaned))
-    first.start()
-    assert ready.wait(60)
-    out = ctx.Queue()
-    started = [ctx.Event() for _ in range(2)]
-    workers = [ctx.Process(target=_play, args=(f"tcp://127.0.0.1:{port}", 40, 0.01, out, e),
-                           kwargs={"timeout": 1.0, "prefetch": 2}) for e in started]
-    second = None
-    try:
-        for w in workers:
-            w.start()
-        for e in started:
-            assert e.wait(60)
-        os.kill(first.pid, signal.SIGKILL)
-        first.join(10)
-        time.sleep(8.0)  # the learner is down: the workers wait, their timeout long passed
-        ready.clear()
-        second = ctx.Process(target=_tally_server, args=(port, ready, applied, orphaned))
-        second.start()
-        assert ready.wait(60)
-        stats = [out.get(timeout=120) for _ in workers]
-        for w in workers:
-            w.join(20)
-            assert w.exitcode == 0
-    finally:
-        for p in (first, second, *workers):
-            if p is not None and p.is_alive():
-                p.kill()
-                p.join(10)
+    stats = _kill_and_restart_the_learner(_tally_server, (applied, orphaned), (applied, orphaned), 40, 0.01,
+                                          down_s=8.0, settle_s=0.3, timeout=1.0, prefetch=2)
     assert all(s["rejoins"] == 1 and s["errors_received"] == 0 for s in stats)
     assert all(s["updates_dropped"] == 0 and s["updates_sent"] == 40 for s in stats)
-    time.sleep(0.2)  # (the second server's last count reached the shared value)
     assert applied.value + orphaned.value >= 80  # none lost uncounted (some applied by both learners)
 
 
@@ -440,13 +421,15 @@ def _pausable(address: str, out) -> None:
     c.close()
 
 
-def test_a_paused_env_declared_gone_rejoins_under_its_identity_and_each_lease_has_one_outcome():
+@pytest.mark.parametrize("full", [False, True])
+def test_a_paused_env_declared_gone_rejoins_under_its_identity_and_each_lease_has_one_outcome(full):
     """SIGSTOP a worker past ``env_timeout``: it is declared gone (its tasks abandoned, once each);
-    resumed, it registers again under the same env id, and its episode on the abandoned task is dropped
-    and counted as late (never both abandoned and applied); the episodes after it are applied."""
+    resumed, it registers again under the same env id (``full``: even though a newcomer took the only
+    slot meanwhile, ``max_envs=1``), its episode on the abandoned task is dropped and counted as late
+    (never both abandoned and applied), and the episodes after it are applied."""
     ctx = mp.get_context("fork")
     cur = Counting()
-    with serve(cur, env_timeout=0.3) as server:
+    with serve(cur, env_timeout=0.3, max_envs=1 if full else 8) as server:
         out = ctx.Queue()
         p = ctx.Process(target=_pausable, args=(server.address, out))
         p.start()
@@ -454,39 +437,21 @@ def test_a_paused_env_declared_gone_rejoins_under_its_identity_and_each_lease_ha
         os.kill(p.pid, signal.SIGSTOP)
         _wait(lambda: server.metrics()["sync/envs_live"] == 0, 10, "the paused env declared gone")
         abandoned = server.metrics()["sync/total/tasks_abandoned"]
+        newcomer = CurriculumClient(server.address, timeout=5.0) if full else None
+        if newcomer is not None:
+            newcomer.next_task()  # the slot is taken
         os.kill(p.pid, signal.SIGCONT)
         rejoins, errors, task_a, task_b = out.get(timeout=30)
         p.join(10)
         assert p.exitcode == 0
         m = server.metrics()
+        if newcomer is not None:
+            newcomer.close()
     assert rejoins == 1 and errors == 0 and abandoned >= 1 == m["sync/total/reports_late"]
-    assert m["sync/envs"] == 1 and m["sync/envs_rejoined"] == 1  # the same env, back under its id
+    assert m["sync/envs"] == 1 + full and m["sync/envs_rejoined"] == 1  # env 0, back under its id
+    assert m["sync/env0/episodes_applied"] == 1 and m["sync/env0/tasks_abandoned"] == abandoned
     assert (task_a, 7.0) not in cur.episodes and (task_b, 8.0) in cur.episodes
-    assert len(cur.abandoned) == m["sync/total/tasks_abandoned"] == abandoned  # once each
-
-
-def test_a_returning_env_rejoins_under_its_identity_even_when_the_server_is_full():
-    """``max_envs=1``: a worker SIGSTOPped past ``env_timeout`` is declared gone and a newcomer takes the
-    slot; resumed, the worker comes back under its identity all the same (it held a slot before)."""
-    ctx = mp.get_context("fork")
-    cur = Counting()
-    with serve(cur, max_envs=1, env_timeout=0.3) as server:
-        out = ctx.Queue()
-        p = ctx.Process(target=_pausable, args=(server.address, out))
-        p.start()
-        assert out.get(timeout=30) == "holding"
-        os.kill(p.pid, signal.SIGSTOP)
-        _wait(lambda: server.metrics()["sync/envs_live"] == 0, 10, "the paused env declared gone")
-        newcomer = CurriculumClient(server.address, timeout=5.0)
-        newcomer.next_task()  # the slot is taken
-        os.kill(p.pid, signal.SIGCONT)
-        rejoins, errors, _, task_b = out.get(timeout=30)
-        p.join(10)
-        assert p.exitcode == 0
-        newcomer.close()
-        m = server.metrics()
-    assert rejoins == 1 and errors == 0 and (task_b, 8.0) in cur.episodes
-    assert m["sync/envs"] == 2 and m["sync/env0/episodes_applied"] == 1  # env 0, back, played on
+    assert len([env for _, env in cur.abandoned if env == 0]) == abandoned  # once each
 
 
 def test_close_is_bounded_by_close_timeout_when_the_server_is_gone():
