@@ -348,6 +348,25 @@ def test_the_readme_quotes_the_current_quickstart_intervals():
     assert "depend on the machine" in readme and "results.md" in readme
 
 
+def test_the_readme_table_of_what_survives_what_is_the_recovery_benchmarks():
+    """README.md's table of what survives what is the one ``benchmarks/sync_recovery.py`` makes from the
+    output in its section of the results page (one run wrote both), stamped with the same command and date;
+    no figure in it was edited by hand."""
+    from magister.examples import results as R
+
+    spec = importlib.util.spec_from_file_location("sync_recovery", ROOT / "benchmarks" / "sync_recovery.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    section = R.read_section((DOCS / "results.md").read_text(), "sync-recovery")
+    output = re.search(r"```text\n(.*?)```", section, re.S)[1]
+    table = R.read_section((ROOT / "README.md").read_text(), bench.TABLE, "README.md")
+    assert R.STAMP_RE.match(table)[0] == R.STAMP_RE.match(section)[0], "not written by the same run"
+    assert table.endswith(bench.survival_table(output)), "README.md's table is not the benchmark's output"
+    prose = " ".join((ROOT / "README.md").read_text().split("<!-- results:what-survives-what -->")[0][-700:]
+                     .split())
+    assert "depend on the machine" in prose and "benchmarks/sync_recovery.py --write-results" in prose
+
+
 # -- the build ----------------------------------------------------------------------------------------
 
 def _missing_docs_packages() -> list[str]:
