@@ -238,11 +238,13 @@ class SyncCore:
                     "decode the curriculum's tasks to other tasks. Build the env's task wrapper with the "
                     "same space as the curriculum (same kind, size, parameters and order)",
                 )
+        resumed = False
         with self.lock:
             if hello is not None and hello.rejoin >= 0:
                 self.rejoined_envs += 1
                 self.updates_lost_away += hello.lost
             if hello is not None and hello.rejoin in self._restored:  # its leases restored from a checkpoint
+                resumed = True
                 env_id = hello.rejoin
                 del self._restored[env_id]
                 c = self._counters[env_id]
@@ -275,6 +277,7 @@ class SyncCore:
             task_space=self.task_space_fingerprint,
             heartbeat=float(self.heartbeat),
             server_token=self.token,
+            resumed=resumed,
         )
 
     def counters(self, env_id: int) -> EnvCounters:

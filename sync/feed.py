@@ -149,7 +149,6 @@ class TaskFeed:
         self._pid: int | None = None
         self._transport: Transport | None = None
         self.env_id = None
-        self.server_token = ""
         self.requires_step_updates = False
         self.requires_episode_updates = True
         self.step_batch_size = 1
@@ -251,12 +250,10 @@ class TaskFeed:
             logger.warning("env %s: %d updates could not be kept while %s was away (more than the resend "
                            "queue holds); reported to it", old, lost, transport.peer)  # type: ignore[union-attr]
             self.stats["updates_dropped"] += lost
-        token = self.server_token
         welcome = transport.rejoin(self._hello(-1 if old is None else old, lost))  # type: ignore[union-attr]
         self.stats["rejoins"] += 1
-        if not (welcome.env_id == old and welcome.server_token != token):
+        if not welcome.resumed:  # (resumed: a server restored from a checkpoint kept its leases)
             self._buffer.clear()  # leases abandoned with the old registration, or unknown to a new server
-        # (else a server restored from a checkpoint took the env back with its leases: they are played)
         self._take_welcome(welcome)
         need = self._depth() + 1 - len(self._buffer)
         if need > 0:  # what the old registration was asked for and never sent
@@ -266,7 +263,6 @@ class TaskFeed:
         """Adopt the settings of the welcome: env id, which updates to send, the step buffer."""
         opts = self.options
         self.env_id = welcome.env_id
-        self.server_token = welcome.server_token
         self.heartbeat = welcome.heartbeat
         self.requires_step_updates = welcome.requires_step_updates
         self.requires_episode_updates = welcome.requires_episode_updates

@@ -386,7 +386,7 @@ class Welcome(Message):
     CHECKS: ClassVar[dict] = {
         "env_id": _NAT, "requires_step_updates": _bool, "requires_episode_updates": _bool,
         "step_batch_size": _POS, "step_obs": _bool, "step_infos": _bool, "task_space": _str,
-        "heartbeat": _float, "server_token": _str,
+        "heartbeat": _float, "server_token": _str, "resumed": _bool,
     }
     env_id: int
     requires_step_updates: bool
@@ -401,6 +401,8 @@ class Welcome(Message):
     #: A random token naming this server instance: a client that registers again learns from it whether it
     #: met the same server (it had declared the env gone) or a restarted one.
     server_token: str = ""
+    #: The server took a returning env back with the leases it held (restored from a checkpoint).
+    resumed: bool = False
 
 
 @dataclass(frozen=True)
