@@ -15,9 +15,10 @@ touched. A non-detached actor made without a namespace is visible to its own job
 
 **Liveness.** A thread of the actor declares an env gone (:meth:`SyncCore.depart`: the tasks it held are
 abandoned, counted, and passed to ``on_task_abandoned`` once each) when Ray reports the node it ran on, or
-the worker process it ran in, dead (checked every :data:`LIVENESS_PERIOD` seconds: one query of Ray's
-node table and one of its worker table), or when it stayed silent past ``env_timeout`` (idle envs send
-heartbeats). Updates a killed worker still held are lost with it.
+the worker process it ran in, dead (checked every :data:`LIVENESS_PERIOD` seconds for the envs that have
+not called for :data:`LIVENESS_QUIET` seconds: one query of Ray's node table and one of its worker table),
+or when it stayed silent past ``env_timeout`` (idle envs send heartbeats). Updates a killed worker still
+held are lost with it.
 
 **Restarts.** With ``max_restarts``, Ray restarts an actor whose process died; the new one restores the
 curriculum and the sync ledger from ``checkpoint`` (``server.state_dict()`` written with
@@ -66,6 +67,9 @@ __all__ = ["CurriculumActor", "RayClient", "RayCurriculumServer", "parse_ray_add
 
 #: Seconds between two liveness checks of the actor's envs (at most a quarter of ``env_timeout``).
 LIVENESS_PERIOD = 1.0
+#: Seconds without a call after which an env's node and worker are looked up in Ray's tables (an env that
+#: calls is alive; the lookups cost the actor a query of Ray's control store each).
+LIVENESS_QUIET = 2.0
 #: A curriculum checkpoint: a file written with :func:`magister.save`, or a callable returning the state.
 Checkpoint = str | os.PathLike | Callable[[], dict[str, Any] | None]
 
@@ -142,7 +146,8 @@ class CurriculumActor(LearnerCalls):
         for env_id in [e for e in list(self.seen) if not self.core.is_live(e)]:  # left, or declared gone
             self.seen.pop(env_id, None)
             self.where.pop(env_id, None)
-        where = list(self.where.items())
+        quiet = time.monotonic() - LIVENESS_QUIET
+        where = [(e, w) for e, w in self.where.items() if self.seen.get(e, quiet) <= quiet]
         dead: list[int] = []
         if where:
             nodes = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
