@@ -300,10 +300,24 @@ def _column(name: str, v: Any, check: Any, n: int | None = None) -> tuple:
     col = _tuple(name, v)
     if n is not None and len(col) != n:
         raise ProtocolError(f"fields differ in length: {name} has {len(col)} entries, expected {n}")
-    return col if check is None else tuple(check(name, x) for x in col)
+    if check is None or _exact(col, check):
+        return col
+    return tuple(check(name, x) for x in col)
+
+
+def _exact(col: tuple, check: Any) -> bool:
+    """Whether every value has the exact type ``check`` keeps (and is in range): what a magister peer sends,
+    checked at C speed (a step update's infos, an episode batch's columns: the overhead targets need it)."""
+    if check in _EXACT_TYPES:
+        return set(map(type, col)) <= {_EXACT_TYPES[check]}
+    if check in _LOWEST:
+        return not col or (set(map(type, col)) == {int} and min(col) >= _LOWEST[check])
+    return False
 
 
 def _array(name: str, v: Any, dtype: Any, n: int) -> np.ndarray:
+    if type(v) is np.ndarray and v.dtype == dtype and v.ndim == 1 and v.shape[0] == n:
+        return v  # (as a magister peer sends it: checked at C speed, like _exact)
     try:
         arr = np.asarray(v)
     except Exception:
@@ -316,6 +330,10 @@ def _array(name: str, v: Any, dtype: Any, n: int) -> np.ndarray:
     if arr.shape[0] != n:
         raise ProtocolError(f"field {name} has length {arr.shape[0]}, expected {n}")
     return arr.astype(want, copy=False)
+
+
+_EXACT_TYPES = {_bool: bool, _float: float, _dict: dict, _str: str}
+_LOWEST = {_NAT: 0, _ID: -1, _POS: 1}
 
 
 # -- messages -----------------------------------------------------------------------------------------
