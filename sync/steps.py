@@ -83,11 +83,12 @@ class StepBuffer:
         self.clear()
 
     def clear(self) -> None:
-        self.assignments: list[Any] = []
+        # run-length records, a step appending two numbers: the per-step overhead target needs them
+        self.runs: list[tuple[int, Any]] = []  # (first step, assignment)
+        self.last: Any = None  # the assignment of the last step
         self.rewards = array.array("d")
         self.progress = array.array("d")
-        self.terminated: list[bool] = []
-        self.truncated: list[bool] = []
+        self.ends: list[tuple[int, bool, bool]] = []  # (step, terminated, truncated)
         self.obs: list[Any] = []
         self.infos: list[dict] = []
 
@@ -98,31 +99,37 @@ class StepBuffer:
         self, a: Any, obs: Any, reward: float, term: bool, trunc: bool, info: Any, progress: float
     ) -> None:
         """Record one step on assignment ``a``; a step that fills the batch hands it to ``on_full``."""
-        self.assignments.append(a)
+        n = len(self.rewards)
+        if a is not self.last:
+            self.runs.append((n, a))
+            self.last = a
         self.rewards.append(reward)
         self.progress.append(progress)
-        self.terminated.append(bool(term))
-        self.truncated.append(bool(trunc))
+        if term or trunc:
+            self.ends.append((n, bool(term), bool(trunc)))
         if self.send_obs:
             self.obs.append(_copy(obs, self.strip_keys))
         if self.send_infos:
             self.infos.append({k: v for k, v in (info or {}).items() if k not in self.strip_keys})
-        if len(self.rewards) == self.capacity:
+        if n + 1 == self.capacity:
             self.on_full()  # type: ignore[misc]
 
     def message(self, env_id: int) -> P.StepUpdate:
         """The buffered steps as one :class:`~magister.sync.protocol.StepUpdate`; empties the buffer."""
-        ids = [a.task_id for a in self.assignments]
-        msg = P.StepUpdate(
-            env_id,
-            np.array(ids, dtype=np.int64),
-            tuple(a.task for a in self.assignments),
-            np.array(self.rewards, dtype=np.float64),
-            np.array(self.terminated, dtype=np.bool_),
-            np.array(self.truncated, dtype=np.bool_),
-            np.array(self.progress, dtype=np.float64),
-            stack_observations(self.obs) if self.send_obs and self.obs else None,
-            tuple(self.infos) if self.send_infos else None,
-        )
+        n = len(self.rewards)
+        ids = np.empty(n, dtype=np.int64)
+        tasks: list[Any] = []
+        for k, (start, a) in enumerate(self.runs):
+            end = self.runs[k + 1][0] if k + 1 < len(self.runs) else n
+            ids[start:end] = a.task_id
+            tasks.extend([a.task] * (end - start))
+        term = np.zeros(n, dtype=np.bool_)
+        trunc = np.zeros(n, dtype=np.bool_)
+        for i, te, tr in self.ends:
+            term[i], trunc[i] = te, tr
+        msg = P.StepUpdate(env_id, ids, tuple(tasks), np.array(self.rewards, dtype=np.float64), term, trunc,
+                           np.array(self.progress, dtype=np.float64),
+                           stack_observations(self.obs) if self.send_obs and self.obs else None,
+                           tuple(self.infos) if self.send_infos else None)
         self.clear()
         return msg
