@@ -28,7 +28,7 @@ stack: it gives a value or a :class:`CheckpointError`.
 >>> back = load(path)
 >>> back["counts"].tolist(), back["keys"], back["rng"] == 2**100, back["name"]
 ([0, 1, 2], {(1, 2): 0.5}, True, 'PLR')
->>> save(path, {"f": print})
+>>> save(path, {"f": len})  # (not print: Ray replaces it in processes that use Ray)
 Traceback (most recent call last):
 ...
 TypeError: cannot save state['f']: a builtin_function_or_method; a checkpoint holds only dicts, lists, \

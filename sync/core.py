@@ -396,12 +396,13 @@ class SyncCore:
             self._ended.popitem(last=False)
 
     def _stale(self, env_id: int, c: EnvCounters, task_id: int) -> str | None:
-        """Whether a report of an env that came back (registered again) for ``task_id``, not in flight for
-        it, is to be dropped, and why: ``"repeat"`` (its lease was consumed), ``"late"`` (abandoned or
-        returned meanwhile) or ``"orphaned"`` (another server instance issued it); ``None``: it is not.
+        """Whether a report of an env that came back (registered again) for ``task_id`` (not ``-1``, not in
+        flight for it) is to be dropped, and why: ``"repeat"`` (its lease was consumed), ``"late"``
+        (abandoned or returned meanwhile) or ``"orphaned"`` (another server instance issued it); ``None``:
+        it is not.
         Counted; the lease's first outcome stands. (Any other env's report for a lease it does not hold is
         refused.)"""
-        if env_id not in self._returned:
+        if env_id not in self._returned or task_id == -1 or task_id in self._in_flight[env_id]:
             return None
         ended = self._ended.get(task_id)
         if ended == "consumed":
@@ -627,7 +628,7 @@ class SyncCore:
         if not math.isfinite(episode_return):
             raise SyncRejected("non_finite", f"episode return must be finite, got {episode_return!r}")
         _check_progress("episode progress", progress)
-        stale = task_id != -1 and task_id not in self._in_flight[env_id] and self._stale(env_id, c, task_id)
+        stale = self._stale(env_id, c, task_id)
         if stale != "repeat":
             c.episodes_reported += 1
         if stale:
@@ -668,8 +669,7 @@ class SyncCore:
             _check_progress("step progress", msg.progress)
             tasks = []
             ids, n = msg.task_ids, len(msg.tasks)
-            flight = self._in_flight[msg.env_id]
-            if any(t != -1 and t not in flight and self._stale(msg.env_id, c, t) for t in set(ids.tolist())):
+            if any(self._stale(msg.env_id, c, t) for t in set(ids.tolist())):
                 return None  # steps of a lease that ended (or another server's): dropped, counted
             starts = [0, *(np.flatnonzero(np.diff(ids)) + 1).tolist()]  # runs of steps on one task id
             for start, end in zip(starts, [*starts[1:], n]):
@@ -702,7 +702,7 @@ class SyncCore:
         if isinstance(msg, P.ProgressUpdate):
             _check_progress("task progress", msg.progress)
             tid = msg.task_id
-            if tid != -1 and tid not in self._in_flight[msg.env_id] and self._stale(msg.env_id, c, tid):
+            if self._stale(msg.env_id, c, tid):
                 return None
             sample = self._resolve(msg.env_id, tid, msg.task)
             try:
@@ -717,7 +717,7 @@ class SyncCore:
             return None
         if isinstance(msg, P.Goodbye):
             flight = self._in_flight[msg.env_id]
-            returned = [i for i in msg.returned_task_ids if i in flight or not self._stale(msg.env_id, c, i)]
+            returned = [i for i in msg.returned_task_ids if not self._stale(msg.env_id, c, i)]
             unknown = [i for i in returned if i not in flight]
             if unknown:
                 raise SyncRejected(

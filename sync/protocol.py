@@ -42,7 +42,7 @@ import math
 import struct
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields, replace
 from functools import partial
 from typing import Any, ClassVar
 
@@ -949,34 +949,30 @@ class Stream:
         return "deliver"
 
 
-def lease_ids(messages: Sequence[Message]) -> list[int]:
-    """The lease ids the updates among ``messages`` name (``-1``, a task the env chose, left out).
+def rejoin_hello(hello: Hello, unacknowledged: Sequence[Message]) -> Hello:
+    """``hello`` of a returning env, with what its ``unacknowledged`` messages (to be sent again) name:
+    their lease ids added to ``holds``, their episodes taken out of ``reported``.
 
-    >>> lease_ids([Batch(0, (EpisodeUpdate(0, 7, 1, 1.0, 2, 1.0), TaskRequest(0, 1))), Goodbye(0, (9,))])
-    [7]
+    >>> sent = [Batch(0, (EpisodeUpdate(0, 7, 1, 1.0, 2, 1.0), TaskRequest(0, 1))), Goodbye(0, (9,))]
+    >>> h = rejoin_hello(Hello(1, rejoin=0, holds=(3,), reported=5), sent)
+    >>> h.holds, h.reported
+    ((3, 7), 4)
     """
-    out: list[int] = []
-    for msg in messages:
+    ids: list[int] = []
+    episodes = 0
+    pending = list(unacknowledged)
+    while pending:
+        msg = pending.pop(0)
         if isinstance(msg, Batch):
-            out += lease_ids(msg.messages)
+            pending[:0] = msg.messages
         elif isinstance(msg, (EpisodeUpdate, ProgressUpdate)):
-            out.append(msg.task_id)
+            ids.append(msg.task_id)
+            episodes += isinstance(msg, EpisodeUpdate)
         elif isinstance(msg, (Episodes, StepUpdate)):
-            out += [int(i) for i in msg.task_ids]
-    return [i for i in out if i >= 0]
-
-
-def episode_rows(messages: Sequence[Message]) -> int:
-    """The episodes the updates among ``messages`` report."""
-    n = 0
-    for msg in messages:
-        if isinstance(msg, Batch):
-            n += episode_rows(msg.messages)
-        elif isinstance(msg, EpisodeUpdate):
-            n += 1
-        elif isinstance(msg, Episodes):
-            n += len(msg.task_ids)
-    return n
+            ids += [int(i) for i in msg.task_ids]
+            episodes += len(msg.task_ids) if isinstance(msg, Episodes) else 0
+    holds = (*hello.holds, *(i for i in ids if i >= 0))
+    return replace(hello, holds=holds, reported=max(0, hello.reported - episodes))
 
 
 def rebase(msg: Message, env_id: int) -> Message | None:
@@ -994,8 +990,6 @@ def rebase(msg: Message, env_id: int) -> Message | None:
     >>> rebase(TaskRequest(3, 2), 0) is None
     True
     """
-    from dataclasses import replace
-
     if isinstance(msg, Batch):
         kept = [m for m in (rebase(m, env_id) for m in msg.messages) if m is not None]
         return Batch(env_id, tuple(kept)) if kept else None

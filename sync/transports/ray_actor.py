@@ -19,7 +19,6 @@ import logging
 import math
 import time
 from collections import deque
-from dataclasses import replace
 from typing import Any, ClassVar
 
 import numpy as np
@@ -233,8 +232,7 @@ class RayTransport(Transport):
         """Register again, waiting for the actor up to ``reconnect_timeout``; then send the kept messages,
         made the new registration's (:func:`magister.sync.protocol.rebase`)."""
         old = [unpack(f) for f in self.kept]
-        hello = replace(hello, holds=(*hello.holds, *P.lease_ids(old)),
-                        reported=max(0, hello.reported - P.episode_rows(old)))
+        hello = P.rejoin_hello(hello, old)
         welcome = self._register(hello, self.reconnect_timeout)
         self.kept, self.lost = [], 0
         msgs = [m for m in (P.rebase(m, welcome.env_id) for m in old) if m is not None]

@@ -22,7 +22,6 @@ import logging
 import os
 import threading
 import time
-from dataclasses import replace
 from typing import Any, ClassVar
 
 import zmq
@@ -148,8 +147,7 @@ class ZmqTransport(Transport):
         self.rejoins += 1
         old = [P.decode(frames) for _, frames in self.stream.sent]
         self.stream = P.Stream(MAX_UNACKED)
-        hello = replace(hello, holds=(*hello.holds, *P.lease_ids(old)),
-                        reported=max(0, hello.reported - P.episode_rows(old)))
+        hello = P.rejoin_hello(hello, old)
         welcome = self._register(hello)
         for msg in old:
             msg = P.rebase(msg, welcome.env_id)
