@@ -5,8 +5,8 @@ becomes the current figures of docs/results.md and benchmarks/README.md). The se
 each client in a forked worker process, as in real use. On a busy machine compare the ratios within one
 run rather than absolute values across runs.
 
-1. **Task round trip**: a client sends one ``TaskRequest`` and waits for the ``Tasks`` reply (median and
-   p99 in µs), over ``ipc://`` and loopback ``tcp://``, against the in-process path (direct call).
+1. **Task round trip**: a client sends one ``Report`` asking for a task and waits for the ``Tasks`` reply
+   (median and p99 in µs), over ``ipc://`` and loopback ``tcp://``, against the in-process path (direct call).
 2. **Update throughput**: step records per second the server applies, for several step batch sizes,
    with and without a small observation per step.
 3. **Prefetch and held updates**: for episodes of 1 ms and of 20 ms, and for each client setting (no
@@ -90,7 +90,7 @@ def _client_round_trips(address: str, n: int) -> list[float]:
     times = []
     for _ in range(n):
         t0 = time.perf_counter()
-        c._send([P.TaskRequest(c.env_id, 1)], 0, 1)  # (one send, asking for one task)
+        c._send([P.Report(c.env_id, request=1)], 0, 1)  # (one send, asking for one task)
         while not c._buffer:
             c._receive(5.0)
         times.append(time.perf_counter() - t0)

@@ -26,10 +26,10 @@ with the curriculum's name.
 >>> from magister.sync import protocol as P
 >>> core = SyncCore(DomainRandomization(Discrete(3), seed=0))
 >>> env = core.register_env().env_id
->>> tasks = core.apply(P.TaskRequest(env, 2))
+>>> tasks = core.apply(P.Report(env, request=2))
 >>> len(tasks.task_ids), core.counters(env).tasks_in_flight
 (2, 2)
->>> core.apply(P.EpisodeUpdate(env, tasks.task_ids[0], tasks.tasks[0], 1.0, 10, 1.0))
+>>> core.apply(P.Report(env, episodes=((tasks.task_ids[0], tasks.tasks[0], 1.0, 10, 1.0, True, {}),)))
 >>> core.counters(env).tasks_consumed, core.counters(env).episodes_applied
 (1, 1)
 """
@@ -521,110 +521,54 @@ class SyncCore:
 
     # -- updates ------------------------------------------------------------------------------------
     def apply(self, msg: P.Message) -> P.Message | None:
-        """Apply one message from an env; returns the reply to send, if any.
+        """Apply one message from an env (a :class:`~magister.sync.protocol.Report` or its
+        :class:`~magister.sync.protocol.Goodbye`); returns the reply to send, if any.
 
-        An update with ``request > 0`` is applied first, then answered with that many new tasks (also when
-        the update itself is refused: the tasks then ride on the exception's ``reply``).
+        A report's updates are applied in order, a refused one not stopping the others; then its
+        ``request`` is answered with that many new tasks (also when an update was refused: the tasks then
+        ride on the exception's ``reply``).
 
         Raises:
-            SyncRejected: the message was refused (the curriculum was not touched).
+            SyncRejected: an update was refused (the curriculum was not touched by it).
         """
-        cls = type(msg)
-        if cls is P.TaskRequest:
-            return self.assign_tasks(msg.env_id, msg.count)  # type: ignore[attr-defined]
-        if cls is P.Batch:
-            raise SyncRejected("bad_request", "a Batch is applied with apply_batch")
+        if type(msg) is P.Goodbye:
+            return self._goodbye(msg)
         env_id = getattr(msg, "env_id", -1)
         c = self._env(env_id)
-        if cls is P.Episodes:
-            rows = list(zip(msg.task_ids, msg.tasks, msg.returns, msg.lengths, msg.progress,  # type: ignore
-                            msg.ended, [None] * len(msg.task_ids)))  # type: ignore[attr-defined]
-        elif cls is P.EpisodeUpdate:
-            m = msg
-            rows = [(m.task_id, m.task, m.episode_return, m.length, m.progress, m.ended, m.extras)]  # type: ignore
-        else:
-            rows = None
-        request = getattr(msg, "request", 0)
+        if type(msg) is not P.Report:  # (a refused update)
+            c.updates_received += 1
+            c.updates_rejected += 1
+            raise SyncRejected("bad_request", f"an env may not send {type(msg).__name__} messages")
         with self.lock:
-            if rows is not None:  # episodes: each row one update, a refused row not stopping the others
-                refused = []
+            refused = []
+            for apply, rows in ((self._steps, msg.steps), (self._progress, msg.progress),
+                                (self._episode, msg.episodes)):
                 for row in rows:
                     try:
-                        self._episode(c, env_id, *row)
+                        apply(c, env_id, row)
                     except SyncRejected as exc:
                         refused.append(exc)
-                c.updates_received += len(rows)
-                c.updates_applied += len(rows) - len(refused)
-                c.updates_rejected += len(refused)
-                if refused:
-                    first = refused[0]
-                    what = f"{len(refused)} of {len(rows)} episode updates refused; the first: {first}"
-                    exc = first if len(rows) == 1 else SyncRejected(first.code, what)
-                    self._owe(exc, env_id, request)
-                    raise exc
-            else:
-                c.updates_received += 1
-                try:
-                    reply = self._apply_other(c, msg)
-                except SyncRejected as exc:
-                    c.updates_rejected += 1
-                    self._owe(exc, env_id, request)
-                    raise
-                c.updates_applied += 1
-                if reply is not None:
-                    return reply
-            return self.assign_tasks(env_id, request) if request else None
+            n = msg.updates
+            c.updates_received += n
+            c.updates_applied += n - len(refused)
+            c.updates_rejected += len(refused)
+            if refused:
+                first = refused[0]
+                what = f"{len(refused)} of {n} updates refused; the first: {first}"
+                exc = first if n == 1 else SyncRejected(first.code, what)
+                if msg.request:  # the tasks asked for are still owed (or the reason they cannot be sampled)
+                    try:
+                        exc.reply = self.assign_tasks(env_id, msg.request)
+                    except SyncRejected as failed:
+                        exc.reply = P.Error(failed.code, str(failed)[:2000], env_id)
+                raise exc
+            return self.assign_tasks(env_id, msg.request) if msg.request else None
 
-    def _owe(self, exc: SyncRejected, env_id: int, request: int) -> None:
-        """A refused update asked for ``request`` tasks: they are still owed, on ``exc.reply`` (or the reason
-        they cannot be sampled)."""
-        if request:
-            try:
-                exc.reply = self.assign_tasks(env_id, request)
-            except SyncRejected as failed:
-                exc.reply = P.Error(failed.code, str(failed)[:2000], env_id)
-
-    def apply_batch(self, batch: P.Batch) -> list[P.Message]:
-        """Apply the messages of a :class:`~magister.sync.protocol.Batch` in order, under one lock.
-
-        Returns the replies to send, in order: an :class:`~magister.sync.protocol.Error` for each refused
-        message, then one :class:`~magister.sync.protocol.Tasks` with every task the batch asked for (also
-        those owed to refused updates). A refused message does not stop the ones after it.
-        """
-        self._env(batch.env_id)
-        replies: list[P.Message] = []
-        tasks: list[P.Tasks] = []
-        with self.lock:
-            for msg in batch.messages:
-                try:
-                    reply = self.apply(msg)
-                except SyncRejected as exc:
-                    replies.append(P.Error(exc.code, str(exc)[:2000], batch.env_id))
-                    reply = exc.reply
-                if isinstance(reply, P.Tasks):
-                    tasks.append(reply)
-                elif reply is not None:
-                    replies.append(reply)
-        if tasks:  # one message with every task the batch asked for
-            columns = zip(*((t.task_ids, t.tasks, t.train, t.control, t.variants) for t in tasks))
-            replies.append(P.Tasks(batch.env_id, *(sum(col, ()) for col in columns)))
-        return replies
-
-    def _episode(
-        self,
-        c: EnvCounters,
-        env_id: int,
-        task_id: int,
-        task: EncodedTask,
-        episode_return: float,
-        length: int,
-        progress: float,
-        ended: bool,
-        extras: dict | None,
-    ) -> None:
-        """Apply one episode update: end its lease, and hand a finished episode to the curriculum as an
+    def _episode(self, c: EnvCounters, env_id: int, row: tuple) -> None:
+        """Apply one episode row: end its lease, and hand a finished episode to the curriculum as an
         :class:`~magister.curricula.base.Episode` record (``ended=False``: cut short by an early reset or a
         close, the task used but no episode finished)."""
+        task_id, task, episode_return, length, progress, ended, extras = row
         if not math.isfinite(episode_return):
             raise SyncRejected("non_finite", f"episode return must be finite, got {episode_return!r}")
         _check_progress("episode progress", progress)
@@ -637,19 +581,23 @@ class SyncCore:
         cur = self.curriculum
         if ended and cur.requires_episode_updates:
             episode = Episode(sample.task, episode_return, length, progress, env_id, sample.train,
-                              sample.control, sample.variant, extras or {})
+                              sample.control, sample.variant, extras)
             try:
                 cur.on_episode(episode)
             except Exception as exc:
                 raise self._curriculum_error(c, "on_episode", exc) from exc
-        if task_id != -1:
-            del self._in_flight[env_id][task_id]
-            self._end(task_id, "consumed")
-            c.tasks_consumed += 1
+        self._consume(c, env_id, task_id)
         if ended:
             c.episodes_applied += 1
         else:
             c.episodes_abandoned += 1
+
+    def _consume(self, c: EnvCounters, env_id: int, task_id: int) -> None:
+        """Lease ``task_id`` ends consumed (a no-op for a task the env chose)."""
+        if task_id != -1:
+            del self._in_flight[env_id][task_id]
+            self._end(task_id, "consumed")
+            c.tasks_consumed += 1
 
     def _curriculum_error(self, c: EnvCounters, method: str, exc: Exception) -> SyncRejected:
         """The curriculum raised on an update: counted, logged with its name, and refused."""
@@ -658,78 +606,74 @@ class SyncCore:
         self.log.warning(f"refused:{method}", "%s.%s refused an update: %r", name, method, exc)
         return SyncRejected("curriculum_error", f"{name}.{method}: {exc!r}")
 
-    def _apply_other(self, c: EnvCounters, msg: P.Message) -> P.Message | None:
-        """Apply a step, progress or goodbye message."""
-        cur = self.curriculum
-        if isinstance(msg, P.StepUpdate):
-            if not np.isfinite(msg.rewards).all():
-                raise SyncRejected(
-                    "non_finite", f"step rewards must be finite, got {msg.rewards.tolist()!r:.200}"
-                )
-            _check_progress("step progress", msg.progress)
-            tasks = []
-            ids, n = msg.task_ids, len(msg.tasks)
-            if any(self._stale(msg.env_id, c, t) for t in set(ids.tolist())):
-                return None  # steps of a lease that ended (or another server's): dropped, counted
-            starts = [0, *(np.flatnonzero(np.diff(ids)) + 1).tolist()]  # runs of steps on one task id
-            for start, end in zip(starts, [*starts[1:], n]):
-                tid, run = int(ids[start]), msg.tasks[start:end]
-                if tid == -1:  # tasks the env chose: each checked against the task space
-                    tasks.extend(self._resolve(msg.env_id, -1, t).task for t in run)
-                    continue
-                sample = self._resolve(msg.env_id, tid, run[0])
-                if not _all_equal(run):  # one id reported with several tasks: refused, naming one
-                    for t in run:
-                        self._resolve(msg.env_id, tid, t)
-                tasks.extend([sample.task] * (end - start))
-            batch = StepBatch(
-                tasks,
-                msg.rewards,
-                msg.terminated,
-                msg.truncated,
-                msg.progress,
-                obs=P.StackedObs(msg.obs) if isinstance(msg.obs, dict) else msg.obs,
-                infos=msg.infos,
-                env_id=msg.env_id,
-            )
-            if cur.requires_step_updates:
-                try:
-                    cur.update_on_step_batch(batch, msg.env_id)
-                except Exception as exc:
-                    raise self._curriculum_error(c, "update_on_step_batch", exc) from exc
-            c.steps_applied += len(batch)
-            return None
-        if isinstance(msg, P.ProgressUpdate):
-            _check_progress("task progress", msg.progress)
-            tid = msg.task_id
-            if self._stale(msg.env_id, c, tid):
-                return None
-            sample = self._resolve(msg.env_id, tid, msg.task)
+    def _steps(self, c: EnvCounters, env_id: int, steps: P.Steps) -> None:
+        """Apply one part of step records (one :class:`~magister.curricula.base.StepBatch`)."""
+        if not np.isfinite(steps.rewards).all():
+            rewards = steps.rewards.tolist()
+            raise SyncRejected("non_finite", f"step rewards must be finite, got {rewards!r:.200}")
+        _check_progress("step progress", steps.progress)
+        ids, n = steps.task_ids, len(steps)
+        if any(self._stale(env_id, c, t) for t in set(ids.tolist())):
+            return  # steps of a lease that ended (or another server's): dropped, counted
+        tasks = []
+        starts = [0, *(np.flatnonzero(np.diff(ids)) + 1).tolist()]  # runs of steps on one task id
+        for start, end in zip(starts, [*starts[1:], n]):
+            tid, run = int(ids[start]), steps.tasks[start:end]
+            if tid == -1:  # tasks the env chose: each checked against the task space
+                tasks.extend(self._resolve(env_id, -1, t).task for t in run)
+                continue
+            sample = self._resolve(env_id, tid, run[0])
+            if not _all_equal(run):  # one id reported with several tasks: refused, naming one
+                for t in run:
+                    self._resolve(env_id, tid, t)
+            tasks.extend([sample.task] * (end - start))
+        obs = P.StackedObs(steps.obs) if isinstance(steps.obs, dict) else steps.obs
+        batch = StepBatch(tasks, steps.rewards, steps.terminated, steps.truncated, steps.progress, obs=obs,
+                          infos=steps.infos, env_id=env_id)
+        if self.curriculum.requires_step_updates:
             try:
-                cur.update_task_progress(sample.task, msg.progress, msg.env_id)
+                self.curriculum.update_on_step_batch(batch, env_id)
             except Exception as exc:
-                raise self._curriculum_error(c, "update_task_progress", exc) from exc
-            if msg.done and tid != -1:
-                del self._in_flight[msg.env_id][tid]
-                self._end(tid, "consumed")
-                c.tasks_consumed += 1
-            c.progress_applied += 1
-            return None
-        if isinstance(msg, P.Goodbye):
-            flight = self._in_flight[msg.env_id]
-            returned = [i for i in msg.returned_task_ids if not self._stale(msg.env_id, c, i)]
+                raise self._curriculum_error(c, "update_on_step_batch", exc) from exc
+        c.steps_applied += n
+
+    def _progress(self, c: EnvCounters, env_id: int, row: tuple) -> None:
+        """Apply one progress row; ``done`` ends the lease."""
+        task_id, task, progress, done = row
+        _check_progress("task progress", progress)
+        if self._stale(env_id, c, task_id):
+            return
+        sample = self._resolve(env_id, task_id, task)
+        try:
+            self.curriculum.update_task_progress(sample.task, progress, env_id)
+        except Exception as exc:
+            raise self._curriculum_error(c, "update_task_progress", exc) from exc
+        if done:
+            self._consume(c, env_id, task_id)
+        c.progress_applied += 1
+
+    def _goodbye(self, msg: P.Goodbye) -> P.Goodbye:
+        """The env leaves, returning the tasks it did not start (counted as one update); the goodbye is
+        echoed as its ack."""
+        env_id = msg.env_id
+        c = self._env(env_id)
+        with self.lock:
+            c.updates_received += 1
+            flight = self._in_flight[env_id]
+            returned = [i for i in msg.returned_task_ids if not self._stale(env_id, c, i)]
             unknown = [i for i in returned if i not in flight]
             if unknown:
-                raise SyncRejected(
-                    "unknown_task", f"env {msg.env_id} returned task ids it does not hold: {unknown}"
-                )
+                c.updates_rejected += 1
+                what = f"env {env_id} returned task ids it does not hold: {unknown}"
+                raise SyncRejected("unknown_task", what)
+            c.updates_applied += 1
             for i in returned:
                 del flight[i]
                 self._end(i, "returned")
             c.tasks_returned += len(returned)
-            self.depart(msg.env_id, "goodbye")
-            return P.Goodbye(msg.env_id, msg.returned_task_ids)
-        raise SyncRejected("bad_request", f"an env may not send {type(msg).__name__} messages")
+            self.depart(env_id, "goodbye")
+        return P.Goodbye(env_id, msg.returned_task_ids)
+
 
     # -- learner side -------------------------------------------------------------------------------
     def in_flight(self, env_id: int) -> dict[int, EncodedTask]:

@@ -86,8 +86,8 @@ class Assignment(NamedTuple):
     variant: Any = None
 
 
-#: Held updates whose last field is a task request.
-_REQUESTING = (P.EpisodeUpdate, P.Episodes, P.ProgressUpdate)
+#: The parts of a :class:`~magister.sync.protocol.Report`, in the order the curriculum side applies them.
+STEPS, PROGRESS, EPISODES = 0, 1, 2
 _PROCESS_STATE = ("_pid", "_transport", "_buffer", "_steps", "_held", "_lock", "_issued")
 
 
@@ -160,9 +160,7 @@ class TaskFeed:
         self._closing = False
         self._goodbye_acked = False
         self._refusal: str | None = None
-        self._held: list[Any] = []  # updates waiting for the next send: messages or (class, fields)
-        self._held_request = 0  # tasks asked for by held updates
-        self._send_by = math.inf  # when the oldest held update must go out
+        self._clear_held()
         self._lock = threading.RLock()  # the env's thread and the background flusher
         self._last_reset: float | None = None
         self._episode_s: float | None = None  # running mean of the time between two tasks
@@ -186,7 +184,14 @@ class TaskFeed:
     @property
     def held_updates(self) -> int:
         """Updates waiting for the next send."""
-        return len(self._held)
+        return self._held_count
+
+    def _clear_held(self) -> None:
+        #: updates waiting for the next send: per report to be, its steps, progress and episode rows
+        self._held: list[tuple[list, list, list]] = []
+        self._held_count = 0
+        self._held_request = 0  # tasks asked for by held updates
+        self._send_by = math.inf  # when the oldest held update must go out
 
     @property
     def transport(self) -> Transport | None:
@@ -285,8 +290,8 @@ class TaskFeed:
                        self.fallback_task_space)
         self._fallback = True
         self.requires_step_updates = False  # feedback is dropped from now on: do not even buffer it
-        self.stats["updates_dropped"] += len(self._held)
-        self._held, self._held_request, self._send_by = [], 0, math.inf
+        self.stats["updates_dropped"] += self._held_count
+        self._clear_held()
         self._outstanding = 0
         if self._transport is not None:
             self._transport.close(wait=False)
@@ -313,50 +318,43 @@ class TaskFeed:
         self._outstanding += asked
         return True
 
-    def _deliver(self, item: Any, request: int) -> None:
-        """Send an update (a message, or ``(message class, fields)``), or hold it for a batched send.
-
-        Held updates go out together once ``update_batch`` are held, the oldest has waited
-        ``max_update_delay``, one asks for tasks, or a large update comes (step records with large
-        observations: over a costly transport it goes with them, otherwise after them).
-        """
-        large = type(item) is P.StepUpdate and observation_bytes(item.obs) >= P.DEFAULT_OOB_THRESHOLD
+    def _deliver(self, part: int, item: Any, request: int = 0) -> None:
+        """Hold an update (a row or step records, as ``part`` of a report) for the next send, and send what
+        is held when it is due: at once unless the feed holds updates; else once ``update_batch`` are held,
+        the oldest has waited ``max_update_delay``, one asks for tasks, or step records carry large
+        observations. A part held after a later one (steps after an episode) starts a new report, so the
+        curriculum side applies the updates in the order they were made."""
         with self._lock:
-            if self.holds_updates and (self.caps.costly_send or not large):
-                now = _now()
-                if not self._held:
-                    self._send_by = now + self.max_update_delay
-                self._held.append(item)
-                self._held_request += request
-                if request or large or len(self._held) >= self.update_batch or now >= self._send_by:
-                    self._send_held()
-                return
-            if self._held:
-                self._send_held()  # the held updates first, in order
-            if self._active():
-                self._send([item], 1, request)
-            else:
-                self.stats["updates_dropped"] += 1
+            now = _now()
+            if not self._held:
+                self._send_by = now + self.max_update_delay
+            if not self._held or any(self._held[-1][part + 1:]):
+                self._held.append(([], [], []))
+            self._held[-1][part].append(item)
+            self._held_count += 1
+            self._held_request += request
+            large = part == STEPS and observation_bytes(item.obs) >= P.DEFAULT_OOB_THRESHOLD
+            full = self._held_count >= self.update_batch or now >= self._send_by
+            if not self.holds_updates or request or large or full:  # (the feed is active: see callers)
+                self._send(*self._take_held())
+
+    def _take_held(self, request: int = 0) -> tuple[list[P.Report], int, int]:
+        """The held updates as reports, the last asking for ``request`` more tasks; with how many updates
+        they carry and how many tasks they ask for. Nothing is held afterwards."""
+        asked = self._held_request + request
+        parts = self._held or [([], [], [])]
+        last = len(parts) - 1
+        reports = [P.Report(self.env_id, tuple(e), tuple(p), tuple(s), asked if i == last else 0)
+                   for i, (s, p, e) in enumerate(parts)]  # type: ignore[arg-type]
+        updates = self._held_count
+        self._clear_held()
+        return reports, updates, asked
 
     def _send_held(self, request: int = 0) -> None:
-        """Send the held updates as one message, asking for ``request`` more tasks."""
-        if not self._active() or self.env_id is None:
+        """Send the held updates, asking for ``request`` more tasks."""
+        if not self._active() or self.env_id is None or (not self._held and request <= 0):
             return
-        held, asked = self._held, self._held_request
-        if not held and request <= 0:
-            return
-        self._held, self._held_request, self._send_by = [], 0, math.inf
-        updates = len(held)
-        if updates > 1:
-            held = _columns(held, self.env_id)
-        if request > 0:
-            last = held[-1] if held else None
-            if type(last) is tuple and last[0] in _REQUESTING:  # ask in the last update itself
-                held[-1] = (last[0], (*last[1][:-1], last[1][-1] + request))
-            else:
-                held.append(P.TaskRequest(self.env_id, request))
-            asked += request
-        self._send(held, updates, asked)
+        self._send(*self._take_held(request))
 
     def _send_due(self) -> None:
         """Send the held updates if due, or a heartbeat after ``heartbeat`` seconds of silence (from the
@@ -567,10 +565,10 @@ class TaskFeed:
             steps.clear()
             return
         try:
-            msg = steps.message(self.env_id)  # type: ignore[arg-type]
+            msg = steps.message()
             if (msg.obs is not None or msg.infos is not None) and not self.caps.replies_with_send:
-                P.encode(msg)  # what cannot travel raises here, in the env's step, not when it is sent
-            self._deliver(msg, 0)
+                P.pack_value(msg._fields(), [])  # what cannot travel raises here, in the env's step
+            self._deliver(STEPS, msg)
         except TypeError as exc:
             raise TypeError(
                 f"{exc}. Remove such entries from observations/infos with strip_keys=[...] or "
@@ -610,9 +608,9 @@ class TaskFeed:
             P.pack_value(extras)  # raises TypeError naming a value that cannot travel
         task_id = self._task_id(assignment, done=True)
         request = self._refill_request() if refill else 0
-        fields = (self.env_id, task_id, assignment.task, float(episode_return), int(length), float(progress),
-                  bool(ended), dict(extras) if extras else {}, request)
-        self._deliver((P.EpisodeUpdate, fields), request)
+        row = (task_id, assignment.task, float(episode_return), int(length), float(progress), bool(ended),
+               dict(extras) if extras else {})
+        self._deliver(EPISODES, row, request)
         self.stats["episodes_reported"] += 1
 
     def record_progress(self, assignment: Assignment, progress: float, done: bool = False) -> None:
@@ -626,8 +624,7 @@ class TaskFeed:
                 return
         task_id = self._task_id(assignment, done)
         request = self._refill_request() if done else 0
-        fields = (self.env_id, task_id, assignment.task, float(progress), bool(done), request)
-        self._deliver((P.ProgressUpdate, fields), request)
+        self._deliver(PROGRESS, (task_id, assignment.task, float(progress), bool(done)), request)
 
     # -- closing ------------------------------------------------------------------------------------
     def close(self) -> None:
@@ -664,7 +661,7 @@ class TaskFeed:
                 else:
                     self._transport.close(wait=True, linger=max(0.0, deadline - time.monotonic()))
                 self._transport = None
-            self._held, self._held_request, self._send_by = [], 0, math.inf
+            self._clear_held()
             self._buffer.clear()
             self._closed = True
 
@@ -674,8 +671,8 @@ class TaskFeed:
         self._buffer.clear()
         goodbye = P.Goodbye(self.env_id, returned)  # type: ignore[arg-type]
         if self.caps.costly_send:  # one call: the held updates, then the goodbye
-            held, self._held, self._held_request, self._send_by = self._held, [], 0, math.inf
-            sent = self._send([*held, goodbye], len(held), 0)
+            reports, updates, _ = self._take_held() if self._held else ([], 0, 0)
+            sent = self._send([*reports, goodbye], updates, 0)
         else:
             try:
                 self._transport.send([goodbye])  # type: ignore[union-attr]
@@ -689,29 +686,6 @@ class TaskFeed:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.address!r}, env_id={self.env_id})"
-
-
-def _columns(held: list[Any], env_id: int) -> list[Any]:
-    """``held`` with each run of two or more episode updates without extras made one
-    :class:`~magister.sync.protocol.Episodes`."""
-    out: list[Any] = []
-    run: list[tuple] = []
-
-    def close_run() -> None:
-        if len(run) > 1:
-            out.append((P.Episodes, P.Episodes.fields_of(env_id, run, sum(f[-1] for f in run))))
-        elif run:
-            out.append((P.EpisodeUpdate, run[0]))
-        run.clear()
-
-    for item in held:
-        if type(item) is tuple and item[0] is P.EpisodeUpdate and not item[1][7]:
-            run.append(item[1])
-        else:
-            close_run()
-            out.append(item)
-    close_run()
-    return out
 
 
 # -- the background flusher ------------------------------------------------------------------------

@@ -22,7 +22,7 @@ array sizes checked against the bytes that carry them), unpacks arrays as tuples
 checks every field's type, so a malformed or hostile frame raises :class:`ProtocolError` instead of
 allocating memory or producing a half-valid message.
 
->>> msg = TaskRequest(env_id=3, count=2)
+>>> msg = Report(env_id=3, request=2)
 >>> decode(encode(msg)) == msg
 True
 >>> import numpy as np
@@ -42,7 +42,7 @@ import math
 import struct
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import MISSING, dataclass, field, fields, replace
+from dataclasses import MISSING, dataclass, fields, replace
 from functools import partial
 from typing import Any, ClassVar
 
@@ -58,20 +58,13 @@ __all__ = [
     "Message",
     "Hello",
     "Welcome",
-    "TaskRequest",
     "Tasks",
-    "StepUpdate",
+    "Report",
+    "Steps",
     "StackedObs",
-    "EpisodeUpdate",
-    "Episodes",
-    "ProgressUpdate",
     "Error",
     "Goodbye",
-    "Batch",
     "MESSAGE_TYPES",
-    "BATCHABLE",
-    "encode_batch",
-    "encode_fields",
     "encode",
     "decode",
     "pack_value",
@@ -86,15 +79,15 @@ __all__ = [
 ]
 
 #: Bumped whenever a message layout changes or a kind is added; both ends must agree.
-PROTOCOL_VERSION = 8
+PROTOCOL_VERSION = 9
 #: Arrays with at least this many bytes travel as separate zero-copy frames.
 DEFAULT_OOB_THRESHOLD = 64 * 1024
 #: Upper bound on one msgpack header (the out-of-band frames are bounded by the socket's MAXMSGSIZE).
 DEFAULT_MAX_HEADER_BYTES = 16 * 1024 * 1024
 #: Upper bound on the number of out-of-band frames in one message.
 MAX_FRAMES = 4096
-#: Upper bound on the number of messages one :class:`Batch` carries.
-MAX_BATCH = 4096
+#: Upper bound on the number of rows (episodes, progress updates, step parts) of one :class:`Report`.
+MAX_ROWS = 4096
 
 _EXT_ARRAY = 1  # payload: msgpack (dtype str, shape, raw bytes)
 _EXT_ARRAY_FRAME = 2  # payload: msgpack (dtype str, shape, index of the out-of-band frame)
@@ -424,16 +417,6 @@ class Welcome(Message):
 
 
 @dataclass(frozen=True)
-class TaskRequest(Message):
-    """Client -> server: send ``count`` more tasks to env ``env_id``."""
-
-    KIND: ClassVar[int] = 3
-    CHECKS: ClassVar[dict] = {"env_id": _NAT, "count": _POS}
-    env_id: int
-    count: int = 1
-
-
-@dataclass(frozen=True)
 class Tasks(Message):
     """Server -> client: tasks addressed to ``env_id``, each with a server-unique id and its metadata.
 
@@ -468,8 +451,9 @@ class Tasks(Message):
 
 
 @dataclass(frozen=True, eq=False)
-class StepUpdate(Message):
-    """Client -> server: ``n`` consecutive steps of one env (sent only when the curriculum wants them).
+class Steps(Message):
+    """Part of a :class:`Report`: ``n`` consecutive steps of one env (sent only to a curriculum that wants
+    them).
 
     ``task_ids[i]`` is the id of the task step ``i`` belonged to (``-1`` for a task the client chose
     itself), ``tasks[i]`` that encoded task. ``obs`` is ``None``, an array whose first axis has length
@@ -478,8 +462,6 @@ class StepUpdate(Message):
     ``infos`` is ``None`` or a tuple of ``n`` dicts.
     """
 
-    KIND: ClassVar[int] = 5
-    env_id: int
     task_ids: np.ndarray
     tasks: tuple[Any, ...]
     rewards: np.ndarray
@@ -490,7 +472,6 @@ class StepUpdate(Message):
     infos: tuple[dict, ...] | None = None
 
     def __post_init__(self) -> None:
-        self._set("env_id", _NAT("env_id", self.env_id))
         self._set("tasks", _tuple("tasks", self.tasks))
         n = len(self.tasks)
         ids = _array("task_ids", self.task_ids, np.int64, n)
@@ -518,18 +499,9 @@ class StepUpdate(Message):
         return len(self.tasks)
 
     def __eq__(self, other: object) -> bool:
-        if not isinstance(other, StepUpdate):
+        if not isinstance(other, Steps):
             return NotImplemented
-        return (
-            self.env_id == other.env_id
-            and self.tasks == other.tasks
-            and all(
-                np.array_equal(getattr(self, k), getattr(other, k))
-                for k in ("task_ids", "rewards", "terminated", "truncated", "progress")
-            )
-            and _deep_equal(self.obs, other.obs)
-            and _deep_equal(self.infos, other.infos)
-        )
+        return _deep_equal(self._fields(), other._fields())
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -560,107 +532,78 @@ class StackedObs(Sequence):
         return {k: v[i] for k, v in self.arrays.items()}
 
 
-@dataclass(frozen=True)
-class EpisodeUpdate(Message):
-    """Client -> server: an episode (or the part of it played on one task) finished.
+#: The columns of a report's rows, each with its checker (``None``: any value, e.g. an encoded task).
+EPISODE_ROW = (("task_id", _ID), ("task", None), ("return", _float), ("length", _NAT), ("progress", _float),
+               ("ended", _bool), ("extras", _dict))
+PROGRESS_ROW = (("task_id", _ID), ("task", None), ("progress", _float), ("done", _bool))
 
-    It also acknowledges that task ``task_id`` was consumed. ``ended`` is false when the env was reset
-    before the episode terminated or truncated: the task counts as consumed, but the curriculum gets no
-    (partial) return. ``extras`` holds additional data, e.g. per-agent returns. ``request > 0`` also asks
-    for that many new tasks (answered with :class:`Tasks`, as a :class:`TaskRequest` would be): the env
-    refills its prefetch buffer in the same message that reports the episode, one send per episode.
-    """
 
-    KIND: ClassVar[int] = 6
-    CHECKS: ClassVar[dict] = {
-        "env_id": _NAT, "task_id": _ID, "episode_return": _float, "length": _NAT, "progress": _float,
-        "ended": _bool, "extras": _dict, "request": _NAT,
-    }
-    env_id: int
-    task_id: int
-    task: Any
-    episode_return: float
-    length: int
-    progress: float
-    ended: bool = True
-    extras: dict = field(default_factory=dict)
-    request: int = 0
+def _rows(name: str, value: Any, row: tuple) -> tuple:
+    """A tuple of at most :data:`MAX_ROWS` rows (tuples), column ``j`` checked by ``row[j]``'s checker."""
+    rows = _tuple(name, value)
+    if len(rows) > MAX_ROWS:
+        raise ProtocolError(f"field {name} holds {len(rows)} rows, more than the limit of {MAX_ROWS}")
+    if not rows:
+        return ()
+    if set(map(type, rows)) != {tuple}:
+        rows = tuple(_tuple(f"{name}[]", r) for r in rows)
+    if set(map(len, rows)) != {len(row)}:
+        bad = next(r for r in rows if len(r) != len(row))
+        columns = ", ".join(c for c, _ in row)
+        raise ProtocolError(f"field {name}: each row must be ({columns}), got {bad!r:.200}")
+    columns = [_column(f"{name}.{c}", col, check) for (c, check), col in zip(row, zip(*rows))]
+    return tuple(zip(*columns))
 
 
 @dataclass(frozen=True)
-class ProgressUpdate(Message):
-    """Client -> server: progress on a task mid-episode; ``done`` also acknowledges the task as consumed.
+class Report(Message):
+    """Client -> server: what an env has to say since its last send, and the tasks it asks for.
 
-    ``request``: as for :class:`EpisodeUpdate` (new tasks asked for in the same message).
+    Applied in this order: ``steps`` (step records, :class:`Steps`), ``progress`` (rows ``(task_id, task,
+    progress, done)``: progress on a task mid-episode; ``done`` acknowledges the task as consumed),
+    ``episodes`` (rows ``(task_id, task, return, length, progress, ended, extras)``: an episode, or the part
+    of it played on one task, finished; ``ended`` false: cut short by an early reset, the task consumed but
+    no return), then ``request`` new tasks, answered with one :class:`Tasks`. ``task_id`` ``-1``: a task
+    the env chose. A client starts a new report rather than put an update before one it made earlier, so
+    the curriculum sees them in the order they were made. A refused row does not stop the others.
+
+    >>> r = Report(0, episodes=((3, 1, 2.0, 10, 1.0, True, {}),), request=2)
+    >>> decode(encode(r)) == r, r.updates
+    (True, 1)
     """
 
-    KIND: ClassVar[int] = 7
-    CHECKS: ClassVar[dict] = {
-        "env_id": _NAT, "task_id": _ID, "progress": _float, "done": _bool, "request": _NAT,
-    }
+    KIND: ClassVar[int] = 3
     env_id: int
-    task_id: int
-    task: Any
-    progress: float
-    done: bool = False
-    request: int = 0
-
-
-@dataclass(frozen=True)
-class Episodes(Message):
-    """Client -> server: several finished (or abandoned) episodes of one env, as columns.
-
-    Row ``i`` is what an :class:`EpisodeUpdate` without extras would carry: ``task_ids[i]`` (``-1``: a task
-    the env chose), ``tasks[i]``, ``returns[i]``, ``lengths[i]``, ``progress[i]`` and ``ended[i]``. A client
-    that holds its updates for a moment sends the episodes of a few short ones in one message: one
-    encode, one decode and one message for all of them instead of one each, which is most of what an
-    episode costs the server. ``request > 0`` also asks for that many new tasks (answered with
-    :class:`Tasks` once every row was applied). Rows are applied in order; a refused row does not stop the
-    others.
-
-    >>> m = Episodes(0, (3, 4), (1, 1), (2.0, 0.5), (10, 7), (1.0, 0.0), (True, True), request=2)
-    >>> decode(encode(m)) == m, m.rows()[1]
-    (True, (4, 1, 0.5, 7, 0.0, True))
-    """
-
-    KIND: ClassVar[int] = 11
-    env_id: int
-    task_ids: tuple[int, ...]
-    tasks: tuple[Any, ...]
-    returns: tuple[float, ...]
-    lengths: tuple[int, ...]
-    progress: tuple[float, ...]
-    ended: tuple[bool, ...]
+    episodes: tuple[tuple, ...] = ()
+    progress: tuple[tuple, ...] = ()
+    steps: tuple[Steps, ...] = ()
     request: int = 0
 
     def __post_init__(self) -> None:
         self._set("env_id", _NAT("env_id", self.env_id))
         self._set("request", _NAT("request", self.request))
-        n = len(_tuple("task_ids", self.task_ids))
-        if not 1 <= n <= MAX_BATCH:
-            raise ProtocolError(f"field task_ids must hold 1..{MAX_BATCH} episodes, got {n}")
-        for name, check in (("task_ids", _ID), ("tasks", None), ("returns", _float), ("lengths", _NAT),
-                            ("progress", _float), ("ended", _bool)):
-            self._set(name, _column(name, getattr(self, name), check, n))
+        self._set("episodes", _rows("episodes", self.episodes, EPISODE_ROW))
+        self._set("progress", _rows("progress", self.progress, PROGRESS_ROW))
+        steps = _tuple("steps", self.steps)
+        if len(steps) > MAX_ROWS:
+            raise ProtocolError(f"field steps holds {len(steps)} parts, more than the limit of {MAX_ROWS}")
+        self._set("steps", tuple(s if type(s) is Steps else Steps(*_tuple("steps[]", s)) for s in steps))
 
-    def rows(self) -> list[tuple[int, Any, float, int, float, bool]]:
-        """``(task_id, task, return, length, progress, ended)`` per episode, in order."""
-        return list(zip(self.task_ids, self.tasks, self.returns, self.lengths, self.progress, self.ended))
+    @property
+    def updates(self) -> int:
+        """The updates the report carries: its step parts, progress rows and episodes."""
+        return len(self.steps) + len(self.progress) + len(self.episodes)
 
-    @staticmethod
-    def fields_of(env_id: int, rows: Sequence[tuple], request: int) -> tuple:
-        """The fields of an :class:`Episodes` message from ``EpisodeUpdate`` fields without extras (what a
-        client holds for each finished episode: ``(env_id, task_id, task, return, length, progress, ended,
-        extras, request)``), asking for ``request`` tasks: for :func:`encode_fields`."""
-        _, ids, tasks, returns, lengths, progress, ended, _, _ = zip(*rows)
-        return (env_id, ids, tasks, returns, lengths, progress, ended, request)
+    def _fields(self) -> tuple:
+        steps = tuple(s._fields() for s in self.steps)
+        return (self.env_id, self.episodes, self.progress, steps, self.request)
 
 
 @dataclass(frozen=True)
 class Error(Message):
     """Either direction: a request or update was refused. ``code`` is a short machine-readable tag."""
 
-    KIND: ClassVar[int] = 8
+    KIND: ClassVar[int] = 5
     CHECKS: ClassVar[dict] = {"code": _str, "message": _str, "env_id": _ID}
     code: str
     message: str
@@ -671,70 +614,16 @@ class Error(Message):
 class Goodbye(Message):
     """Client -> server when an env closes, returning its unused prefetched tasks; the server echoes it."""
 
-    KIND: ClassVar[int] = 9
+    KIND: ClassVar[int] = 6
     CHECKS: ClassVar[dict] = {"env_id": _NAT, "returned_task_ids": partial(_column, check=_NAT)}
     env_id: int
     returned_task_ids: tuple[int, ...] = ()
 
 
-#: The kinds a :class:`Batch` may carry: what an env sends between its hello and its goodbye.
-BATCHABLE: tuple[type[Message], ...] = (TaskRequest, StepUpdate, EpisodeUpdate, Episodes, ProgressUpdate)
-
-
-@dataclass(frozen=True)
-class Batch(Message):
-    """Client -> server: several messages of one env in one send, applied in order.
-
-    A client that holds its updates for a moment (a few short episodes) sends them together: one send,
-    one receive and one decode instead of one per episode. Each carried message travels as its own
-    encoded single-frame message (arrays inline), so it is validated exactly as if it had come alone, and
-    must be one of :data:`BATCHABLE` with the batch's ``env_id``. The server answers the task requests
-    of the whole batch with one :class:`Tasks`, after an :class:`Error` for each refused message.
-
-    >>> b = Batch(0, (EpisodeUpdate(0, 3, 1, 2.0, 10, 1.0), TaskRequest(0, 2)))
-    >>> decode(encode(b)) == b
-    True
-    """
-
-    KIND: ClassVar[int] = 10
-    env_id: int
-    messages: tuple[Message, ...]
-
-    def __post_init__(self) -> None:
-        env_id = _NAT("env_id", self.env_id)
-        self._set("env_id", env_id)
-        items = _tuple("messages", self.messages)
-        if not 1 <= len(items) <= MAX_BATCH:
-            raise ProtocolError(f"field messages must hold 1..{MAX_BATCH} messages, got {len(items)}")
-        out = []
-        for i, m in enumerate(items):
-            if isinstance(m, (bytes, memoryview)):  # as received: one encoded message (never a batch)
-                m = _decode([m], DEFAULT_MAX_HEADER_BYTES, _BATCHABLE_KINDS)
-            if type(m) not in BATCHABLE:
-                allowed = ", ".join(c.__name__ for c in BATCHABLE)
-                raise ProtocolError(f"messages[{i}] is a {type(m).__name__}; a batch carries only {allowed}")
-            if m.env_id != env_id:  # type: ignore[attr-defined]
-                raise ProtocolError(f"messages[{i}] is from env {m.env_id}, the batch from env {env_id}")  # type: ignore[attr-defined]
-            out.append(m)
-        self._set("messages", tuple(out))
-
-    def _fields(self) -> tuple:
-        return (self.env_id, tuple(encode(m, oob_threshold=_INLINE)[0] for m in self.messages))
-
-
-_INLINE = 1 << 62  # an oob_threshold no array reaches: every array inline
-
 #: Every message class by its ``KIND`` code.
 MESSAGE_TYPES: dict[int, type[Message]] = {
-    cls.KIND: cls
-    for cls in (
-        Hello, Welcome, TaskRequest, Tasks, StepUpdate, EpisodeUpdate, ProgressUpdate, Error, Goodbye, Batch,
-        Episodes,
-    )
+    cls.KIND: cls for cls in (Hello, Welcome, Tasks, Report, Error, Goodbye)
 }
-
-
-_BATCHABLE_KINDS: dict[int, type[Message]] = {cls.KIND: cls for cls in BATCHABLE}
 _MESSAGE_CLASSES = frozenset(MESSAGE_TYPES.values())
 
 _ARITY: dict[type, tuple[int, int]] = {
@@ -777,42 +666,12 @@ def encode(msg: Message, *, oob_threshold: int = DEFAULT_OOB_THRESHOLD) -> list[
     return [header, *frames]
 
 
-def encode_fields(
-    cls: type[Message], fields: tuple, *, oob_threshold: int = DEFAULT_OOB_THRESHOLD
-) -> list[Any]:
-    """The frames of ``cls(*fields)`` without building the message: for a sender that made the fields
-    itself from values of the right types (a client's episode and progress updates). Nothing is
-    validated here; the receiver validates on :func:`decode` as for every message.
-
-    >>> decode(encode_fields(TaskRequest, (2, 5)))
-    TaskRequest(env_id=2, count=5)
-    """
-    frames: list[Any] = []
-    header = pack_value((PROTOCOL_VERSION, cls.KIND, fields), frames, oob_threshold)
-    return [header, *frames]
-
-
-def encode_batch(env_id: int, encoded: Sequence[bytes]) -> list[bytes]:
-    """The frames of a :class:`Batch` of already encoded single-frame messages (what ``encode(msg)[0]``
-    returns for a message without out-of-band arrays): the messages are not packed a second time.
-
-    >>> m = [encode(EpisodeUpdate(1, 0, 0, 1.0, 5, 0.0))[0], encode(TaskRequest(1, 1))[0]]
-    >>> decode(encode_batch(1, m)) == Batch(1, (EpisodeUpdate(1, 0, 0, 1.0, 5, 0.0), TaskRequest(1, 1)))
-    True
-    """
-    return [msgpack.packb((PROTOCOL_VERSION, Batch.KIND, (env_id, tuple(encoded))), use_bin_type=True)]
-
-
 def decode(frames: Sequence[Any], *, max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES) -> Message:
     """Parse frames produced by :func:`encode` (without any routing id) into a message.
 
     ``frames`` may be ``bytes``, memoryviews or ``zmq.Frame`` objects. Raises :class:`ProtocolError`
     (or :class:`ProtocolVersionError`) with a description of what was wrong.
     """
-    return _decode(frames, max_header_bytes, MESSAGE_TYPES)
-
-
-def _decode(frames: Sequence[Any], max_header_bytes: int, kinds: dict[int, type[Message]]) -> Message:
     if not isinstance(frames, (list, tuple)) or not frames:
         raise ProtocolError("empty message: expected at least a header frame")
     if len(frames) > MAX_FRAMES + 1:
@@ -827,10 +686,8 @@ def _decode(frames: Sequence[Any], max_header_bytes: int, kinds: dict[int, type[
             f"peer speaks magister sync protocol version {version!r}, this side speaks {PROTOCOL_VERSION}; "
             "install the same magister version on both sides"
         )
-    cls = kinds.get(kind) if isinstance(kind, int) and not isinstance(kind, bool) else None
+    cls = MESSAGE_TYPES.get(kind) if isinstance(kind, int) and not isinstance(kind, bool) else None
     if cls is None:
-        if kinds is _BATCHABLE_KINDS and kind in MESSAGE_TYPES:
-            raise ProtocolError(f"a batch cannot carry a {MESSAGE_TYPES[kind].__name__}")
         raise ProtocolError(f"unknown message kind {kind!r}")
     if not isinstance(values, tuple):
         raise ProtocolError(f"malformed {cls.__name__}: fields must be a tuple")
@@ -839,9 +696,7 @@ def _decode(frames: Sequence[Any], max_header_bytes: int, kinds: dict[int, type[
         raise ProtocolError(f"malformed {cls.__name__}: got {len(values)} fields, expected {n_fields}")
     try:
         return cls(*values)
-    except ProtocolError as exc:
-        raise ProtocolError(f"malformed {cls.__name__}: {exc}") from None
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError) as exc:  # (ProtocolError included)
         raise ProtocolError(f"malformed {cls.__name__}: {exc}") from None
 
 
@@ -877,7 +732,7 @@ def unpack_envelope(frame: Any) -> tuple[int, int, int] | None:
     if any, follows in the same frame from :data:`ENVELOPE_SIZE`. A frame that starts like an envelope but
     is not a valid one raises :class:`ProtocolError`.
 
-    >>> unpack_envelope(encode(TaskRequest(0, 1))[0]) is None
+    >>> unpack_envelope(encode(Report(0, request=1))[0]) is None
     True
     """
     buf = frame.buffer if hasattr(frame, "buffer") else frame
@@ -950,29 +805,20 @@ class Stream:
 
 
 def rejoin_hello(hello: Hello, unacknowledged: Sequence[Message]) -> Hello:
-    """``hello`` of a returning env, with what its ``unacknowledged`` messages (to be sent again) name:
-    their lease ids added to ``holds``, their episodes taken out of ``reported``.
+    """``hello`` of a returning env, with what its ``unacknowledged`` reports (to be sent again) name: their
+    lease ids added to ``holds``, their episodes taken out of ``reported``.
 
-    >>> sent = [Batch(0, (EpisodeUpdate(0, 7, 1, 1.0, 2, 1.0), TaskRequest(0, 1))), Goodbye(0, (9,))]
+    >>> sent = [Report(0, episodes=((7, 1, 1.0, 2, 1.0, True, {}),), request=1), Goodbye(0, (9,))]
     >>> h = rejoin_hello(Hello(1, rejoin=0, holds=(3,), reported=5), sent)
     >>> h.holds, h.reported
     ((3, 7), 4)
     """
-    ids: list[int] = []
-    episodes = 0
-    pending = list(unacknowledged)
-    while pending:
-        msg = pending.pop(0)
-        if isinstance(msg, Batch):
-            pending[:0] = msg.messages
-        elif isinstance(msg, (EpisodeUpdate, ProgressUpdate)):
-            ids.append(msg.task_id)
-            episodes += isinstance(msg, EpisodeUpdate)
-        elif isinstance(msg, (Episodes, StepUpdate)):
-            ids += [int(i) for i in msg.task_ids]
-            episodes += len(msg.task_ids) if isinstance(msg, Episodes) else 0
+    reports = [m for m in unacknowledged if isinstance(m, Report)]
+    ids = [row[0] for r in reports for row in (*r.progress, *r.episodes)]
+    ids += [int(i) for r in reports for s in r.steps for i in s.task_ids]
     holds = (*hello.holds, *(i for i in ids if i >= 0))
-    return replace(hello, holds=holds, reported=max(0, hello.reported - episodes))
+    reported = hello.reported - sum(len(r.episodes) for r in reports)
+    return replace(hello, holds=holds, reported=max(0, reported))
 
 
 def rebase(msg: Message, env_id: int) -> Message | None:
@@ -984,19 +830,14 @@ def rebase(msg: Message, env_id: int) -> Message | None:
     new registration for what it needs), and so is a goodbye. Used by a client that registered again
     (after a server restart, or after the server declared it gone).
 
-    >>> m = rebase(EpisodeUpdate(3, 17, 2, 1.0, 5, 1.0, request=1), 0)
-    >>> m.env_id, m.task_id, m.task, m.request
-    (0, 17, 2, 0)
-    >>> rebase(TaskRequest(3, 2), 0) is None
+    >>> m = rebase(Report(3, episodes=((17, 2, 1.0, 5, 1.0, True, {}),), request=1), 0)
+    >>> m.env_id, m.episodes[0][0], m.request
+    (0, 17, 0)
+    >>> rebase(Report(3, request=2), 0) is None
     True
     """
-    if isinstance(msg, Batch):
-        kept = [m for m in (rebase(m, env_id) for m in msg.messages) if m is not None]
-        return Batch(env_id, tuple(kept)) if kept else None
-    if isinstance(msg, (EpisodeUpdate, ProgressUpdate, Episodes)):
-        return replace(msg, env_id=env_id, request=0)
-    if isinstance(msg, StepUpdate):
-        return replace(msg, env_id=env_id)
-    if isinstance(msg, (TaskRequest, Goodbye)):
+    if isinstance(msg, Report):
+        return replace(msg, env_id=env_id, request=0) if msg.updates else None
+    if isinstance(msg, Goodbye):
         return None
     raise TypeError(f"an env does not send {type(msg).__name__} messages after its hello")

@@ -74,7 +74,7 @@ LIVENESS_QUIET = 2.0
 Checkpoint = str | os.PathLike | Callable[[], dict[str, Any] | None]
 
 #: Messages an env may send to the actor.
-_ENV_MESSAGES = (P.TaskRequest, P.StepUpdate, P.EpisodeUpdate, P.Episodes, P.ProgressUpdate, P.Goodbye)
+_ENV_MESSAGES = (P.Report, P.Goodbye)
 
 
 def _live_workers() -> set[str] | None:

@@ -6,9 +6,9 @@ server binds a ROUTER socket (by default an ``ipc://`` socket file in a private 
 thread that
 
 * answers :class:`~magister.sync.protocol.Hello` with the env's id and the server's settings,
-* answers each :class:`~magister.sync.protocol.TaskRequest` by sampling on demand with
-  :meth:`Curriculum.sample_tasks` and sending the tasks to the env that asked (and only to it),
-* applies step, episode and progress updates to the curriculum (no reply unless one is refused).
+* applies the step, episode and progress updates of each :class:`~magister.sync.protocol.Report` to the
+  curriculum, and answers the tasks it asks for, sampled on demand with :meth:`Curriculum.sample_tasks`,
+  to the env that asked (and only to it); a refused update gets an :class:`~magister.sync.protocol.Error`.
 
 Every call into the curriculum, from the thread or from the learner through the proxy methods
 (:meth:`CurriculumServer.update_on_demand`, :meth:`~CurriculumServer.sample`,
@@ -390,18 +390,6 @@ class CurriculumServer(LearnerCalls, ServedCurriculum):
                 f"{getattr(msg, 'env_id', '?')}; send Hello first",
                 -1 if env_id is None else env_id,
             )
-            return
-        if isinstance(msg, P.Batch):
-            try:
-                replies = self.core.apply_batch(msg)
-            except SyncRejected as exc:  # (an unknown env was caught above; kept for safety)
-                self._error(identity, exc.code, str(exc), env_id)
-                return
-            for reply in replies:
-                if isinstance(reply, P.Error):
-                    self.errors_sent += 1
-                if not self._send(identity, reply) and isinstance(reply, P.Tasks) and not peer.sequenced:
-                    self.core.mark_unsent(reply)
             return
         try:
             reply = self.core.apply(msg)

@@ -1,5 +1,5 @@
-"""Step records on the env side, batched into one :class:`~magister.sync.protocol.StepUpdate` per env (kept
-only when the curriculum wants step updates), numeric observations of one layout stacked into one array."""
+"""Step records on the env side, batched into :class:`~magister.sync.protocol.Steps` (kept only when the
+curriculum wants step updates), numeric observations of one layout stacked into one array."""
 
 from __future__ import annotations
 
@@ -63,7 +63,7 @@ def stack_observations(observations: list[Any]) -> Any:
 
 
 class StepBuffer:
-    """Step records of one env waiting to be sent as one :class:`~magister.sync.protocol.StepUpdate`.
+    """Step records of one env waiting to be sent as one :class:`~magister.sync.protocol.Steps`.
 
     Args:
         send_obs: Keep observations (copied: an env may overwrite its arrays in place).
@@ -114,8 +114,8 @@ class StepBuffer:
         if n + 1 == self.capacity:
             self.on_full()  # type: ignore[misc]
 
-    def message(self, env_id: int) -> P.StepUpdate:
-        """The buffered steps as one :class:`~magister.sync.protocol.StepUpdate`; empties the buffer."""
+    def message(self) -> P.Steps:
+        """The buffered steps as one :class:`~magister.sync.protocol.Steps`; empties the buffer."""
         n = len(self.rewards)
         ids = np.empty(n, dtype=np.int64)
         tasks: list[Any] = []
@@ -127,7 +127,7 @@ class StepBuffer:
         trunc = np.zeros(n, dtype=np.bool_)
         for i, te, tr in self.ends:
             term[i], trunc[i] = te, tr
-        msg = P.StepUpdate(env_id, ids, tuple(tasks), np.array(self.rewards, dtype=np.float64), term, trunc,
+        msg = P.Steps(ids, tuple(tasks), np.array(self.rewards, dtype=np.float64), term, trunc,
                            np.array(self.progress, dtype=np.float64),
                            stack_observations(self.obs) if self.send_obs and self.obs else None,
                            tuple(self.infos) if self.send_infos else None)

@@ -84,8 +84,9 @@ def test_welcome_roundtrip(env_id, step, episode, batch, step_obs, step_infos):
 
 
 @given(env_ids, st.integers(1, 4096))
-def test_task_request_roundtrip(env_id, count):
-    assert _roundtrip(P.TaskRequest(env_id, count)) == P.TaskRequest(env_id, count)
+def test_task_request_is_a_report_without_updates(env_id, count):
+    out = _roundtrip(P.Report(env_id, request=count))
+    assert out == P.Report(env_id, request=count) and out.updates == 0
 
 
 @given(env_ids, st.lists(st.tuples(ids, tasks, st.booleans()), max_size=6))
@@ -141,7 +142,7 @@ def test_tasks_metadata_fields_are_validated():
     obs_kind=st.sampled_from(["none", "array", "tuple"]),
     with_infos=st.booleans(),
 )
-def test_step_update_roundtrip(env_id, steps, obs_kind, with_infos):
+def test_steps_roundtrip(env_id, steps, obs_kind, with_infos):
     n = len(steps)
     obs = {
         "none": None,
@@ -149,8 +150,7 @@ def test_step_update_roundtrip(env_id, steps, obs_kind, with_infos):
         "tuple": tuple({"x": i, "img": np.full((2, 2), i, np.uint8)} for i in range(n)),
     }[obs_kind]
     infos = tuple({"k": i, "v": (1.5, "a")} for i in range(n)) if with_infos else None
-    msg = P.StepUpdate(
-        env_id,
+    part = P.Steps(
         np.array([s[0] for s in steps]),
         tuple(s[1] for s in steps),
         np.array([s[2] for s in steps]),
@@ -160,33 +160,32 @@ def test_step_update_roundtrip(env_id, steps, obs_kind, with_infos):
         obs,
         infos,
     )
-    out = _roundtrip(msg)
-    assert out == msg
-    assert out.task_ids.dtype == np.int64 and out.rewards.dtype == np.float64 and out.terminated.dtype == bool
-    assert len(out) == n
+    out = _roundtrip(P.Report(env_id, steps=(part,)))
+    (got,) = out.steps
+    assert got == part and out.updates == 1
+    assert got.task_ids.dtype == np.int64 and got.rewards.dtype == np.float64 and got.terminated.dtype == bool
+    assert len(got) == n
 
 
-@given(
-    env_ids,
-    st.integers(-1, 2**40),
-    tasks,
-    st.floats(allow_nan=False),
-    st.integers(0, 10**9),
-    st.floats(0, 1),
-    st.booleans(),
-    st.dictionaries(st.text(max_size=4), st.floats(allow_nan=False)),
-    st.integers(0, 4096),
+_episode_rows = st.lists(
+    st.tuples(
+        st.integers(-1, 2**40), tasks, st.floats(allow_nan=False), st.integers(0, 10**9), st.floats(0, 1),
+        st.booleans(), st.dictionaries(st.text(max_size=4), st.floats(allow_nan=False), max_size=3),
+    ),
+    max_size=8,
 )
-def test_episode_update_roundtrip(env_id, task_id, task, ret, length, progress, ended, extras, request):
-    msg = P.EpisodeUpdate(
-        env_id, task_id, task, ret, length, progress, ended, {"agent_returns": extras}, request
-    )
+
+
+@given(env_ids, _episode_rows, st.integers(0, 4096))
+def test_report_episode_rows_roundtrip(env_id, rows, request):
+    msg = P.Report(env_id, episodes=tuple(rows), request=request)
     out = _roundtrip(msg)
-    assert isinstance(out, P.EpisodeUpdate)
-    assert (out.env_id, out.task_id, out.length, out.ended) == (env_id, task_id, length, ended)
-    assert out.request == request
-    assert _same(out.task, task) and out.progress == progress and out.extras == {"agent_returns": extras}
-    assert out.episode_return == ret or (math.isinf(ret) and out.episode_return == ret)
+    assert isinstance(out, P.Report)
+    assert (out.env_id, out.request, out.updates) == (env_id, request, len(rows))
+    for got, (tid, task, ret, length, prog, ended, extras) in zip(out.episodes, rows):
+        assert (got[0], got[3], got[4], got[5], got[6]) == (tid, length, prog, ended, extras)
+        assert _same(got[1], task) and (got[2] == ret or (math.isinf(ret) and got[2] == ret))
+        assert [type(v) for v in (got[0], got[2], got[3], got[5])] == [int, float, int, bool]
 
 
 _any_field = st.one_of(
@@ -194,13 +193,7 @@ _any_field = st.one_of(
     st.dictionaries(st.text(max_size=2), st.integers(-9, 9), max_size=2),
     st.lists(st.integers(-9, 9), max_size=2),
 )
-
-
-@given(st.lists(_any_field, min_size=7, max_size=10))
-def test_episode_update_decoding_checks_like_the_constructor(values):
-    """On any field values decoding gives what the checked constructor gives, and refuses what it refuses."""
-    _decodes_like_the_constructor(P.EpisodeUpdate, values, lambda m: (
-        m.env_id, m.task_id, m.episode_return, m.length, m.ended))
+_any_rows = st.lists(st.lists(_any_field, min_size=3, max_size=8).map(tuple), max_size=3).map(tuple)
 
 
 def _decodes_like_the_constructor(cls, values, typed) -> None:
@@ -220,118 +213,47 @@ def _decodes_like_the_constructor(cls, values, typed) -> None:
     assert [type(v) for v in typed(out)] == [type(v) for v in typed(expected)]
 
 
-def test_episode_update_decoding_refuses_near_misses():
-    ok = (0, 5, 1, 2.0, 10, 0.5, True, {}, 0)
-    assert P.decode(P.encode(P.EpisodeUpdate(*ok))) == P.EpisodeUpdate(*ok)
-    for i, bad in ((0, -1), (0, True), (1, -2), (4, -1), (8, -1), (6, 1), (7, [])):
-        values = list(ok)
-        values[i] = bad
-        frames = [msgpack.packb((P.PROTOCOL_VERSION, P.EpisodeUpdate.KIND, tuple(values)), use_bin_type=True)]
-        with pytest.raises(P.ProtocolError):
-            P.decode(frames)
-
-
-_episode_rows = st.lists(
-    st.tuples(
-        st.integers(-1, 2**40), tasks, st.floats(allow_nan=False), st.integers(0, 10**9), st.floats(0, 1),
-        st.booleans(),
-    ),
-    min_size=1,
-    max_size=8,
-)
-
-
-@given(env_ids, _episode_rows, st.integers(0, 4096))
-def test_episodes_roundtrip(env_id, rows, request):
-    """Several episodes as columns: each row comes back as the EpisodeUpdate (without extras) it stands
-    for."""
-    fields = [(env_id, tid, task, ret, n, prog, ended, {}, 0) for tid, task, ret, n, prog, ended in rows]
-    msg = P.Episodes(*P.Episodes.fields_of(env_id, fields, request))
-    out = _roundtrip(msg)
-    assert isinstance(out, P.Episodes) and (out.env_id, out.request) == (env_id, request)
-    assert len(out.rows()) == len(rows)
-    for got, (tid, task, ret, length, prog, ended) in zip(out.rows(), rows):
-        assert (got[0], got[3], got[4], got[5]) == (tid, length, prog, ended) and _same(got[1], task)
-        assert got[2] == ret or (math.isinf(ret) and got[2] == ret)
-    assert [type(v) for v in out.task_ids + out.returns + out.lengths + out.ended] == (
-        [int] * len(rows) + [float] * len(rows) + [int] * len(rows) + [bool] * len(rows)
-    )
-
-
-_column = st.one_of(
-    st.lists(_any_field, min_size=0, max_size=3).map(tuple), _any_field,
-)
-
-
-@given(st.lists(_column, min_size=7, max_size=9))
-def test_episodes_decoding_checks_every_row(values):
-    """An Episodes message is refused unless every column is a tuple of one length (1..MAX_BATCH) and every
-    entry has the type and range an EpisodeUpdate's field must have; what is accepted is what the rows,
-    checked one by one, would be."""
-    frames = [msgpack.packb((P.PROTOCOL_VERSION, P.Episodes.KIND, tuple(values)), use_bin_type=True)]
-    try:
-        out = P.decode(frames)
-    except P.ProtocolError:
-        out = None
-    env_id, *cols = values[:7]
-    request = values[7] if len(values) > 7 else 0
-    ok = (
-        len(values) <= 8
-        and all(isinstance(c, (tuple, list)) for c in cols)
-        and len({len(c) for c in cols}) == 1
-        and len(cols[0]) >= 1
-    )
-    if ok:
-        try:
-            rows = [
-                P.EpisodeUpdate(env_id, t, task, r, n, p, e, {}, request)
-                for t, task, r, n, p, e in zip(*cols)
-            ]
-        except P.ProtocolError:
-            ok = False
-    if not ok:
-        assert out is None
-        return
-    assert out is not None and out.request == request and out.env_id == env_id
-    checked = P.Episodes(*values)  # decoding gives what the checked constructor gives
-    assert out == checked and [type(v) for v in out.returns + out.ended] == [
-        type(v) for v in checked.returns + checked.ended
-    ]
-    assert [(u.task_id, u.episode_return, u.length, u.progress, u.ended) for u in rows] == [
-        (r[0], r[2], r[3], r[4], r[5]) for r in out.rows()
-    ]
-
-
-@given(st.lists(st.one_of(_column, st.lists(st.integers(0, 9), min_size=1, max_size=3).map(tuple)),
-                min_size=4, max_size=6))
-def test_tasks_decoding_checks_like_the_constructor(values):
+@given(st.lists(st.one_of(_any_field, _any_rows), min_size=1, max_size=6))
+def test_report_decoding_checks_like_the_constructor(values):
     """On any field values decoding gives what the checked constructor gives, and refuses what it refuses."""
-    _decodes_like_the_constructor(P.Tasks, values, lambda m: m.task_ids + m.train + m.control)
+    _decodes_like_the_constructor(P.Report, values, lambda m: (
+        m.env_id, m.request, *(v for row in (*m.episodes, *m.progress) for v in row)))
 
 
-def test_tasks_decode_and_near_misses_are_refused():
-    msg = P.Tasks(3, (7, 8), (1, (2, 3)), (True, False), (False, True), (None, 5))
-    out = P.decode(P.encode(msg))
-    assert out == msg
-    for bad in ((3, (7, -1), (1, 1), (True, True), (False, False), (None, None)),  # a negative id
-                (3, (7, 8), (1, 1), (True, 1), (False, False), (None, None)),  # a flag that is not a bool
-                (3, (7, 8), (1,), (True, True), (False, False), (None, None))):  # lengths differ
-        with pytest.raises(P.ProtocolError):
-            P.decode([msgpack.packb((P.PROTOCOL_VERSION, P.Tasks.KIND, bad), use_bin_type=True)])
+def test_report_rows_refuse_near_misses_naming_the_column():
+    ok = (5, 1, 2.0, 10, 0.5, True, {})
+    assert P.decode(P.encode(P.Report(0, episodes=(ok,)))) == P.Report(0, episodes=(ok,))
+    for i, bad, column in ((0, -2, "task_id"), (0, True, "task_id"), (2, "x", "return"), (3, -1, "length"),
+                           (4, None, "progress"), (5, 1, "ended"), (6, [], "extras")):
+        row = list(ok)
+        row[i] = bad
+        frames = _raw(V, P.Report.KIND, (0, (ok, tuple(row))))  # the second row is wrong
+        with pytest.raises(P.ProtocolError, match=f"episodes.{column}"):
+            P.decode(frames)
+    with pytest.raises(P.ProtocolError, match=r"each row must be \(task_id, task, progress, done\)"):
+        P.Report(0, progress=((1, 2, 0.5),))
+    with pytest.raises(P.ProtocolError, match="request must be >= 0"):
+        P.decode(_raw(V, P.Report.KIND, (0, (), (), (), -1)))
+    with pytest.raises(P.ProtocolError, match="more than the limit"):
+        P.Report(0, progress=((1, 2, 0.5, False),) * (P.MAX_ROWS + 1))
+    with pytest.raises(P.ProtocolError, match="malformed Report"):
+        P.decode(_raw(V, P.Report.KIND, (0, (), (), ((1, 2),))))  # a steps part that is not one
 
 
-def test_episodes_rebase_to_a_new_registration_keeps_their_lease_ids():
-    m = P.Episodes(3, (17, 18), (2, 2), (1.0, 0.0), (5, 6), (1.0, 0.0), (True, False), request=2)
-    out = P.rebase(m, 0)
-    assert (out.env_id, out.task_ids, out.request, out.returns) == (0, (17, 18), 0, (1.0, 0.0))
+def test_report_rebase_to_a_new_registration_keeps_their_lease_ids():
+    rows = ((17, 2, 1.0, 5, 1.0, True, {}), (18, 2, 0.0, 6, 0.0, False, {}))
+    out = P.rebase(P.Report(3, episodes=rows, request=2), 0)
+    assert (out.env_id, [r[0] for r in out.episodes], out.request, out.episodes) == (0, [17, 18], 0, rows)
+    assert P.rebase(P.Report(3, request=2), 0) is None and P.rebase(P.Goodbye(3, (1,)), 0) is None
 
 
 @given(env_ids, st.integers(-1, 2**40), tasks, st.floats(0, 1), st.booleans(), st.integers(0, 4096))
-def test_progress_update_roundtrip(env_id, task_id, task, progress, done, request):
-    out = _roundtrip(P.ProgressUpdate(env_id, task_id, task, progress, done, request))
-    assert (out.env_id, out.task_id, out.progress, out.done) == (env_id, task_id, progress, done)
+def test_report_progress_rows_roundtrip(env_id, task_id, task, progress, done, request):
+    out = _roundtrip(P.Report(env_id, progress=((task_id, task, progress, done),), request=request))
+    ((tid, got_task, got_progress, got_done),) = out.progress
+    assert (out.env_id, tid, got_progress, got_done) == (env_id, task_id, progress, done)
     assert out.request == request
-    assert _same(out.task, task)
+    assert _same(got_task, task)
 
 
 @given(st.text(max_size=10), st.text(max_size=100), st.integers(-1, 100))
@@ -344,92 +266,31 @@ def test_goodbye_roundtrip(env_id, returned):
     assert _roundtrip(P.Goodbye(env_id, returned)) == P.Goodbye(env_id, returned)
 
 
-batch_items = st.lists(
-    st.one_of(
-        st.tuples(st.just("episode"), st.integers(-1, 2**40), tasks, st.floats(allow_nan=False),
-                  st.integers(0, 10**6), st.floats(0, 1), st.booleans(), st.integers(0, 64)),
-        st.tuples(st.just("progress"), st.integers(-1, 2**40), tasks, st.floats(0, 1), st.booleans()),
-        st.tuples(st.just("request"), st.integers(1, 64)),
-        st.tuples(st.just("steps"), st.integers(0, 300)),
-    ),
-    min_size=1,
-    max_size=12,
-)
-
-
-def _batch_message(env_id: int, item: tuple) -> P.Message:
-    kind, *a = item
-    if kind == "episode":
-        return P.EpisodeUpdate(env_id, a[0], a[1], a[2], a[3], a[4], a[5], {}, a[6])
-    if kind == "progress":
-        return P.ProgressUpdate(env_id, *a)
-    if kind == "request":
-        return P.TaskRequest(env_id, a[0])
-    n = a[0]  # a step update whose observations exceed the out-of-band threshold when n is large
-    return P.StepUpdate(
-        env_id, np.full(n, 3), (3,) * n, np.ones(n), np.zeros(n, bool), np.zeros(n, bool), np.zeros(n),
-        np.zeros((n, 64), np.float32),
-    )
-
-
-@given(env_ids, batch_items)
-def test_batch_roundtrip_both_encodings(env_id, items):
-    msgs = tuple(_batch_message(env_id, it) for it in items)
-    batch = P.Batch(env_id, msgs)
-    out = _roundtrip(batch)
-    assert isinstance(out, P.Batch) and out.env_id == env_id and len(out.messages) == len(msgs)
-    for got, sent in zip(out.messages, msgs):
-        assert type(got) is type(sent) and _same(got._fields(), sent._fields())
-    # what a client sends: messages encoded one by one (arrays inline), then batched without re-packing
-    pre = [P.encode(m, oob_threshold=1 << 62)[0] for m in msgs]
-    frames = P.encode_batch(env_id, pre)
-    assert len(frames) == 1
-    again = P.decode(frames)
-    assert [type(m) for m in again.messages] == [type(m) for m in msgs]
-    assert all(_same(a._fields(), b._fields()) for a, b in zip(again.messages, msgs))
-
-
-def test_batch_refuses_what_it_may_not_carry():
-    with pytest.raises(P.ProtocolError, match="a batch carries only"):
-        P.Batch(0, (P.Hello(1, "x"),))
-    with pytest.raises(P.ProtocolError, match="from env 1, the batch from env 0"):
-        P.Batch(0, (P.TaskRequest(1, 1),))
-    with pytest.raises(P.ProtocolError, match="1..4096 messages, got 0"):
-        P.Batch(0, ())
-    goodbye = P.encode(P.Goodbye(0, ()))[0]
-    with pytest.raises(P.ProtocolError, match="cannot carry a Goodbye"):
-        P.decode(P.encode_batch(0, [goodbye]))
-    # a batch inside a batch is refused before it is decoded (no recursion a peer could deepen)
-    inner = P.encode_batch(0, [P.encode(P.TaskRequest(0, 1))[0]])[0]
-    for _ in range(50):
-        inner = P.encode_batch(0, [inner])[0]
-    with pytest.raises(P.ProtocolError, match="cannot carry a Batch"):
-        P.decode([inner])
-    with pytest.raises(P.ProtocolError, match="malformed Batch"):
-        P.decode(P.encode_batch(0, [b"\x00garbage"]))
+@given(env_ids, st.integers(0, 300), st.lists(st.integers(0, 64), max_size=3), _episode_rows)
+def test_report_with_every_part_roundtrips_large_observations_out_of_band(env_id, n, sizes, rows):
+    """Step parts whose observations exceed the out-of-band threshold travel as frames of their own, in the
+    one message of the report."""
+    parts = tuple(P.Steps(np.full(k, 3), (3,) * k, np.ones(k), np.zeros(k, bool), np.zeros(k, bool),
+                          np.zeros(k), np.zeros((k, 64), np.float32)) for k in [n, *sizes] if k)
+    msg = P.Report(env_id, tuple(rows), ((4, 1, 0.5, False),), parts, 2)
+    frames = P.encode(msg)
+    assert len(frames) == 1 + sum(p.obs.nbytes >= P.DEFAULT_OOB_THRESHOLD for p in parts)
+    out = P.decode([bytes(f) for f in frames])
+    assert out.steps == parts and _same(out._fields(), msg._fields())
+    assert out.updates == len(parts) + 1 + len(rows)
 
 
 def test_every_kind_is_covered_and_codes_are_unique():
-    assert sorted(P.MESSAGE_TYPES) == list(range(1, 12))
+    assert sorted(P.MESSAGE_TYPES) == list(range(1, 7))
     assert {c.__name__ for c in P.MESSAGE_TYPES.values()} == {
-        "Hello",
-        "Welcome",
-        "TaskRequest",
-        "Tasks",
-        "StepUpdate",
-        "EpisodeUpdate",
-        "ProgressUpdate",
-        "Error",
-        "Goodbye",
-        "Batch",
-        "Episodes",
+        "Hello", "Welcome", "Report", "Tasks", "Error", "Goodbye",
     }
 
 
 def test_messages_are_frozen():
-    msg = P.TaskRequest(1, 2)
+    msg = P.Report(1, request=2)
     with pytest.raises(AttributeError):
-        msg.count = 3  # type: ignore[misc]
+        msg.request = 3  # type: ignore[misc]
 
 
 # -- numpy arrays ---------------------------------------------------------------------------------------
@@ -489,7 +350,7 @@ def test_unserialisable_objects_raise_type_error_naming_the_type():
         pass
 
     with pytest.raises(TypeError, match="Foo"):
-        P.encode(P.EpisodeUpdate(0, 1, 0, 1.0, 1, 0.0, True, {"x": Foo()}))
+        P.encode(P.Report(0, episodes=((1, 0, 1.0, 1, 0.0, True, {"x": Foo()}),)))
     with pytest.raises(TypeError, match="set"):
         P.pack_value({1, 2})
 
@@ -516,17 +377,16 @@ def test_version_mismatch_is_a_clear_error():
         (_raw(V, 42, ()), "unknown message kind"),
         (_raw(V, True, (0, 1)), "unknown message kind"),
         (_raw(V, 3, (0,)[:0]), "fields"),
-        (_raw(V, 3, (0, 1, 2, 3)), "fields"),
-        (_raw(V, 3, ("zero", 1)), "env_id must be an int"),
-        (_raw(V, 3, (0, 0)), "count must be >= 1"),
-        (_raw(V, 3, (-5, 1)), "env_id must be >= 0"),
+        (_raw(V, 3, (0, (), (), (), 1, 2)), "fields"),
+        (_raw(V, 3, ("zero",)), "env_id must be an int"),
+        (_raw(V, 3, (-5,)), "env_id must be >= 0"),
         (_raw(V, 4, (0, (1, 2), (5,), (True,))), "differ in length"),
         (_raw(V, 4, (0, (1,), (5,), (True,), ("no",), (None,))), "control must be a bool"),
         (_raw(V, 4, (0, (1,), (5,), (True,), (False,), (None, 3))), "differ in length"),
-        (_raw(V, 6, (0, 1, 0, "x", 1, 0.0, True, {})), "episode_return must be a number"),
-        (_raw(V, 6, (0, 1, 0, 1.0, 1, 0.0, True, ())), "extras must be a dict"),
-        (_raw(V, 9, (0, (1, True))), "returned_task_ids must be an int"),
-        (_raw(V, 6, (0, 1, 0, 1.0, 1, 0.0, True, {}, -1)), "request must be >= 0"),
+        (_raw(V, 3, (0, ((1, 0, "x", 1, 0.0, True, {}),))), "episodes.return must be a number"),
+        (_raw(V, 3, (0, ((1, 0, 1.0, 1, 0.0, True, ()),))), "episodes.extras must be a dict"),
+        (_raw(V, 6, (0, (1, True))), "returned_task_ids must be an int"),
+        (_raw(V, 3, (0, (), (), (), -1)), "request must be >= 0"),
     ],
 )
 def test_malformed_frames_raise_protocol_error(frames, match):
@@ -599,12 +459,12 @@ def test_no_pickle_in_sync_layer():
         assert "import pickle" not in text and "cloudpickle" not in text and "pickle.loads" not in text, path
 
 
-def test_step_update_with_stacked_dict_observations_round_trips_and_validates():
+def test_steps_with_stacked_dict_observations_round_trip_and_validate():
     obs = {"glyphs": np.arange(24, dtype=np.int16).reshape(2, 3, 4), "score": np.array([1.0, 2.0])}
-    msg = P.StepUpdate(0, np.array([1, 1]), (5, 5), np.zeros(2), np.zeros(2, bool), np.zeros(2, bool),
-                       np.zeros(2), obs, None)
-    back = P.decode(P.encode(msg))
-    assert back == msg and back.obs["glyphs"].dtype == np.int16
+    part = P.Steps(np.array([1, 1]), (5, 5), np.zeros(2), np.zeros(2, bool), np.zeros(2, bool), np.zeros(2),
+                   obs, None)
+    (back,) = P.decode(P.encode(P.Report(0, steps=(part,)))).steps
+    assert back == part and back.obs["glyphs"].dtype == np.int16
     with pytest.raises(P.ProtocolError, match="first axis 2"):
-        P.StepUpdate(0, np.array([1, 1]), (5, 5), np.zeros(2), np.zeros(2, bool), np.zeros(2, bool),
-                     np.zeros(2), {"glyphs": np.zeros((3, 4))}, None)
+        P.Steps(np.array([1, 1]), (5, 5), np.zeros(2), np.zeros(2, bool), np.zeros(2, bool), np.zeros(2),
+                {"glyphs": np.zeros((3, 4))}, None)

@@ -216,18 +216,19 @@ def test_connect_dispatches_ray_addresses_and_client_pickles():
 
 
 def test_large_arrays_travel_out_of_band_and_small_messages_as_one_frame():
-    small = P.EpisodeUpdate(0, 3, 7, 1.5, 10, 1.0)
+    small = P.Report(0, episodes=((3, 7, 1.5, 10, 1.0, True, {}),))
     frame = ray_backend._pack(small)
     assert isinstance(frame, bytes) and ray_backend._unpack(frame) == small
     obs = {"glyphs": np.arange(3 * 40_000, dtype=np.int16).reshape(3, 40_000), "tiny": np.ones((3, 2))}
     flags = np.zeros(3, bool)
-    big = P.StepUpdate(0, np.array([1, 1, 1]), (7, 7, 7), np.ones(3), flags, flags, np.zeros(3), obs, None)
+    part = P.Steps(np.array([1, 1, 1]), (7, 7, 7), np.ones(3), flags, flags, np.zeros(3), obs)
+    big = P.Report(0, steps=(part,))
     frame = ray_backend._pack(big)
     # the 240 KB array rides next to the header as a flat uint8 view of the original (no copy)
     assert isinstance(frame, tuple) and len(frame) == 2 and isinstance(frame[0], bytes)
     assert frame[1].dtype == np.uint8 and frame[1].nbytes == obs["glyphs"].nbytes
     assert np.shares_memory(frame[1], obs["glyphs"])
-    back = ray_backend._unpack(frame)
+    (back,) = ray_backend._unpack(frame).steps
     np.testing.assert_array_equal(back.obs["glyphs"], obs["glyphs"])
     np.testing.assert_array_equal(back.obs["tiny"], obs["tiny"])
     with pytest.raises(P.ProtocolError, match="bytes or uint8 arrays"):
@@ -587,7 +588,8 @@ def test_silent_env_is_declared_gone_and_a_feed_with_heartbeats_is_not(ray_sessi
         # an env that registered and asked for tasks, then went silent (no feed, so no heartbeats)
         hello = ray.get(server.actor.handle.remote(ray_backend._pack(P.Hello(0, "silent"))), timeout=30)
         silent = P.decode([hello]).env_id
-        ray.get(server.actor.handle_batch.remote([ray_backend._pack(P.TaskRequest(silent, 3))]), timeout=30)
+        ask = ray_backend._pack(P.Report(silent, request=3))
+        ray.get(server.actor.handle_batch.remote([ask]), timeout=30)
         m = wait_for(lambda: (m := server.metrics())[f"sync/env{silent}/connected"] == 0 and m, 30,
                      "the silent env to be declared gone")
         assert m[f"sync/env{silent}/tasks_abandoned"] == 3 and m["sync/envs_timed_out"] == 1

@@ -12,6 +12,7 @@ import time
 import msgpack
 import numpy as np
 import pytest
+import wire as W
 import zmq
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -82,7 +83,7 @@ def _hello(sock) -> int:
 
 
 def _tasks(sock, env_id, n=1) -> P.Tasks:
-    tasks = _ask(sock, P.encode(P.TaskRequest(env_id, n)))
+    tasks = _ask(sock, P.encode(W.request(env_id, n)))
     assert isinstance(tasks, P.Tasks) and tasks.env_id == env_id
     return tasks
 
@@ -105,7 +106,7 @@ def _still_serving(server):
         [msgpack.packb((P.PROTOCOL_VERSION, 3))],
         [msgpack.packb((P.PROTOCOL_VERSION, 77, ()))],
         [msgpack.packb((P.PROTOCOL_VERSION, 3, ("x", 1)))],
-        P.encode(P.TaskRequest(0, 1)),
+        P.encode(W.request(0, 1)),
     ],  # the last: no hello first
 )
 def test_malformed_frames_get_an_error_reply_and_are_counted(ctx, frames):
@@ -154,37 +155,37 @@ def test_updates_for_tasks_outside_the_space_or_not_held_are_refused(ctx):
         held = _tasks(sock, env, 2)
         t0, t1 = held.task_ids
         cases = [
-            (P.EpisodeUpdate(env, -1, 55, 1.0, 1, 1.0), "invalid_task"),  # outside Discrete(10)
-            (P.EpisodeUpdate(env, -1, "x", 1.0, 1, 1.0), "invalid_task"),
-            (P.EpisodeUpdate(env, 10**6, 1, 1.0, 1, 1.0), "unknown_task"),  # never sent
-            (P.EpisodeUpdate(env, t0, (held.tasks[0] + 1) % 10, 1.0, 1, 1.0), "task_mismatch"),
-            (P.ProgressUpdate(env, t0, held.tasks[0], 1.5), "bad_progress"),
-            (P.EpisodeUpdate(env, t0, held.tasks[0], float("nan"), 1, 1.0), "non_finite"),
-            (P.EpisodeUpdate(env, t0, held.tasks[0], float("inf"), 1, 1.0), "non_finite"),
+            (W.episode(env, -1, 55, 1.0, 1, 1.0), "invalid_task"),  # outside Discrete(10)
+            (W.episode(env, -1, "x", 1.0, 1, 1.0), "invalid_task"),
+            (W.episode(env, 10**6, 1, 1.0, 1, 1.0), "unknown_task"),  # never sent
+            (W.episode(env, t0, (held.tasks[0] + 1) % 10, 1.0, 1, 1.0), "task_mismatch"),
+            (W.progress(env, t0, held.tasks[0], 1.5), "bad_progress"),
+            (W.episode(env, t0, held.tasks[0], float("nan"), 1, 1.0), "non_finite"),
+            (W.episode(env, t0, held.tasks[0], float("inf"), 1, 1.0), "non_finite"),
             (
-                P.StepUpdate(env, [t0], (held.tasks[0],), [float("nan")], [False], [False], [0.0]),
+                W.steps(env, [t0], (held.tasks[0],), [float("nan")], [False], [False], [0.0]),
                 "non_finite",
             ),
             (
-                P.StepUpdate(env, [t0], (held.tasks[0],), [1.0], [False], [False], [float("inf")]),
+                W.steps(env, [t0], (held.tasks[0],), [1.0], [False], [False], [float("inf")]),
                 "non_finite",
             ),
             (
-                P.StepUpdate(
+                W.steps(
                     env, [t0, 999], (held.tasks[0], 1), [1.0, 1.0], [False] * 2, [False] * 2, [0.0] * 2
                 ),
                 "unknown_task",
             ),
             (  # one task id, but the second step names another task
-                P.StepUpdate(
+                W.steps(
                     env, [t0, t0], (held.tasks[0], (held.tasks[0] + 1) % 10), [1.0] * 2, [False] * 2,
                     [False] * 2, [0.0] * 2,
                 ),
                 "task_mismatch",
             ),
-            (P.EpisodeUpdate(env + 5, t0, held.tasks[0], 1.0, 1, 1.0), "unknown_env"),  # another env's id
+            (W.episode(env + 5, t0, held.tasks[0], 1.0, 1, 1.0), "unknown_env"),  # another env's id
             (P.Welcome(env, True, True, 1), "bad_request"),  # a server-only message
-            (P.TaskRequest(env, 5000), "bad_request"),
+            (W.request(env, 5000), "bad_request"),
             (P.Goodbye(env, (12345,)), "unknown_task"),
         ]
         for msg, code in cases:
@@ -192,8 +193,8 @@ def test_updates_for_tasks_outside_the_space_or_not_held_are_refused(ctx):
             assert isinstance(reply, P.Error) and reply.code == code, (msg, reply)
         assert server.curriculum.calls == []  # nothing reached the curriculum
         # a valid episode update is applied once; the same task id again is refused (no duplicates)
-        sock.send_multipart(P.encode(P.EpisodeUpdate(env, t0, held.tasks[0], 2.0, 3, 1.0)))
-        reply = _ask(sock, P.encode(P.EpisodeUpdate(env, t0, held.tasks[0], 2.0, 3, 1.0)))
+        sock.send_multipart(P.encode(W.episode(env, t0, held.tasks[0], 2.0, 3, 1.0)))
+        reply = _ask(sock, P.encode(W.episode(env, t0, held.tasks[0], 2.0, 3, 1.0)))
         assert isinstance(reply, P.Error) and reply.code == "unknown_task"
         assert server.curriculum.calls == [("episode", held.tasks[0], 2.0)]
         m = server.metrics()
@@ -418,14 +419,14 @@ def test_a_refused_update_still_gets_the_tasks_it_asked_for(ctx):
         env = _hello(sock)
         held = _tasks(sock, env, 1)
         t0 = held.task_ids[0]
-        error = _ask(sock, P.encode(P.EpisodeUpdate(env, t0, held.tasks[0], float("nan"), 1, 1.0, request=2)))
+        error = _ask(sock, P.encode(W.episode(env, t0, held.tasks[0], float("nan"), 1, 1.0, request=2)))
         assert isinstance(error, P.Error) and error.code == "non_finite"
         assert sock.poll(5000)
         tasks = P.decode(sock.recv_multipart())
         assert isinstance(tasks, P.Tasks) and len(tasks.task_ids) == 2 and tasks.env_id == env
         assert server.curriculum.calls == []
         # a valid update with a request: applied, then answered with the tasks
-        reply = _ask(sock, P.encode(P.EpisodeUpdate(env, t0, held.tasks[0], 1.0, 1, 1.0, request=1)))
+        reply = _ask(sock, P.encode(W.episode(env, t0, held.tasks[0], 1.0, 1, 1.0, request=1)))
         assert isinstance(reply, P.Tasks) and len(reply.task_ids) == 1
         assert server.curriculum.calls == [("episode", held.tasks[0], 1.0)]
         m = server.metrics()
@@ -441,7 +442,7 @@ def test_tasks_in_flight_per_env_are_capped(ctx):
         sock = _raw(ctx, server.address)
         env = _hello(sock)
         assert len(_tasks(sock, env, 60).task_ids) == 60
-        reply = _ask(sock, P.encode(P.TaskRequest(env, 60)))
+        reply = _ask(sock, P.encode(W.request(env, 60)))
         assert isinstance(reply, P.Error) and reply.code == "too_many_tasks"
         assert "holding 60" in reply.message and "max_tasks_in_flight" in reply.message
         assert server.metrics()[f"sync/env{env}/tasks_in_flight"] == 60

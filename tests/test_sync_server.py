@@ -324,7 +324,7 @@ def test_learner_side_proxies_share_one_lock():
         c = CurriculumClient(server.address, prefetch=0, timeout=5.0)
         c._ensure()
         with server.lock:
-            c.transport.send([P.TaskRequest(c.env_id, 1)])  # (never waits for the reply)
+            c.transport.send([P.Report(c.env_id, request=1)])  # (never waits for the reply)
             time.sleep(0.2)
             n = len(cur.sampled)
         _wait(lambda: len(cur.sampled) == n + 1)
@@ -705,11 +705,11 @@ def test_step_buffer_columns_hold_at_most_their_capacity():
     a = Assignment(0, 0, True)
     for i in range(3):  # one more than the capacity: the third step falls back, nothing is lost
         steps.add(a, {"x": np.full(2, i)}, 0.0, False, False, None, 0.0)
-    msg = steps.message(0)  # (stacked again at send time: the layout is the same)
+    msg = steps.message()  # (stacked again at send time: the layout is the same)
     assert isinstance(msg.obs, dict) and msg.obs["x"].tolist() == [[0, 0], [1, 1], [2, 2]]
     for i in range(2):
         steps.add(a, {"x": np.full(2, i)}, 0.0, False, False, None, 0.0)
-    msg = steps.message(0)
+    msg = steps.message()
     assert isinstance(msg.obs, dict) and msg.obs["x"].tolist() == [[0, 0], [1, 1]]
 
 
@@ -723,20 +723,13 @@ def clock(fake_clock, monkeypatch):
 
 
 def _sent_kinds(client) -> list:
-    """Record the decoded message of every send of ``client`` (once connected)."""
+    """Record the messages of every send of ``client`` (once connected), one list per send."""
     client._ensure()
     out: list = []
     transport = client.transport
     send = transport.send
-    transport.send = lambda items: out.append(_as_message(items, client.env_id)) or send(items)
+    transport.send = lambda items: out.append(list(items)) or send(items)
     return out
-
-
-def _as_message(items: list, env_id: int) -> P.Message:
-    """What one send of ``items`` carries: a message, or a Batch of several (held updates are
-    ``(message class, fields)``)."""
-    msgs = [i[0](*i[1]) if type(i) is tuple else i for i in items]
-    return msgs[0] if len(msgs) == 1 else P.Batch(env_id, tuple(msgs))
 
 
 def test_fast_episodes_are_reported_in_batches_with_their_task_requests(clock):
@@ -754,15 +747,14 @@ def test_fast_episodes_are_reported_in_batches_with_their_task_requests(clock):
         assert [ep[1] for ep in server.curriculum.episodes] == [float(e) for e in range(40)]
         assert m["sync/env0/tasks_consumed"] == 40 and m["sync/env0/tasks_in_flight"] == 0
         assert m["sync/env0/updates_applied"] == 40 + 1  # + the goodbye
-        # once the pace is known, the episodes go out several at a time as one Episodes message (columns),
-        # asking in it for the tasks they need; never a Batch of single updates
-        columns = [s for s in sent if isinstance(s, P.Episodes)]
-        assert not any(isinstance(s, P.Batch) for s in sent)
-        assert len(sent) <= 20 and max(len(m.task_ids) for m in columns) >= 6  # vs 40 updates + goodbye
-        assert sum(m.request > 0 for m in columns) >= 2
-        rows = [r for s in sent if isinstance(s, (P.Episodes, P.EpisodeUpdate)) for r in (
-            s.rows() if isinstance(s, P.Episodes) else [(s.task_id, s.task, s.episode_return)])]
-        assert [r[2] for r in rows] == [float(e) for e in range(40)]  # every episode once, in order
+        # once the pace is known, the episodes go out several at a time as one report, asking in it for the
+        # tasks they need: one message per send
+        assert all(len(s) == 1 for s in sent)
+        reports = [s[0] for s in sent if isinstance(s[0], P.Report)]
+        assert len(sent) <= 20 and max(len(r.episodes) for r in reports) >= 6  # vs 40 updates + goodbye
+        assert sum(r.request > 0 for r in reports) >= 2
+        rows = [row for r in reports for row in r.episodes]
+        assert [row[2] for row in rows] == [float(e) for e in range(40)]  # every episode once, in order
         # every send but the goodbye is counted, also the task request made at connect (before `sent` began)
         assert c.stats["updates_sent"] == 40 and c.stats["sends"] == len(sent)
 
@@ -776,8 +768,8 @@ def test_slow_episodes_are_reported_one_message_each(clock):
             clock.t += 2.0
             c.record_episode(a, 1.0, 10, 1.0)
         assert c.request_size == 1 and c.held_updates == 0
-        assert [type(s).__name__ for s in sent] == ["EpisodeUpdate"] * 6  # each asking for the next task
-        assert all(s.request >= 1 for s in sent)
+        assert [(type(s[0]).__name__, len(s), s[0].updates) for s in sent] == [("Report", 1, 1)] * 6
+        assert all(s[0].request >= 1 for s in sent)  # each asking for the next task
         c.close()
         assert server.metrics()["sync/env0/tasks_in_flight"] == 0
 
@@ -827,25 +819,22 @@ def test_no_holding_sends_every_update_on_its_own():
             assert not c.holds_updates
             sent = _sent_kinds(c)
             _play(c, 5)
-            assert not any(isinstance(s, (P.Batch, P.Episodes)) for s in sent)
+            assert all(len(s) == 1 and s[0].updates <= 1 for s in sent if isinstance(s[0], P.Report))
             c.close()
 
 
-def test_server_applies_a_batch_in_order_and_answers_its_requests_once():
+def test_server_applies_a_report_in_order_and_answers_its_request_once():
     cur = Recorder()
     with serve(cur) as server:
         c = CurriculumClient(server.address, prefetch=0)
         a = c.next_task()
         b = c.next_task()
         env = c.env_id
-        frames = P.encode_batch(env, [
-            P.encode(P.EpisodeUpdate(env, a.task_id, a.task, 1.0, 3, 1.0))[0],
-            P.encode(P.EpisodeUpdate(env, 999, 5, 2.0, 3, 1.0))[0],  # a task id it never held: refused
-            P.encode(P.EpisodeUpdate(env, b.task_id, b.task, 3.0, 3, 1.0, request=2))[0],
-            P.encode(P.TaskRequest(env, 1))[0],
-        ])
+        rows = ((a.task_id, a.task, 1.0, 3, 1.0, True, {}),
+                (999, 5, 2.0, 3, 1.0, True, {}),  # a task id it never held: refused
+                (b.task_id, b.task, 3.0, 3, 1.0, True, {}))
         sock = c.transport.socket
-        sock.send_multipart(frames)
+        sock.send_multipart(P.encode(P.Report(env, rows, request=3)))
         replies = []
         while len(replies) < 2:
             assert sock.poll(5000), "no reply from the server"
@@ -854,15 +843,15 @@ def test_server_applies_a_batch_in_order_and_answers_its_requests_once():
             replies.append(P.decode([frames[0][P.ENVELOPE_SIZE:], *frames[1:]]))
         err, tasks = replies
         assert isinstance(err, P.Error) and err.code == "unknown_task"
-        assert isinstance(tasks, P.Tasks) and len(tasks.task_ids) == 3  # 2 + 1, in one reply
+        assert isinstance(tasks, P.Tasks) and len(tasks.task_ids) == 3  # in one reply
         assert [e[1] for e in cur.episodes] == [1.0, 3.0]  # the refused one did not reach the curriculum
         m = server.metrics()
         assert m[f"sync/env{env}/updates_rejected"] == 1 and m[f"sync/env{env}/tasks_consumed"] == 2
         assert m[f"sync/env{env}/tasks_in_flight"] == 3
 
 
-def test_server_applies_episode_columns_row_by_row():
-    """An Episodes message: every row applied in order as its own update; a refused row (a task id the env
+def test_server_applies_episode_rows_one_by_one():
+    """A report's episodes: every row applied in order as its own update; a refused row (a task id the env
     never held, a non-finite return) reaches no curriculum, is counted, is named in one Error reply, and
     does not stop the rows after it; the request is answered after all of them."""
     cur = Recorder()
@@ -870,16 +859,10 @@ def test_server_applies_episode_columns_row_by_row():
         c = CurriculumClient(server.address, prefetch=0)
         a, b, d = c.next_task(), c.next_task(), c.next_task()
         env = c.env_id
-        msg = P.Episodes(
-            env,
-            (a.task_id, 999, b.task_id, d.task_id),
-            (a.task, 5, b.task, d.task),
-            (1.0, 2.0, 3.0, float("inf")),
-            (3, 3, 4, 5),
-            (1.0, 1.0, 0.5, 1.0),
-            (True, True, False, True),
-            request=2,
-        )
+        rows = ((a.task_id, a.task, 1.0, 3, 1.0, True, {}), (999, 5, 2.0, 3, 1.0, True, {}),
+                (b.task_id, b.task, 3.0, 4, 0.5, False, {}),
+                (d.task_id, d.task, float("inf"), 5, 1.0, True, {}))
+        msg = P.Report(env, rows, request=2)
         sock = c.transport.socket
         sock.send_multipart(P.encode(msg))
         replies = []
@@ -889,7 +872,7 @@ def test_server_applies_episode_columns_row_by_row():
             replies.append(P.decode([frames[0][P.ENVELOPE_SIZE:], *frames[1:]]))
         err, tasks = replies
         assert isinstance(err, P.Error) and err.code == "unknown_task"
-        assert "2 of 4 episode updates" in err.message
+        assert "2 of 4 updates" in err.message
         assert isinstance(tasks, P.Tasks) and len(tasks.task_ids) == 2
         # a's episode reached the curriculum; b's was cut short (ended False): consumed, no episode
         assert [e[:3] for e in cur.episodes] == [(a.task, 1.0, 3)]
@@ -956,11 +939,11 @@ def test_step_buffer_columns_match_the_steps_recorded(steps):
     for k, rew, term, trunc, prog in steps:
         buf.add(assignments[k], None, rew, term, trunc, None, prog)
     assert len(buf) == len(steps)
-    for msg in (buf.message(3), None):
+    for msg in (buf.message(), None):
         if msg is None:  # the same steps again, through the wire
             for k, rew, term, trunc, prog in steps:
                 buf.add(assignments[k], None, rew, term, trunc, None, prog)
-            msg = P.decode(P.encode(buf.message(3)))
+            (msg,) = P.decode(P.encode(P.Report(3, steps=(buf.message(),)))).steps
         assert len(buf) == 0
         assert msg.task_ids.tolist() == [assignments[k].task_id for k, *_ in steps]
         assert list(msg.tasks) == [assignments[k].task for k, *_ in steps]
@@ -980,13 +963,13 @@ def test_step_buffers_send_full_batches_of_exactly_the_steps_recorded(steps, cap
 
     sent: list = []
     buf = _StepBuffer(
-        False, with_infos, frozenset(), capacity=capacity, on_full=lambda: sent.append(buf.message(0))
+        False, with_infos, frozenset(), capacity=capacity, on_full=lambda: sent.append(buf.message())
     )
     assignments = [Assignment(7, "a"), Assignment(8, "b")]
     for k, rew, term, trunc, prog in steps:
         buf.add(assignments[k], None, rew, term, trunc, {"k": k}, prog)
     if len(buf):
-        sent.append(buf.message(0))
+        sent.append(buf.message())
     n = len(steps)
     assert [len(m) for m in sent] == [capacity] * (n // capacity) + ([n % capacity] if n % capacity else [])
     assert [t for m in sent for t in m.tasks] == [assignments[k].task for k, *_ in steps]

@@ -15,6 +15,7 @@ from pettingzoo import ParallelEnv
 from magister.curricula.base import Curriculum, TaskSample
 from magister.env_wrappers.sync_wrappers import GymnasiumSyncWrapper, PettingZooSyncWrapper
 from magister.env_wrappers.task_wrapper import TaskWrapper
+from magister.sync import protocol as P
 from magister.sync.server import serve
 from magister.task_spaces.discrete import Discrete
 
@@ -214,15 +215,14 @@ def test_episode_update_refills_the_prefetch_buffer_in_the_same_message():
         kinds: list[str] = []
         transport = feed.transport
         send = transport.send
-        def kind(items):  # one message: an update held as (class, fields), or a message; several: a Batch
-            first = items[0][0] if type(items[0]) is tuple else type(items[0])
-            return first.__name__ if len(items) == 1 else "Batch"
+        def kind(items):  # what one send carries: its messages, and each report's episodes and request
+            return [(type(m).__name__, len(m.episodes), m.request > 0) for m in items if type(m) is P.Report]
 
         transport.send = lambda items: kinds.append(kind(items)) or send(items)
         for _ in range(5):
             _run_episode(env)
             env.reset()
-        assert kinds == ["EpisodeUpdate"] * 5  # no TaskRequest: each update asked for the next task
+        assert kinds == [[("Report", 1, True)]] * 5  # one report per episode, asking for the next task
         env.close()
         m = server.metrics()
         assert m["sync/total/tasks_consumed"] == 5

@@ -107,9 +107,9 @@ def test_served_task_filter_control_and_variant_travel_as_fields(monkeypatch):
     assert credited == len(variants)
     # nothing on the wire is a tag: plain tasks, the flags and variants in fields of their own
     tasks_msgs = [m for m in seen if isinstance(m, P.Tasks)]
-    updates = [m for m in seen if isinstance(m, P.EpisodeUpdate)]
+    updates = [row for m in seen if isinstance(m, P.Report) for row in m.episodes]
     assert tasks_msgs and updates
     assert not any(_is_tag(t) for m in tasks_msgs for t in m.tasks + m.variants)
     assert any(any(m.control) for m in tasks_msgs)
     assert any(v is not None for m in tasks_msgs for v in m.variants)
-    assert not any(_is_tag(m.task) for m in updates) and all(m.task < VARIANT for m in updates)
+    assert not any(_is_tag(row[1]) for row in updates) and all(row[1] < VARIANT for row in updates)

@@ -2,16 +2,15 @@
 
 A :class:`Transport` moves protocol messages between one env-side feed
 (:class:`magister.sync.feed.TaskFeed`) and the curriculum's :class:`~magister.sync.core.SyncCore`, and
-decides nothing. It is made in the process that uses it and serves one env. The items a feed hands to
-:meth:`Transport.send` are message objects, or ``(message class, fields)`` for updates the feed held as
-their fields. What differs between transports is declared once, in their :class:`Capabilities`.
+decides nothing. It is made in the process that uses it and serves one env. What differs between
+transports is declared once, in their :class:`Capabilities`.
 Transports never import the feed or an endpoint.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from .. import protocol as P
 
@@ -76,8 +75,8 @@ class Transport:
         """Register with the curriculum; its welcome (waits at most the timeout)."""
         raise NotImplementedError
 
-    def send(self, items: list[Any]) -> None:  # pragma: no cover - interface
-        """Send ``items`` (see the module docstring) as one message or call, in order; never waits for a
+    def send(self, items: list[P.Message]) -> None:  # pragma: no cover - interface
+        """Send the messages ``items`` in order (one call where the transport can); never waits for a
         reply. When the peer is behind, wait for room at most the timeout (then
         :class:`ServerUnavailableError`)."""
         raise NotImplementedError

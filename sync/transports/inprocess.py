@@ -6,7 +6,7 @@ message objects under the core's lock and queues their replies for :meth:`InProc
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from .. import protocol as P
 from ..core import SyncCore, SyncRejected
@@ -40,12 +40,10 @@ class InProcessTransport(Transport):
         self.env_id = welcome.env_id
         return welcome
 
-    def send(self, items: list[Any]) -> None:
+    def send(self, items: list[P.Message]) -> None:
         """Apply the messages in order (a refused one raises: :class:`SyncError` when the curriculum could
         not sample, else the server's ``SyncRejected``)."""
         for msg in items:
-            if type(msg) is tuple:  # an update held as its fields
-                msg = msg[0](*msg[1])
             try:
                 reply = self.core.apply(msg)
             except SyncRejected as exc:

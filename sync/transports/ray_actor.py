@@ -86,11 +86,11 @@ def parse_ray_address(address: str) -> tuple[str, str | None]:
     return name, namespace
 
 
-def pack(item: Any) -> bytes | tuple[Any, ...]:
-    """A protocol message, or an update held as ``(message class, fields)``, as one ``bytes`` frame; or,
-    when it carries large arrays (step records with observations), as ``(header, array_bytes, ...)``,
-    each large array's bytes a flat ``uint8`` view that Ray ships out of band."""
-    frames = P.encode_fields(*item) if type(item) is tuple else P.encode(item)
+def pack(msg: P.Message) -> bytes | tuple[Any, ...]:
+    """A protocol message as one ``bytes`` frame; or, when it carries large arrays (step records with
+    observations), as ``(header, array_bytes, ...)``, each large array's bytes a flat ``uint8`` view that
+    Ray ships out of band."""
+    frames = P.encode(msg)
     if len(frames) == 1:
         return bytes(frames[0])
     return (bytes(frames[0]), *(np.frombuffer(f, dtype=np.uint8) for f in frames[1:]))
@@ -245,7 +245,7 @@ class RayTransport(Transport):
         self.kept.extend(frames[:max(0, room)])
         self.lost += max(0, len(frames) - max(0, room))
 
-    def send(self, items: list[Any]) -> None:
+    def send(self, items: list[P.Message]) -> None:
         frames = [pack(i) for i in items]
         if self.away:
             self._keep(frames)

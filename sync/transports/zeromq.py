@@ -1,8 +1,7 @@
 """The ZeroMQ transport: a DEALER socket to a :class:`~magister.sync.server.CurriculumServer`.
 
 The socket is made by :meth:`ZmqTransport.open`, in the process that uses it, from a per-process context
-(never one inherited through ``fork``). Several items go out as one
-:class:`~magister.sync.protocol.Batch`; a send never waits for a reply, and waits for room in the send
+(never one inherited through ``fork``). A send never waits for a reply, and waits for room in the send
 queue at most ``timeout`` seconds (back-pressure instead of silently dropping).
 
 **Reconnects lose nothing and repeat nothing.** The socket has a stable routing id (a random session
@@ -206,20 +205,10 @@ class ZmqTransport(Transport):
                 raise SyncError(f"the CURVE handshake with {self.peer} fails: is curve_server_key "
                                 f"{self.curve[0]!r} the server's public key?")
 
-    def send(self, items: list[Any]) -> None:
-        """One message: the item's own, or a :class:`~magister.sync.protocol.Batch` of several (items with
-        out-of-band arrays, which a batch cannot carry, go as messages of their own, in order)."""
-        encoded = [_encode(item) for item in items]
-        if len(encoded) > 1 and any(len(f) > 1 for f in encoded):
-            for frames in encoded:
-                self._send_frames(frames, "message")
-        elif len(encoded) == 1:
-            self._send_frames(encoded[0], "message")
-        else:
-            self._send_frames(P.encode_batch(self.env_id, [f[0] for f in encoded]), f"batch of {len(items)}")
-
-    def _send_frames(self, frames: list[Any], what: str) -> None:
-        self._write(self.stream.number(frames), what)
+    def send(self, items: list[P.Message]) -> None:
+        """Each message numbered, in order (kept until the server acknowledges it)."""
+        for msg in items:
+            self._write(self.stream.number(P.encode(msg)), type(msg).__name__)
 
     @property
     def lost(self) -> int:
@@ -318,9 +307,3 @@ class ZmqTransport(Transport):
             _orphans.append(self.socket)
             self.socket = None
 
-
-def _encode(item: Any) -> list[Any]:
-    """The frames of an item: a message, or an update held as ``(message class, fields)``."""
-    if type(item) is tuple:
-        return P.encode_fields(*item)
-    return P.encode(item)
