@@ -3,8 +3,8 @@
 A server may bind an *exposed* address (:func:`is_exposed`: reachable by others than this user's processes)
 only with CURVE keys (ZeroMQ's encryption and server authentication) or an explicit ``insecure=True``.
 CURVE alone admits any holder of the server's public key; ``curve_allowed_clients`` admits only listed
-client keys (:class:`ClientAllowList`, checked at each handshake by a :class:`ZapAuthenticator`). The
-remote-workers guide shows both set-ups.
+client keys (:class:`ClientAllowList`, asked at each handshake by pyzmq's ZAP authenticator thread,
+:class:`ZapAuthenticator`). The remote-workers guide shows both set-ups.
 
 >>> is_exposed("tcp://0.0.0.0:5555"), is_exposed("ipc://@magister"), is_exposed("tcp://127.0.0.1:5555")
 (True, True, False)
@@ -15,14 +15,13 @@ from __future__ import annotations
 import ipaddress
 import logging
 import os
-import threading
-from collections.abc import Iterable
+from collections.abc import Awaitable, Iterable
 from pathlib import Path
 from typing import NamedTuple
 
 import zmq
 import zmq.auth
-from zmq.utils import z85
+from zmq.auth.thread import ThreadAuthenticator
 
 from .ratelimit import RateLimitedLogger
 
@@ -244,83 +243,54 @@ class ClientAllowList:
         return key in self._keys
 
 
-#: The ZAP domain the server's socket announces (RFC 27); the handler answers only it.
-ZAP_DOMAIN = b"magister"
-_ZAP_ENDPOINT = "inproc://zeromq.zap.01"  # fixed by RFC 27
-_JOIN_TIMEOUT = 5.0
+#: The ZAP domain the server's socket announces (RFC 27); the authenticator answers only it.
+ZAP_DOMAIN = "magister"
 
 
-def _zap_reply(request: list[bytes], status: bytes, text: bytes, user_id: bytes = b"") -> list[bytes]:
-    return [b"1.0", request[1] if len(request) > 1 else b"", status, text, user_id, b""]
-
-
-class ZapAuthenticator:
-    """A ZAP handler (ZeroMQ Authentication Protocol, RFC 27) for one server's context, run by a thread.
+class ZapAuthenticator(ThreadAuthenticator):
+    """pyzmq's ZAP handler thread (ZeroMQ Authentication Protocol, RFC 27) for one server's context.
 
     libzmq asks it during each handshake on a socket with ``zap_domain`` :data:`ZAP_DOMAIN` whether the
-    client's key is in ``allowed``; other keys are refused before the server sees a message, counted in
-    :attr:`refused` and logged (rate-limited). Start it before the server binds, :meth:`stop` it before the
-    context is terminated.
+    client's key is in ``allowed`` (it is the credentials provider: :meth:`callback`); other keys are
+    refused before the server sees a message, counted in :attr:`refused` and logged (rate-limited), and so
+    is every key when ``allowed`` fails (fail closed). :meth:`start` it before the server binds,
+    :meth:`stop` it before the context is terminated.
     """
 
     def __init__(
         self, context: zmq.Context, allowed: ClientAllowList, *, log: RateLimitedLogger | None = None
     ) -> None:
+        super().__init__(context)  # (pyzmq logs through "zmq.auth", at DEBUG for every handshake)
         self.allowed = allowed
         self.refused = 0
         self._log = log if log is not None else RateLimitedLogger(logger)
-        self._stop = threading.Event()
-        self._zap = context.socket(zmq.REP)
-        self._zap.setsockopt(zmq.LINGER, 0)
-        self._zap.setsockopt(zmq.RCVTIMEO, 100)  # milliseconds: how soon the thread sees stop()
-        try:
-            self._zap.bind(_ZAP_ENDPOINT)
-        except zmq.ZMQError:
-            self._zap.close(0)
-            raise
-        self._thread = threading.Thread(target=self._run, name="magister-zap", daemon=True)
-        self._thread.start()
+        self._address = ""  # of the handshake being answered, for the refusal's log line
+        self.configure_curve_callback(ZAP_DOMAIN, credentials_provider=self)
 
-    def _run(self) -> None:
-        try:
-            while not self._stop.is_set():
-                try:
-                    request = self._zap.recv_multipart()
-                except zmq.Again:
-                    continue
-                try:
-                    reply = self._answer(request)
-                except Exception:  # answer whatever arrives, and fail closed: the client is refused
-                    self.refused += 1
-                    self._log.exception("zap", "ZAP handler: unexpected error")
-                    reply = _zap_reply(request, b"500", b"internal error")
-                self._zap.send_multipart(reply)
-        finally:
-            self._zap.close(0)
+    def start(self) -> None:
+        super().start()
+        self.thread.name = "magister-zap"
 
-    def _answer(self, request: list[bytes]) -> list[bytes]:
+    def handle_zap_message(self, msg: list[bytes]) -> Awaitable[None]:
         # request: version, request id, domain, address, routing id, mechanism, credentials...
-        _version, _id, domain, address, _identity, mechanism, *credentials = request
-        if mechanism != b"CURVE":  # the server's socket is a CURVE server: nothing else is asked about
-            raise ValueError(f"unexpected ZAP mechanism {mechanism!r}")
-        key = z85.encode(credentials[0])
-        if domain == ZAP_DOMAIN and self.allowed.allows(key):
-            return _zap_reply(request, b"200", b"OK", key)
-        self.refused += 1
-        self._log.warning(
-            "refused_client",
-            "curriculum server: refused a client from %s: its CURVE public key %s is not in "
-            "curve_allowed_clients",
-            address.decode("utf-8", "replace") or "?", key.decode("ascii"),
-        )
-        return _zap_reply(request, b"400", b"client key not allowed")
+        self._address = msg[3].decode("utf-8", "replace") if len(msg) > 3 else ""
+        return super().handle_zap_message(msg)
 
-    def stop(self) -> None:
-        """Stop the thread (joined with a timeout); it closes its socket. Idempotent."""
-        self._stop.set()
-        self._thread.join(_JOIN_TIMEOUT)
-        if self._thread.is_alive():  # pragma: no cover - only if an allow-list read blocks
-            logger.error("ZAP handler thread did not stop within %.1fs", _JOIN_TIMEOUT)
+    def callback(self, domain: str, key: bytes) -> bool:
+        """Whether the client with this Z85 public key may join (pyzmq asks, for :data:`ZAP_DOMAIN` only)."""
+        try:
+            if self.allowed.allows(key):
+                return True
+            self._log.warning(
+                "refused_client",
+                "curriculum server: refused a client from %s: its CURVE public key %s is not in "
+                "curve_allowed_clients",
+                self._address or "?", key.decode("ascii"),
+            )
+        except Exception:  # fail closed (raised, it would end pyzmq's thread: no handshake answered again)
+            self._log.exception("zap", "ZAP handler: unexpected error")
+        self.refused += 1
+        return False
 
 
 def configure_server_socket(
@@ -335,7 +305,7 @@ def configure_server_socket(
     socket.curve_publickey = zmq.curve_public(secret)
     socket.curve_server = True
     if authenticate_clients:
-        socket.zap_domain = ZAP_DOMAIN
+        socket.zap_domain = ZAP_DOMAIN.encode()
 
 
 def configure_client_socket(
@@ -343,15 +313,14 @@ def configure_client_socket(
     curve_server_key: bytes | str | None,
     curve_public_key: bytes | str | None = None,
     curve_secret_key: bytes | str | None = None,
-) -> None:
+) -> bytes | None:
     """Make ``socket`` a CURVE client of the server with public key ``curve_server_key`` (nothing without
-    one), presenting the client key pair given, or else a throwaway one."""
+    one), presenting the client key pair given, or else a throwaway one; returns the public key presented."""
     if curve_server_key is None:
-        return
+        return None
     if curve_secret_key is None:
         curve_public_key, curve_secret_key = generate_keypair()
-    secret = _as_key("secret key", curve_secret_key)
-    public = zmq.curve_public(secret) if curve_public_key is None else _as_key("public key", curve_public_key)
     socket.curve_serverkey = _as_key("server public key", curve_server_key)
-    socket.curve_publickey = public
-    socket.curve_secretkey = secret
+    socket.curve_secretkey = _as_key("secret key", curve_secret_key)
+    socket.curve_publickey = public = _as_key("public key", curve_public_key)  # type: ignore[arg-type]
+    return public

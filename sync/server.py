@@ -186,6 +186,7 @@ class CurriculumServer(LearnerCalls, ServedCurriculum):
         try:
             if allowed is not None:  # (running before the bind: no handshake goes unchecked)
                 self._auth = ZapAuthenticator(self._ctx, allowed, log=self._log)
+                self._auth.start()
             sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
             # an env that reconnects (same routing id) takes over its identity at once, even while the
             # server still holds its old connection (a half-open TCP connection after a network cut)

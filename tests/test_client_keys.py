@@ -105,6 +105,29 @@ def test_only_listed_client_keys_are_served(form, caplog):
     assert refusals and unlisted.public_key.decode() in refusals[0].getMessage()
     # a refused client retries its connection: the refusals are rate-limited, not one line each
     assert len(refusals) <= 3
+    # pyzmq's authenticator adds no warning of its own and nothing logs a traceback for a refusal
+    assert not [r for r in caplog.records if r.name.startswith("zmq") and r.levelno >= logging.WARNING]
+    assert not [r for r in caplog.records if r.exc_info]
+
+
+def test_an_allow_list_that_fails_refuses_the_client_and_says_why(monkeypatch, caplog):
+    """Fail closed: an error while deciding refuses the client, is counted and logged with its traceback;
+    the authenticator goes on answering."""
+
+    def broken(self, public_key):
+        raise OSError("the disk went away")
+
+    monkeypatch.setattr(ClientAllowList, "allows", broken)
+    server_keys, listed = generate_keypair(), generate_keypair()
+    caplog.set_level(logging.WARNING, logger="magister.sync")
+    with serve(Recorder(), "tcp://127.0.0.1:*", curve_secret_key=server_keys.secret_key,
+               curve_allowed_clients=[listed.public_key]) as server:
+        _refused(server.address, server_keys.public_key, listed)
+        _refused(server.address, server_keys.public_key, listed)  # the thread still answers
+        m = server.metrics()
+    assert m["sync/envs"] == 0 and m["sync/clients_refused"] >= 2
+    errors = [r for r in caplog.records if "ZAP handler: unexpected error" in r.getMessage()]
+    assert errors and "the disk went away" in caplog.text and errors[0].exc_info is not None
 
 
 def test_a_directory_of_certificates_is_an_allow_list_and_is_read_again_when_it_changes(tmp_path):

@@ -27,7 +27,7 @@ import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 from .. import protocol as P
-from ..security import configure_client_socket, generate_keypair
+from ..security import configure_client_socket
 from .base import Capabilities, ServerUnavailableError, SyncError, Transport
 
 logger = logging.getLogger(__name__)
@@ -122,11 +122,7 @@ class ZmqTransport(Transport):
         # the session token: the server knows this socket by it across reconnects (a leading zero byte is
         # reserved by ZeroMQ)
         sock.setsockopt(zmq.ROUTING_ID, b"m" + os.urandom(15))
-        server_key, public, secret = self.curve
-        if server_key is not None and secret is None:  # a throwaway key pair, known here for messages
-            public, secret = generate_keypair()
-        configure_client_socket(sock, server_key, public, secret)
-        self.public_key = public
+        self.public_key = configure_client_socket(sock, *self.curve)  # (the key named if it is refused)
         # a refused CURVE handshake is reported by the socket's monitor: the hello fails at once, saying why
         failures = (zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
                     | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL)
@@ -194,7 +190,7 @@ class ZmqTransport(Transport):
         while monitor.poll(0):
             event = recv_monitor_message(monitor)["event"]
             if event == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
-                key = self.public_key.decode() if isinstance(self.public_key, bytes) else self.public_key
+                key = self.public_key.decode()  # type: ignore[union-attr] (refused: it presented one)
                 raise SyncError(f"{self.peer} refused this client's CURVE key {key} (not on its "
                                 "curve_allowed_clients): pass a listed key pair as curve_client_keys")
             self.failed_handshakes += 1
