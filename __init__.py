@@ -19,7 +19,7 @@ from .env_wrappers.pettingzoo_wrapper import PettingZooTaskWrapper
 from .env_wrappers.reinit import ReinitTaskWrapper
 from .env_wrappers.sync_wrappers import GymnasiumSyncWrapper, PettingZooSyncWrapper
 from .env_wrappers.task_wrapper import TaskWrapper
-from .sync.options import FeedOptions
+from .sync.options import FeedOptions, ServerOptions
 from .sync.server import CurriculumServer, serve
 from .task_spaces.base import TaskSpace, stable_hash, task_key
 
@@ -35,6 +35,7 @@ __all__ = [
     "PettingZooSyncWrapper",
     "PettingZooTaskWrapper",
     "ReinitTaskWrapper",
+    "ServerOptions",
     "StepBatch",
     "TaskSample",
     "TaskSpace",

@@ -22,7 +22,7 @@ from .feed import (
     TaskFeed,
     connect,
 )
-from .options import FeedOptions
+from .options import FeedOptions, ServerOptions
 from .protocol import PROTOCOL_VERSION, ProtocolError, ProtocolVersionError
 from .security import CurveKeyPair, check_address, generate_keypair, load_keypair
 from .server import CurriculumServer, serve
@@ -40,6 +40,7 @@ __all__ = [
     "ProtocolError",
     "ProtocolVersionError",
     "ServerHandle",
+    "ServerOptions",
     "ServerUnavailableError",
     "SyncCore",
     "SyncError",

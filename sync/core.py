@@ -51,18 +51,15 @@ import numpy as np
 from ..curricula.base import Curriculum, Episode, StepBatch, TaskSample
 from ..task_spaces.base import EncodedTask, TaskSpace, fingerprint_digest, task_key
 from . import protocol as P
+from .options import ServerOptions
 from .ratelimit import RateLimitedLogger
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["EnvCounters", "LearnerCalls", "ServedCurriculum", "ServerHandle", "SyncCore", "SyncRejected"]
 
-#: Default number of steps a client batches into one step update.
-DEFAULT_STEP_BATCH_SIZE = 64
 #: Largest number of tasks one request may ask for.
 MAX_TASKS_PER_REQUEST = 4096
-#: Default most tasks one env may hold in flight (a feed keeps at most ``prefetch`` ready, and plays one).
-DEFAULT_MAX_TASKS_IN_FLIGHT = 4096
 #: Seconds between two log records of one kind of fault (the rest are counted, see
 #: :class:`~magister.sync.ratelimit.RateLimitedLogger`): a peer sending garbage cannot flood the log.
 LOG_INTERVAL = 10.0
@@ -154,42 +151,29 @@ class SyncCore:
 
     Args:
         curriculum: The curriculum to serve.
-        step_batch_size: Steps per step update that clients are told to batch.
-        validate_tasks: Check tasks the core did not hand out (task id ``-1``) against the task space.
+        options: The endpoint's settings (:class:`~magister.sync.options.ServerOptions`; the core reads
+            ``step_batch_size``, ``validate_tasks``, ``keep_departed`` and ``max_tasks_in_flight``); its
+            fields may also be given as keywords.
         lock: The lock to share; by default the curriculum's own
             (:attr:`~magister.curricula.base.Curriculum.lock`), so a learner reading the curriculum
             directly is serialised with the endpoint.
-        keep_departed: Counters of this many envs that left (goodbye, or declared gone) stay listed one by
-            one (``sync/env<i>/...``); older ones are only counted in the totals. Nothing else is kept of an
-            env that left, so the memory a core holds is bounded by its live envs.
-        max_tasks_in_flight: Most tasks one env may hold (a request beyond it is refused,
-            ``too_many_tasks``).
     """
 
-    def __init__(
-        self,
-        curriculum: Curriculum,
-        *,
-        step_batch_size: int = DEFAULT_STEP_BATCH_SIZE,
-        validate_tasks: bool = True,
-        lock: Any = None,
-        keep_departed: int = 64,
-        max_tasks_in_flight: int = DEFAULT_MAX_TASKS_IN_FLIGHT,
-    ) -> None:
+    def __init__(self, curriculum: Curriculum, options: ServerOptions | None = None, *, lock: Any = None,
+                 **overrides: Any) -> None:
         if not isinstance(curriculum, Curriculum):
             raise TypeError(f"curriculum must be a magister Curriculum, got {type(curriculum).__name__}")
-        if isinstance(step_batch_size, bool) or not isinstance(step_batch_size, int) or step_batch_size < 1:
-            raise ValueError(f"step_batch_size must be a positive int, got {step_batch_size!r}")
+        opts = ServerOptions.of(options, **overrides)
         self.curriculum = curriculum
-        self.step_batch_size = step_batch_size
-        self.validate_tasks = bool(validate_tasks)
-        self.max_tasks_in_flight = int(max_tasks_in_flight)
+        self.step_batch_size = opts.step_batch_size
+        self.validate_tasks = opts.validate_tasks
+        self.max_tasks_in_flight = opts.max_tasks_in_flight
         self.lock = lock if lock is not None else curriculum.lock
         self.pid = os.getpid()
         self._counters: dict[int, EnvCounters] = {}  # live envs
         self._departed: OrderedDict[int, EnvCounters] = OrderedDict()  # the last envs that left
         self._evicted = EnvCounters(connected=0)  # the totals of envs that left before those
-        self.keep_departed = int(keep_departed)
+        self.keep_departed = opts.keep_departed
         self.departed_envs = 0
         #: Registrations of envs that had registered before (after a restart, or after being declared gone).
         self.rejoined_envs = 0

@@ -1,19 +1,26 @@
-"""Every setting of an env-side feed, with its default, in one frozen object: :class:`FeedOptions`.
+"""Every setting of each side of the sync layer, with its default, in one frozen object per side:
+:class:`FeedOptions` (an env's feed) and :class:`ServerOptions` (the curriculum's endpoint).
 
 >>> FeedOptions(prefetch=-1)
 Traceback (most recent call last):
 ...
 ValueError: prefetch must be an int >= 0 or None (the transport's default), got -1
+>>> ServerOptions.of(env_timeout=None).step_batch_size == ServerOptions().step_batch_size
+True
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..task_spaces.base import TaskSpace
 
-__all__ = ["FeedOptions", "DEFAULT_MAX_UPDATE_DELAY", "DEFAULT_TIMEOUT"]
+if TYPE_CHECKING:
+    from .security import AllowedClients
+
+__all__ = ["FeedOptions", "ServerOptions", "DEFAULT_MAX_UPDATE_DELAY", "DEFAULT_TIMEOUT"]
 
 #: Most seconds a feed holds an update (0: none is held); also the span of episodes it keeps tasks for.
 DEFAULT_MAX_UPDATE_DELAY = 0.5
@@ -37,6 +44,17 @@ def _count(name: str, value: Any, low: int, none_ok: bool = False) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < low:
         either = " or None (the transport's default)" if none_ok else ""
         raise ValueError(f"{name} must be an int >= {low}{either}, got {value!r}")
+
+
+def _of(cls: type, side: str, options: Any, overrides: dict[str, Any]) -> Any:
+    """``options`` (default: ``cls()``) with ``overrides``; an unknown name raises ``TypeError`` naming it."""
+    known = sorted(f.name for f in fields(cls))
+    unknown = sorted(set(overrides) - set(known))
+    if unknown:
+        raise TypeError(f"unknown {side} option(s) {unknown}; the options are {known}")
+    if options is not None and not isinstance(options, cls):
+        raise TypeError(f"options must be a {cls.__name__} or None, got {type(options).__name__}")
+    return replace(options if options is not None else cls(), **overrides)
 
 
 @dataclass(frozen=True)
@@ -114,8 +132,74 @@ class FeedOptions:
     def of(cls, options: FeedOptions | None = None, **overrides: Any) -> FeedOptions:
         """``options`` (default: the defaults) with ``overrides``; an unknown name raises ``TypeError``
         naming it and the known ones."""
-        known = sorted(f.name for f in fields(cls))
-        unknown = sorted(set(overrides) - set(known))
-        if unknown:
-            raise TypeError(f"unknown feed option(s) {unknown}; the options are {known}")
-        return replace(options if options is not None else cls(), **overrides)
+        return _of(cls, "feed", options, overrides)
+
+
+@dataclass(frozen=True)
+class ServerOptions:
+    """The settings of a curriculum's endpoint, taken by :func:`~magister.sync.server.serve`,
+    :func:`~magister.sync.ray_backend.serve_ray` and :class:`~magister.sync.core.SyncCore` (whose keyword
+    arguments are its fields). Those marked ZeroMQ are read by ``serve()`` only (``serve_ray`` refuses them).
+
+    Args:
+        step_batch_size: Steps a client batches per step update (only used when the curriculum
+            ``requires_step_updates``).
+        validate_tasks: Check tasks that clients chose themselves against the task space.
+        max_envs: Most live envs served; further hellos get a ``too_many_envs`` error reply. An env that
+            said goodbye, or was declared gone, frees its slot.
+        env_timeout: Seconds an env may stay silent before it is declared gone: the tasks it held are
+            abandoned (counted as ``tasks_abandoned`` and reported to the curriculum's
+            ``on_task_abandoned``) and its slot is freed. Clients send a heartbeat when idle for a quarter
+            of it. ``None``: never (on Ray, envs whose node or worker died are declared gone either way).
+        keep_departed: Counters of this many envs that left stay listed one by one in ``metrics()``
+            (``sync/env<i>/...``); older ones are only counted in the totals, and nothing else is kept.
+        max_tasks_in_flight: Most tasks one env may hold; a request beyond it is refused (``too_many_tasks``).
+        curve_secret_key: ZeroMQ: the CURVE secret key (:func:`magister.sync.security.generate_keypair`);
+            needed for a non-loopback TCP address or an abstract ``ipc://@name`` socket, unless ``insecure``.
+        curve_allowed_clients: ZeroMQ: admit only clients presenting one of these CURVE public keys, or of
+            the ``*.key`` certificates in this directory (re-read when it changes); needs
+            ``curve_secret_key``. Without it, any holder of the server's public key can join.
+        insecure: ZeroMQ: explicitly allow an unencrypted non-loopback TCP address.
+        max_message_bytes: ZeroMQ: larger incoming messages are dropped by ZeroMQ (protects memory).
+        poll_interval: ZeroMQ: most seconds between liveness checks (a quarter of ``env_timeout`` if less).
+        join_timeout: ZeroMQ: seconds ``close()`` waits for the server thread to stop.
+    """
+
+    step_batch_size: int = 64
+    validate_tasks: bool = True
+    max_envs: int = 65536
+    env_timeout: float | None = 60.0
+    keep_departed: int = 64
+    max_tasks_in_flight: int = 4096
+    curve_secret_key: bytes | str | None = None
+    curve_allowed_clients: AllowedClients | None = None
+    insecure: bool = False
+    max_message_bytes: int = 256 * 1024 * 1024
+    poll_interval: float = 1.0
+    join_timeout: float = 5.0
+    #: The fields only the ZeroMQ endpoint reads.
+    ZEROMQ_ONLY = ("curve_secret_key", "curve_allowed_clients", "insecure", "max_message_bytes",
+                   "poll_interval", "join_timeout")
+
+    def __post_init__(self) -> None:
+        _count("step_batch_size", self.step_batch_size, 1)
+        _count("max_envs", self.max_envs, 1)
+        _count("keep_departed", self.keep_departed, 0)
+        _count("max_tasks_in_flight", self.max_tasks_in_flight, 1)
+        _count("max_message_bytes", self.max_message_bytes, 1)
+        for name in ("validate_tasks", "insecure"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        set_ = object.__setattr__
+        if (t := self.env_timeout) is not None:
+            if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t < math.inf:
+                raise ValueError(f"env_timeout must be a finite number of seconds > 0 or None, got {t!r}")
+            set_(self, "env_timeout", float(t))
+        set_(self, "poll_interval", _seconds("poll_interval", self.poll_interval, positive=True))
+        set_(self, "join_timeout", _seconds("join_timeout", self.join_timeout))
+
+    @classmethod
+    def of(cls, options: ServerOptions | None = None, **overrides: Any) -> ServerOptions:
+        """``options`` (default: the defaults) with ``overrides``; an unknown name raises ``TypeError``
+        naming it and the known ones."""
+        return _of(cls, "server", options, overrides)

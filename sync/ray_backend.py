@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import copy
 import logging
-import math
 import os
 import threading
 import time
@@ -47,15 +46,9 @@ from ..checkpoint import load
 from ..curricula.base import Curriculum, TaskSample
 from ..task_spaces.base import EncodedTask
 from . import protocol as P
-from .core import (
-    DEFAULT_STEP_BATCH_SIZE,
-    LearnerCalls,
-    ServedCurriculum,
-    ServerHandle,
-    SyncCore,
-    SyncRejected,
-)
+from .core import LearnerCalls, ServedCurriculum, ServerHandle, SyncCore, SyncRejected
 from .feed import RayClient, SyncError
+from .options import ServerOptions
 from .transports.ray_actor import describe_actor, get, lookup_actor, parse_ray_address, ray_address
 from .transports.ray_actor import pack as _pack
 from .transports.ray_actor import unpack as _unpack
@@ -92,18 +85,17 @@ class CurriculumActor(LearnerCalls):
     :meth:`handle_batch` with encoded protocol messages, the learner the other methods through
     :class:`RayCurriculumServer`. Every curriculum access holds the core's lock."""
 
-    def __init__(self, curriculum: Curriculum, step_batch_size: int = DEFAULT_STEP_BATCH_SIZE,
-                 validate_tasks: bool = True, max_envs: int = 65536, env_timeout: float | None = None,
+    def __init__(self, curriculum: Curriculum, options: ServerOptions | None = None,
                  checkpoint: Checkpoint | None = None) -> None:
+        opts = ServerOptions.of(options)
         # Ray hands an actor numpy arrays from its object store as read-only views: the curriculum writes
         # into its arrays, so it gets writable copies (as does every argument of `call`)
-        self.core = SyncCore(copy.deepcopy(curriculum), step_batch_size=step_batch_size,
-                             validate_tasks=validate_tasks)
-        self.max_envs = int(max_envs)
+        self.core = SyncCore(copy.deepcopy(curriculum), opts)
+        self.max_envs = opts.max_envs
         self.errors_sent = 0
-        self.env_timeout = env_timeout
-        if env_timeout is not None:
-            self.core.heartbeat = env_timeout / 4
+        self.env_timeout = opts.env_timeout
+        if self.env_timeout is not None:
+            self.core.heartbeat = self.env_timeout / 4
         self.seen: dict[int, float] = {}  # live env -> when it last called
         self.where: dict[int, tuple[str, str]] = {}  # live env -> (Ray node id, worker id or "")
         self.gone = {"dead": 0, "timeout": 0}  # envs declared gone, by reason
@@ -359,17 +351,15 @@ def serve_ray(
     curriculum: Curriculum,
     name: str = "magister_curriculum",
     namespace: str | None = None,
+    options: ServerOptions | None = None,
     *,
     detached: bool = False,
-    step_batch_size: int = DEFAULT_STEP_BATCH_SIZE,
-    validate_tasks: bool = True,
-    max_envs: int = 65536,
     actor_options: dict[str, Any] | None = None,
     timeout: float = 30.0,
     start_timeout: float = 300.0,
-    env_timeout: float | None = 60.0,
     max_restarts: int = 0,
     checkpoint: Checkpoint | None = None,
+    **overrides: Any,
 ) -> RayCurriculumServer:
     """Start the curriculum in a named Ray actor; returns the learner-side :class:`RayCurriculumServer`.
 
@@ -378,36 +368,37 @@ def serve_ray(
             the returned proxy (not this object) from now on.
         name: The actor's name; workers find it through ``server.address``.
         namespace: Ray namespace of the actor (needed to reach it from other jobs).
+        options: The actor's settings (:class:`~magister.sync.options.ServerOptions`, not its ZeroMQ-only
+            fields); its fields may also be given as keywords, e.g. ``serve_ray(curriculum, env_timeout=5)``.
         detached: Keep the actor alive after the driver exits (``lifetime="detached"``; close it explicitly).
-        step_batch_size: Steps a client batches per step update (when the curriculum wants step updates).
-        validate_tasks: Check tasks that clients chose themselves against the task space.
-        max_envs: Most live envs the actor serves.
         actor_options: Extra ``.options(...)`` for the actor (e.g. ``num_cpus``, ``resources``); the name,
             namespace, lifetime, ``max_restarts`` and ``max_concurrency=1`` are set here.
         timeout: Seconds to wait for each proxy call.
         start_timeout: Seconds to wait for the actor to start (a busy machine or cluster may take far
             longer to schedule it than a call takes).
-        env_timeout: Seconds an env may stay silent before it is declared gone (``None``: never; envs
-            whose Ray node or worker died are declared gone either way). Idle envs send a heartbeat every
-            quarter of it.
         max_restarts: Times Ray restarts the actor after its process dies (``-1``: always). Calls in flight
             when it died fail on the learner side with ``ServerUnavailableError``; envs register again.
         checkpoint: What a restarted actor restores the curriculum from: a file written with
             ``magister.save(path, server.state_dict())`` (on storage the node it restarts on can read), or
             a callable returning the state (``None``: none yet). Needs ``max_restarts``.
+        **overrides: :class:`~magister.sync.options.ServerOptions` fields, over ``options``.
 
     Raises:
-        TypeError: ``curriculum`` is not a Curriculum, or ``checkpoint`` is neither a path nor a callable.
-        ValueError: a bad name or namespace, reserved ``actor_options``, an actor of that name exists, a
-            bad ``env_timeout`` or ``max_restarts``, or a ``checkpoint`` without restarts.
+        TypeError: ``curriculum`` is not a Curriculum, an unknown option, or ``checkpoint`` is neither a
+            path nor a callable.
+        ValueError: a bad name or namespace, a bad option value or a ZeroMQ-only one, reserved
+            ``actor_options``, an actor of that name exists, a bad ``max_restarts``, or a ``checkpoint``
+            without restarts.
         ServerUnavailableError: the actor did not start within ``start_timeout``.
     """
     if not isinstance(curriculum, Curriculum):
         raise TypeError(f"curriculum must be a magister Curriculum, got {type(curriculum).__name__}")
     ray_address(name, namespace)  # validates both
-    if env_timeout is not None and (isinstance(env_timeout, bool) or not isinstance(env_timeout, (int, float))
-                                    or not 0 < env_timeout < math.inf):
-        raise ValueError(f"env_timeout must be a positive number of seconds or None, got {env_timeout!r}")
+    opts = ServerOptions.of(options, **overrides)
+    zeromq_only = [f for f in ServerOptions.ZEROMQ_ONLY if getattr(opts, f) != getattr(ServerOptions, f)]
+    if zeromq_only:
+        raise ValueError(f"{zeromq_only} apply to the ZeroMQ server (serve()); the Ray actor travels over "
+                         "Ray's own transport (secure the Ray cluster instead)")
     if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < -1:
         raise ValueError(f"max_restarts must be an int >= -1 (-1: always restart), got {max_restarts!r}")
     if checkpoint is not None:
@@ -416,9 +407,9 @@ def serve_ray(
                             f"{checkpoint!r}")
         if max_restarts == 0:
             raise ValueError("checkpoint is read when the actor restarts: set max_restarts as well")
-    options = {"num_cpus": 0, **(actor_options or {})}
+    ray_options = {"num_cpus": 0, **(actor_options or {})}
     reserved = {"name", "namespace", "lifetime", "max_concurrency", "get_if_exists", "max_restarts"}
-    reserved &= set(options)
+    reserved &= set(ray_options)
     if reserved:
         raise ValueError(f"actor_options may not set {sorted(reserved)}; they are serve_ray's arguments")
     try:
@@ -434,10 +425,9 @@ def serve_ray(
         lifetime="detached" if detached else None,
         max_concurrency=1,  # one call at a time: each caller's messages are applied in order
         max_restarts=max_restarts,
-        **options,
+        **ray_options,
     )
-    env_timeout = None if env_timeout is None else float(env_timeout)
-    actor = cls.remote(curriculum, step_batch_size, validate_tasks, max_envs, env_timeout, checkpoint)
+    actor = cls.remote(curriculum, opts, checkpoint)
     server = RayCurriculumServer(actor, name, namespace, owner=True, timeout=timeout)
     try:
         get(actor.ping.remote(), start_timeout, describe_actor(name, namespace), "the start-up ping")

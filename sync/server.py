@@ -61,19 +61,10 @@ from zmq.utils.monitor import recv_monitor_message
 
 from ..curricula.base import Curriculum
 from . import protocol as P
-from .core import (
-    DEFAULT_MAX_TASKS_IN_FLIGHT,
-    DEFAULT_STEP_BATCH_SIZE,
-    LOG_INTERVAL,
-    LearnerCalls,
-    ServedCurriculum,
-    ServerHandle,
-    SyncCore,
-    SyncRejected,
-)
+from .core import LOG_INTERVAL, LearnerCalls, ServedCurriculum, ServerHandle, SyncCore, SyncRejected
+from .options import ServerOptions
 from .ratelimit import RateLimitedLogger
 from .security import (
-    AllowedClients,
     ClientAllowList,
     ZapAuthenticator,
     check_address,
@@ -111,56 +102,35 @@ class CurriculumServer(LearnerCalls, ServedCurriculum):
         curriculum: The served curriculum. Touch it only while holding :attr:`lock`, or use the proxies.
         lock: The lock shared by the server thread and the learner-side proxy methods.
         core: The :class:`SyncCore` holding the accounting.
+        options: Its settings (:class:`~magister.sync.options.ServerOptions`).
     """
 
     def __init__(
-        self,
-        curriculum: Curriculum,
-        address: str | None = None,
-        *,
-        step_batch_size: int = DEFAULT_STEP_BATCH_SIZE,
-        curve_secret_key: bytes | str | None = None,
-        curve_allowed_clients: AllowedClients | None = None,
-        insecure: bool = False,
-        validate_tasks: bool = True,
-        max_message_bytes: int = 256 * 1024 * 1024,
-        max_envs: int = 65536,
-        poll_interval: float = 1.0,
-        join_timeout: float = 5.0,
-        env_timeout: float | None = 60.0,
-        keep_departed: int = 64,
-        max_tasks_in_flight: int = DEFAULT_MAX_TASKS_IN_FLIGHT,
+        self, curriculum: Curriculum, address: str | None = None, options: ServerOptions | None = None,
+        **overrides: Any,
     ) -> None:
-        if env_timeout is not None and (
-            isinstance(env_timeout, bool) or not isinstance(env_timeout, (int, float)) or not env_timeout > 0
-        ):
-            raise ValueError(f"env_timeout must be a positive number of seconds or None, got {env_timeout!r}")
-        self.core = SyncCore(
-            curriculum,
-            step_batch_size=step_batch_size,
-            validate_tasks=validate_tasks,
-            keep_departed=keep_departed,
-            max_tasks_in_flight=max_tasks_in_flight,
-        )
+        opts = self.options = ServerOptions.of(options, **overrides)
+        self.core = SyncCore(curriculum, opts)
         self.curriculum = curriculum
         self.lock = self.core.lock
         self._pid = os.getpid()
         #: Seconds an env may stay silent before it is declared gone (``None``: never).
-        self.env_timeout = None if env_timeout is None else float(env_timeout)
+        self.env_timeout = opts.env_timeout
+        poll_interval = opts.poll_interval
         if self.env_timeout is not None:
             self.core.heartbeat = self.env_timeout / 4  # an idle env sends one at least this often
             poll_interval = min(poll_interval, self.env_timeout / 4)  # the liveness check's period
         self._poll_ms = max(1, int(poll_interval * 1000))
         self._next_sweep = math.inf if self.env_timeout is None else time.monotonic() + self.env_timeout / 4
-        self._join_timeout = float(join_timeout)
-        self._max_header = min(int(max_message_bytes), P.DEFAULT_MAX_HEADER_BYTES)
+        self._join_timeout = opts.join_timeout
+        self._max_header = min(opts.max_message_bytes, P.DEFAULT_MAX_HEADER_BYTES)
         self._tmpdir: str | None = None
         self._closed = False
         self._stop = threading.Event()
         self._peers: dict[bytes, _Peer] = {}  # live envs, by routing id
         #: Most live envs this server serves (bounds the memory a flood of hellos can take); an env that
         #: left (goodbye, or declared gone) frees its slot.
-        self.max_envs = int(max_envs)
+        self.max_envs = opts.max_envs
         self.errors_sent = 0
         #: Sequenced messages dropped as repeats (resent after a reconnect, already applied).
         self.duplicates_dropped = 0
@@ -174,8 +144,9 @@ class CurriculumServer(LearnerCalls, ServedCurriculum):
             address = f"ipc://{os.path.join(self._tmpdir, 'curriculum.sock')}"
         try:
             check_address(address, bind=True)
-            check_bind_address(address, curve_secret_key, insecure, curve_allowed_clients)
-            allowed = None if curve_allowed_clients is None else ClientAllowList(curve_allowed_clients)
+            allowed = opts.curve_allowed_clients
+            check_bind_address(address, opts.curve_secret_key, opts.insecure, allowed)
+            allowed = None if allowed is None else ClientAllowList(allowed)
         except Exception:
             self._remove_tmpdir()
             raise
@@ -192,8 +163,8 @@ class CurriculumServer(LearnerCalls, ServedCurriculum):
             # server still holds its old connection (a half-open TCP connection after a network cut)
             sock.setsockopt(zmq.ROUTER_HANDOVER, 1)
             sock.setsockopt(zmq.LINGER, 0)
-            sock.setsockopt(zmq.MAXMSGSIZE, int(max_message_bytes))
-            configure_server_socket(sock, curve_secret_key, authenticate_clients=allowed is not None)
+            sock.setsockopt(zmq.MAXMSGSIZE, opts.max_message_bytes)
+            configure_server_socket(sock, opts.curve_secret_key, authenticate_clients=allowed is not None)
             sock.bind(address)
             self.address: str = sock.getsockopt_string(zmq.LAST_ENDPOINT)
             self._monitor = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
@@ -488,19 +459,7 @@ def _close_live_servers() -> None:  # pragma: no cover - interpreter shutdown
 
 
 def serve(
-    curriculum: Curriculum,
-    address: str | None = None,
-    *,
-    step_batch_size: int = DEFAULT_STEP_BATCH_SIZE,
-    curve_secret_key: bytes | str | None = None,
-    curve_allowed_clients: AllowedClients | None = None,
-    insecure: bool = False,
-    validate_tasks: bool = True,
-    max_message_bytes: int = 256 * 1024 * 1024,
-    max_envs: int = 65536,
-    env_timeout: float | None = 60.0,
-    keep_departed: int = 64,
-    max_tasks_in_flight: int = DEFAULT_MAX_TASKS_IN_FLIGHT,
+    curriculum: Curriculum, address: str | None = None, options: ServerOptions | None = None, **overrides: Any
 ) -> CurriculumServer:
     """Serve ``curriculum`` to environment workers; returns the running :class:`CurriculumServer`.
 
@@ -508,43 +467,16 @@ def serve(
         curriculum: Any :class:`~magister.curricula.base.Curriculum`.
         address: ``None`` for an ``ipc://`` socket in a private temporary directory (same machine), or
             ``"tcp://host:port"`` (``port`` ``*``: a free port, see :attr:`CurriculumServer.address`).
-        step_batch_size: Steps a client batches per step update (only used when the curriculum
-            ``requires_step_updates``).
-        curve_secret_key: CURVE secret key (see :func:`magister.sync.security.generate_keypair`); required
-            for a TCP address that is not loopback (or an abstract ``ipc://@name`` socket), unless
-            ``insecure=True``.
-        curve_allowed_clients: Admit only clients presenting one of these CURVE public keys (a list), or
-            one of the ``*.key`` certificates in this directory (re-read when it changes); see
-            :mod:`magister.sync.security`. Needs ``curve_secret_key``. Without it, any holder of the
-            server's public key can join (an exposed address logs a warning saying so).
-        insecure: Explicitly allow an unencrypted non-loopback TCP address.
-        validate_tasks: Check tasks that clients chose themselves against the task space.
-        max_message_bytes: Larger incoming messages are dropped by ZeroMQ (protects memory).
-        max_envs: Most live envs the server serves; further hellos get a ``too_many_envs`` error reply. An
-            env that said goodbye, or was declared gone, frees its slot.
-        env_timeout: Seconds an env may stay silent before it is declared gone: the tasks it held are
-            abandoned (counted as ``tasks_abandoned`` and reported to the curriculum's
-            ``on_task_abandoned``) and its slot is freed. Clients send a heartbeat when idle for a quarter
-            of it. ``None``: envs are never declared gone.
-        keep_departed: Counters of this many envs that left stay listed one by one in ``metrics()``.
-        max_tasks_in_flight: Most tasks one env may hold; a request beyond it is refused (``too_many_tasks``).
+        options: The server's settings (:class:`~magister.sync.options.ServerOptions`: ``step_batch_size``,
+            ``env_timeout``, ``max_envs``, the CURVE keys ...); its fields may also be given as keywords,
+            e.g. ``serve(curriculum, env_timeout=None)``.
+        **overrides: :class:`~magister.sync.options.ServerOptions` fields, over ``options``.
 
     Raises:
-        ValueError: an unsupported address, an exposed address (:func:`~magister.sync.security.is_exposed`)
-            without keys or ``insecure=True``, or a malformed ``curve_allowed_clients``.
+        TypeError: an unknown option (the message lists the known ones).
+        ValueError: a bad option value, an unsupported address, an exposed address
+            (:func:`~magister.sync.security.is_exposed`) without keys or ``insecure=True``, or a malformed
+            ``curve_allowed_clients``.
         zmq.ZMQError: the address cannot be bound (e.g. the port is taken).
     """
-    return CurriculumServer(
-        curriculum,
-        address,
-        step_batch_size=step_batch_size,
-        curve_secret_key=curve_secret_key,
-        curve_allowed_clients=curve_allowed_clients,
-        insecure=insecure,
-        validate_tasks=validate_tasks,
-        max_message_bytes=max_message_bytes,
-        max_envs=max_envs,
-        env_timeout=env_timeout,
-        keep_departed=keep_departed,
-        max_tasks_in_flight=max_tasks_in_flight,
-    )
+    return CurriculumServer(curriculum, address, options, **overrides)

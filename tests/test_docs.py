@@ -113,6 +113,10 @@ EXPECT: dict[str, dict[str, str]] = {
     'magister.save(run / "curriculum.ckpt", curriculum.state_dict())': {
         "the curriculum was restored": "curriculum.num_sampled == 0",
     },
+    "options=settings, max_tasks_in_flight=64": {
+        "the keyword overrode the object, its other fields kept": "(served_with.max_tasks_in_flight, "
+        "served_with.env_timeout, served_with.max_envs) == (64, 30.0, 256)",
+    },
     "curve_allowed_clients=[worker_keys.public_key]": {
         "the listed worker played": "env.env_id is not None",
         "the stranger was refused": "refused and server.metrics()['sync/clients_refused'] >= 1",
