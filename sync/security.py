@@ -21,6 +21,7 @@ from typing import NamedTuple
 
 import zmq
 import zmq.auth
+from zmq.auth.base import Authenticator
 from zmq.auth.thread import ThreadAuthenticator
 
 from .ratelimit import RateLimitedLogger
@@ -245,6 +246,7 @@ class ClientAllowList:
 
 #: The ZAP domain the server's socket announces (RFC 27); the authenticator answers only it.
 ZAP_DOMAIN = "magister"
+_JOIN_TIMEOUT = 5.0
 
 
 class ZapAuthenticator(ThreadAuthenticator):
@@ -270,6 +272,20 @@ class ZapAuthenticator(ThreadAuthenticator):
     def start(self) -> None:
         super().start()
         self.thread.name = "magister-zap"
+
+    def stop(self) -> None:
+        """Stop the thread, waiting at most ``_JOIN_TIMEOUT`` seconds (a thread still busy then is logged
+        and left to the process's exit). Idempotent."""
+        if self.pipe is None:
+            return
+        self.pipe.send(b"TERMINATE")
+        self.thread.join(_JOIN_TIMEOUT)
+        if self.thread.is_alive():  # pragma: no cover - only if an allow-list read blocks
+            logger.error("ZAP handler thread did not stop within %.1fs", _JOIN_TIMEOUT)
+            return
+        self.pipe.close()
+        self.pipe = None
+        Authenticator.stop(self)  # (pyzmq's base: closes the ZAP socket)
 
     def handle_zap_message(self, msg: list[bytes]) -> Awaitable[None]:
         # request: version, request id, domain, address, routing id, mechanism, credentials...
