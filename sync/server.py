@@ -24,20 +24,9 @@ given or tasks outside the task space, and non-finite rewards or progress are an
 :class:`~magister.sync.protocol.Error` and dropped; the curriculum is not touched and the thread keeps
 serving.
 
->>> from magister.task_spaces.base import TaskSpace
->>> from magister.curricula.base import Curriculum
->>> class Three(TaskSpace):
-...     num_tasks = 3
-...     indexed = True
-...     def sample(self): return int(self.rng.integers(3))
-...     def contains(self, t): return t in (0, 1, 2)
-...     def encode(self, t): return t
-...     def decode(self, e):
-...         if e not in (0, 1, 2): raise ValueError(e)
-...         return e
->>> class Uniform(Curriculum):
-...     def sample(self, k=1): return [int(t) for t in self.rng.integers(3, size=k)]
->>> with serve(Uniform(Three(), seed=0)) as server:
+>>> from magister.curricula.domain_randomization import DomainRandomization
+>>> from magister.task_spaces.discrete import Discrete
+>>> with serve(DomainRandomization(Discrete(3), seed=0)) as server:
 ...     server.address.startswith("ipc://")
 True
 """
