@@ -29,7 +29,7 @@ with the curriculum's name.
 >>> tasks = core.apply(P.Report(env, request=2))
 >>> len(tasks.task_ids), core.counters(env).tasks_in_flight
 (2, 2)
->>> core.apply(P.Report(env, episodes=((tasks.task_ids[0], tasks.tasks[0], 1.0, 10, 1.0, True, {}),)))
+>>> core.apply(P.Report(env, ((P.EPISODE, tasks.task_ids[0], tasks.tasks[0], 1.0, 10, 1.0, True, {}),)))
 >>> core.counters(env).tasks_consumed, core.counters(env).episodes_applied
 (1, 1)
 """
@@ -508,9 +508,9 @@ class SyncCore:
         """Apply one message from an env (a :class:`~magister.sync.protocol.Report` or its
         :class:`~magister.sync.protocol.Goodbye`); returns the reply to send, if any.
 
-        A report's updates are applied in order, a refused one not stopping the others; then its
-        ``request`` is answered with that many new tasks (also when an update was refused: the tasks then
-        ride on the exception's ``reply``).
+        A report's updates are applied in the order the env made them, a refused one not stopping the
+        others; then its ``request`` is answered with that many new tasks (also when an update was refused:
+        the tasks then ride on the exception's ``reply``).
 
         Raises:
             SyncRejected: an update was refused (the curriculum was not touched by it).
@@ -525,14 +525,17 @@ class SyncCore:
             raise SyncRejected("bad_request", f"an env may not send {type(msg).__name__} messages")
         with self.lock:
             refused = []
-            for apply, rows in ((self._steps, msg.steps), (self._progress, msg.progress),
-                                (self._episode, msg.episodes)):
-                for row in rows:
-                    try:
-                        apply(c, env_id, row)
-                    except SyncRejected as exc:
-                        refused.append(exc)
-            n = msg.updates
+            for update in msg.updates:
+                try:
+                    if update[0] == P.EPISODE:
+                        self._episode(c, env_id, *update[1:])
+                    elif update[0] == P.STEPS:
+                        self._steps(c, env_id, update[1])
+                    else:
+                        self._progress(c, env_id, *update[1:])
+                except SyncRejected as exc:
+                    refused.append(exc)
+            n = len(msg.updates)
             c.updates_received += n
             c.updates_applied += n - len(refused)
             c.updates_rejected += len(refused)
@@ -548,11 +551,11 @@ class SyncCore:
                 raise exc
             return self.assign_tasks(env_id, msg.request) if msg.request else None
 
-    def _episode(self, c: EnvCounters, env_id: int, row: tuple) -> None:
-        """Apply one episode row: end its lease, and hand a finished episode to the curriculum as an
+    def _episode(self, c: EnvCounters, env_id: int, task_id: int, task: EncodedTask, episode_return: float,
+                 length: int, progress: float, ended: bool, extras: dict) -> None:
+        """Apply one episode update: end its lease, and hand a finished episode to the curriculum as an
         :class:`~magister.curricula.base.Episode` record (``ended=False``: cut short by an early reset or a
         close, the task used but no episode finished)."""
-        task_id, task, episode_return, length, progress, ended, extras = row
         if not math.isfinite(episode_return):
             raise SyncRejected("non_finite", f"episode return must be finite, got {episode_return!r}")
         _check_progress("episode progress", progress)
@@ -621,9 +624,9 @@ class SyncCore:
                 raise self._curriculum_error(c, "update_on_step_batch", exc) from exc
         c.steps_applied += n
 
-    def _progress(self, c: EnvCounters, env_id: int, row: tuple) -> None:
-        """Apply one progress row; ``done`` ends the lease."""
-        task_id, task, progress, done = row
+    def _progress(self, c: EnvCounters, env_id: int, task_id: int, task: EncodedTask, progress: float,
+                  done: bool) -> None:
+        """Apply one progress update; ``done`` ends the lease."""
         _check_progress("task progress", progress)
         if self._stale(env_id, c, task_id):
             return

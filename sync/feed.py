@@ -86,8 +86,6 @@ class Assignment(NamedTuple):
     variant: Any = None
 
 
-#: The parts of a :class:`~magister.sync.protocol.Report`, in the order the curriculum side applies them.
-STEPS, PROGRESS, EPISODES = 0, 1, 2
 _PROCESS_STATE = ("_pid", "_transport", "_buffer", "_steps", "_held", "_lock", "_issued")
 
 
@@ -184,12 +182,10 @@ class TaskFeed:
     @property
     def held_updates(self) -> int:
         """Updates waiting for the next send."""
-        return self._held_count
+        return len(self._held)
 
     def _clear_held(self) -> None:
-        #: updates waiting for the next send: per report to be, its steps, progress and episode rows
-        self._held: list[tuple[list, list, list]] = []
-        self._held_count = 0
+        self._held: list[tuple] = []  # updates waiting for the next send (of a Report), in order
         self._held_request = 0  # tasks asked for by held updates
         self._send_by = math.inf  # when the oldest held update must go out
 
@@ -290,7 +286,7 @@ class TaskFeed:
                        self.fallback_task_space)
         self._fallback = True
         self.requires_step_updates = False  # feedback is dropped from now on: do not even buffer it
-        self.stats["updates_dropped"] += self._held_count
+        self.stats["updates_dropped"] += len(self._held)
         self._clear_held()
         self._outstanding = 0
         if self._transport is not None:
@@ -318,37 +314,29 @@ class TaskFeed:
         self._outstanding += asked
         return True
 
-    def _deliver(self, part: int, item: Any, request: int = 0) -> None:
-        """Hold an update (a row or step records, as ``part`` of a report) for the next send, and send what
-        is held when it is due: at once unless the feed holds updates; else once ``update_batch`` are held,
-        the oldest has waited ``max_update_delay``, one asks for tasks, or step records carry large
-        observations. A part held after a later one (steps after an episode) starts a new report, so the
-        curriculum side applies the updates in the order they were made."""
+    def _deliver(self, update: tuple, request: int = 0) -> None:
+        """Hold an update (a :class:`~magister.sync.protocol.Report`'s) for the next send, and send what is
+        held when it is due: at once unless the feed holds updates; else once ``update_batch`` are held, the
+        oldest has waited ``max_update_delay``, one asks for tasks, or step records carry large
+        observations."""
         with self._lock:
             now = _now()
             if not self._held:
                 self._send_by = now + self.max_update_delay
-            if not self._held or any(self._held[-1][part + 1:]):
-                self._held.append(([], [], []))
-            self._held[-1][part].append(item)
-            self._held_count += 1
+            self._held.append(update)
             self._held_request += request
-            large = part == STEPS and observation_bytes(item.obs) >= P.DEFAULT_OOB_THRESHOLD
-            full = self._held_count >= self.update_batch or now >= self._send_by
+            large = update[0] == P.STEPS and observation_bytes(update[1].obs) >= P.DEFAULT_OOB_THRESHOLD
+            full = len(self._held) >= self.update_batch or now >= self._send_by
             if not self.holds_updates or request or large or full:  # (the feed is active: see callers)
                 self._send(*self._take_held())
 
     def _take_held(self, request: int = 0) -> tuple[list[P.Report], int, int]:
-        """The held updates as reports, the last asking for ``request`` more tasks; with how many updates
-        they carry and how many tasks they ask for. Nothing is held afterwards."""
+        """The held updates as a report asking for ``request`` more tasks, with how many updates it carries
+        and how many tasks it asks for. Nothing is held afterwards."""
         asked = self._held_request + request
-        parts = self._held or [([], [], [])]
-        last = len(parts) - 1
-        reports = [P.Report(self.env_id, tuple(e), tuple(p), tuple(s), asked if i == last else 0)
-                   for i, (s, p, e) in enumerate(parts)]  # type: ignore[arg-type]
-        updates = self._held_count
+        report = P.Report(self.env_id, tuple(self._held), asked)  # type: ignore[arg-type]
         self._clear_held()
-        return reports, updates, asked
+        return [report], len(report.updates), asked
 
     def _send_held(self, request: int = 0) -> None:
         """Send the held updates, asking for ``request`` more tasks."""
@@ -568,7 +556,7 @@ class TaskFeed:
             msg = steps.message()
             if (msg.obs is not None or msg.infos is not None) and not self.caps.replies_with_send:
                 P.pack_value(msg._fields(), [])  # what cannot travel raises here, in the env's step
-            self._deliver(STEPS, msg)
+            self._deliver((P.STEPS, msg))
         except TypeError as exc:
             raise TypeError(
                 f"{exc}. Remove such entries from observations/infos with strip_keys=[...] or "
@@ -608,9 +596,9 @@ class TaskFeed:
             P.pack_value(extras)  # raises TypeError naming a value that cannot travel
         task_id = self._task_id(assignment, done=True)
         request = self._refill_request() if refill else 0
-        row = (task_id, assignment.task, float(episode_return), int(length), float(progress), bool(ended),
-               dict(extras) if extras else {})
-        self._deliver(EPISODES, row, request)
+        update = (P.EPISODE, task_id, assignment.task, float(episode_return), int(length), float(progress),
+                  bool(ended), dict(extras) if extras else {})
+        self._deliver(update, request)
         self.stats["episodes_reported"] += 1
 
     def record_progress(self, assignment: Assignment, progress: float, done: bool = False) -> None:
@@ -624,7 +612,7 @@ class TaskFeed:
                 return
         task_id = self._task_id(assignment, done)
         request = self._refill_request() if done else 0
-        self._deliver(PROGRESS, (task_id, assignment.task, float(progress), bool(done)), request)
+        self._deliver((P.PROGRESS, task_id, assignment.task, float(progress), bool(done)), request)
 
     # -- closing ------------------------------------------------------------------------------------
     def close(self) -> None:

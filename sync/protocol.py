@@ -61,6 +61,9 @@ __all__ = [
     "Tasks",
     "Report",
     "Steps",
+    "STEPS",
+    "PROGRESS",
+    "EPISODE",
     "StackedObs",
     "Error",
     "Goodbye",
@@ -86,7 +89,7 @@ DEFAULT_OOB_THRESHOLD = 64 * 1024
 DEFAULT_MAX_HEADER_BYTES = 16 * 1024 * 1024
 #: Upper bound on the number of out-of-band frames in one message.
 MAX_FRAMES = 4096
-#: Upper bound on the number of rows (episodes, progress updates, step parts) of one :class:`Report`.
+#: Upper bound on the number of updates one :class:`Report` carries.
 MAX_ROWS = 4096
 
 _EXT_ARRAY = 1  # payload: msgpack (dtype str, shape, raw bytes)
@@ -532,71 +535,85 @@ class StackedObs(Sequence):
         return {k: v[i] for k, v in self.arrays.items()}
 
 
-#: The columns of a report's rows, each with its checker (``None``: any value, e.g. an encoded task).
-EPISODE_ROW = (("task_id", _ID), ("task", None), ("return", _float), ("length", _NAT), ("progress", _float),
-               ("ended", _bool), ("extras", _dict))
-PROGRESS_ROW = (("task_id", _ID), ("task", None), ("progress", _float), ("done", _bool))
+#: The kinds of a report's updates. Each update is a tuple, its kind first: ``(STEPS, steps)`` (a
+#: :class:`Steps`), ``(PROGRESS, task_id, task, progress, done)``, ``(EPISODE, task_id, task, return, length,
+#: progress, ended, extras)``.
+STEPS, PROGRESS, EPISODE = 0, 1, 2
+#: The fields after the kind of a progress and an episode update, each with its checker (``None``: any
+#: value, e.g. an encoded task).
+_FIELDS = {
+    PROGRESS: ("progress", (("task_id", _ID), ("task", None), ("progress", _float), ("done", _bool))),
+    EPISODE: ("episode", (("task_id", _ID), ("task", None), ("return", _float), ("length", _NAT),
+                          ("progress", _float), ("ended", _bool), ("extras", _dict))),
+}
 
 
-def _rows(name: str, value: Any, row: tuple) -> tuple:
-    """A tuple of at most :data:`MAX_ROWS` rows (tuples), column ``j`` checked by ``row[j]``'s checker."""
-    rows = _tuple(name, value)
-    if len(rows) > MAX_ROWS:
-        raise ProtocolError(f"field {name} holds {len(rows)} rows, more than the limit of {MAX_ROWS}")
-    if not rows:
-        return ()
-    if set(map(type, rows)) != {tuple}:
-        rows = tuple(_tuple(f"{name}[]", r) for r in rows)
-    if set(map(len, rows)) != {len(row)}:
-        bad = next(r for r in rows if len(r) != len(row))
-        columns = ", ".join(c for c, _ in row)
-        raise ProtocolError(f"field {name}: each row must be ({columns}), got {bad!r:.200}")
-    columns = [_column(f"{name}.{c}", col, check) for (c, check), col in zip(row, zip(*rows))]
-    return tuple(zip(*columns))
+def _updates(value: Any) -> tuple:
+    """A report's updates, checked: at most :data:`MAX_ROWS` tuples, each its kind then its fields (the
+    fields of one kind checked together, column by column)."""
+    updates = _tuple("updates", value)
+    if len(updates) > MAX_ROWS:
+        raise ProtocolError(f"field updates holds {len(updates)}, more than the limit of {MAX_ROWS}")
+    if set(map(type, updates)) != {tuple}:
+        updates = tuple(_tuple("updates[]", u) for u in updates)
+    out = list(updates)
+    for i, u in enumerate(updates):
+        if not u or type(u[0]) is not int or u[0] not in (STEPS, PROGRESS, EPISODE):
+            raise ProtocolError(f"updates[{i}] must start with its kind (STEPS, PROGRESS or EPISODE), got "
+                                f"{u!r:.100}")
+        if u[0] == STEPS:
+            if len(u) != 2:
+                raise ProtocolError(f"updates[{i}] must be (STEPS, steps), got {len(u)} values")
+            out[i] = u if type(u[1]) is Steps else (STEPS, Steps(*_tuple(f"updates[{i}].steps", u[1])))
+    for kind, (name, columns) in _FIELDS.items():
+        at = [i for i, u in enumerate(updates) if u[0] == kind]
+        if not at:
+            continue
+        bad = next((updates[i] for i in at if len(updates[i]) != 1 + len(columns)), None)
+        if bad is not None:
+            names = ", ".join(c for c, _ in columns)
+            raise ProtocolError(f"a {name} update must be ({name.upper()}, {names}), got {bad!r:.200}")
+        checked = [_column(f"{name}.{c}", col, check) for (c, check), col in
+                   zip(columns, zip(*(updates[i][1:] for i in at)))]
+        for i, fields_ in zip(at, zip(*checked)):
+            out[i] = (kind, *fields_)
+    return tuple(out)
 
 
 @dataclass(frozen=True)
 class Report(Message):
-    """Client -> server: what an env has to say since its last send, and the tasks it asks for.
+    """Client -> server: the updates an env made since its last send, in the order it made them, and the
+    tasks it asks for.
 
-    Applied in this order: ``steps`` (step records, :class:`Steps`), ``progress`` (rows ``(task_id, task,
-    progress, done)``: progress on a task mid-episode; ``done`` acknowledges the task as consumed),
-    ``episodes`` (rows ``(task_id, task, return, length, progress, ended, extras)``: an episode, or the part
-    of it played on one task, finished; ``ended`` false: cut short by an early reset, the task consumed but
-    no return), then ``request`` new tasks, answered with one :class:`Tasks`. ``task_id`` ``-1``: a task
-    the env chose. A client starts a new report rather than put an update before one it made earlier, so
-    the curriculum sees them in the order they were made. A refused row does not stop the others.
+    Updates (see :data:`STEPS`): step records (sent only to a curriculum that wants them); progress on a
+    task mid-episode (``done`` acknowledges the task as consumed); an episode, or the part of it played on
+    one task, finished (``ended`` false: cut short by an early reset, the task consumed but no return).
+    ``task_id`` ``-1``: a task the env chose. The server applies them in order, a refused one not stopping
+    the others, then answers ``request`` with one :class:`Tasks`.
 
-    >>> r = Report(0, episodes=((3, 1, 2.0, 10, 1.0, True, {}),), request=2)
-    >>> decode(encode(r)) == r, r.updates
-    (True, 1)
+    >>> r = Report(0, ((EPISODE, 3, 1, 2.0, 10, 1.0, True, {}),), request=2)
+    >>> decode(encode(r)) == r, r.episodes
+    (True, [(3, 1, 2.0, 10, 1.0, True, {})])
     """
 
     KIND: ClassVar[int] = 3
     env_id: int
-    episodes: tuple[tuple, ...] = ()
-    progress: tuple[tuple, ...] = ()
-    steps: tuple[Steps, ...] = ()
+    updates: tuple[tuple, ...] = ()
     request: int = 0
 
     def __post_init__(self) -> None:
         self._set("env_id", _NAT("env_id", self.env_id))
+        self._set("updates", _updates(self.updates))
         self._set("request", _NAT("request", self.request))
-        self._set("episodes", _rows("episodes", self.episodes, EPISODE_ROW))
-        self._set("progress", _rows("progress", self.progress, PROGRESS_ROW))
-        steps = _tuple("steps", self.steps)
-        if len(steps) > MAX_ROWS:
-            raise ProtocolError(f"field steps holds {len(steps)} parts, more than the limit of {MAX_ROWS}")
-        self._set("steps", tuple(s if type(s) is Steps else Steps(*_tuple("steps[]", s)) for s in steps))
 
     @property
-    def updates(self) -> int:
-        """The updates the report carries: its step parts, progress rows and episodes."""
-        return len(self.steps) + len(self.progress) + len(self.episodes)
+    def episodes(self) -> list[tuple]:
+        """The fields of the episode updates, in order."""
+        return [u[1:] for u in self.updates if u[0] == EPISODE]
 
     def _fields(self) -> tuple:
-        steps = tuple(s._fields() for s in self.steps)
-        return (self.env_id, self.episodes, self.progress, steps, self.request)
+        updates = tuple((STEPS, u[1]._fields()) if u[0] == STEPS else u for u in self.updates)
+        return (self.env_id, updates, self.request)
 
 
 @dataclass(frozen=True)
@@ -808,16 +825,15 @@ def rejoin_hello(hello: Hello, unacknowledged: Sequence[Message]) -> Hello:
     """``hello`` of a returning env, with what its ``unacknowledged`` reports (to be sent again) name: their
     lease ids added to ``holds``, their episodes taken out of ``reported``.
 
-    >>> sent = [Report(0, episodes=((7, 1, 1.0, 2, 1.0, True, {}),), request=1), Goodbye(0, (9,))]
+    >>> sent = [Report(0, ((EPISODE, 7, 1, 1.0, 2, 1.0, True, {}),), request=1), Goodbye(0, (9,))]
     >>> h = rejoin_hello(Hello(1, rejoin=0, holds=(3,), reported=5), sent)
     >>> h.holds, h.reported
     ((3, 7), 4)
     """
-    reports = [m for m in unacknowledged if isinstance(m, Report)]
-    ids = [row[0] for r in reports for row in (*r.progress, *r.episodes)]
-    ids += [int(i) for r in reports for s in r.steps for i in s.task_ids]
+    updates = [u for m in unacknowledged if isinstance(m, Report) for u in m.updates]
+    ids = [int(i) for u in updates for i in (u[1].task_ids if u[0] == STEPS else (u[1],))]
     holds = (*hello.holds, *(i for i in ids if i >= 0))
-    reported = hello.reported - sum(len(r.episodes) for r in reports)
+    reported = hello.reported - sum(u[0] == EPISODE for u in updates)
     return replace(hello, holds=holds, reported=max(0, reported))
 
 
@@ -830,14 +846,14 @@ def rebase(msg: Message, env_id: int) -> Message | None:
     new registration for what it needs), and so is a goodbye. Used by a client that registered again
     (after a server restart, or after the server declared it gone).
 
-    >>> m = rebase(Report(3, episodes=((17, 2, 1.0, 5, 1.0, True, {}),), request=1), 0)
+    >>> m = rebase(Report(3, ((EPISODE, 17, 2, 1.0, 5, 1.0, True, {}),), request=1), 0)
     >>> m.env_id, m.episodes[0][0], m.request
     (0, 17, 0)
     >>> rebase(Report(3, request=2), 0) is None
     True
     """
     if isinstance(msg, Report):
-        return replace(msg, env_id=env_id, request=0) if msg.updates else None
+        return Report(env_id, msg.updates) if msg.updates else None
     if isinstance(msg, Goodbye):
         return None
     raise TypeError(f"an env does not send {type(msg).__name__} messages after its hello")

@@ -86,7 +86,7 @@ def test_welcome_roundtrip(env_id, step, episode, batch, step_obs, step_infos):
 @given(env_ids, st.integers(1, 4096))
 def test_task_request_is_a_report_without_updates(env_id, count):
     out = _roundtrip(P.Report(env_id, request=count))
-    assert out == P.Report(env_id, request=count) and out.updates == 0
+    assert out == P.Report(env_id, request=count) and out.updates == ()
 
 
 @given(env_ids, st.lists(st.tuples(ids, tasks, st.booleans()), max_size=6))
@@ -160,9 +160,9 @@ def test_steps_roundtrip(env_id, steps, obs_kind, with_infos):
         obs,
         infos,
     )
-    out = _roundtrip(P.Report(env_id, steps=(part,)))
-    (got,) = out.steps
-    assert got == part and out.updates == 1
+    out = _roundtrip(P.Report(env_id, ((P.STEPS, part),)))
+    ((kind, got),) = out.updates
+    assert kind == P.STEPS and got == part
     assert got.task_ids.dtype == np.int64 and got.rewards.dtype == np.float64 and got.terminated.dtype == bool
     assert len(got) == n
 
@@ -176,12 +176,16 @@ _episode_rows = st.lists(
 )
 
 
+def _episodes(rows) -> tuple:
+    return tuple((P.EPISODE, *row) for row in rows)
+
+
 @given(env_ids, _episode_rows, st.integers(0, 4096))
-def test_report_episode_rows_roundtrip(env_id, rows, request):
-    msg = P.Report(env_id, episodes=tuple(rows), request=request)
+def test_report_episodes_roundtrip(env_id, rows, request):
+    msg = P.Report(env_id, _episodes(rows), request)
     out = _roundtrip(msg)
     assert isinstance(out, P.Report)
-    assert (out.env_id, out.request, out.updates) == (env_id, request, len(rows))
+    assert (out.env_id, out.request, len(out.updates)) == (env_id, request, len(rows))
     for got, (tid, task, ret, length, prog, ended, extras) in zip(out.episodes, rows):
         assert (got[0], got[3], got[4], got[5], got[6]) == (tid, length, prog, ended, extras)
         assert _same(got[1], task) and (got[2] == ret or (math.isinf(ret) and got[2] == ret))
@@ -193,7 +197,11 @@ _any_field = st.one_of(
     st.dictionaries(st.text(max_size=2), st.integers(-9, 9), max_size=2),
     st.lists(st.integers(-9, 9), max_size=2),
 )
-_any_rows = st.lists(st.lists(_any_field, min_size=3, max_size=8).map(tuple), max_size=3).map(tuple)
+# updates of any kind code and fields (kinds 1 and 2: progress and episode)
+_any_updates = st.lists(
+    st.tuples(st.sampled_from([1, 2, 7, True]), st.lists(_any_field, min_size=3, max_size=7))
+    .map(lambda t: (t[0], *t[1])), max_size=3,
+).map(tuple)
 
 
 def _decodes_like_the_constructor(cls, values, typed) -> None:
@@ -213,45 +221,47 @@ def _decodes_like_the_constructor(cls, values, typed) -> None:
     assert [type(v) for v in typed(out)] == [type(v) for v in typed(expected)]
 
 
-@given(st.lists(st.one_of(_any_field, _any_rows), min_size=1, max_size=6))
+@given(st.lists(st.one_of(_any_field, _any_updates), min_size=1, max_size=4))
 def test_report_decoding_checks_like_the_constructor(values):
     """On any field values decoding gives what the checked constructor gives, and refuses what it refuses."""
     _decodes_like_the_constructor(P.Report, values, lambda m: (
-        m.env_id, m.request, *(v for row in (*m.episodes, *m.progress) for v in row)))
+        m.env_id, m.request, *(v for u in m.updates for v in u)))
 
 
-def test_report_rows_refuse_near_misses_naming_the_column():
-    ok = (5, 1, 2.0, 10, 0.5, True, {})
-    assert P.decode(P.encode(P.Report(0, episodes=(ok,)))) == P.Report(0, episodes=(ok,))
-    for i, bad, column in ((0, -2, "task_id"), (0, True, "task_id"), (2, "x", "return"), (3, -1, "length"),
-                           (4, None, "progress"), (5, 1, "ended"), (6, [], "extras")):
-        row = list(ok)
-        row[i] = bad
-        frames = _raw(V, P.Report.KIND, (0, (ok, tuple(row))))  # the second row is wrong
-        with pytest.raises(P.ProtocolError, match=f"episodes.{column}"):
+def test_report_updates_refuse_near_misses_naming_the_field():
+    ok = (P.EPISODE, 5, 1, 2.0, 10, 0.5, True, {})
+    assert P.decode(P.encode(P.Report(0, (ok,)))) == P.Report(0, (ok,))
+    for i, bad, field in ((1, -2, "task_id"), (1, True, "task_id"), (3, "x", "return"), (4, -1, "length"),
+                          (5, None, "progress"), (6, 1, "ended"), (7, [], "extras")):
+        update = list(ok)
+        update[i] = bad
+        frames = _raw(V, P.Report.KIND, (0, (ok, tuple(update))))  # the second update is wrong
+        with pytest.raises(P.ProtocolError, match=f"episode.{field}"):
             P.decode(frames)
-    with pytest.raises(P.ProtocolError, match=r"each row must be \(task_id, task, progress, done\)"):
-        P.Report(0, progress=((1, 2, 0.5),))
+    with pytest.raises(P.ProtocolError, match=r"must be \(PROGRESS, task_id, task, progress, done\)"):
+        P.Report(0, ((P.PROGRESS, 1, 2, 0.5),))
+    with pytest.raises(P.ProtocolError, match="must start with its kind"):
+        P.Report(0, ((True, 1, 2, 0.5, False),))  # a bool is not a kind
     with pytest.raises(P.ProtocolError, match="request must be >= 0"):
-        P.decode(_raw(V, P.Report.KIND, (0, (), (), (), -1)))
+        P.decode(_raw(V, P.Report.KIND, (0, (), -1)))
     with pytest.raises(P.ProtocolError, match="more than the limit"):
-        P.Report(0, progress=((1, 2, 0.5, False),) * (P.MAX_ROWS + 1))
+        P.Report(0, ((P.PROGRESS, 1, 2, 0.5, False),) * (P.MAX_ROWS + 1))
     with pytest.raises(P.ProtocolError, match="malformed Report"):
-        P.decode(_raw(V, P.Report.KIND, (0, (), (), ((1, 2),))))  # a steps part that is not one
+        P.decode(_raw(V, P.Report.KIND, (0, ((P.STEPS, (1, 2)),))))  # step records that are not
 
 
 def test_report_rebase_to_a_new_registration_keeps_their_lease_ids():
     rows = ((17, 2, 1.0, 5, 1.0, True, {}), (18, 2, 0.0, 6, 0.0, False, {}))
-    out = P.rebase(P.Report(3, episodes=rows, request=2), 0)
-    assert (out.env_id, [r[0] for r in out.episodes], out.request, out.episodes) == (0, [17, 18], 0, rows)
+    out = P.rebase(P.Report(3, _episodes(rows), request=2), 0)
+    assert (out.env_id, out.request, out.episodes) == (0, 0, list(rows))  # the lease ids 17 and 18 kept
     assert P.rebase(P.Report(3, request=2), 0) is None and P.rebase(P.Goodbye(3, (1,)), 0) is None
 
 
 @given(env_ids, st.integers(-1, 2**40), tasks, st.floats(0, 1), st.booleans(), st.integers(0, 4096))
-def test_report_progress_rows_roundtrip(env_id, task_id, task, progress, done, request):
-    out = _roundtrip(P.Report(env_id, progress=((task_id, task, progress, done),), request=request))
-    ((tid, got_task, got_progress, got_done),) = out.progress
-    assert (out.env_id, tid, got_progress, got_done) == (env_id, task_id, progress, done)
+def test_report_progress_roundtrip(env_id, task_id, task, progress, done, request):
+    out = _roundtrip(P.Report(env_id, ((P.PROGRESS, task_id, task, progress, done),), request))
+    ((kind, tid, got_task, got_progress, got_done),) = out.updates
+    assert (kind, out.env_id, tid, got_progress, got_done) == (P.PROGRESS, env_id, task_id, progress, done)
     assert out.request == request
     assert _same(got_task, task)
 
@@ -266,18 +276,21 @@ def test_goodbye_roundtrip(env_id, returned):
     assert _roundtrip(P.Goodbye(env_id, returned)) == P.Goodbye(env_id, returned)
 
 
-@given(env_ids, st.integers(0, 300), st.lists(st.integers(0, 64), max_size=3), _episode_rows)
-def test_report_with_every_part_roundtrips_large_observations_out_of_band(env_id, n, sizes, rows):
-    """Step parts whose observations exceed the out-of-band threshold travel as frames of their own, in the
-    one message of the report."""
-    parts = tuple(P.Steps(np.full(k, 3), (3,) * k, np.ones(k), np.zeros(k, bool), np.zeros(k, bool),
-                          np.zeros(k), np.zeros((k, 64), np.float32)) for k in [n, *sizes] if k)
-    msg = P.Report(env_id, tuple(rows), ((4, 1, 0.5, False),), parts, 2)
+@given(env_ids, st.lists(st.integers(0, 300), max_size=4), _episode_rows, st.randoms())
+def test_report_keeps_the_order_of_mixed_updates_and_sends_large_observations_out_of_band(
+        env_id, sizes, rows, rnd):
+    """Updates of every kind, interleaved, come back in their order; step records whose observations exceed
+    the out-of-band threshold travel as frames of their own, in the one message of the report."""
+    parts = [(P.STEPS, P.Steps(np.full(k, 3), (3,) * k, np.ones(k), np.zeros(k, bool), np.zeros(k, bool),
+                               np.zeros(k), np.zeros((k, 64), np.float32))) for k in sizes if k]
+    updates = [*parts, *_episodes(rows), (P.PROGRESS, 4, 1, 0.5, False)]
+    rnd.shuffle(updates)
+    msg = P.Report(env_id, tuple(updates), 2)
     frames = P.encode(msg)
-    assert len(frames) == 1 + sum(p.obs.nbytes >= P.DEFAULT_OOB_THRESHOLD for p in parts)
+    assert len(frames) == 1 + sum(p.obs.nbytes >= P.DEFAULT_OOB_THRESHOLD for _, p in parts)
     out = P.decode([bytes(f) for f in frames])
-    assert out.steps == parts and _same(out._fields(), msg._fields())
-    assert out.updates == len(parts) + 1 + len(rows)
+    assert [u[0] for u in out.updates] == [u[0] for u in updates]
+    assert _same(out._fields(), msg._fields())
 
 
 def test_every_kind_is_covered_and_codes_are_unique():
@@ -350,7 +363,7 @@ def test_unserialisable_objects_raise_type_error_naming_the_type():
         pass
 
     with pytest.raises(TypeError, match="Foo"):
-        P.encode(P.Report(0, episodes=((1, 0, 1.0, 1, 0.0, True, {"x": Foo()}),)))
+        P.encode(P.Report(0, ((P.EPISODE, 1, 0, 1.0, 1, 0.0, True, {"x": Foo()}),)))
     with pytest.raises(TypeError, match="set"):
         P.pack_value({1, 2})
 
@@ -377,16 +390,16 @@ def test_version_mismatch_is_a_clear_error():
         (_raw(V, 42, ()), "unknown message kind"),
         (_raw(V, True, (0, 1)), "unknown message kind"),
         (_raw(V, 3, (0,)[:0]), "fields"),
-        (_raw(V, 3, (0, (), (), (), 1, 2)), "fields"),
+        (_raw(V, 3, (0, (), 1, 2)), "fields"),
         (_raw(V, 3, ("zero",)), "env_id must be an int"),
         (_raw(V, 3, (-5,)), "env_id must be >= 0"),
         (_raw(V, 4, (0, (1, 2), (5,), (True,))), "differ in length"),
         (_raw(V, 4, (0, (1,), (5,), (True,), ("no",), (None,))), "control must be a bool"),
         (_raw(V, 4, (0, (1,), (5,), (True,), (False,), (None, 3))), "differ in length"),
-        (_raw(V, 3, (0, ((1, 0, "x", 1, 0.0, True, {}),))), "episodes.return must be a number"),
-        (_raw(V, 3, (0, ((1, 0, 1.0, 1, 0.0, True, ()),))), "episodes.extras must be a dict"),
+        (_raw(V, 3, (0, ((2, 1, 0, "x", 1, 0.0, True, {}),))), "episode.return must be a number"),
+        (_raw(V, 3, (0, ((2, 1, 0, 1.0, 1, 0.0, True, ()),))), "episode.extras must be a dict"),
         (_raw(V, 6, (0, (1, True))), "returned_task_ids must be an int"),
-        (_raw(V, 3, (0, (), (), (), -1)), "request must be >= 0"),
+        (_raw(V, 3, (0, (), -1)), "request must be >= 0"),
     ],
 )
 def test_malformed_frames_raise_protocol_error(frames, match):
@@ -463,7 +476,7 @@ def test_steps_with_stacked_dict_observations_round_trip_and_validate():
     obs = {"glyphs": np.arange(24, dtype=np.int16).reshape(2, 3, 4), "score": np.array([1.0, 2.0])}
     part = P.Steps(np.array([1, 1]), (5, 5), np.zeros(2), np.zeros(2, bool), np.zeros(2, bool), np.zeros(2),
                    obs, None)
-    (back,) = P.decode(P.encode(P.Report(0, steps=(part,)))).steps
+    ((_, back),) = P.decode(P.encode(P.Report(0, ((P.STEPS, part),)))).updates
     assert back == part and back.obs["glyphs"].dtype == np.int16
     with pytest.raises(P.ProtocolError, match="first axis 2"):
         P.Steps(np.array([1, 1]), (5, 5), np.zeros(2), np.zeros(2, bool), np.zeros(2, bool), np.zeros(2),

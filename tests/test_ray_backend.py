@@ -216,19 +216,19 @@ def test_connect_dispatches_ray_addresses_and_client_pickles():
 
 
 def test_large_arrays_travel_out_of_band_and_small_messages_as_one_frame():
-    small = P.Report(0, episodes=((3, 7, 1.5, 10, 1.0, True, {}),))
+    small = P.Report(0, ((P.EPISODE, 3, 7, 1.5, 10, 1.0, True, {}),))
     frame = ray_backend._pack(small)
     assert isinstance(frame, bytes) and ray_backend._unpack(frame) == small
     obs = {"glyphs": np.arange(3 * 40_000, dtype=np.int16).reshape(3, 40_000), "tiny": np.ones((3, 2))}
     flags = np.zeros(3, bool)
     part = P.Steps(np.array([1, 1, 1]), (7, 7, 7), np.ones(3), flags, flags, np.zeros(3), obs)
-    big = P.Report(0, steps=(part,))
+    big = P.Report(0, ((P.STEPS, part),))
     frame = ray_backend._pack(big)
     # the 240 KB array rides next to the header as a flat uint8 view of the original (no copy)
     assert isinstance(frame, tuple) and len(frame) == 2 and isinstance(frame[0], bytes)
     assert frame[1].dtype == np.uint8 and frame[1].nbytes == obs["glyphs"].nbytes
     assert np.shares_memory(frame[1], obs["glyphs"])
-    (back,) = ray_backend._unpack(frame).steps
+    ((_, back),) = ray_backend._unpack(frame).updates
     np.testing.assert_array_equal(back.obs["glyphs"], obs["glyphs"])
     np.testing.assert_array_equal(back.obs["tiny"], obs["tiny"])
     with pytest.raises(P.ProtocolError, match="bytes or uint8 arrays"):

@@ -768,7 +768,7 @@ def test_slow_episodes_are_reported_one_message_each(clock):
             clock.t += 2.0
             c.record_episode(a, 1.0, 10, 1.0)
         assert c.request_size == 1 and c.held_updates == 0
-        assert [(type(s[0]).__name__, len(s), s[0].updates) for s in sent] == [("Report", 1, 1)] * 6
+        assert [(type(s[0]).__name__, len(s), len(s[0].updates)) for s in sent] == [("Report", 1, 1)] * 6
         assert all(s[0].request >= 1 for s in sent)  # each asking for the next task
         c.close()
         assert server.metrics()["sync/env0/tasks_in_flight"] == 0
@@ -819,7 +819,7 @@ def test_no_holding_sends_every_update_on_its_own():
             assert not c.holds_updates
             sent = _sent_kinds(c)
             _play(c, 5)
-            assert all(len(s) == 1 and s[0].updates <= 1 for s in sent if isinstance(s[0], P.Report))
+            assert all(len(s) == 1 and len(s[0].updates) <= 1 for s in sent if isinstance(s[0], P.Report))
             c.close()
 
 
@@ -830,11 +830,11 @@ def test_server_applies_a_report_in_order_and_answers_its_request_once():
         a = c.next_task()
         b = c.next_task()
         env = c.env_id
-        rows = ((a.task_id, a.task, 1.0, 3, 1.0, True, {}),
-                (999, 5, 2.0, 3, 1.0, True, {}),  # a task id it never held: refused
-                (b.task_id, b.task, 3.0, 3, 1.0, True, {}))
+        updates = ((P.EPISODE, a.task_id, a.task, 1.0, 3, 1.0, True, {}),
+                   (P.EPISODE, 999, 5, 2.0, 3, 1.0, True, {}),  # a task id it never held: refused
+                   (P.EPISODE, b.task_id, b.task, 3.0, 3, 1.0, True, {}))
         sock = c.transport.socket
-        sock.send_multipart(P.encode(P.Report(env, rows, request=3)))
+        sock.send_multipart(P.encode(P.Report(env, updates, request=3)))
         replies = []
         while len(replies) < 2:
             assert sock.poll(5000), "no reply from the server"
@@ -862,7 +862,7 @@ def test_server_applies_episode_rows_one_by_one():
         rows = ((a.task_id, a.task, 1.0, 3, 1.0, True, {}), (999, 5, 2.0, 3, 1.0, True, {}),
                 (b.task_id, b.task, 3.0, 4, 0.5, False, {}),
                 (d.task_id, d.task, float("inf"), 5, 1.0, True, {}))
-        msg = P.Report(env, rows, request=2)
+        msg = P.Report(env, tuple((P.EPISODE, *row) for row in rows), request=2)
         sock = c.transport.socket
         sock.send_multipart(P.encode(msg))
         replies = []
@@ -943,7 +943,7 @@ def test_step_buffer_columns_match_the_steps_recorded(steps):
         if msg is None:  # the same steps again, through the wire
             for k, rew, term, trunc, prog in steps:
                 buf.add(assignments[k], None, rew, term, trunc, None, prog)
-            (msg,) = P.decode(P.encode(P.Report(3, steps=(buf.message(),)))).steps
+            ((_, msg),) = P.decode(P.encode(P.Report(3, ((P.STEPS, buf.message()),)))).updates
         assert len(buf) == 0
         assert msg.task_ids.tolist() == [assignments[k].task_id for k, *_ in steps]
         assert list(msg.tasks) == [assignments[k].task for k, *_ in steps]
