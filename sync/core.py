@@ -1,25 +1,19 @@
 """The transport-agnostic core of the sync layer: registration, leases, accounting, applying updates.
 
 A :class:`SyncCore` holds one curriculum and everything the curriculum side knows about its envs. The three
-endpoints feed it the same protocol messages, so validation and accounting are identical on every path:
+endpoints (:class:`~magister.sync.server.CurriculumServer` over ZeroMQ, the Ray actor of
+:mod:`magister.sync.ray_backend`, and :func:`magister.sync.local.local_core` in-process) feed it the same
+protocol messages, so validation and accounting are identical on every path.
 
-* :class:`magister.sync.server.CurriculumServer` — a ZeroMQ ROUTER socket served by a thread;
-* :class:`magister.sync.ray_backend.CurriculumActor` — a named Ray actor;
-* :func:`magister.sync.local.local_core` — the in-process path (envs in the learner's process).
-
-**Leases.** Each task handed out gets a core-unique id and stays *in flight* until the env acknowledges
-it: with its episode, a completion (progress) update, by returning it at close, or by leaving (its tasks
-are then abandoned and passed to ``on_task_abandoned``). :meth:`SyncCore.sync_metrics` reports the per-env
-counts as ``sync/env<i>/<counter>`` and ``sync/total/...``.
-
-**Episodes** reach the curriculum as :class:`~magister.curricula.base.Episode` records through
-:meth:`~magister.curricula.base.Curriculum.on_episode`: what the env reported, with the
-``train``/``control``/``variant`` fields the core recorded when it handed the task out.
-
-**Refusals.** A malformed update, one naming a task the env does not hold, non-finite values, and an
-update the curriculum raises on are refused with :class:`SyncRejected` (the endpoint replies with an
-error; the curriculum is not touched). Curriculum errors are counted (``curriculum_errors``) and logged
-with the curriculum's name.
+**Leases.** Each task handed out gets a unique id and stays *in flight* until the env acknowledges it:
+with its episode, a completion (progress) update, by returning it at close, or by leaving (its tasks are
+then abandoned and passed to ``on_task_abandoned``). **Episodes** reach the curriculum as
+:class:`~magister.curricula.base.Episode` records through
+:meth:`~magister.curricula.base.Curriculum.on_episode`, with the ``train``/``control``/``variant``
+fields recorded when the task was handed out. **Refusals:** a malformed update, one naming a task the env
+does not hold, non-finite values, and an update the curriculum raises on (counted as
+``curriculum_errors`` and logged with the curriculum's name) raise :class:`SyncRejected`; the endpoint
+replies with an error.
 
 >>> from magister.curricula.domain_randomization import DomainRandomization
 >>> from magister.task_spaces.discrete import Discrete
@@ -60,17 +54,13 @@ __all__ = ["EnvCounters", "LearnerCalls", "ServedCurriculum", "ServerHandle", "S
 
 #: Largest number of tasks one request may ask for.
 MAX_TASKS_PER_REQUEST = 4096
-#: Seconds between two log records of one kind of fault (the rest are counted, see
-#: :class:`~magister.sync.ratelimit.RateLimitedLogger`): a peer sending garbage cannot flood the log.
+#: Seconds between two log records of one kind of fault (the rest are counted): no peer floods the log.
 LOG_INTERVAL = 10.0
 
 
 class SyncRejected(ValueError):
-    """An update or request refused by the core; ``code`` is the tag sent in the Error reply.
-
-    ``reply`` is a message still owed to the env despite the refusal (the
-    :class:`~magister.sync.protocol.Tasks` an update's ``request`` asked for), sent after the error.
-    """
+    """An update or request refused by the core; ``code`` is the tag sent in the Error reply, ``reply`` a
+    message still owed to the env (the tasks its report asked for), sent after the error."""
 
     def __init__(self, code: str, message: str) -> None:
         super().__init__(message)
@@ -98,16 +88,13 @@ class EnvCounters:
     malformed_frames: int = 0
     tasks_abandoned: int = 0
     duplicates_dropped: int = 0
-    #: Reports for leases that had already ended otherwise (abandoned while the env was away, returned):
-    #: dropped, the lease's first outcome stands.
+    #: Reports for leases that had ended otherwise (abandoned while the env was away, returned): dropped.
     reports_late: int = 0
-    #: Reports for leases this core never issued (a server instance before a restart issued them, after
-    #: its last checkpoint, or with none).
+    #: Reports for leases another server instance issued (before a restart, after its last checkpoint).
     reports_orphaned: int = 0
     #: Episode reports processed (applied, cut short, late, orphaned or refused; repeats not counted).
     episodes_reported: int = 0
-    #: Episodes the env reported that the server instance which died after writing the checkpoint took
-    #: (and acknowledged): the restored curriculum never sees them. From the env's count, at its return.
+    #: Episodes a server instance that died after its checkpoint took: the restored curriculum lacks them.
     episodes_lost_to_restore: int = 0
     connected: int = 1
 
@@ -205,15 +192,14 @@ class SyncCore:
 
     # -- envs ---------------------------------------------------------------------------------------
     def register_env(self, hello: P.Hello | None = None) -> P.Welcome:
-        """A new env joins; returns its :class:`~magister.sync.protocol.Welcome`.
-
-        ``hello`` (what the env said when it connected) may carry the fingerprint of the env's task space,
-        checked against the curriculum's, and the env's random stream.
+        """An env joins (or comes back: ``hello.rejoin``); returns its welcome.
 
         Raises:
-            SyncRejected: ``"task_space_mismatch"``, naming both spaces, when the fingerprints differ.
+            SyncRejected: ``"task_space_mismatch"``, naming both spaces, when the env's task space (its
+                fingerprint in ``hello``) is not the curriculum's.
         """
-        if hello is not None and hello.task_space and self.task_space_fingerprint:
+        hello = hello or P.Hello(self.pid)
+        if hello.task_space and self.task_space_fingerprint:
             theirs, ours = hello.task_space, self.task_space_fingerprint
             if fingerprint_digest(theirs) != fingerprint_digest(ours):
                 raise SyncRejected(
@@ -222,13 +208,12 @@ class SyncCore:
                     "decode the curriculum's tasks to other tasks. Build the env's task wrapper with the "
                     "same space as the curriculum (same kind, size, parameters and order)",
                 )
-        resumed = False
         with self.lock:
-            if hello is not None and hello.rejoin >= 0:
+            resumed = hello.rejoin in self._restored  # its leases restored from a checkpoint
+            if hello.rejoin >= 0:
                 self.rejoined_envs += 1
                 self.updates_lost_away += hello.lost
-            if hello is not None and hello.rejoin in self._restored:  # its leases restored from a checkpoint
-                resumed = True
+            if resumed:
                 env_id = hello.rejoin
                 del self._restored[env_id]
                 c = self._counters[env_id]
@@ -236,7 +221,7 @@ class SyncCore:
                 c.episodes_lost_to_restore += max(0, hello.reported - c.episodes_reported)
                 c.episodes_reported = max(c.episodes_reported, hello.reported)
                 self._reclaim(env_id, set(hello.holds))
-            elif hello is not None and hello.rejoin in self._departed:  # back under its identity
+            elif hello.rejoin in self._departed:  # back under its identity
                 env_id = hello.rejoin
                 self._counters[env_id] = self._departed.pop(env_id)
                 self._counters[env_id].connected = 1
@@ -245,10 +230,10 @@ class SyncCore:
                 env_id = self._next_env
                 self._next_env += 1
                 self._counters[env_id] = EnvCounters()
-            if hello is not None and hello.rejoin >= 0:
+            if hello.rejoin >= 0:
                 self._returned.add(env_id)
             self._in_flight.setdefault(env_id, {})
-            if hello is not None and hello.stream >= 0:
+            if hello.stream >= 0:
                 self._streams[env_id] = hello.stream
         cur = self.curriculum
         return P.Welcome(
@@ -266,19 +251,15 @@ class SyncCore:
 
     def counters(self, env_id: int) -> EnvCounters:
         """The counters of ``env_id``, live or among the last that left (``KeyError`` otherwise)."""
-        c = self._counters.get(env_id)
-        if c is None:
-            c = self._departed.get(env_id)
+        c = self._counters.get(env_id) or self._departed.get(env_id)
         if c is None:
             raise KeyError(f"unknown env id {env_id!r}; known: {self.env_ids}")
         return c
 
     def depart(self, env_id: int, reason: str = "goodbye") -> int:
-        """Env ``env_id`` left (``reason``: ``"goodbye"``, or ``"timeout"`` when it stayed silent past the
-        server's ``env_timeout``): the tasks it still held are abandoned (counted, and reported to the
-        curriculum's :meth:`~magister.curricula.base.Curriculum.on_task_abandoned`), and its state is
-        freed but for its counters (see ``keep_departed``). Returns the number of tasks abandoned; a no-op
-        (0) for an env that is not live."""
+        """Env ``env_id`` left (``reason``: ``"goodbye"``, ``"timeout"`` ...): the tasks it held are abandoned
+        (counted, and passed to ``curriculum.on_task_abandoned``), its state freed but for its counters.
+        Returns the number of tasks abandoned (0 for an env that is not live)."""
         with self.lock:
             c = self._counters.pop(env_id, None)
             if c is None:
@@ -301,15 +282,12 @@ class SyncCore:
         return len(flight)
 
     def may_rejoin(self, env_id: int) -> bool:
-        """Whether an env that says it was ``env_id`` would come back under that identity (it left and its
-        counters are still kept, or it was restored from a checkpoint): a server at ``max_envs`` admits
-        it, it held a slot before."""
+        """Whether an env that was ``env_id`` comes back under that identity (a full server admits it)."""
         return env_id in self._departed or env_id in self._restored
 
     def _reclaim(self, env_id: int, holds: set[int]) -> None:
-        """A restored env came back holding ``holds``: its other restored leases were completed by the server
-        instance that died after the checkpoint (its episodes counted as lost to the restore); they end
-        abandoned."""
+        """A restored env came back holding ``holds``: its other restored leases end abandoned (the instance
+        that died after the checkpoint completed them)."""
         c = self._counters[env_id]
         for task_id in [i for i in self._in_flight[env_id] if i not in holds]:
             _, sample = self._in_flight[env_id].pop(task_id)
@@ -325,16 +303,14 @@ class SyncCore:
                          type(self.curriculum).__name__, exc_info=True)
 
     def depart_unclaimed(self, since: float) -> None:
-        """Declare gone the envs restored from a checkpoint before ``since`` (``time.monotonic()``) that have
-        not come back."""
+        """Declare gone the envs restored before ``since`` (``time.monotonic()``) that did not come back."""
         for env_id in [e for e, t in self._restored.items() if t < since]:
             del self._restored[env_id]
             self.depart(env_id, "timeout")
 
     # -- the ledger in checkpoints ------------------------------------------------------------------
     def ledger_state(self) -> dict[str, Any]:
-        """The open leases and counters of the live envs, and the last ended leases: plain data for a
-        checkpoint (:meth:`load_ledger`)."""
+        """The live envs' counters and open leases, and the last ended leases, as plain data."""
         with self.lock:
             envs = {
                 env_id: {
@@ -349,11 +325,10 @@ class SyncCore:
             return {"envs": envs, "ended": ended, "next_env": self._next_env}
 
     def load_ledger(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`ledger_state` (a restart from a checkpoint under live workers): its envs are
-        expected back (each under its identity, saying which leases it still holds; one that is not back
-        within the server's ``env_timeout`` is declared gone), its leases are open again, a report for a
-        lease that ended before the checkpoint is dropped as a repeat, and one for a lease the dead
-        instance issued after it is counted as orphaned. This core's own new leases keep their own ids."""
+        """Restore :meth:`ledger_state` (a restart under live workers): its envs are expected back under
+        their identities (one not back within ``env_timeout`` is declared gone) and its leases are open
+        again; a report for a lease that ended before the checkpoint is a repeat, one for a lease the dead
+        instance issued after it is orphaned."""
         with self.lock:
             for env_id in list(self._counters):
                 self.depart(env_id, "restore")
@@ -380,12 +355,9 @@ class SyncCore:
             self._ended.popitem(last=False)
 
     def _stale(self, env_id: int, c: EnvCounters, task_id: int) -> str | None:
-        """Whether a report of an env that came back (registered again) for ``task_id`` (not ``-1``, not in
-        flight for it) is to be dropped, and why: ``"repeat"`` (its lease was consumed), ``"late"``
-        (abandoned or returned meanwhile) or ``"orphaned"`` (another server instance issued it); ``None``:
-        it is not.
-        Counted; the lease's first outcome stands. (Any other env's report for a lease it does not hold is
-        refused.)"""
+        """Why a returning env's report for ``task_id`` is dropped (counted; the lease's first outcome
+        stands): ``"repeat"`` (consumed), ``"late"`` (abandoned or returned) or ``"orphaned"`` (another server
+        instance issued it); ``None``: it is not (other envs' reports for leases they lack are refused)."""
         if env_id not in self._returned or task_id == -1 or task_id in self._in_flight[env_id]:
             return None
         ended = self._ended.get(task_id)
@@ -406,7 +378,7 @@ class SyncCore:
 
     @property
     def live_envs(self) -> int:
-        """Envs registered and not yet departed."""
+        """Envs registered and not departed."""
         return len(self._counters)
 
     def _env(self, env_id: int) -> EnvCounters:
@@ -479,8 +451,8 @@ class SyncCore:
                 self.malformed_frames += 1
 
     def _resolve(self, env_id: int, task_id: int, task: EncodedTask) -> TaskSample:
-        """The sample the curriculum handed out as ``task_id`` (checked against the task the env reports);
-        for a task the env chose (``-1``), the task itself, checked against the task space."""
+        """The sample handed out as ``task_id``, checked against the reported ``task`` (``-1``: a task the env
+        chose, checked against the task space)."""
         if task_id == -1:
             if self.validate_tasks and not self.curriculum.task_space.contains_encoded(task):
                 raise SyncRejected(
@@ -505,12 +477,9 @@ class SyncCore:
 
     # -- updates ------------------------------------------------------------------------------------
     def apply(self, msg: P.Message) -> P.Message | None:
-        """Apply one message from an env (a :class:`~magister.sync.protocol.Report` or its
-        :class:`~magister.sync.protocol.Goodbye`); returns the reply to send, if any.
-
-        A report's updates are applied in the order the env made them, a refused one not stopping the
-        others; then its ``request`` is answered with that many new tasks (also when an update was refused:
-        the tasks then ride on the exception's ``reply``).
+        """Apply a :class:`~magister.sync.protocol.Report` (its updates in order, a refused one not stopping
+        the others; then the tasks it asks for) or a :class:`~magister.sync.protocol.Goodbye`; returns the
+        reply to send, if any (when an update was refused, the tasks ride on the exception's ``reply``).
 
         Raises:
             SyncRejected: an update was refused (the curriculum was not touched by it).
@@ -553,9 +522,8 @@ class SyncCore:
 
     def _episode(self, c: EnvCounters, env_id: int, task_id: int, task: EncodedTask, episode_return: float,
                  length: int, progress: float, ended: bool, extras: dict) -> None:
-        """Apply one episode update: end its lease, and hand a finished episode to the curriculum as an
-        :class:`~magister.curricula.base.Episode` record (``ended=False``: cut short by an early reset or a
-        close, the task used but no episode finished)."""
+        """End the lease; a finished episode (``ended``) goes to ``curriculum.on_episode`` as an
+        :class:`~magister.curricula.base.Episode`."""
         if not math.isfinite(episode_return):
             raise SyncRejected("non_finite", f"episode return must be finite, got {episode_return!r}")
         _check_progress("episode progress", progress)
@@ -640,8 +608,7 @@ class SyncCore:
         c.progress_applied += 1
 
     def _goodbye(self, msg: P.Goodbye) -> P.Goodbye:
-        """The env leaves, returning the tasks it did not start (counted as one update); the goodbye is
-        echoed as its ack."""
+        """The env leaves, returning the tasks it did not start (one update); echoed as the ack."""
         env_id = msg.env_id
         c = self._env(env_id)
         with self.lock:
@@ -664,8 +631,7 @@ class SyncCore:
 
     # -- learner side -------------------------------------------------------------------------------
     def in_flight(self, env_id: int) -> dict[int, EncodedTask]:
-        """Tasks sent to ``env_id`` and not yet consumed, returned or abandoned, by task id (``{}`` for an
-        env that left)."""
+        """The tasks ``env_id`` holds, by task id (``{}`` for an env that left)."""
         with self.lock:
             return {i: entry[1].task for i, entry in self._in_flight.get(env_id, {}).items()}
 
@@ -675,10 +641,9 @@ class SyncCore:
         return sorted((*self._counters, *self._departed))
 
     def sync_metrics(self) -> dict[str, float]:
-        """Flat accounting metrics: ``sync/env<i>/<counter>`` per live env (and per env among the last that
-        left), ``sync/total/<counter>`` over every env that ever connected, ``sync/envs`` (envs that ever
-        registered), ``sync/envs_live``, ``sync/envs_departed`` and ``sync/envs_rejoined`` (registrations
-        of envs that had registered before)."""
+        """``sync/env<i>/<counter>`` per env listed in :attr:`env_ids`, ``sync/total/<counter>`` over every
+        env that ever connected, and the counts of envs (``sync/envs``, ``_live``, ``_departed``,
+        ``_rejoined``)."""
         out: dict[str, float] = {}
         with self.lock:
             totals = EnvCounters(connected=0)
@@ -770,6 +735,7 @@ class ServedCurriculum:
         return None
 
 
+@dataclass(frozen=True)
 class ServerHandle:
     """A curriculum server as another process sees it: its :attr:`address`, and nothing else.
 
@@ -782,15 +748,14 @@ class ServerHandle:
     >>> import copy
     >>> handle = copy.deepcopy(ServerHandle("ipc:///tmp/x.sock"))  # (pickling gives the same)
     >>> handle.address, handle
-    ('ipc:///tmp/x.sock', ServerHandle('ipc:///tmp/x.sock'))
+    ('ipc:///tmp/x.sock', ServerHandle(address='ipc:///tmp/x.sock'))
     """
 
-    __slots__ = ("address",)
+    address: str
 
-    def __init__(self, address: str) -> None:
-        if not isinstance(address, str) or "://" not in address:
-            raise TypeError(f"a server handle needs the server's address (a str), got {address!r}")
-        object.__setattr__(self, "address", address)
+    def __post_init__(self) -> None:
+        if not isinstance(self.address, str) or "://" not in self.address:
+            raise TypeError(f"a server handle needs the server's address (a str), got {self.address!r}")
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):
@@ -800,18 +765,3 @@ class ServerHandle:
             "has only .address (give it, or the handle, to GymnasiumSyncWrapper). Call the server's "
             "learner-side methods in the process that called serve()"
         )
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        raise AttributeError("a ServerHandle is read-only")
-
-    def __reduce__(self) -> Any:
-        return (ServerHandle, (self.address,))
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, ServerHandle) and other.address == self.address
-
-    def __hash__(self) -> int:
-        return hash(self.address)
-
-    def __repr__(self) -> str:
-        return f"ServerHandle({self.address!r})"

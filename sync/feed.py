@@ -77,7 +77,7 @@ os.register_at_fork(after_in_child=_update_pid)
 
 class Assignment(NamedTuple):
     """A task handed to one env: its lease id (``-1``: not from the curriculum side) and the fields of
-    :class:`~magister.curricula.base.TaskSample` (``variant``: the task played instead of ``task``)."""
+    :class:`~magister.curricula.base.TaskSample`."""
 
     task_id: int
     task: EncodedTask
@@ -134,16 +134,13 @@ class TaskFeed:
         self.timeout, self.close_timeout = opts.timeout, opts.close_timeout
         self.reconnect_timeout = opts.reconnect_timeout
         self.fallback_task_space = opts.fallback_task_space
-        self.name = opts.name
-        self.strip_keys = frozenset(opts.strip_keys)
-        self.send_obs, self.send_infos = opts.send_obs, opts.send_infos
         self.holds_updates = self.update_batch > 1 and self.max_update_delay > 0
         self._transport_class = transport
         self._transport_options = transport_options
         self._reset_process_state()
 
     def _reset_process_state(self) -> None:
-        """The state of a feed that belongs to one process (fresh after a fork or an unpickling)."""
+        """The state that belongs to one process (fresh after a fork or an unpickling)."""
         self._pid: int | None = None
         self._transport: Transport | None = None
         self.env_id = None
@@ -199,10 +196,10 @@ class TaskFeed:
         space = self.task_space.fingerprint() if self.task_space is not None else ""
         holds = (*self._issued, *(a.task_id for a in self._buffer if a.task_id >= 0)) if rejoin >= 0 else ()
         reported = self.stats["episodes_reported"]
-        return P.Hello(os.getpid(), self.name, space, self.stream, rejoin, lost, holds, reported)
+        return P.Hello(os.getpid(), self.options.name, space, self.stream, rejoin, lost, holds, reported)
 
     def _ensure(self) -> bool:
-        """Connect in this process if needed; False when running on the local fallback."""
+        """Connect in this process if needed; False on the local fallback."""
         if self._pid != _pid and self._pid is not None:  # forked: the parent's transport is not ours
             if self._transport is not None:
                 self._transport.abandon()
@@ -235,10 +232,9 @@ class TaskFeed:
         return True
 
     def _rejoin(self) -> None:
-        """Register again with a curriculum side that no longer knows this env (restarted, or it declared
-        the env gone), under the same identity. Undelivered updates go to the new registration with their
-        lease ids: the curriculum side applies each once, or counts it (a lease it abandoned meanwhile,
-        or one another server instance issued). Tasks not yet started are dropped (their leases ended)."""
+        """Register again, under the same identity, with a curriculum side that no longer knows this env.
+        Undelivered updates go along with their lease ids (each applied once, or counted); tasks not yet
+        started are dropped unless the server resumed their leases."""
         transport = self._transport
         old = self.env_id
         logger.warning("%s no longer knows env %s (restarted, or it declared the env gone): registering "
@@ -261,7 +257,7 @@ class TaskFeed:
             self._send_held(need)
 
     def _take_welcome(self, welcome: P.Welcome) -> None:
-        """Adopt the settings of the welcome: env id, which updates to send, the step buffer."""
+        """Adopt the welcome's settings: env id, which updates to send, the step buffer."""
         opts = self.options
         self.env_id = welcome.env_id
         self.heartbeat = welcome.heartbeat
@@ -277,7 +273,7 @@ class TaskFeed:
         )
 
     def _go_fallback(self, what: str, reason: str | None = None) -> bool:
-        """No answer while waiting for ``what``: raise, or sample locally from now on."""
+        """No answer while waiting for ``what``: raise, or sample locally from now on (returns False)."""
         if reason is None:
             reason = self._transport.no_reply(what)  # type: ignore[union-attr]
         if self.fallback_task_space is None:
@@ -295,7 +291,7 @@ class TaskFeed:
         return False
 
     def _active(self) -> bool:
-        """Whether updates can be delivered now (connected in this process, not closed, no fallback)."""
+        """Whether updates can be delivered now (connected in this process, no fallback)."""
         return self._transport is not None and self._pid == _pid and not self._fallback
 
     # -- sending ------------------------------------------------------------------------------------
@@ -315,10 +311,9 @@ class TaskFeed:
         return True
 
     def _deliver(self, update: tuple, request: int = 0) -> None:
-        """Hold an update (a :class:`~magister.sync.protocol.Report`'s) for the next send, and send what is
-        held when it is due: at once unless the feed holds updates; else once ``update_batch`` are held, the
-        oldest has waited ``max_update_delay``, one asks for tasks, or step records carry large
-        observations."""
+        """Hold an update for the next :class:`~magister.sync.protocol.Report`; send what is held when due:
+        at once unless the feed holds updates, else once ``update_batch`` are held, the oldest has waited
+        ``max_update_delay``, one asks for tasks, or step records carry large observations."""
         with self._lock:
             now = _now()
             if not self._held:
@@ -331,8 +326,7 @@ class TaskFeed:
                 self._send(*self._take_held())
 
     def _take_held(self, request: int = 0) -> tuple[list[P.Report], int, int]:
-        """The held updates as a report asking for ``request`` more tasks, with how many updates it carries
-        and how many tasks it asks for. Nothing is held afterwards."""
+        """The held updates as one report asking for ``request`` more tasks (and its counts); clears them."""
         asked = self._held_request + request
         report = P.Report(self.env_id, tuple(self._held), asked)  # type: ignore[arg-type]
         self._clear_held()
@@ -345,8 +339,8 @@ class TaskFeed:
         self._send(*self._take_held(request))
 
     def _send_due(self) -> None:
-        """Send the held updates if due, or a heartbeat after ``heartbeat`` seconds of silence (from the
-        background flusher; a feed busy in the env's thread is skipped)."""
+        """From the background flusher: send the held updates if due, or a heartbeat after ``heartbeat``
+        seconds of silence (a feed busy in the env's thread is skipped)."""
         transport = self._transport
         beat = (
             self.heartbeat > 0
@@ -370,7 +364,7 @@ class TaskFeed:
 
     # -- receiving ----------------------------------------------------------------------------------
     def _receive(self, timeout: float) -> bool:
-        """Take in the replies that arrived (waiting at most ``timeout`` seconds); False when none did."""
+        """Take in the replies that arrived (waiting at most ``timeout``); False when none did."""
         msgs = self._transport.receive(timeout)  # type: ignore[union-attr]
         for msg in msgs:
             if isinstance(msg, P.Tasks):
@@ -402,9 +396,8 @@ class TaskFeed:
             pass
 
     def _wait_for_tasks(self) -> bool:
-        """Wait for a task: at most ``timeout`` while the curriculum side answers, up to
-        ``reconnect_timeout`` while it is silent (restarting, preempted, cut off); False when the fallback
-        took over."""
+        """Wait for a task: at most ``timeout`` while the curriculum side answers, up to ``reconnect_timeout``
+        while it is silent (restarting, cut off); False when the fallback took over."""
         start = time.monotonic()
         deadline = start + self.timeout
         while not self._buffer:
@@ -427,9 +420,8 @@ class TaskFeed:
         return True
 
     def _keep_waiting(self, since: float) -> bool:
-        """Whether a wait that began at ``since`` goes on: the curriculum side this env registered with has
-        been silent for ``timeout`` (not merely slow to answer) and ``reconnect_timeout`` has not passed.
-        Logged when it starts and once a minute."""
+        """Whether a wait begun at ``since`` goes on: the curriculum side has been silent (not merely slow)
+        for ``timeout`` and ``reconnect_timeout`` has not passed. Logged once a minute."""
         transport = self._transport
         if not self.caps.cheap_receive or self.env_id is None or transport is None:
             return False
@@ -446,8 +438,8 @@ class TaskFeed:
     # -- tasks --------------------------------------------------------------------------------------
     @property
     def request_size(self) -> int:
-        """Tasks to keep ready: as many as the env plays in ``max_update_delay`` seconds (by its recent
-        pace; 1 until known), within ``[1, prefetch]``."""
+        """Tasks to keep ready: as many as the env plays in ``max_update_delay`` seconds at its recent pace
+        (1 until known), within ``[1, prefetch]``."""
         if self.prefetch <= 1:
             return 1
         if self.max_update_delay == math.inf:
@@ -463,8 +455,8 @@ class TaskFeed:
         return self.request_size if self.prefetch else 0
 
     def _refill_request(self) -> int:
-        """Tasks an episode (or completed task) update asks for along the way: none in-process, what keeps
-        the depth ready over sockets, the next ``request_size`` once none is left over a costly one."""
+        """Tasks an episode (or completed task) update asks for: none in-process, what keeps the depth ready
+        over sockets, the next ``request_size`` once none is left over a costly transport."""
         if self.env_id is None or self.caps.replies_with_send:
             return 0
         ready = len(self._buffer) + self._outstanding + self._held_request
@@ -545,7 +537,7 @@ class TaskFeed:
             self._send_held()
 
     def _flush_steps(self) -> None:
-        """Deliver the buffered step records as one update (a full batch, an episode's end, a flush)."""
+        """Deliver the buffered step records as one update."""
         steps = self._steps
         if steps is None or not len(steps):
             return
@@ -566,12 +558,6 @@ class TaskFeed:
             with self._lock:
                 self._drain()  # error replies and tasks that arrived meanwhile
 
-    def _task_id(self, assignment: Assignment, done: bool) -> int:
-        """The lease id to report ``assignment`` under; ``done``: the lease ends."""
-        if done:
-            self._issued.pop(assignment.task_id, None)
-        return assignment.task_id
-
     def record_episode(
         self,
         assignment: Assignment,
@@ -582,10 +568,8 @@ class TaskFeed:
         extras: dict | None = None,
         refill: bool = True,
     ) -> None:
-        """An episode on ``assignment`` finished (``ended=False``: abandoned by an early reset).
-
-        ``refill``: the env resets next, so the update may ask for the next task. ``extras`` that cannot
-        travel raise here, in the env's step, not when the held updates are sent."""
+        """An episode on ``assignment`` finished (``ended=False``: abandoned by an early reset); ``refill``:
+        the env resets next, so the update may ask for tasks. ``extras`` that cannot travel raise here."""
         if self._transport is None or self._pid != _pid:  # (closed, fallback, forked)
             return
         if self.requires_step_updates and self._steps is not None and len(self._steps):
@@ -594,10 +578,10 @@ class TaskFeed:
                 return
         if extras and not self.caps.replies_with_send:
             P.pack_value(extras)  # raises TypeError naming a value that cannot travel
-        task_id = self._task_id(assignment, done=True)
+        self._issued.pop(assignment.task_id, None)
         request = self._refill_request() if refill else 0
-        update = (P.EPISODE, task_id, assignment.task, float(episode_return), int(length), float(progress),
-                  bool(ended), dict(extras) if extras else {})
+        update = (P.EPISODE, assignment.task_id, assignment.task, float(episode_return), int(length),
+                  float(progress), bool(ended), dict(extras) if extras else {})
         self._deliver(update, request)
         self.stats["episodes_reported"] += 1
 
@@ -610,14 +594,15 @@ class TaskFeed:
             self._flush_steps()
             if not self._active():
                 return
-        task_id = self._task_id(assignment, done)
+        if done:
+            self._issued.pop(assignment.task_id, None)
         request = self._refill_request() if done else 0
-        self._deliver((P.PROGRESS, task_id, assignment.task, float(progress), bool(done)), request)
+        self._deliver((P.PROGRESS, assignment.task_id, assignment.task, float(progress), bool(done)), request)
 
     # -- closing ------------------------------------------------------------------------------------
     def close(self) -> None:
         """Flush, wait for tasks on their way, return unused ones with the goodbye and wait for its ack
-        (each bounded by ``close_timeout``). Idempotent."""
+        (all within ``close_timeout``). Idempotent."""
         if self._closed or self._pid != _pid:
             self._closed = True
             return
@@ -680,11 +665,9 @@ class TaskFeed:
 
 
 class _Flusher:
-    """One daemon thread per process sending what feeds held too long (and heartbeats), also while their
-    env does not step (an RLlib env runner between two ``sample()`` calls). It sleeps until the oldest
-    held update is due, within a quarter and all of the shortest ``max_update_delay``. Feeds are held by
-    weak reference; the thread ends when none is left (the next registration starts a new one).
-    """
+    """One daemon thread per process sending what feeds held too long (and heartbeats) while their env
+    does not step. It sleeps until the oldest held update is due, within a quarter and all of the shortest
+    ``max_update_delay``; feeds are held by weak reference, and the thread ends when none is left."""
 
     def __init__(self) -> None:
         self.pid = os.getpid()

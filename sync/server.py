@@ -1,28 +1,16 @@
-"""The curriculum side of the sync layer: a ZeroMQ ROUTER endpoint served by a background thread.
+"""The curriculum side of the sync layer over ZeroMQ: a ROUTER socket served by a background thread.
 
 :func:`serve` wraps a :class:`~magister.curricula.base.Curriculum` in a :class:`CurriculumServer`. The
 server binds a ROUTER socket (by default an ``ipc://`` socket file in a private 0700 temporary directory;
 ``tcp://host:port`` for workers on other machines, see :mod:`magister.sync.security`) and starts one
-thread that
-
-* answers :class:`~magister.sync.protocol.Hello` with the env's id and the server's settings,
-* applies the step, episode and progress updates of each :class:`~magister.sync.protocol.Report` to the
-  curriculum, and answers the tasks it asks for, sampled on demand with :meth:`Curriculum.sample_tasks`,
-  to the env that asked (and only to it); a refused update gets an :class:`~magister.sync.protocol.Error`.
-
-Every call into the curriculum, from the thread or from the learner through the proxy methods
-(:meth:`CurriculumServer.update_on_demand`, :meth:`~CurriculumServer.sample`,
-:meth:`~CurriculumServer.metrics`, :meth:`~CurriculumServer.state_dict` ...), holds the one lock
-``server.lock``, so the curriculum never sees two callers at once.
-
-Leases, accounting and applying updates are the transport-agnostic :class:`~magister.sync.core.SyncCore`'s
-(the same as the Ray and in-process endpoints'); this module adds the socket, the per-env sequencing that
-makes reconnects lose and repeat nothing, liveness (``env_timeout``) and admission (``max_envs``, CURVE).
-
-**Faults.** Malformed or truncated frames, a wrong protocol version, updates naming tasks the env was never
-given or tasks outside the task space, and non-finite rewards or progress are answered with an
-:class:`~magister.sync.protocol.Error` and dropped; the curriculum is not touched and the thread keeps
-serving.
+thread that answers each env's :class:`~magister.sync.protocol.Hello` and applies its
+:class:`~magister.sync.protocol.Report` messages through the transport-agnostic
+:class:`~magister.sync.core.SyncCore` (leases, accounting and refusals are the core's, as on the Ray and
+in-process paths), replying with the tasks asked for or an :class:`~magister.sync.protocol.Error`. This
+module adds the socket, the per-env sequencing that makes reconnects lose and repeat nothing, liveness
+(``env_timeout``) and admission (``max_envs``, CURVE). Malformed frames are answered with an error and
+dropped; the thread keeps serving. Every call into the curriculum, from the thread or from the learner
+(:meth:`CurriculumServer.metrics`, :meth:`~CurriculumServer.state_dict` ...), holds ``server.lock``.
 
 >>> from magister.curricula.domain_randomization import DomainRandomization
 >>> from magister.task_spaces.discrete import Discrete
@@ -68,7 +56,7 @@ __all__ = ["CurriculumServer", "serve"]
 
 @dataclass(eq=False)
 class _Peer:
-    """What the server keeps of one connected env: its id, welcome, and sequenced stream."""
+    """What the server keeps of one connected env."""
 
     env_id: int
     welcome: P.Welcome
@@ -78,8 +66,7 @@ class _Peer:
     fd: int = 0  # the connection its last message came on (-1: ZeroMQ reported it closed)
 
 
-#: Most replies a server keeps per env for a resend (older ones are dropped: a client that far behind
-#: is gone, and its tasks are reclaimed by the liveness check).
+#: Most replies a server keeps per env for a resend (a client further behind is gone).
 MAX_UNACKED_REPLIES = 1024
 
 
@@ -213,8 +200,7 @@ class CurriculumServer(LearnerCalls, ServedCurriculum):
             self._wake_rx.close(0)
 
     def _read_monitor(self) -> None:
-        """Note the peers whose connection ZeroMQ reports closed (their slots are freed when one is needed;
-        a peer that reconnects and sends again is connected again)."""
+        """Note the peers whose connection ZeroMQ reports closed (their slots are freed when needed)."""
         while self._monitor.poll(0):
             fd = recv_monitor_message(self._monitor)["value"]
             for peer in self._peers.values():
@@ -222,8 +208,7 @@ class CurriculumServer(LearnerCalls, ServedCurriculum):
                     peer.fd = -1
 
     def _free_disconnected(self) -> None:
-        """Declare gone the envs whose connection closed (their tasks are abandoned): a full server makes
-        room for a newcomer without waiting for ``env_timeout``."""
+        """Declare gone the envs whose connection closed: a full server makes room for a newcomer."""
         for identity, peer in list(self._peers.items()):
             if peer.fd == -1:
                 del self._peers[identity]
@@ -252,7 +237,7 @@ class CurriculumServer(LearnerCalls, ServedCurriculum):
         self, identity: bytes, frames: list[Any], msg: P.Message | None = None, level: int | None = None
     ) -> bool:
         """Send ``frames`` to ``identity`` now; False when it cannot take them (logged at ``level``, by
-        default a warning; a reply kept for a resend is only worth a debug line)."""
+        default a warning)."""
         try:
             self._sock.send_multipart([identity, *frames], zmq.NOBLOCK)
             return True
@@ -389,9 +374,7 @@ class CurriculumServer(LearnerCalls, ServedCurriculum):
 
     def close(self) -> None:
         """Stop the thread (joined with a timeout), close the socket and remove the ipc directory.
-
-        Idempotent; a no-op in a forked child (only the creating process owns the server).
-        """
+        Idempotent; a no-op in a forked child."""
         if self._closed or os.getpid() != self._pid:
             return
         self._closed = True

@@ -1,5 +1,4 @@
-"""Step records on the env side, batched into :class:`~magister.sync.protocol.Steps` (kept only when the
-curriculum wants step updates), numeric observations of one layout stacked into one array."""
+"""Step records on the env side, batched into :class:`~magister.sync.protocol.Steps`."""
 
 from __future__ import annotations
 
@@ -43,8 +42,8 @@ def _stackable(arrays: list[Any]) -> bool:
 
 
 def stack_observations(observations: list[Any]) -> Any:
-    """The observations of a step batch, stacked along a new first axis when they share one numeric layout:
-    one array, or for dict observations one array per key; otherwise the tuple of observations.
+    """Observations stacked along a new first axis when they share one numeric layout (for dicts, one
+    array per key); otherwise their tuple.
 
     >>> stack_observations([np.zeros(2), np.ones(2)]).shape
     (2, 2)
@@ -65,12 +64,8 @@ def stack_observations(observations: list[Any]) -> Any:
 class StepBuffer:
     """Step records of one env waiting to be sent as one :class:`~magister.sync.protocol.Steps`.
 
-    Args:
-        send_obs: Keep observations (copied: an env may overwrite its arrays in place).
-        send_infos: Keep infos.
-        strip_keys: Keys removed from dict observations and infos.
-        capacity: Steps per batch; a step that fills it calls ``on_full`` (the feed sends the batch).
-        on_full: Called with no argument when the batch is full.
+    Observations (``send_obs``) are copied, infos (``send_infos``) kept, both without ``strip_keys``; the
+    step that fills ``capacity`` calls ``on_full()``.
     """
 
     def __init__(

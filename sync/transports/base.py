@@ -2,9 +2,7 @@
 
 A :class:`Transport` moves protocol messages between one env-side feed
 (:class:`magister.sync.feed.TaskFeed`) and the curriculum's :class:`~magister.sync.core.SyncCore`, and
-decides nothing. It is made in the process that uses it and serves one env. What differs between
-transports is declared once, in their :class:`Capabilities`.
-Transports never import the feed or an endpoint.
+decides nothing; what differs between transports is declared once, in their :class:`Capabilities`.
 """
 
 from __future__ import annotations
@@ -56,12 +54,8 @@ class Capabilities:
 
 
 class Transport:
-    """One env's connection to the curriculum: ``open``, ``send``, ``receive``, ``close``.
-
-    Errors: a peer that does not answer (or is gone) raises :class:`ServerUnavailableError` with a
-    description (the feed then falls back or raises it with the capabilities' ``hint`` appended); a
-    refusal of the hello raises :class:`SyncError`.
-    """
+    """One env's connection to the curriculum, made in the process that uses it. A peer that does not
+    answer raises :class:`ServerUnavailableError`; a refused hello, :class:`SyncError`."""
 
     #: What this transport is, to the feed.
     caps: ClassVar[Capabilities]
@@ -76,9 +70,7 @@ class Transport:
         raise NotImplementedError
 
     def send(self, items: list[P.Message]) -> None:  # pragma: no cover - interface
-        """Send the messages ``items`` in order (one call where the transport can); never waits for a
-        reply. When the peer is behind, wait for room at most the timeout (then
-        :class:`ServerUnavailableError`)."""
+        """Send ``items`` in order without waiting for a reply (for room, at most the timeout)."""
         raise NotImplementedError
 
     def receive(self, timeout: float) -> list[P.Message]:  # pragma: no cover - interface
@@ -86,15 +78,14 @@ class Transport:
         raise NotImplementedError
 
     def close(self, wait: bool = True, linger: float | None = None) -> None:  # pragma: no cover - interface
-        """Release the connection (``wait``: let queued messages go out, for at most ``linger`` seconds,
-        default the close timeout)."""
+        """Release the connection (``wait``: let queued messages go out for at most ``linger`` seconds)."""
         raise NotImplementedError
 
     def abandon(self) -> None:
-        """Forget the connection without touching it (it belongs to the process this one forked from)."""
+        """Forget the connection without touching it (it belongs to the parent of a fork)."""
 
     def can_send_now(self) -> bool:
-        """Whether a send would not wait (the background flusher skips a feed whose send would)."""
+        """Whether a send would not wait for room."""
         return True
 
     def no_reply(self, what: str) -> str:  # pragma: no cover - interface

@@ -1,18 +1,15 @@
 """The ZeroMQ transport: a DEALER socket to a :class:`~magister.sync.server.CurriculumServer`.
 
-The socket is made by :meth:`ZmqTransport.open`, in the process that uses it, from a per-process context
-(never one inherited through ``fork``). A send never waits for a reply, and waits for room in the send
-queue at most ``timeout`` seconds (back-pressure instead of silently dropping).
+The socket is made in the process that uses it, from a per-process context. A send never waits for a
+reply, and waits for room in the send queue at most ``timeout`` seconds (back-pressure, not dropping).
 
-**Reconnects lose nothing and repeat nothing.** The socket has a stable routing id (a random session
-token drawn when it is made), so after ZeroMQ reconnects it (a network cut, a proxy restarted) the server
-knows it as the same env. Every message after the hello is numbered in a small envelope frame
-(:func:`magister.sync.protocol.pack_envelope`) and kept until the server acknowledges it; so are the
-server's replies. When a wait for a reply passes ``retry_interval``, the transport sends a ``PING``: the
-server sends again the replies the env missed, and answers with the number of the last message it
-applied, after which the env sends again what the server never got. Each side drops what it already has.
-A server that no longer knows the env (restarted, or it declared the env gone) answers ``unknown_env``;
-the feed then registers again (:meth:`ZmqTransport.rejoin`).
+**Reconnects lose nothing and repeat nothing.** The socket has a stable routing id, so after ZeroMQ
+reconnects it (a network cut) the server knows it as the same env. Every message after the hello is
+numbered in an envelope frame and kept until acknowledged, on both sides. When a wait for a reply passes
+``retry_interval``, the transport sends a ``PING``: the server sends again the replies the env missed and
+answers with the number of the last message it applied, after which the env sends again what the server
+never got; each side drops what it already has. A server that no longer knows the env answers
+``unknown_env``, and the feed registers again (:meth:`ZmqTransport.rejoin`).
 """
 
 from __future__ import annotations
@@ -136,9 +133,8 @@ class ZmqTransport(Transport):
             monitor.close(0)
 
     def rejoin(self, hello: P.Hello) -> P.Welcome:
-        """Register again on the same socket (the server no longer knew this env): the messages not yet
-        acknowledged are sent again, numbered from the start, after being made the new registration's
-        (:func:`magister.sync.protocol.rebase`)."""
+        """Register again on the same socket; the unacknowledged messages are sent again, numbered from the
+        start, as the new registration's (:func:`magister.sync.protocol.rebase`)."""
         self.rejoins += 1
         old = [P.decode(frames) for _, frames in self.stream.sent]
         self.stream = P.Stream(MAX_UNACKED)
@@ -185,8 +181,7 @@ class ZmqTransport(Transport):
                 raise SyncError(f"{self.peer} refused (waiting for a welcome): {msg.code}: {msg.message}")
 
     def _check_handshake(self, monitor: zmq.Socket) -> None:
-        """Raise :class:`SyncError` saying why when the socket's monitor reports a refused CURVE handshake
-        (a key not on the server's allow-list; a wrong server key fails three times in a row)."""
+        """Raise :class:`SyncError` saying why when the monitor reports a refused CURVE handshake."""
         while monitor.poll(0):
             event = recv_monitor_message(monitor)["event"]
             if event == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
@@ -212,8 +207,7 @@ class ZmqTransport(Transport):
         return self.stream.dropped
 
     def ping(self) -> None:
-        """Ask the server for the replies this env missed and where to resend from (also a heartbeat: the
-        server counts any frame as a sign of life). Never waits."""
+        """Ask the server for the replies this env missed and where to resend from (also a heartbeat)."""
         sock = self.socket
         if sock is None:
             return
@@ -244,8 +238,7 @@ class ZmqTransport(Transport):
         raise ServerUnavailableError(self.no_reply(f"room in the send queue for a {what}"))
 
     def receive(self, timeout: float, retry: bool = True) -> list[P.Message]:
-        """At most one message (a :class:`~magister.sync.protocol.ProtocolVersionError` names both
-        versions). A wait longer than ``retry_interval`` sends a ``PING`` each time it passes (``retry``)."""
+        """At most one message; with ``retry``, a ``PING`` each time the wait passes ``retry_interval``."""
         sock = self.socket
         assert sock is not None
         if timeout <= 0:
@@ -268,8 +261,7 @@ class ZmqTransport(Transport):
                 self.ping()
 
     def _take(self, frames: list[Any]) -> list[P.Message]:
-        """The message of a received frame list: ``[]`` for a repeat, an out-of-order reply or a ``PONG``
-        (which may send again what the server missed)."""
+        """The message of a received frame list (``[]``: a repeat, an out-of-order reply or a ``PONG``)."""
         self.last_heard = time.monotonic()
         envelope = P.unpack_envelope(frames[0])
         if envelope is None:  # unsequenced: a welcome, or an error to a peer the server does not know
@@ -288,8 +280,7 @@ class ZmqTransport(Transport):
         return []
 
     def close(self, wait: bool = True, linger: float | None = None) -> None:
-        """Close the socket: letting queued messages go out for at most ``linger`` seconds (default the
-        close timeout) when ``wait``, else at once."""
+        """Close the socket (``wait``: let queued messages go out for at most ``linger`` seconds)."""
         if self.socket is not None:
             if not wait:
                 self.socket.close(0)
