@@ -28,27 +28,8 @@ from .security import CurveKeyPair, check_address, generate_keypair, load_keypai
 from .server import CurriculumServer, serve
 
 __all__ = [
-    "DEFAULT_PREFETCH",
-    "PROTOCOL_VERSION",
-    "Assignment",
-    "CurriculumClient",
-    "CurriculumServer",
-    "CurveKeyPair",
-    "EnvCounters",
-    "FeedOptions",
-    "LocalClient",
-    "ProtocolError",
-    "ProtocolVersionError",
-    "ServerHandle",
-    "ServerOptions",
-    "ServerUnavailableError",
-    "SyncCore",
-    "SyncError",
-    "SyncRejected",
-    "TaskFeed",
-    "check_address",
-    "connect",
-    "generate_keypair",
-    "load_keypair",
-    "serve",
+    "DEFAULT_PREFETCH", "PROTOCOL_VERSION", "Assignment", "CurriculumClient", "CurriculumServer",
+    "CurveKeyPair", "EnvCounters", "FeedOptions", "LocalClient", "ProtocolError", "ProtocolVersionError",
+    "ServerHandle", "ServerOptions", "ServerUnavailableError", "SyncCore", "SyncError", "SyncRejected",
+    "TaskFeed", "check_address", "connect", "generate_keypair", "load_keypair", "serve"
 ]

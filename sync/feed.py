@@ -43,18 +43,8 @@ from .transports.zeromq import ZmqTransport
 logger = logging.getLogger(__name__)
 
 __all__ = [
-    "Assignment",
-    "CurriculumClient",
-    "DEFAULT_MAX_UPDATE_DELAY",
-    "DEFAULT_PREFETCH",
-    "DEFAULT_TIMEOUT",
-    "FeedOptions",
-    "LocalClient",
-    "RayClient",
-    "ServerUnavailableError",
-    "SyncError",
-    "TaskFeed",
-    "connect",
+    "Assignment", "CurriculumClient", "DEFAULT_MAX_UPDATE_DELAY", "DEFAULT_PREFETCH", "DEFAULT_TIMEOUT",
+    "FeedOptions", "LocalClient", "RayClient", "ServerUnavailableError", "SyncError", "TaskFeed", "connect"
 ]
 
 #: Most tasks an env keeps ready over sockets (:class:`~magister.sync.transports.zeromq.ZmqTransport`'s).
