@@ -81,14 +81,13 @@ _PROCESS_STATE = ("_pid", "_transport", "_buffer", "_steps", "_held", "_lock", "
 
 class TaskFeed:
     """Tasks for one env, and its feedback to the curriculum, over a :class:`Transport` (see the module
-    docstring). One env thread per feed. Pickles to worker processes (the transport's class and options
-    travel; the transport is made on first use in the process that uses the feed).
+    docstring). One env thread per feed. Pickles to worker processes (the transport is made on first use,
+    in the process that uses the feed).
 
     Args:
-        transport: The transport class, made with ``transport_options`` in the process that uses the feed.
-        transport_options: Its keyword arguments.
+        transport: The transport class, made as ``transport(target, options)`` where the feed is used.
+        target: Where the curriculum is: an address, or a :class:`~magister.sync.core.SyncCore` in-process.
         options: The feed's settings (:class:`~magister.sync.options.FeedOptions`).
-        address: Where the curriculum is (for messages and ``repr``).
         task_space: The env's task space: its fingerprint is checked against the curriculum's when the
             feed connects (a mismatch raises :class:`SyncError` naming both spaces).
         stream: The env's random stream (the seed of its first seeded reset): the curriculum side samples
@@ -100,10 +99,9 @@ class TaskFeed:
     def __init__(
         self,
         transport: type[Transport],
-        transport_options: dict[str, Any],
+        target: str | SyncCore,
         options: FeedOptions | None = None,
         *,
-        address: str = "",
         task_space: TaskSpace | None = None,
         stream: int | None = None,
     ) -> None:
@@ -117,7 +115,8 @@ class TaskFeed:
             raise ValueError(f"stream must be an int >= 0 (a reset seed) or None, got {stream!r}")
         self.task_space = task_space
         self.stream = -1 if stream is None else int(stream) % (1 << 63)
-        self.address = address
+        self.target = target
+        self.address = target if isinstance(target, str) else f"in-process:{type(target.curriculum).__name__}"
         self.prefetch = caps.prefetch if opts.prefetch is None else opts.prefetch
         self.update_batch = caps.update_batch if opts.update_batch is None else opts.update_batch
         self.max_update_delay = opts.max_update_delay
@@ -126,7 +125,6 @@ class TaskFeed:
         self.fallback_task_space = opts.fallback_task_space
         self.holds_updates = self.update_batch > 1 and self.max_update_delay > 0
         self._transport_class = transport
-        self._transport_options = transport_options
         self._reset_process_state()
 
     def _reset_process_state(self) -> None:
@@ -202,7 +200,7 @@ class TaskFeed:
         if self._transport is not None:
             return True
         self._pid = _pid
-        transport = self._transport = self._transport_class(**self._transport_options)
+        transport = self._transport = self._transport_class(self.target, self.options)
         try:
             welcome = transport.open(self._hello())
         except ServerUnavailableError as exc:
@@ -763,12 +761,7 @@ class CurriculumClient(TaskFeed):
         if address.startswith("ray://"):
             raise ValueError(f"{address!r} is a Ray address: use RayClient or connect()")
         opts = FeedOptions.of(options, **overrides)
-        keys = opts.curve_client_keys or (None, None)
-        transport_options = {"address": address, "timeout": opts.timeout, "close_timeout": opts.close_timeout,
-                             "curve": (opts.curve_server_key, *keys),
-                             "reconnect_timeout": opts.reconnect_timeout}
-        super().__init__(ZmqTransport, transport_options, opts, address=address, task_space=task_space,
-                         stream=stream)
+        super().__init__(ZmqTransport, address, opts, task_space=task_space, stream=stream)
 
 
 class RayClient(TaskFeed):
@@ -789,11 +782,7 @@ class RayClient(TaskFeed):
                 "curve_server_key applies to ZeroMQ tcp:// addresses; the Ray backend travels over Ray's own "
                 "transport (secure the Ray cluster instead)"
             )
-        transport_options = {"address": address, "timeout": opts.timeout,
-                             "max_pending": opts.max_pending_updates, "ray_address": opts.ray_address,
-                             "reconnect_timeout": opts.reconnect_timeout}
-        super().__init__(RayTransport, transport_options, opts, address=address, task_space=task_space,
-                         stream=stream)
+        super().__init__(RayTransport, address, opts, task_space=task_space, stream=stream)
 
 
 
@@ -807,9 +796,7 @@ class LocalClient(TaskFeed):
     ) -> None:
         # nothing is held in-process: a request asks for ``prefetch`` tasks, not for the env's pace
         opts = FeedOptions.of(FeedOptions.of(options, **overrides), max_update_delay=math.inf)
-        address = f"in-process:{type(core.curriculum).__name__}"
-        super().__init__(InProcessTransport, {"core": core}, opts, address=address, task_space=task_space,
-                         stream=stream)
+        super().__init__(InProcessTransport, core, opts, task_space=task_space, stream=stream)
         self.core = core
         self._ensure()
 

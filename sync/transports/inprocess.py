@@ -10,6 +10,7 @@ from typing import ClassVar
 
 from .. import protocol as P
 from ..core import SyncCore, SyncRejected
+from ..options import FeedOptions
 from .base import Capabilities, SyncError, Transport
 
 __all__ = ["InProcessTransport"]
@@ -21,7 +22,7 @@ class InProcessTransport(Transport):
     # in-process sampling is cheap and always fresh: nothing sampled ahead, nothing held
     caps: ClassVar[Capabilities] = Capabilities(prefetch=0, update_batch=1, replies_with_send=True)
 
-    def __init__(self, core: SyncCore) -> None:
+    def __init__(self, core: SyncCore, options: FeedOptions | None = None) -> None:
         self.core = core
         self.replies: list[P.Message] = []
 

@@ -16,7 +16,6 @@ dead for good raises :class:`ServerUnavailableError`.
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections import deque
 from typing import Any, ClassVar
@@ -32,6 +31,7 @@ except ImportError as _exc:  # pragma: no cover - exercised only without ray
     ) from _exc
 
 from .. import protocol as P
+from ..options import FeedOptions
 from .base import Capabilities, ServerUnavailableError, SyncError, Transport
 
 logger = logging.getLogger(__name__)
@@ -164,13 +164,12 @@ class RayTransport(Transport):
         "locally instead",
     )
 
-    def __init__(self, address: str, timeout: float, max_pending: int,
-                 ray_address: str | None = None, reconnect_timeout: float = math.inf) -> None:
+    def __init__(self, address: str, options: FeedOptions) -> None:
         self.actor_name, self.namespace = parse_ray_address(address)
-        self.timeout = timeout
-        self.max_pending = max_pending
-        self.ray_address = ray_address
-        self.reconnect_timeout = reconnect_timeout
+        self.timeout = options.timeout
+        self.max_pending = options.max_pending_updates
+        self.ray_address = options.ray_address
+        self.reconnect_timeout = options.reconnect_timeout
         self.actor: Any = None
         self.token = ""  # the welcoming actor's
         self.calls: deque[tuple[Any, list]] = deque()  # (ref, frames) of the calls whose replies are unread

@@ -24,6 +24,7 @@ import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 from .. import protocol as P
+from ..options import FeedOptions
 from ..security import configure_client_socket
 from .base import Capabilities, ServerUnavailableError, SyncError, Transport
 
@@ -74,21 +75,12 @@ class ZmqTransport(Transport):
         "locally instead",
     )
 
-    def __init__(
-        self,
-        address: str,
-        timeout: float,
-        close_timeout: float,
-        curve: tuple[Any, Any, Any] = (None, None, None),
-        retry_interval: float = DEFAULT_RETRY_INTERVAL,
-        reconnect_timeout: float = 3600.0,
-    ) -> None:
+    def __init__(self, address: str, options: FeedOptions) -> None:
         self.address = address
-        self.timeout = timeout
-        self.close_timeout = close_timeout
-        self.curve = curve
-        self.retry_interval = float(retry_interval)
-        self.reconnect_timeout = float(reconnect_timeout)
+        self.timeout, self.close_timeout = options.timeout, options.close_timeout
+        self.curve = (options.curve_server_key, *(options.curve_client_keys or (None, None)))
+        self.retry_interval = DEFAULT_RETRY_INTERVAL
+        self.reconnect_timeout = options.reconnect_timeout
         self.failed_handshakes = 0
         self.socket: zmq.Socket | None = None
         self.waits = 0
