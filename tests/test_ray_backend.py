@@ -207,7 +207,7 @@ def test_connect_dispatches_ray_addresses_and_client_pickles():
     assert isinstance(feed, RayClient)
     assert (feed.actor_name, feed.namespace, feed.prefetch, feed.timeout) == ("cur", "team", 3, 1.5)
     clone = pickle.loads(pickle.dumps(feed))
-    assert (clone.address, clone.prefetch, clone.strip_keys, clone.env_id) == (
+    assert (clone.address, clone.prefetch, frozenset(clone.options.strip_keys), clone.env_id) == (
         "ray://team/cur",
         3,
         frozenset({"x"}),
