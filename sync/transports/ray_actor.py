@@ -155,17 +155,22 @@ class RayTransport(Transport):
         self.reconnect_timeout = reconnect_timeout
         self.actor: Any = None
         self.token = ""  # the welcoming actor's
-        self.calls: deque[tuple[Any, list]] = deque()  # (ref, frames) of the calls whose replies are unread
+        # (ref, frames) of the calls whose replies are unread; while the actor is away (it restarted or
+        # forgot this env), every call since the one it refused, and the sends held for the rejoin (no ref)
+        self.calls: deque[tuple[Any, list]] = deque()
+        self.away = False
         self.replies: list[P.Message] = []  # replies read while waiting for room
-        self.kept: list[Any] = []  # frames the actor did not apply, sent again by rejoin
-        self.away = False  # the actor restarted or forgot this env: sends are kept until rejoin
-        self.lost = 0  # frames dropped from ``kept`` (it was full) since the last registration
         self.last_send = time.monotonic()
         self.where = ("", "")  # (Ray node id, worker id) of this process, set by open
 
     @property
     def peer(self) -> str:
         return describe_actor(self.actor_name, self.namespace)
+
+    @property
+    def lost(self) -> int:
+        """Messages the rejoin will not send again (beyond :data:`MAX_KEPT`)."""
+        return max(0, sum(len(frames) for _, frames in self.calls) - MAX_KEPT) if self.away else 0
 
     @property
     def in_flight(self) -> int:
@@ -215,11 +220,12 @@ class RayTransport(Transport):
         return reply
 
     def rejoin(self, hello: P.Hello) -> P.Welcome:
-        """Register again, waiting for the actor up to ``reconnect_timeout``; then send the kept messages,
-        made the new registration's (:func:`magister.sync.protocol.rebase`)."""
-        old = [unpack(f) for f in self.kept]
+        """Register again, waiting for the actor up to ``reconnect_timeout``; then send again what it did
+        not apply (the first :data:`MAX_KEPT` messages), made the new registration's
+        (:func:`magister.sync.protocol.rebase`)."""
+        old = [unpack(f) for _, frames in self.calls for f in frames][:MAX_KEPT]
         welcome = self._register(P.rejoin_hello(hello, old), self.reconnect_timeout)
-        self.kept, self.lost = [], 0
+        self.calls.clear()
         msgs = [m for m in (P.rebase(m, welcome.env_id) for m in old) if m is not None]
         for start in range(0, len(msgs), 256):
             self.send(msgs[start:start + 256])
@@ -234,15 +240,10 @@ class RayTransport(Transport):
                 raise ServerUnavailableError(self.no_reply(f"room for {len(items)} message(s)"))
             self.replies.extend(replies)
         if self.away:
-            self._keep(frames)
+            self.calls.append((None, frames))
         else:
             self.calls.append((self.actor.handle_batch.remote(frames, self.token), frames))
             self.last_send = time.monotonic()
-
-    def _keep(self, frames: list) -> None:
-        room = max(0, MAX_KEPT - len(self.kept))
-        self.kept.extend(frames[:room])
-        self.lost += max(0, len(frames) - room)
 
     def ping(self) -> None:
         """A heartbeat (fire-and-forget): the actor counts it as a sign of life."""
@@ -267,18 +268,15 @@ class RayTransport(Transport):
         return replies
 
     def _lose(self, why: str) -> list[P.Message]:
-        """The actor lost this env: keep the frames of every unread call; one error for the feed."""
+        """The actor lost this env: the unread calls are kept for the rejoin; one error for the feed."""
         self.away = True
-        for _, frames in self.calls:
-            self._keep(frames)
-        self.calls.clear()
         return [P.Error("unknown_env", why[:2000], self.env_id)]
 
     def receive(self, timeout: float) -> list[P.Message]:
         if self.replies:
             out, self.replies = self.replies, []
             return out
-        if not self.calls:  # nothing to wait for
+        if not self.calls or self.away:  # nothing to wait for
             time.sleep(min(max(timeout, 0.0), 0.05))
             return []
         return self._read(max(timeout, 0.0)) or []
@@ -290,4 +288,3 @@ class RayTransport(Transport):
         self.actor = None
         self.calls.clear()
         self.replies.clear()
-        self.kept.clear()
