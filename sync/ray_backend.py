@@ -361,9 +361,9 @@ def serve_ray(
     if checkpoint is not None and max_restarts == 0:
         raise ValueError("checkpoint is read when the actor restarts: set max_restarts as well")
     reserved = {"name", "namespace", "lifetime", "max_concurrency", "get_if_exists", "max_restarts"}
-    if reserved & set(actor_options or {}):
-        raise ValueError(f"actor_options may not set {sorted(reserved & set(actor_options or {}))}; they are "
-                         "serve_ray's arguments")
+    reserved &= set(actor_options or {})
+    if reserved:
+        raise ValueError(f"actor_options may not set {sorted(reserved)}; they are serve_ray's arguments")
     peer = describe_actor(name, namespace)
     try:
         ray.get_actor(name, namespace=namespace)
