@@ -38,7 +38,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Hashable
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 
@@ -733,6 +733,18 @@ class ServedCurriculum:
         """The core to feed directly when the caller is in this endpoint's process (``None``: connect to
         :attr:`address`)."""
         return None
+
+    def close(self) -> None:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __reduce__(self) -> Any:  # sent to another process, it arrives as a handle to its address
+        return (ServerHandle, (self.address,))
 
 
 @dataclass(frozen=True)

@@ -1,30 +1,12 @@
 """The Ray endpoint of the sync layer: the curriculum in a named Ray actor.
 
-:func:`serve_ray` starts a :class:`CurriculumActor` holding the curriculum in a
-:class:`~magister.sync.core.SyncCore` (validation and accounting as over ZeroMQ) and returns the
-learner-side :class:`RayCurriculumServer`. Envs anywhere in the Ray cluster connect to its ``address``
-(``"ray://<name>"`` or ``"ray://<namespace>/<name>"``), e.g. ``GymnasiumSyncWrapper(env, server.address)``
-in a Ray worker (the feed is a :class:`RayClient`).
-
-An env's messages travel protocol-encoded, several per actor call (:meth:`CurriculumActor.handle_batch`),
-applied one call at a time: an env's updates in the order it made them, its goodbye last. Malformed and
-refused messages get an :class:`~magister.sync.protocol.Error` reply and are counted; the curriculum is not
-touched. A non-detached actor made without a namespace is visible to its own job only. A
-``"ray://host:port"`` Ray Client address names a cluster, not an actor: give it as the feed's
-``ray_address``.
-
-**Liveness.** A thread of the actor declares an env gone (:meth:`SyncCore.depart`: the tasks it held are
-abandoned, counted, and passed to ``on_task_abandoned`` once each) when Ray reports the node it ran on, or
-the worker process it ran in, dead (checked every :data:`LIVENESS_PERIOD` seconds for the envs that have
-not called for :data:`LIVENESS_QUIET` seconds: one query of Ray's node table and one of its worker table),
-or when it stayed silent past ``env_timeout`` (idle envs send heartbeats). Updates a killed worker still
-held are lost with it.
-
-**Restarts.** With ``max_restarts``, Ray restarts an actor whose process died; the new one restores the
-curriculum and the sync ledger from ``checkpoint`` (``server.state_dict()`` written with
-:func:`magister.save`, or a callable returning it), as :meth:`~magister.sync.core.SyncCore.load_ledger`
-describes. Envs find out at their next call and register again under their identity, sending what the
-dead actor had not applied.
+:func:`serve_ray` starts a :class:`CurriculumActor` (the curriculum in a
+:class:`~magister.sync.core.SyncCore`) and returns the learner-side :class:`RayCurriculumServer`; envs
+anywhere in the Ray cluster connect to its ``address``. The actor declares an env gone
+(:meth:`~magister.sync.core.SyncCore.depart`) when Ray reports the node or worker process it ran in dead,
+or when it stays silent past ``env_timeout``. With ``max_restarts``, a restarted actor restores the
+curriculum and the sync ledger from ``checkpoint``, and envs register again. A Ray Client address
+(``"ray://host:port"``) names a cluster, not an actor: give it as the feed's ``ray_address``.
 """
 
 from __future__ import annotations
@@ -46,7 +28,7 @@ from ..checkpoint import load
 from ..curricula.base import Curriculum, TaskSample
 from ..task_spaces.base import EncodedTask
 from . import protocol as P
-from .core import LearnerCalls, ServedCurriculum, ServerHandle, SyncCore, SyncRejected
+from .core import LearnerCalls, ServedCurriculum, SyncCore, SyncRejected
 from .feed import RayClient, SyncError
 from .options import ServerOptions
 from .transports.ray_actor import describe_actor, get, lookup_actor, parse_ray_address, ray_address
@@ -60,19 +42,15 @@ __all__ = ["CurriculumActor", "RayClient", "RayCurriculumServer", "parse_ray_add
 
 #: Seconds between two liveness checks of the actor's envs (at most a quarter of ``env_timeout``).
 LIVENESS_PERIOD = 1.0
-#: Seconds without a call after which an env's node and worker are looked up in Ray's tables (an env that
-#: calls is alive; the lookups cost the actor a query of Ray's control store each).
+#: Seconds without a call after which an env's node and worker are looked up in Ray's tables.
 LIVENESS_QUIET = 2.0
 #: A curriculum checkpoint: a file written with :func:`magister.save`, or a callable returning the state.
 Checkpoint = str | os.PathLike | Callable[[], dict[str, Any] | None]
 
-#: Messages an env may send to the actor.
-_ENV_MESSAGES = (P.Report, P.Goodbye)
-
 
 def _live_workers() -> set[str] | None:
-    """Ids of Ray's live worker processes (its worker table, which no public call reads without the
-    dashboard); ``None`` when this Ray cannot tell (then envs are declared gone by node or silence)."""
+    """Ids of Ray's live worker processes (no public call reads Ray's worker table without the dashboard);
+    ``None`` when this Ray cannot tell (envs are then declared gone by node or silence)."""
     try:
         from ray._private.state import workers
         return set(workers())
@@ -88,30 +66,27 @@ class CurriculumActor(LearnerCalls):
     def __init__(self, curriculum: Curriculum, options: ServerOptions | None = None,
                  checkpoint: Checkpoint | None = None) -> None:
         opts = ServerOptions.of(options)
-        # Ray hands an actor numpy arrays from its object store as read-only views: the curriculum writes
-        # into its arrays, so it gets writable copies (as does every argument of `call`)
+        # Ray hands an actor numpy arrays as read-only views: the curriculum, which writes into its arrays,
+        # gets writable copies (as does every argument of `call` and `load_state_dict`)
         self.core = SyncCore(copy.deepcopy(curriculum), opts)
         self.max_envs = opts.max_envs
-        self.errors_sent = 0
         self.env_timeout = opts.env_timeout
         if self.env_timeout is not None:
             self.core.heartbeat = self.env_timeout / 4
         self.seen: dict[int, float] = {}  # live env -> when it last called
         self.where: dict[int, tuple[str, str]] = {}  # live env -> (Ray node id, worker id or "")
         self.gone = {"dead": 0, "timeout": 0}  # envs declared gone, by reason
+        self.errors_sent = 0
         self.restored = 0.0
         if ray.get_runtime_context().was_current_actor_reconstructed:
             self._restore(checkpoint)
         threading.Thread(target=self._watch, name="magister-liveness", daemon=True).start()
 
     def _restore(self, checkpoint: Checkpoint | None) -> None:
-        """After a restart: load the curriculum's state from ``checkpoint`` (a missing one is logged)."""
         if callable(checkpoint):
             state = checkpoint()
-        elif checkpoint is not None and os.path.exists(checkpoint):
-            state = load(checkpoint)
         else:
-            state = None
+            state = load(checkpoint) if checkpoint is not None and os.path.exists(checkpoint) else None
         if state is None:
             logger.warning("curriculum actor restarted with no checkpoint (%r): the curriculum starts again "
                            "from the state it was served with", checkpoint)
@@ -138,8 +113,8 @@ class CurriculumActor(LearnerCalls):
         for env_id in [e for e in list(self.seen) if not self.core.is_live(e)]:  # left, or declared gone
             self.seen.pop(env_id, None)
             self.where.pop(env_id, None)
-        quiet = time.monotonic() - LIVENESS_QUIET
-        where = [(e, w) for e, w in self.where.items() if self.seen.get(e, quiet) <= quiet]
+        quiet = time.monotonic() - LIVENESS_QUIET  # an env that calls is alive: only quiet ones are looked up
+        where = [(e, w) for e, w in list(self.where.items()) if self.seen.get(e, quiet) <= quiet]
         dead: list[int] = []
         if where:
             nodes = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
@@ -158,9 +133,8 @@ class CurriculumActor(LearnerCalls):
         return P.Error(code, message[:2000], max(-1, int(env_id)))
 
     def _replies(self, frame: Any, where: tuple[str, str] | None = None) -> list[P.Message]:
-        """The replies to one encoded message from an env: usually none or one (a refused update that asked
-        for tasks gets the Error, then the Tasks). Never raises: a bad message gets an Error, counted.
-        ``where``: the hello's sender's Ray node and worker ids (its liveness is checked through them)."""
+        """The replies to one encoded message: usually none or one (a refused update that asked for tasks
+        gets the Error, then the Tasks). Never raises. ``where``: a hello's Ray node and worker ids."""
         try:
             msg = _unpack(frame)
         except P.ProtocolError as exc:
@@ -178,45 +152,44 @@ class CurriculumActor(LearnerCalls):
                 self.seen[welcome.env_id] = time.monotonic()
                 if where is not None:
                     self.where[welcome.env_id] = (str(where[0]), str(where[1]))
-                logger.debug("env %d joined (pid %d, %r)", welcome.env_id, msg.pid, msg.name)
                 return [welcome]
-            if not isinstance(msg, _ENV_MESSAGES):
+            if not isinstance(msg, (P.Report, P.Goodbye)):
                 self.core.note_malformed(env_id)
                 raise SyncRejected("bad_request", f"an env may not send {type(msg).__name__} messages")
             reply = self.core.apply(msg)
             return [] if reply is None else [reply]
-        except SyncRejected as exc:
-            owed = [] if exc.reply is None else [exc.reply]  # the tasks the refused update asked for
-            return [self._error(exc.code, str(exc), env_id), *owed]
+        except SyncRejected as exc:  # (with the tasks a refused update asked for, if any)
+            return [self._error(exc.code, str(exc), env_id), *([] if exc.reply is None else [exc.reply])]
         except Exception as exc:  # the actor must answer every message
             self.core.log.exception("handler", "curriculum actor: unexpected error handling a %s",
                                     type(msg).__name__)
             return [self._error("internal", f"{type(exc).__name__}: {exc}", env_id)]
 
     def handle(self, frame: Any, where: tuple[str, str] | None = None) -> bytes | None:
-        """Apply one encoded message with at most one reply (a hello, sent from Ray node and worker
-        ``where``); returns the encoded reply, if any."""
+        """Apply one encoded message (a hello, sent from Ray node and worker ``where``); its encoded reply,
+        if any."""
         replies = self._replies(frame, where)
         for extra in replies[1:]:  # tasks owed after a refusal cannot be returned here: they end unsent
             if isinstance(extra, P.Tasks):
                 self.core.mark_unsent(extra)
         return _pack(replies[0]) if replies else None
 
-    @ray.method(enable_task_events=False)  # called a few times per episode per env: no per-call events
+    @ray.method(enable_task_events=False)  # called several times per episode per env: no per-call events
     def handle_batch(self, frames: list[Any], token: str = "") -> list[bytes] | None:
         """Apply encoded messages from one env, in order and whole (no env is declared gone halfway);
-        returns their encoded replies in order (Tasks, Errors, the Goodbye's acknowledgement), or ``None``
-        when there are none. ``token``: the welcome's; another actor's (before a restart) gets one
-        ``unknown_env`` error and nothing is applied. Never raises."""
+        their encoded replies in order, or ``None`` when there are none. ``token``: the welcome's; another
+        actor's (before a restart) gets one ``unknown_env`` error and nothing is applied. Never raises."""
         if not isinstance(frames, (list, tuple)):
             self.core.note_malformed(None)
-            return [_pack(self._error("malformed", f"expected a list of encoded messages, got "
-                                                   f"{type(frames).__name__}"))]
-        if token and token != self.core.token:
-            return [_pack(self._error("unknown_env", "the curriculum actor restarted and no longer knows "
-                                                     "this env; send Hello again"))]
-        with self.core.lock:
-            return [_pack(reply) for frame in frames for reply in self._replies(frame)] or None
+            got = type(frames).__name__
+            error = self._error("malformed", f"expected a list of encoded messages, got {got}")
+        elif token and token != self.core.token:
+            error = self._error("unknown_env", "the curriculum actor restarted and no longer knows this env; "
+                                "send Hello again")
+        else:
+            with self.core.lock:
+                return [_pack(reply) for frame in frames for reply in self._replies(frame)] or None
+        return [_pack(error)]
 
     @ray.method(enable_task_events=False)
     def beat(self, env_id: int, token: str) -> None:
@@ -233,7 +206,7 @@ class CurriculumActor(LearnerCalls):
                 "sync/envs_timed_out": float(self.gone["timeout"]), "sync/actor_restored": self.restored}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        super().load_state_dict(copy.deepcopy(state))  # (writable copies of Ray's read-only arrays)
+        super().load_state_dict(copy.deepcopy(state))
 
     def call(self, method: str, args: tuple = (), kwargs: dict | None = None) -> Any:
         """``curriculum.<method>(*args, **kwargs)`` under the lock, for a public method."""
@@ -250,11 +223,11 @@ class CurriculumActor(LearnerCalls):
 class RayCurriculumServer(ServedCurriculum):
     """Learner-side proxy of a curriculum actor. Create it with :func:`serve_ray` (or :meth:`attach`).
 
-    The curriculum lives in the actor (the object given to :func:`serve_ray` was copied into it): read and
-    change it through these methods. Each waits behind the env messages already queued, at most
-    ``timeout`` seconds (then :class:`~magister.sync.feed.ServerUnavailableError`); an exception the
-    curriculum raises is re-raised here (as Ray's subclass of its type). Attributes: the actor's ``name``
-    and ``namespace`` (``None``: the creating job's), its handle ``actor``, ``timeout`` and ``closed``.
+    The curriculum lives in the actor (a copy of the object given to :func:`serve_ray`): read and change it
+    through these methods. Each waits behind the env messages already queued, at most ``timeout`` seconds
+    (then :class:`~magister.sync.feed.ServerUnavailableError`); an exception the curriculum raises is
+    re-raised here (as Ray's subclass of its type). Attributes: the actor's ``name``, ``namespace``
+    (``None``: the creating job's) and ``address``, its handle ``actor``, ``timeout`` and ``closed``.
     """
 
     def __init__(self, actor: Any, name: str, namespace: str | None, *, owner: bool,
@@ -279,6 +252,9 @@ class RayCurriculumServer(ServedCurriculum):
             raise SyncError(f"{self!r} is closed")
         return getattr(self.actor, method).remote(*args)
 
+    def _run(self, method: str, *args: Any) -> Any:
+        return self.wait(self._submit(method, *args), f"{method}()")
+
     def wait(self, ref: Any, what: str = "a call") -> Any:
         """The result of the call whose object ref is ``ref`` (as ``wait=False`` returns), waiting at most
         ``timeout`` (``what`` names the call in a :class:`~magister.sync.feed.ServerUnavailableError`)."""
@@ -290,17 +266,15 @@ class RayCurriculumServer(ServedCurriculum):
 
     def sample(self, k: int = 1) -> list[EncodedTask]:
         """``curriculum.sample(k)`` in the actor (tasks for the learner's own use, not accounted)."""
-        return self.call("sample", k)
+        return self._run("sample", k)
 
     def sample_tasks(self, k: int = 1) -> list[TaskSample]:
         """``curriculum.sample_tasks(k)`` in the actor."""
-        return self.call("sample_tasks", k)
+        return self._run("sample_tasks", k)
 
     def update_on_demand(self, metrics: dict[str, Any], *, wait: bool = True) -> Any:
-        """Learner-side feedback, ``curriculum.update_on_demand(metrics)`` in the actor.
-
-        With ``wait=False`` the call is fire-and-forget: its object ref is returned (:meth:`wait` on it to
-        see an error)."""
+        """Learner-side feedback, ``curriculum.update_on_demand(metrics)`` in the actor; with ``wait=False``
+        fire-and-forget: returns the call's object ref (:meth:`wait` on it to see an error)."""
         if not isinstance(metrics, dict):
             raise TypeError(f"metrics must be a dict, got {type(metrics).__name__}")
         ref = self._submit("call", "update_on_demand", (metrics,))
@@ -308,19 +282,19 @@ class RayCurriculumServer(ServedCurriculum):
 
     def metrics(self) -> dict[str, float]:
         """The curriculum's metrics plus the sync accounting (``sync/env<i>/...``, ``sync/total/...``)."""
-        return self.wait(self._submit("metrics"), "metrics()")
+        return self._run("metrics")
 
     def state_dict(self) -> dict[str, Any]:
         """``curriculum.state_dict()`` with the sync ledger (for checkpoints, and ``checkpoint=``)."""
-        return self.wait(self._submit("state_dict"), "state_dict()")
+        return self._run("state_dict")
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict` (see :meth:`~magister.sync.core.LearnerCalls.load_state_dict`)."""
-        self.wait(self._submit("load_state_dict", state), "load_state_dict()")
+        self._run("load_state_dict", state)
 
     def in_flight(self, env_id: int) -> dict[int, EncodedTask]:
         """Tasks sent to ``env_id`` and not yet consumed or returned, by task id."""
-        return self.wait(self._submit("in_flight", env_id), "in_flight()")
+        return self._run("in_flight", env_id)
 
     def close(self) -> None:
         """Kill the actor (only if this proxy created it) and stop using it. Idempotent."""
@@ -334,32 +308,15 @@ class RayCurriculumServer(ServedCurriculum):
                 logger.debug("curriculum actor %r: kill failed: %s", self.name, exc)
             logger.info("%s closed", describe_actor(self.name, self.namespace))
 
-    def __enter__(self) -> RayCurriculumServer:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
-    def __reduce__(self) -> Any:  # sent to a worker, it arrives as a handle to its address
-        return (ServerHandle, (self.address,))
-
     def __repr__(self) -> str:
         return f"RayCurriculumServer({self.address!r}, {'closed' if self.closed else 'serving'})"
 
 
 def serve_ray(
-    curriculum: Curriculum,
-    name: str = "magister_curriculum",
-    namespace: str | None = None,
-    options: ServerOptions | None = None,
-    *,
-    detached: bool = False,
-    actor_options: dict[str, Any] | None = None,
-    timeout: float = 30.0,
-    start_timeout: float = 300.0,
-    max_restarts: int = 0,
-    checkpoint: Checkpoint | None = None,
-    **overrides: Any,
+    curriculum: Curriculum, name: str = "magister_curriculum", namespace: str | None = None,
+    options: ServerOptions | None = None, *, detached: bool = False,
+    actor_options: dict[str, Any] | None = None, timeout: float = 30.0, start_timeout: float = 300.0,
+    max_restarts: int = 0, checkpoint: Checkpoint | None = None, **overrides: Any,
 ) -> RayCurriculumServer:
     """Start the curriculum in a named Ray actor; returns the learner-side :class:`RayCurriculumServer`.
 
@@ -374,8 +331,7 @@ def serve_ray(
         actor_options: Extra ``.options(...)`` for the actor (e.g. ``num_cpus``, ``resources``); the name,
             namespace, lifetime, ``max_restarts`` and ``max_concurrency=1`` are set here.
         timeout: Seconds to wait for each proxy call.
-        start_timeout: Seconds to wait for the actor to start (a busy machine or cluster may take far
-            longer to schedule it than a call takes).
+        start_timeout: Seconds to wait for the actor to start (scheduling it may take far longer than a call).
         max_restarts: Times Ray restarts the actor after its process dies (``-1``: always). Calls in flight
             when it died fail on the learner side with ``ServerUnavailableError``; envs register again.
         checkpoint: What a restarted actor restores the curriculum from: a file written with
@@ -386,9 +342,8 @@ def serve_ray(
     Raises:
         TypeError: ``curriculum`` is not a Curriculum, an unknown option, or ``checkpoint`` is neither a
             path nor a callable.
-        ValueError: a bad name or namespace, a bad option value or a ZeroMQ-only one, reserved
-            ``actor_options``, an actor of that name exists, a bad ``max_restarts``, or a ``checkpoint``
-            without restarts.
+        ValueError: a bad name, namespace, option value or ``max_restarts``; a ZeroMQ-only option; reserved
+            ``actor_options``; an actor of that name exists; a ``checkpoint`` without restarts.
         ServerUnavailableError: the actor did not start within ``start_timeout``.
     """
     if not isinstance(curriculum, Curriculum):
@@ -401,38 +356,31 @@ def serve_ray(
                          "Ray's own transport (secure the Ray cluster instead)")
     if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < -1:
         raise ValueError(f"max_restarts must be an int >= -1 (-1: always restart), got {max_restarts!r}")
-    if checkpoint is not None:
-        if not (callable(checkpoint) or isinstance(checkpoint, (str, os.PathLike))):
-            raise TypeError(f"checkpoint must be a path or a callable returning the state, got "
-                            f"{checkpoint!r}")
-        if max_restarts == 0:
-            raise ValueError("checkpoint is read when the actor restarts: set max_restarts as well")
-    ray_options = {"num_cpus": 0, **(actor_options or {})}
+    if checkpoint is not None and not (callable(checkpoint) or isinstance(checkpoint, (str, os.PathLike))):
+        raise TypeError(f"checkpoint must be a path or a callable returning the state, got {checkpoint!r}")
+    if checkpoint is not None and max_restarts == 0:
+        raise ValueError("checkpoint is read when the actor restarts: set max_restarts as well")
     reserved = {"name", "namespace", "lifetime", "max_concurrency", "get_if_exists", "max_restarts"}
-    reserved &= set(ray_options)
+    reserved &= set(actor_options or {})
     if reserved:
         raise ValueError(f"actor_options may not set {sorted(reserved)}; they are serve_ray's arguments")
+    peer = describe_actor(name, namespace)
     try:
         ray.get_actor(name, namespace=namespace)
     except ValueError:
         pass
     else:
-        raise ValueError(f"a {describe_actor(name, namespace)} already exists; close its server or choose "
-                         "another name")
-    cls = ray.remote(CurriculumActor).options(
-        name=name,
-        namespace=namespace,
-        lifetime="detached" if detached else None,
-        max_concurrency=1,  # one call at a time: each caller's messages are applied in order
-        max_restarts=max_restarts,
-        **ray_options,
-    )
-    actor = cls.remote(curriculum, opts, checkpoint)
+        raise ValueError(f"a {peer} already exists; close its server or choose another name")
+    # one call at a time (max_concurrency=1): each env's messages are applied in order
+    actor = ray.remote(CurriculumActor).options(
+        name=name, namespace=namespace, lifetime="detached" if detached else None, max_concurrency=1,
+        max_restarts=max_restarts, **{"num_cpus": 0, **(actor_options or {})},
+    ).remote(curriculum, opts, checkpoint)
     server = RayCurriculumServer(actor, name, namespace, owner=True, timeout=timeout)
     try:
-        get(actor.ping.remote(), start_timeout, describe_actor(name, namespace), "the start-up ping")
+        get(actor.ping.remote(), start_timeout, peer, "the start-up ping")
     except Exception:
         server.close()
         raise
-    logger.info("curriculum %s served by %s", type(curriculum).__name__, describe_actor(name, namespace))
+    logger.info("curriculum %s served by %s", type(curriculum).__name__, peer)
     return server

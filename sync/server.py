@@ -38,7 +38,7 @@ from zmq.utils.monitor import recv_monitor_message
 
 from ..curricula.base import Curriculum
 from . import protocol as P
-from .core import LOG_INTERVAL, LearnerCalls, ServedCurriculum, ServerHandle, SyncCore, SyncRejected
+from .core import LOG_INTERVAL, LearnerCalls, ServedCurriculum, SyncCore, SyncRejected
 from .options import ServerOptions
 from .ratelimit import RateLimitedLogger
 from .security import (
@@ -401,17 +401,6 @@ class CurriculumServer(LearnerCalls, ServedCurriculum):
         if self._tmpdir is not None:
             shutil.rmtree(self._tmpdir, ignore_errors=True)
             self._tmpdir = None
-
-    def __enter__(self) -> CurriculumServer:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
-    def __reduce__(self) -> Any:
-        # sent to another process (a vector env's worker, a pickled closure that names the server), it
-        # arrives as a handle to its address: what the env side needs, and all it can use
-        return (ServerHandle, (self.address,))
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "serving"

@@ -1,16 +1,11 @@
 """The Ray transport: calls to a named curriculum actor (served by :mod:`magister.sync.ray_backend`).
 
-Addresses are ``"ray://<name>"`` or ``"ray://<namespace>/<name>"``. Each :meth:`RayTransport.send` is one
-fire-and-forget ``handle_batch`` call carrying every item; :meth:`RayTransport.receive` reads the replies
-of the oldest unread call (the actor applies calls in order, so every earlier call was applied too). At
-most ``max_pending`` calls stay unread: a send beyond that first waits for the oldest reply.
-
-The hello tells the actor where the env runs (its Ray node, and its worker when it runs in a Ray task or
-actor), so the actor can declare it gone when Ray reports that node or worker dead. Every call carries the
-token of the actor that welcomed the env. When the actor restarts (``serve_ray(max_restarts=...)``) or no
-longer knows the env, the calls it did not apply are kept (at most :data:`MAX_KEPT` messages) and the feed
-registers again (:meth:`RayTransport.rejoin`), waiting for the actor up to ``reconnect_timeout``; an actor
-dead for good raises :class:`ServerUnavailableError`.
+Each send is one fire-and-forget ``handle_batch`` call carrying every message; a receive reads the replies
+of the oldest unread call (the actor applies calls in order). At most ``max_pending`` calls stay unread: a
+send beyond that first waits for the oldest reply. The hello names the env's Ray node and worker, so the
+actor can declare the env gone when Ray reports either dead. When the actor restarts or no longer knows the
+env, the messages it did not apply are kept (at most :data:`MAX_KEPT`) and sent again once the feed has
+registered again (:meth:`RayTransport.rejoin`).
 """
 
 from __future__ import annotations
@@ -26,9 +21,7 @@ try:
     import ray
     from ray.exceptions import ActorDiedError, GetTimeoutError, RayActorError
 except ImportError as _exc:  # pragma: no cover - exercised only without ray
-    raise ImportError(
-        "the Ray backend of magister.sync needs Ray; install it with `pip install 'magister[ray]'`"
-    ) from _exc
+    raise ImportError("the Ray backend of magister.sync needs Ray: `pip install 'magister[ray]'`") from _exc
 
 from .. import protocol as P
 from ..options import FeedOptions
@@ -36,8 +29,8 @@ from .base import Capabilities, ServerUnavailableError, SyncError, Transport
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["RayTransport", "describe_actor", "get", "lookup_actor", "pack", "parse_ray_address",
-           "ray_address", "unpack", "whereabouts", "ActorGone"]
+__all__ = ["ActorGone", "RayTransport", "describe_actor", "get", "lookup_actor", "pack", "parse_ray_address",
+           "ray_address", "unpack"]
 
 ADDRESS_PREFIX = "ray://"
 #: Most messages a transport keeps for a resend while the actor is away (the rest are counted in ``lost``).
@@ -55,10 +48,8 @@ def ray_address(name: str, namespace: str | None = None) -> str:
         raise ValueError(f"actor name must be a non-empty str, got {name!r}")
     if namespace is None:
         if "/" in name:
-            raise ValueError(
-                f"actor name {name!r} contains '/', which the address reserves to separate the namespace; "
-                "pass namespace=... or choose another name"
-            )
+            raise ValueError(f"actor name {name!r} contains '/', which the address reserves to separate the "
+                             "namespace; pass namespace=... or choose another name")
         return ADDRESS_PREFIX + name
     if not isinstance(namespace, str) or not namespace or "/" in namespace:
         raise ValueError(f"namespace must be a non-empty str without '/', got {namespace!r}")
@@ -77,7 +68,7 @@ def parse_ray_address(address: str) -> tuple[str, str | None]:
     """
     if not isinstance(address, str) or not address.startswith(ADDRESS_PREFIX):
         raise ValueError(f"not a Ray backend address: {address!r}; {_FORMS}")
-    name = address[len(ADDRESS_PREFIX) :]
+    name = address[len(ADDRESS_PREFIX):]
     namespace: str | None = None
     if "/" in name:
         namespace, name = name.split("/", 1)
@@ -87,9 +78,8 @@ def parse_ray_address(address: str) -> tuple[str, str | None]:
 
 
 def pack(msg: P.Message) -> bytes | tuple[Any, ...]:
-    """A protocol message as one ``bytes`` frame; or, when it carries large arrays (step records with
-    observations), as ``(header, array_bytes, ...)``, each large array's bytes a flat ``uint8`` view that
-    Ray ships out of band."""
+    """A protocol message as one ``bytes`` frame or, when it carries large arrays, as ``(header,
+    array_bytes, ...)``: each large array's bytes a flat ``uint8`` view, which Ray ships out of band."""
     frames = P.encode(msg)
     if len(frames) == 1:
         return bytes(frames[0])
@@ -98,11 +88,11 @@ def pack(msg: P.Message) -> bytes | tuple[Any, ...]:
 
 def unpack(frame: Any) -> P.Message:
     """The message of a frame made by :func:`pack` (``ProtocolError`` when it is not one)."""
-    if isinstance(frame, tuple):
-        if not all(isinstance(f, (bytes, np.ndarray)) for f in frame):
-            raise P.ProtocolError("malformed message: the frames of a message must be bytes or uint8 arrays")
-        return P.decode(list(frame))
-    return P.decode([frame])
+    if not isinstance(frame, tuple):
+        return P.decode([frame])
+    if not all(isinstance(f, (bytes, np.ndarray)) for f in frame):
+        raise P.ProtocolError("malformed message: the frames of a message must be bytes or uint8 arrays")
+    return P.decode(list(frame))
 
 
 class ActorGone(ServerUnavailableError):
@@ -115,8 +105,8 @@ def describe_actor(name: str, namespace: str | None) -> str:
 
 
 def get(ref: Any, timeout: float, peer: str, what: str) -> Any:
-    """``ray.get(ref)``; :class:`ServerUnavailableError` naming ``peer`` and ``what`` when the actor is dead
-    or does not answer within ``timeout`` seconds."""
+    """``ray.get(ref)``; :class:`ServerUnavailableError` naming ``peer`` and ``what`` when the actor is
+    unavailable or does not answer within ``timeout`` seconds (:class:`ActorGone` when it is dead)."""
     try:
         return ray.get(ref, timeout=timeout)
     except GetTimeoutError:
@@ -125,14 +115,6 @@ def get(ref: Any, timeout: float, peer: str, what: str) -> Any:
         raise ActorGone(f"the {peer} is dead ({what}): {exc}") from None
     except RayActorError as exc:
         raise ServerUnavailableError(f"the {peer} is unavailable, restarting? ({what}): {exc}") from None
-
-
-def whereabouts() -> tuple[str, str]:
-    """``(node id, worker id)`` of this process as Ray knows it; the worker id is ``""`` outside a Ray task
-    or actor (a driver is not in Ray's worker table)."""
-    ctx = ray.get_runtime_context()
-    in_worker = ctx.get_actor_id() is not None or ctx.get_task_id() is not None
-    return ctx.get_node_id(), ctx.get_worker_id() if in_worker else ""
 
 
 def lookup_actor(name: str, namespace: str | None, timeout: float) -> Any:
@@ -172,16 +154,22 @@ class RayTransport(Transport):
         self.reconnect_timeout = options.reconnect_timeout
         self.actor: Any = None
         self.token = ""  # the welcoming actor's
-        self.calls: deque[tuple[Any, list]] = deque()  # (ref, frames) of the calls whose replies are unread
+        # (ref, frames) of the calls whose replies are unread; while the actor is away (it restarted or
+        # forgot this env), every call since the one it refused, and the sends held for the rejoin (no ref)
+        self.calls: deque[tuple[Any, list]] = deque()
+        self.away = False
         self.replies: list[P.Message] = []  # replies read while waiting for room
-        self.kept: list[Any] = []  # frames the actor did not apply, resent by rejoin
-        self.away = False  # the actor restarted or forgot this env: sends are kept until rejoin
-        self.lost = 0  # frames dropped from ``kept`` (it was full) since the last registration
         self.last_send = time.monotonic()
+        self.where = ("", "")  # (Ray node id, worker id) of this process, set by open
 
     @property
     def peer(self) -> str:
         return describe_actor(self.actor_name, self.namespace)
+
+    @property
+    def lost(self) -> int:
+        """Messages the rejoin will not send again (beyond :data:`MAX_KEPT`)."""
+        return max(0, sum(len(frames) for _, frames in self.calls) - MAX_KEPT) if self.away else 0
 
     @property
     def in_flight(self) -> int:
@@ -199,17 +187,20 @@ class RayTransport(Transport):
                 ray.init(address=target, namespace=self.namespace, ignore_reinit_error=True)
             except (ConnectionError, RuntimeError, ValueError) as exc:
                 raise ServerUnavailableError(self.no_reply(f"a Ray cluster at {target!r} ({exc})")) from None
+        # where this env runs, for the actor's liveness checks (a driver is in no worker table: no worker)
+        ctx = ray.get_runtime_context()
+        in_worker = ctx.get_actor_id() is not None or ctx.get_task_id() is not None
+        self.where = (ctx.get_node_id(), ctx.get_worker_id() if in_worker else "")
         return self._register(hello, self.timeout)
 
     def _register(self, hello: P.Hello, patience: float) -> P.Welcome:
-        """Say hello to the actor, retrying for ``patience`` seconds while it cannot be found or is
-        restarting (:class:`ActorGone` at once when it is dead for good)."""
+        """Say hello, retrying for ``patience`` seconds while the actor is not found or is restarting."""
         deadline = time.monotonic() + patience
         delay = 0.1
         while True:
             try:
                 actor = lookup_actor(self.actor_name, self.namespace, max(0.0, deadline - time.monotonic()))
-                ref = actor.handle.remote(pack(hello), whereabouts())
+                ref = actor.handle.remote(pack(hello), self.where)
                 reply = P.decode([get(ref, self.timeout, self.peer, "the hello")])
                 break
             except ActorGone:
@@ -228,42 +219,30 @@ class RayTransport(Transport):
         return reply
 
     def rejoin(self, hello: P.Hello) -> P.Welcome:
-        """Register again, waiting for the actor up to ``reconnect_timeout``; then send the kept messages,
-        made the new registration's (:func:`magister.sync.protocol.rebase`)."""
-        old = [unpack(f) for f in self.kept]
-        hello = P.rejoin_hello(hello, old)
-        welcome = self._register(hello, self.reconnect_timeout)
-        self.kept, self.lost = [], 0
+        """Register again, waiting for the actor up to ``reconnect_timeout``; then send again what it did
+        not apply (the first :data:`MAX_KEPT` messages), made the new registration's
+        (:func:`magister.sync.protocol.rebase`)."""
+        old = [unpack(f) for _, frames in self.calls for f in frames][:MAX_KEPT]
+        welcome = self._register(P.rejoin_hello(hello, old), self.reconnect_timeout)
+        self.calls.clear()
         msgs = [m for m in (P.rebase(m, welcome.env_id) for m in old) if m is not None]
         for start in range(0, len(msgs), 256):
             self.send(msgs[start:start + 256])
         return welcome
 
-    def _keep(self, frames: list) -> None:
-        room = MAX_KEPT - len(self.kept)
-        self.kept.extend(frames[:max(0, room)])
-        self.lost += max(0, len(frames) - max(0, room))
-
     def send(self, items: list[P.Message]) -> None:
         frames = [pack(i) for i in items]
-        if self.away:
-            self._keep(frames)
-            return
-        if len(self.calls) >= self.max_pending:  # back-pressure: the actor is behind
+        if not self.away and len(self.calls) >= self.max_pending:  # back-pressure: the actor is behind
             self.waits += 1
             replies = self._read(self.timeout)
             if replies is None:
                 raise ServerUnavailableError(self.no_reply(f"room for {len(items)} message(s)"))
             self.replies.extend(replies)
-            if self.away:
-                self._keep(frames)
-                return
-        self.calls.append((self.method.remote(frames, self.token), frames))
-        self.last_send = time.monotonic()
-
-    @property
-    def method(self) -> Any:
-        return self.actor.handle_batch
+        if self.away:
+            self.calls.append((None, frames))
+        else:
+            self.calls.append((self.actor.handle_batch.remote(frames, self.token), frames))
+            self.last_send = time.monotonic()
 
     def ping(self) -> None:
         """A heartbeat (fire-and-forget): the actor counts it as a sign of life."""
@@ -272,11 +251,9 @@ class RayTransport(Transport):
             self.last_send = time.monotonic()
 
     def _read(self, timeout: float) -> list[P.Message] | None:
-        """The replies of the oldest unread call, waiting at most ``timeout`` (``None``: not yet). When the
-        actor restarted or forgot the env: one ``unknown_env`` error, the frames it did not apply kept."""
-        ref = self.calls[0][0]
+        """The replies of the oldest unread call, waiting at most ``timeout`` (``None``: not yet)."""
         try:
-            replies = [P.decode([r]) for r in ray.get(ref, timeout=timeout) or ()]
+            replies = [P.decode([r]) for r in ray.get(self.calls[0][0], timeout=timeout) or ()]
         except GetTimeoutError:
             return None
         except ActorDiedError as exc:
@@ -290,18 +267,15 @@ class RayTransport(Transport):
         return replies
 
     def _lose(self, why: str) -> list[P.Message]:
-        """The actor lost this env: keep the frames of every unread call; one error for the feed."""
+        """The actor lost this env: the unread calls are kept for the rejoin; one error for the feed."""
         self.away = True
-        for _, frames in self.calls:
-            self._keep(frames)
-        self.calls.clear()
         return [P.Error("unknown_env", why[:2000], self.env_id)]
 
     def receive(self, timeout: float) -> list[P.Message]:
         if self.replies:
             out, self.replies = self.replies, []
             return out
-        if not self.calls:  # nothing to wait for
+        if not self.calls or self.away:  # nothing to wait for
             time.sleep(min(max(timeout, 0.0), 0.05))
             return []
         return self._read(max(timeout, 0.0)) or []
@@ -313,4 +287,3 @@ class RayTransport(Transport):
         self.actor = None
         self.calls.clear()
         self.replies.clear()
-        self.kept.clear()
