@@ -38,7 +38,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Hashable
 from dataclasses import dataclass, fields
-from typing import Any, Self
+from typing import Any
 
 import numpy as np
 
@@ -139,8 +139,8 @@ class SyncCore:
     Args:
         curriculum: The curriculum to serve.
         options: The endpoint's settings (:class:`~magister.sync.options.ServerOptions`; the core reads
-            ``step_batch_size``, ``validate_tasks``, ``keep_departed`` and ``max_tasks_in_flight``); its
-            fields may also be given as keywords.
+            ``step_batch_size``, ``validate_tasks``, ``keep_departed``, ``max_tasks_in_flight``,
+            ``max_envs``); its fields may also be given as keywords.
         lock: The lock to share; by default the curriculum's own
             (:attr:`~magister.curricula.base.Curriculum.lock`), so a learner reading the curriculum
             directly is serialised with the endpoint.
@@ -155,6 +155,7 @@ class SyncCore:
         self.step_batch_size = opts.step_batch_size
         self.validate_tasks = opts.validate_tasks
         self.max_tasks_in_flight = opts.max_tasks_in_flight
+        self.max_envs = opts.max_envs
         self.lock = lock if lock is not None else curriculum.lock
         self.pid = os.getpid()
         self._counters: dict[int, EnvCounters] = {}  # live envs
@@ -196,7 +197,8 @@ class SyncCore:
 
         Raises:
             SyncRejected: ``"task_space_mismatch"``, naming both spaces, when the env's task space (its
-                fingerprint in ``hello``) is not the curriculum's.
+                fingerprint in ``hello``) is not the curriculum's; ``"too_many_envs"`` when ``max_envs`` are
+                live (an env coming back to its slot is admitted).
         """
         hello = hello or P.Hello(self.pid)
         if hello.task_space and self.task_space_fingerprint:
@@ -209,6 +211,8 @@ class SyncCore:
                     "same space as the curriculum (same kind, size, parameters and order)",
                 )
         with self.lock:
+            if len(self._counters) >= self.max_envs and not self.may_rejoin(hello.rejoin):
+                raise SyncRejected("too_many_envs", f"at most {self.max_envs} live envs are served")
             resumed = hello.rejoin in self._restored  # its leases restored from a checkpoint
             if hello.rejoin >= 0:
                 self.rejoined_envs += 1
@@ -737,7 +741,7 @@ class ServedCurriculum:
     def close(self) -> None:  # pragma: no cover - interface
         raise NotImplementedError
 
-    def __enter__(self) -> Self:
+    def __enter__(self) -> ServedCurriculum:
         return self
 
     def __exit__(self, *exc: Any) -> None:

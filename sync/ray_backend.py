@@ -69,7 +69,6 @@ class CurriculumActor(LearnerCalls):
         # Ray hands an actor numpy arrays as read-only views: the curriculum, which writes into its arrays,
         # gets writable copies (as does every argument of `call` and `load_state_dict`)
         self.core = SyncCore(copy.deepcopy(curriculum), opts)
-        self.max_envs = opts.max_envs
         self.env_timeout = opts.env_timeout
         if self.env_timeout is not None:
             self.core.heartbeat = self.env_timeout / 4
@@ -146,8 +145,6 @@ class CurriculumActor(LearnerCalls):
             self.seen[env_id] = time.monotonic()
         try:
             if isinstance(msg, P.Hello):
-                if self.core.live_envs >= self.max_envs and not self.core.may_rejoin(msg.rejoin):
-                    raise SyncRejected("too_many_envs", f"the actor serves at most {self.max_envs} live envs")
                 welcome = self.core.register_env(msg)
                 self.seen[welcome.env_id] = time.monotonic()
                 if where is not None:

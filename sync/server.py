@@ -308,13 +308,8 @@ class CurriculumServer(LearnerCalls, ServedCurriculum):
             return
         if isinstance(msg, P.Hello):
             if peer is None:  # (a repeated Hello, a client's retry, gets the same answer)
-                if len(self._peers) >= self.max_envs:
-                    self._free_disconnected()
-                if len(self._peers) >= self.max_envs and not self.core.may_rejoin(msg.rejoin):
-                    self._error(
-                        identity, "too_many_envs", f"the server serves at most {self.max_envs} live envs"
-                    )
-                    return
+                if self.core.live_envs >= self.max_envs:
+                    self._free_disconnected()  # (a full server makes room first)
                 try:
                     welcome = self.core.register_env(msg)
                 except SyncRejected as exc:
