@@ -1,29 +1,25 @@
 """The wire protocol between a curriculum server and its environment clients.
 
-A message is a list of frames ``[header, oob_0, oob_1, ...]``. ``header`` is msgpack of
-``(PROTOCOL_VERSION, kind, fields)``: ``kind`` is the :attr:`Message.KIND` of one of the frozen dataclasses
-below and ``fields`` the tuple of its field values in declaration order. (A ROUTER socket adds the peer's
-routing id in front; the server strips it before decoding.)
+A message is the frames ``[header, oob_0, oob_1, ...]``; ``header`` is msgpack of ``(PROTOCOL_VERSION, kind,
+fields)``: the :attr:`Message.KIND` of one of the frozen dataclasses below and its field values in
+declaration order. (A ROUTER socket adds the peer's routing id in front; the server strips it.)
 
-A numpy array is a msgpack extension: type 1 holds ``[len(dtype)] [dtype str, ascii] [ndim] [shape: ndim x
-uint64 LE]`` then the raw bytes; type 2, used for arrays of at least ``oob_threshold`` bytes, holds the same
-header then the uint32 LE index ``i`` of the frame ``oob_i`` that holds the bytes. Those frames are sent and
-received without copying (the decoded array is a read-only view on its frame). Only plain bool, int, float,
-complex, datetime, bytes and str dtypes travel; object and structured dtypes are refused on both sides.
+A numpy array is msgpack extension type 1: ``[len(dtype)] [dtype str, ascii] [ndim] [shape: ndim x uint64
+LE]`` then its bytes; or, of at least ``oob_threshold`` bytes, type 2: the same header then the uint32 LE
+index ``i`` of the frame ``oob_i`` holding its bytes, sent and received without a copy (decoded as a
+read-only view). Only plain bool/int/float/complex/datetime/bytes/str dtypes travel.
 
 The ZeroMQ transport may put a sequencing envelope in front of a message's first frame, so that a reconnect
-loses no message and repeats none: ``b"MGSQ"``, then kind (uint8), ``seq`` and ``ack`` (int64 LE), see
-:func:`pack_envelope`. A msgpack header never starts with ``b"MGSQ"``, so an unsequenced message (a hello)
-is still read. ``DATA`` carries the message numbered ``seq`` (1, 2, ... per sender and registration);
-``ack`` is the highest ``seq`` received in order from the other side. ``PING`` (client -> server, no
-message) asks the server to send its unacknowledged replies again and answer ``PONG``, after which the
-client sends its own again. Each side keeps this state in a :class:`Stream`.
+loses no message and repeats none: ``b"MGSQ"``, kind (uint8), ``seq`` and ``ack`` (int64 LE); a msgpack
+header never starts so, and a hello travels without one. ``DATA`` carries the message numbered ``seq`` (1,
+2, ... per sender and registration), ``ack`` being the highest ``seq`` received in order; ``PING`` (client
+-> server, no message) asks the server to send its unacknowledged replies again and answer ``PONG``, after
+which the client sends its own again. Each side keeps this state in a :class:`Stream`.
 
 There is **no Python object serialisation**: a peer sends only msgpack data and arrays, so it can never make
-the other side run code. Decoding is bounded (the header's size, array/map/str lengths, array sizes checked
-against the bytes that carry them), gives tuples for msgpack arrays and checks every field's type, so a
-malformed or hostile frame raises :class:`ProtocolError` instead of allocating memory or giving a half-valid
-message.
+the other side run code. Decoding is bounded (header size, array/map/str lengths, array sizes checked against
+their bytes), gives tuples for msgpack arrays and checks every field, so a malformed or hostile frame raises
+:class:`ProtocolError` instead of allocating memory or giving a half-valid message.
 
 >>> msg = Report(env_id=3, request=2)
 >>> decode(encode(msg)) == msg
@@ -31,7 +27,7 @@ True
 >>> import numpy as np
 >>> big = np.arange(40_000, dtype=np.float32)
 >>> frames = encode(Tasks(env_id=0, task_ids=(7,), tasks=(big,), train=(True,)))
->>> len(frames)                  # header + one zero-copy frame for the large array
+>>> len(frames)  # the header and one zero-copy frame for the large array
 2
 >>> bool((decode(frames).tasks[0] == big).all())
 True
@@ -85,10 +81,8 @@ class ProtocolVersionError(ProtocolError):
 
 def _check_dtype(dt: np.dtype) -> None:
     if dt.kind not in "biufcmMSU" or dt.fields is not None or dt.subdtype is not None:
-        raise TypeError(
-            f"cannot send a numpy array of dtype {dt!r}; expected a plain bool/int/float/complex/"
-            "datetime/bytes/str dtype (object and structured arrays are never sent)"
-        )
+        raise TypeError(f"cannot send a numpy array of dtype {dt!r}; expected a plain bool/int/float/complex/"
+                        "datetime/bytes/str dtype (object and structured arrays are never sent)")
 
 
 def _array_payload(arr: np.ndarray, frames: list[Any] | None, oob_threshold: int) -> msgpack.ExtType:
@@ -107,7 +101,7 @@ def _array_from(code: int, data: bytes, extra: Sequence[Any]) -> np.ndarray:
     if code not in (_EXT_ARRAY, _EXT_ARRAY_FRAME):
         raise ProtocolError(f"unknown msgpack extension type {code}")
     n = len(data)
-    if n < 2 or data[0] == 0 or data[0] > 16 or n < 2 + data[0]:
+    if n < 2 or not 0 < data[0] <= 16 or n < 2 + data[0]:
         raise ProtocolError("malformed numpy array header: bad dtype field")
     pos = 1 + data[0]
     try:
@@ -115,27 +109,23 @@ def _array_from(code: int, data: bytes, extra: Sequence[Any]) -> np.ndarray:
         _check_dtype(dt)
     except (TypeError, ValueError, UnicodeDecodeError) as exc:
         raise ProtocolError(f"refused numpy dtype {data[1:pos]!r}: {exc}") from None
-    ndim = data[pos]
-    pos += 1
+    ndim, pos = data[pos], pos + 1
     if ndim > _MAX_NDIM or n < pos + 8 * ndim:
         raise ProtocolError(f"malformed numpy array header: {ndim} dimensions in {n} bytes")
-    shape = struct.unpack_from(f"<{ndim}Q", data, pos)
-    pos += 8 * ndim
-    if code == _EXT_ARRAY_FRAME:
+    shape, pos = struct.unpack_from(f"<{ndim}Q", data, pos), pos + 8 * ndim
+    if code == _EXT_ARRAY:
+        buf = memoryview(data)[pos:]
+    else:
         if n != pos + 4:
             raise ProtocolError("malformed numpy array header: bad frame index")
         (index,) = struct.unpack_from("<I", data, pos)
         if index >= len(extra):
             raise ProtocolError(f"array refers to frame {index}; the message has {len(extra)} extra frames")
-        buf: Any = extra[index]
-        nbytes = memoryview(buf).nbytes
-    else:
-        buf = memoryview(data)[pos:]
-        nbytes = n - pos
+        buf = memoryview(extra[index])
     count = math.prod(shape)
-    if count * dt.itemsize != nbytes:
+    if count * dt.itemsize != buf.nbytes:
         raise ProtocolError(
-            f"numpy array of dtype {dt} and shape {shape} needs {count * dt.itemsize} bytes, got {nbytes}"
+            f"numpy array of dtype {dt} and shape {shape} needs {count * dt.itemsize} bytes, got {buf.nbytes}"
         )
     if count == 0:
         return np.zeros(shape, dtype=dt)
@@ -190,7 +180,7 @@ def unpack_value(
 
 @dataclass(frozen=True)
 class _Type:
-    """The type of a field: a value of type ``exact`` is kept, one of the ``accept`` types (and none of the
+    """A field's type: a value of type ``exact`` is kept, one of the ``accept`` types (and none of the
     ``refuse`` types) is converted by ``exact``; any other value, or an int below ``lo``, is refused."""
 
     what: str
@@ -200,7 +190,6 @@ class _Type:
     lo: int | None = None
 
     def __call__(self, name: str, v: Any) -> Any:
-        """``v``, checked and converted, as the field ``name`` keeps it."""
         if type(v) is not self.exact:
             if isinstance(v, self.refuse) or not isinstance(v, self.accept):
                 raise ProtocolError(f"field {name} must be {self.what}, got {type(v).__name__}")
@@ -210,8 +199,8 @@ class _Type:
         return v
 
     def fits(self, col: tuple) -> bool:
-        """Whether every value of ``col`` is kept as it is, checked at C speed (what a magister peer sends:
-        step infos and episode columns; the per-step overhead target needs it)."""
+        """Whether every value of ``col`` is kept as it is, checked at C speed (as a magister peer sends step
+        infos and episode columns: the per-step overhead target needs it)."""
         return set(map(type, col)) <= {self.exact} and (self.lo is None or not col or min(col) >= self.lo)
 
 
@@ -261,11 +250,9 @@ def _array(name: str, v: Any, dtype: Any, n: int) -> np.ndarray:
 
 
 class Message:
-    """Base of every message kind: a frozen dataclass with a class-level ``KIND`` code.
-
-    Its fields are checked when it is made, so a decoded message is as valid as a constructed one: ``CHECKS``
-    names a checker per field (kinds whose fields depend on each other check in their own ``__post_init__``).
-    """
+    """Base of every message kind: a frozen dataclass with a ``KIND`` code, whose fields are checked when it
+    is made (a decoded message is as valid as a constructed one) by the checker ``CHECKS`` names for each, or
+    by its own ``__post_init__`` where fields depend on each other."""
 
     KIND: ClassVar[int] = 0
     CHECKS: ClassVar[dict[str, Callable[[str, Any], Any]]] = {}
@@ -292,22 +279,21 @@ class Hello(Message):
     }
     pid: int
     name: str = ""
-    #: The env's task space fingerprint (``""``: not given): the server refuses the env when it differs
-    #: from its curriculum's.
+    #: The env's task space fingerprint (``""``: not given); the server refuses one unlike its curriculum's.
     task_space: str = ""
-    #: The seed of the env's first seeded reset (``-1``: none): tasks sampled for this env draw from a
-    #: generator of its own, derived from the curriculum's seed and this number.
+    #: The seed of the env's first seeded reset (``-1``: none): its tasks are sampled from a generator of its
+    #: own, derived from the curriculum's seed and this number.
     stream: int = -1
-    #: The env id this client had before it registered again (``-1``: a first hello). Messages it still
-    #: has to deliver from that registration carry that id; the server takes them as the new one's.
+    #: The env id of this client's previous registration (``-1``: a first hello); the messages it still has
+    #: to deliver from it carry that id.
     rejoin: int = -1
-    #: Updates of that registration the env could not keep while the server was away (counted there).
+    #: Updates of that registration the env could not keep while the server was away.
     lost: int = 0
     #: The leases of that registration the env still holds (being played, ready, or named in updates it
     #: will deliver): a server restored from a checkpoint ends the others as lost to the restore.
     holds: tuple[int, ...] = ()
-    #: The episodes the env reported and the server acknowledged, over its life: a server restored from a
-    #: checkpoint counts the ones it lacks as lost to the restore.
+    #: The episodes the env reported and had acknowledged over its life: a restored server counts those it
+    #: lacks as lost to the restore.
     reported: int = 0
 
 
@@ -315,9 +301,8 @@ class Hello(Message):
 class Welcome(Message):
     """Server -> client: the env id assigned to this client and the server's settings.
 
-    ``step_obs`` / ``step_infos``: whether step records should carry observations / infos (the curriculum's
-    ``requires_step_observations`` and ``requires_step_infos``); the client sends them only when these and
-    its own ``send_obs`` / ``send_infos`` options agree.
+    ``step_obs`` / ``step_infos``: whether the curriculum reads observations / infos in step records (the
+    client sends them only if its own ``send_obs`` / ``send_infos`` say so too).
     """
 
     KIND: ClassVar[int] = 2
@@ -336,8 +321,8 @@ class Welcome(Message):
     task_space: str = ""
     #: Seconds between the heartbeats the server wants from an idle env (0: none).
     heartbeat: float = 0.0
-    #: A random token naming this server instance: a client that registers again learns from it whether it
-    #: met the same server (it had declared the env gone) or a restarted one.
+    #: A random token naming this server instance: a client that registers again learns whether it met the
+    #: same server (that had declared the env gone) or a restarted one.
     server_token: str = ""
     #: The server took a returning env back with the leases it held (restored from a checkpoint).
     resumed: bool = False
@@ -380,10 +365,10 @@ class Tasks(Message):
 class Steps(Message):
     """Part of a :class:`Report`: ``n`` consecutive steps of one env.
 
-    ``task_ids[i]`` is the id of the task step ``i`` belonged to (``-1`` for a task the client chose
-    itself), ``tasks[i]`` that encoded task. ``obs`` is ``None``, an array whose first axis has length
-    ``n``, a dict of such arrays (dict observations stacked per key; :class:`StackedObs` gives the per-step
-    view), or a tuple of ``n`` observations; ``infos`` is ``None`` or a tuple of ``n`` dicts.
+    Step ``i`` played the encoded task ``tasks[i]`` of lease ``task_ids[i]`` (``-1``: a task the client
+    chose). ``obs`` is ``None``, an array with first axis ``n``, a dict of such arrays (dict observations
+    stacked per key, see :class:`StackedObs`) or a tuple of ``n`` observations; ``infos`` ``None`` or a
+    tuple of ``n`` dicts.
     """
 
     task_ids: np.ndarray
@@ -469,8 +454,8 @@ _FIELDS = {
 
 
 def _updates(name: str, value: Any) -> tuple:
-    """A report's updates, checked: at most :data:`MAX_ROWS` tuples, each its kind then its fields (the
-    fields of one kind checked together, column by column)."""
+    """A report's updates, checked: at most :data:`MAX_ROWS` tuples of a kind and its fields (the updates of
+    one kind checked column by column)."""
     updates = _TUPLE(name, value)
     if len(updates) > MAX_ROWS:
         raise ProtocolError(f"field updates holds {len(updates)}, more than the limit of {MAX_ROWS}")
@@ -503,14 +488,13 @@ def _updates(name: str, value: Any) -> tuple:
 
 @dataclass(frozen=True)
 class Report(Message):
-    """Client -> server: the updates an env made since its last send, in the order it made them, and the
-    number of tasks it asks for.
+    """Client -> server: the updates an env made since its last send, in order, and the number of tasks it
+    asks for (answered with one :class:`Tasks`).
 
-    Updates (see :data:`STEPS`): step records (sent only to a curriculum that wants them); progress on a
-    task mid-episode (``done`` acknowledges the task as consumed); an episode, or the part of it played on
-    one task, finished (``ended`` false: cut short by an early reset, the task consumed but no return).
-    ``task_id`` ``-1``: a task the env chose. The server applies them in order, a refused one not stopping
-    the others, then answers ``request`` with one :class:`Tasks`.
+    Updates (see :data:`STEPS`): step records (only for a curriculum that reads them); progress on a task
+    mid-episode (``done``: the task is consumed); an episode, or its part played on one task, finished
+    (``ended`` false: cut short by an early reset, the task consumed but no return). ``task_id`` ``-1``: a
+    task the env chose. The server applies them in order, a refused one not stopping the others.
 
     >>> r = Report(0, ((EPISODE, 3, 1, 2.0, 10, 1.0, True, {}),), request=2)
     >>> decode(encode(r)) == r, r.episodes
@@ -578,8 +562,8 @@ def _deep_equal(a: Any, b: Any) -> bool:
 
 
 def encode(msg: Message, *, oob_threshold: int = DEFAULT_OOB_THRESHOLD) -> list[Any]:
-    """Serialise a message into frames ``[header, *large_array_frames]``; ``TypeError`` naming the offending
-    object when a field holds something that cannot travel (e.g. an arbitrary Python object in an info)."""
+    """The frames ``[header, *large_array_frames]`` of ``msg``; ``TypeError`` naming the object when a field
+    holds one that cannot travel (e.g. an arbitrary Python object in an info)."""
     if type(msg) not in _ARITY:
         raise TypeError(f"expected a protocol Message, got {type(msg).__name__}")
     frames: list[Any] = []
@@ -587,11 +571,8 @@ def encode(msg: Message, *, oob_threshold: int = DEFAULT_OOB_THRESHOLD) -> list[
 
 
 def decode(frames: Sequence[Any], *, max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES) -> Message:
-    """Parse frames made by :func:`encode` (without any routing id) into a message.
-
-    ``frames`` may be ``bytes``, memoryviews or ``zmq.Frame`` objects. Raises :class:`ProtocolError`
-    (or :class:`ProtocolVersionError`) saying what was wrong.
-    """
+    """The message in frames made by :func:`encode` (``bytes``, memoryviews or ``zmq.Frame`` objects, without
+    a routing id); :class:`ProtocolError` (or :class:`ProtocolVersionError`) saying what is wrong."""
     if not isinstance(frames, (list, tuple)) or not frames:
         raise ProtocolError("empty message: expected at least a header frame")
     if len(frames) > MAX_FRAMES + 1:
@@ -640,9 +621,8 @@ def pack_envelope(kind: int, seq: int, ack: int) -> bytes:
 
 
 def unpack_envelope(frame: Any) -> tuple[int, int, int] | None:
-    """``(kind, seq, ack)`` of the envelope at the start of ``frame`` (its message, if any, follows from
-    :data:`ENVELOPE_SIZE`); ``None`` when it has none; :class:`ProtocolError` when it starts like an
-    envelope but is not a valid one.
+    """``(kind, seq, ack)`` of the envelope at the start of ``frame`` (a message follows from
+    :data:`ENVELOPE_SIZE`), ``None`` without one; :class:`ProtocolError` for a broken one.
 
     >>> unpack_envelope(encode(Report(0, request=1))[0]) is None
     True
@@ -699,10 +679,9 @@ class Stream:
         return [self._framed(n, frames) for n, frames in self.sent]
 
     def receive(self, kind: int, seq: int, ack: int) -> str:
-        """Account for a received envelope: ``"deliver"`` (its message is the next in order),
-        ``"repeat"`` (already received: drop it), ``"gap"`` (one before it was lost: drop it, and ask for
-        the resend), ``"ahead"`` (after a gap already reported: drop it) or ``"control"`` (a ``PING`` /
-        ``PONG``)."""
+        """Account for a received envelope: ``"deliver"`` (the next message in order), ``"repeat"`` (already
+        received), ``"gap"`` (one before it was lost: ask for the resend), ``"ahead"`` (after a gap already
+        reported) or ``"control"`` (a ``PING`` / ``PONG``); only a delivered message is to be kept."""
         while self.sent and self.sent[0][0] <= ack:
             self.sent.popleft()
         if kind != DATA:
@@ -734,12 +713,11 @@ def rejoin_hello(hello: Hello, unacknowledged: Sequence[Message]) -> Hello:
 
 def rebase(msg: Message, env_id: int) -> Message | None:
     """``msg``, from an env's previous registration, as its new registration ``env_id`` delivers it
-    (``None``: nothing of it is to be delivered), for a client that registered again (after a server
-    restart, or after the server declared it gone).
+    (``None``: nothing to deliver), for a client that registered again.
 
-    Its lease ids are kept (they are unique across registrations and server instances: the curriculum side
-    applies each report once, or counts it). Task requests are dropped (the env asks the new registration
-    for what it needs), and so is a goodbye.
+    Lease ids are kept (they are unique across registrations and server instances: the curriculum side
+    applies each report once, or counts it); task requests and a goodbye are dropped (the env asks the new
+    registration for what it needs).
 
     >>> m = rebase(Report(3, ((EPISODE, 17, 2, 1.0, 5, 1.0, True, {}),), request=1), 0)
     >>> m.env_id, m.episodes[0][0], m.request
