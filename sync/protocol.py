@@ -109,10 +109,11 @@ def _array_from(code: int, data: bytes, extra: Sequence[Any]) -> np.ndarray:
         _check_dtype(dt)
     except (TypeError, ValueError, UnicodeDecodeError) as exc:
         raise ProtocolError(f"refused numpy dtype {data[1:pos]!r}: {exc}") from None
-    ndim, pos = data[pos], pos + 1
-    if ndim > _MAX_NDIM or n < pos + 8 * ndim:
+    ndim = data[pos]
+    if ndim > _MAX_NDIM or n < pos + 1 + 8 * ndim:
         raise ProtocolError(f"malformed numpy array header: {ndim} dimensions in {n} bytes")
-    shape, pos = struct.unpack_from(f"<{ndim}Q", data, pos), pos + 8 * ndim
+    shape = struct.unpack_from(f"<{ndim}Q", data, pos + 1)
+    pos += 1 + 8 * ndim
     if code == _EXT_ARRAY:
         buf = memoryview(data)[pos:]
     else:
@@ -229,21 +230,18 @@ def _column(name: str, v: Any, check: _Type | None = None, n: int | None = None)
 _IDS = partial(_column, check=_NAT)  # a tuple of lease ids
 
 
-def _array(name: str, v: Any, dtype: Any, n: int) -> np.ndarray:
-    if type(v) is np.ndarray and v.dtype == dtype and v.ndim == 1 and v.shape[0] == n:
+def _array(name: str, v: Any, dtype: type, n: int) -> np.ndarray:
+    if type(v) is np.ndarray and v.dtype == dtype and v.shape == (n,):
         return v  # (as a magister peer sends it: checked at C speed, like _Type.fits)
     try:
         arr = np.asarray(v)
     except Exception:
         raise ProtocolError(f"field {name} must be an array") from None
-    if arr.ndim != 1:
-        raise ProtocolError(f"field {name} must be a 1-d array, got shape {arr.shape}")
-    want = np.dtype(dtype)
-    if arr.size and not np.can_cast(arr.dtype, want, casting="same_kind"):
-        raise ProtocolError(f"field {name} must have dtype {want}, got {arr.dtype}")
-    if arr.shape[0] != n:
-        raise ProtocolError(f"field {name} has length {arr.shape[0]}, expected {n}")
-    return arr.astype(want, copy=False)
+    if arr.shape != (n,):
+        raise ProtocolError(f"field {name} must be a 1-d array of length {n}, got shape {arr.shape}")
+    if arr.size and not np.can_cast(arr.dtype, dtype, casting="same_kind"):
+        raise ProtocolError(f"field {name} must have dtype {np.dtype(dtype)}, got {arr.dtype}")
+    return arr.astype(dtype, copy=False)
 
 
 # -- messages -----------------------------------------------------------------------------------------
@@ -383,13 +381,11 @@ class Steps(Message):
     def __post_init__(self) -> None:
         self._set("tasks", _TUPLE("tasks", self.tasks))
         n = len(self.tasks)
-        ids = _array("task_ids", self.task_ids, np.int64, n)
-        if ids.size and ids.min() < -1:
-            raise ProtocolError("field task_ids must be >= -1")
-        self._set("task_ids", ids)
-        for name, dtype in (("rewards", np.float64), ("terminated", np.bool_), ("truncated", np.bool_),
-                            ("progress", np.float64)):
+        for name, dtype in (("task_ids", np.int64), ("rewards", np.float64), ("terminated", np.bool_),
+                            ("truncated", np.bool_), ("progress", np.float64)):
             self._set(name, _array(name, getattr(self, name), dtype, n))
+        if n and self.task_ids.min() < -1:
+            raise ProtocolError("field task_ids must be >= -1")
         obs = self.obs
         if isinstance(obs, np.ndarray):
             if obs.ndim == 0 or obs.shape[0] != n:
@@ -612,11 +608,7 @@ ENVELOPE_SIZE = _ENVELOPE.size
 
 
 def pack_envelope(kind: int, seq: int, ack: int) -> bytes:
-    """The envelope frame ``(kind, seq, ack)``.
-
-    >>> unpack_envelope(pack_envelope(DATA, 7, 3))
-    (0, 7, 3)
-    """
+    """The envelope ``(kind, seq, ack)``, to put in front of a message's first frame."""
     return _ENVELOPE.pack(ENVELOPE_MAGIC, kind, seq, ack)
 
 
@@ -624,8 +616,8 @@ def unpack_envelope(frame: Any) -> tuple[int, int, int] | None:
     """``(kind, seq, ack)`` of the envelope at the start of ``frame`` (a message follows from
     :data:`ENVELOPE_SIZE`), ``None`` without one; :class:`ProtocolError` for a broken one.
 
-    >>> unpack_envelope(encode(Report(0, request=1))[0]) is None
-    True
+    >>> unpack_envelope(pack_envelope(DATA, 7, 3)), unpack_envelope(encode(Report(0, request=1))[0])
+    ((0, 7, 3), None)
     """
     buf = frame.buffer if hasattr(frame, "buffer") else frame
     if len(buf) < 4 or bytes(buf[:4]) != ENVELOPE_MAGIC:
