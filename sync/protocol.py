@@ -21,9 +21,6 @@ the other side run code. Decoding is bounded (header size, array/map/str lengths
 their bytes), gives tuples for msgpack arrays and checks every field, so a malformed or hostile frame raises
 :class:`ProtocolError` instead of allocating memory or giving a half-valid message.
 
->>> msg = Report(env_id=3, request=2)
->>> decode(encode(msg)) == msg
-True
 >>> import numpy as np
 >>> big = np.arange(40_000, dtype=np.float32)
 >>> frames = encode(Tasks(env_id=0, task_ids=(7,), tasks=(big,), train=(True,)))
@@ -279,8 +276,8 @@ class Hello(Message):
     name: str = ""
     #: The env's task space fingerprint (``""``: not given); the server refuses one unlike its curriculum's.
     task_space: str = ""
-    #: The seed of the env's first seeded reset (``-1``: none): its tasks are sampled from a generator of its
-    #: own, derived from the curriculum's seed and this number.
+    #: The seed of the env's first seeded reset (``-1``: none): its tasks are drawn from a generator of its
+    #: own, derived from this number and the curriculum's seed.
     stream: int = -1
     #: The env id of this client's previous registration (``-1``: a first hello); the messages it still has
     #: to deliver from it carry that id.
@@ -328,11 +325,10 @@ class Welcome(Message):
 
 @dataclass(frozen=True)
 class Tasks(Message):
-    """Server -> client: tasks addressed to ``env_id``, each with a server-unique id and its metadata.
-
-    Per task: ``train`` (``False``: evaluation-only), ``control`` (``True``: to be played by the trainer's
-    control policy, default all ``False``) and ``variants`` (the encoded task the env plays instead, ``None``:
-    the task itself; default all ``None``), the fields of :class:`~magister.curricula.base.TaskSample`.
+    """Server -> client: tasks for ``env_id``, each with a server-unique id and the fields of a
+    :class:`~magister.curricula.base.TaskSample`: ``train`` (``False``: evaluation-only), ``control``
+    (default ``False``: ``True`` for the trainer's control policy) and ``variants`` (default ``None``: the
+    encoded task the env plays instead).
 
     >>> Tasks(0, (4, 5), (1, 2), (True, False), (False, True), (9, None)).variants
     (9, None)
@@ -470,6 +466,8 @@ def _updates(name: str, value: Any) -> tuple:
         elif type(u[1]) is not Steps:
             out[i] = (STEPS, Steps(*_TUPLE(f"updates[{i}].steps", u[1])))
     for kind, at in rows.items():
+        if not at:
+            continue
         what, columns = _FIELDS[kind]
         bad = next((updates[i] for i in at if len(updates[i]) != 1 + len(columns)), None)
         if bad is not None:
