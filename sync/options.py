@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from ..task_spaces.base import TaskSpace
 
@@ -26,39 +26,49 @@ __all__ = ["FeedOptions", "ServerOptions", "DEFAULT_MAX_UPDATE_DELAY", "DEFAULT_
 DEFAULT_MAX_UPDATE_DELAY = 0.5
 #: Seconds a feed waits for the curriculum before giving up.
 DEFAULT_TIMEOUT = 5.0
-#: Seconds a registered env keeps trying to reach a silent curriculum side (a learner's restart).
-DEFAULT_RECONNECT_TIMEOUT = 3600.0
+
+_O = TypeVar("_O", bound="_Options")
 
 
-def _seconds(name: str, value: Any, positive: bool = False) -> float:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if not ok or not (value > 0 if positive else value >= 0):
-        what = "a positive number of seconds" if positive else "a number of seconds >= 0"
-        raise ValueError(f"{name} must be {what}, got {value!r}")
-    return float(value)
+class _Options:
+    """What both sides' options share: the checks of their counts and seconds, and :meth:`of`."""
 
+    SIDE: ClassVar[str]
+    #: The int fields: the least value of each, and whether ``None`` (the transport's default) is allowed.
+    COUNTS: ClassVar[dict[str, tuple[int, bool]]]
+    #: The fields in seconds, each kept as a float: whether it must be positive (else >= 0).
+    SECONDS: ClassVar[dict[str, bool]]
 
-def _count(name: str, value: Any, low: int, none_ok: bool = False) -> None:
-    if value is None and none_ok:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        either = " or None (the transport's default)" if none_ok else ""
-        raise ValueError(f"{name} must be an int >= {low}{either}, got {value!r}")
+    def __post_init__(self) -> None:
+        for name, (low, none_ok) in self.COUNTS.items():
+            value = getattr(self, name)
+            bad = isinstance(value, bool) or not isinstance(value, int) or value < low
+            if bad and not (value is None and none_ok):
+                either = " or None (the transport's default)" if none_ok else ""
+                raise ValueError(f"{name} must be an int >= {low}{either}, got {value!r}")
+        for name, positive in self.SECONDS.items():
+            value = getattr(self, name)
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if not ok or not (value > 0 if positive else value >= 0):
+                what = "a positive number of seconds" if positive else "a number of seconds >= 0"
+                raise ValueError(f"{name} must be {what}, got {value!r}")
+            object.__setattr__(self, name, float(value))
 
-
-def _of(cls: type, side: str, options: Any, overrides: dict[str, Any]) -> Any:
-    """``options`` (default: ``cls()``) with ``overrides``; an unknown name raises ``TypeError`` naming it."""
-    known = sorted(f.name for f in fields(cls))
-    unknown = sorted(set(overrides) - set(known))
-    if unknown:
-        raise TypeError(f"unknown {side} option(s) {unknown}; the options are {known}")
-    if options is not None and not isinstance(options, cls):
-        raise TypeError(f"options must be a {cls.__name__} or None, got {type(options).__name__}")
-    return replace(options if options is not None else cls(), **overrides)
+    @classmethod
+    def of(cls: type[_O], options: _O | None = None, **overrides: Any) -> _O:
+        """``options`` (default: the defaults) with ``overrides``; an unknown name raises ``TypeError``
+        naming it and the known ones."""
+        known = sorted(f.name for f in fields(cls))  # type: ignore[arg-type]
+        unknown = sorted(set(overrides) - set(known))
+        if unknown:
+            raise TypeError(f"unknown {cls.SIDE} option(s) {unknown}; the options are {known}")
+        if options is not None and not isinstance(options, cls):
+            raise TypeError(f"options must be a {cls.__name__} or None, got {type(options).__name__}")
+        return replace(options if options is not None else cls(), **overrides)  # type: ignore[type-var]
 
 
 @dataclass(frozen=True)
-class FeedOptions:
+class FeedOptions(_Options):
     """The settings of one env's feed, taken by :func:`~magister.sync.feed.connect`, the feed and the sync
     wrappers (whose keyword arguments are its fields).
 
@@ -91,7 +101,7 @@ class FeedOptions:
     update_batch: int | None = None
     max_update_delay: float = DEFAULT_MAX_UPDATE_DELAY
     timeout: float = DEFAULT_TIMEOUT
-    reconnect_timeout: float = DEFAULT_RECONNECT_TIMEOUT
+    reconnect_timeout: float = 3600.0
     close_timeout: float = 2.0
     strip_keys: tuple[str, ...] = ()
     send_obs: bool = True
@@ -102,16 +112,13 @@ class FeedOptions:
     curve_client_keys: tuple[bytes | str, bytes | str] | None = None
     max_pending_updates: int = 1024
     ray_address: str | None = None
+    SIDE = "feed"
+    COUNTS = {"prefetch": (0, True), "update_batch": (1, True), "max_pending_updates": (1, False)}
+    SECONDS = {"max_update_delay": False, "timeout": True, "close_timeout": False, "reconnect_timeout": False}
 
     def __post_init__(self) -> None:
-        _count("prefetch", self.prefetch, 0, none_ok=True)
-        _count("update_batch", self.update_batch, 1, none_ok=True)
-        _count("max_pending_updates", self.max_pending_updates, 1)
+        super().__post_init__()
         set_ = object.__setattr__
-        set_(self, "max_update_delay", _seconds("max_update_delay", self.max_update_delay))
-        set_(self, "timeout", _seconds("timeout", self.timeout, positive=True))
-        set_(self, "close_timeout", _seconds("close_timeout", self.close_timeout))
-        set_(self, "reconnect_timeout", _seconds("reconnect_timeout", self.reconnect_timeout))
         if isinstance(self.strip_keys, str):
             raise TypeError("strip_keys must be an iterable of keys, not a single str")
         set_(self, "strip_keys", tuple(self.strip_keys))
@@ -128,15 +135,9 @@ class FeedOptions:
                 )
             set_(self, "curve_client_keys", tuple(self.curve_client_keys))
 
-    @classmethod
-    def of(cls, options: FeedOptions | None = None, **overrides: Any) -> FeedOptions:
-        """``options`` (default: the defaults) with ``overrides``; an unknown name raises ``TypeError``
-        naming it and the known ones."""
-        return _of(cls, "feed", options, overrides)
-
 
 @dataclass(frozen=True)
-class ServerOptions:
+class ServerOptions(_Options):
     """The settings of a curriculum's endpoint, taken by :func:`~magister.sync.server.serve`,
     :func:`~magister.sync.ray_backend.serve_ray` and :class:`~magister.sync.core.SyncCore` (whose keyword
     arguments are its fields). Those marked ZeroMQ are read by ``serve()`` only (``serve_ray`` refuses them).
@@ -180,26 +181,17 @@ class ServerOptions:
     #: The fields only the ZeroMQ endpoint reads.
     ZEROMQ_ONLY = ("curve_secret_key", "curve_allowed_clients", "insecure", "max_message_bytes",
                    "poll_interval", "join_timeout")
+    SIDE = "server"
+    COUNTS = {"step_batch_size": (1, False), "max_envs": (1, False), "keep_departed": (0, False),
+              "max_tasks_in_flight": (1, False), "max_message_bytes": (1, False)}
+    SECONDS = {"poll_interval": True, "join_timeout": False}
 
     def __post_init__(self) -> None:
-        _count("step_batch_size", self.step_batch_size, 1)
-        _count("max_envs", self.max_envs, 1)
-        _count("keep_departed", self.keep_departed, 0)
-        _count("max_tasks_in_flight", self.max_tasks_in_flight, 1)
-        _count("max_message_bytes", self.max_message_bytes, 1)
+        super().__post_init__()
         for name in ("validate_tasks", "insecure"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be True or False, got {getattr(self, name)!r}")
-        set_ = object.__setattr__
         if (t := self.env_timeout) is not None:
             if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t < math.inf:
                 raise ValueError(f"env_timeout must be a finite number of seconds > 0 or None, got {t!r}")
-            set_(self, "env_timeout", float(t))
-        set_(self, "poll_interval", _seconds("poll_interval", self.poll_interval, positive=True))
-        set_(self, "join_timeout", _seconds("join_timeout", self.join_timeout))
-
-    @classmethod
-    def of(cls, options: ServerOptions | None = None, **overrides: Any) -> ServerOptions:
-        """``options`` (default: the defaults) with ``overrides``; an unknown name raises ``TypeError``
-        naming it and the known ones."""
-        return _of(cls, "server", options, overrides)
+            object.__setattr__(self, "env_timeout", float(t))

@@ -1,43 +1,37 @@
 """The wire protocol between a curriculum server and its environment clients.
 
-Every message is one ZeroMQ multipart message::
+A message is the frames ``[header, oob_0, oob_1, ...]``; ``header`` is msgpack of ``(PROTOCOL_VERSION, kind,
+fields)``: the :attr:`Message.KIND` of one of the frozen dataclasses below and its field values in
+declaration order. (A ROUTER socket adds the peer's routing id in front; the server strips it.)
 
-    [header, oob_0, oob_1, ...]
+A numpy array is msgpack extension type 1: ``[len(dtype)] [dtype str, ascii] [ndim] [shape: ndim x uint64
+LE]`` then its bytes; or, of at least ``oob_threshold`` bytes, type 2: the same header then the uint32 LE
+index ``i`` of the frame ``oob_i`` holding its bytes, sent and received without a copy (decoded as a
+read-only view). Only plain bool/int/float/complex/datetime/bytes/str dtypes travel.
 
-``header`` is msgpack of the envelope ``(PROTOCOL_VERSION, kind, fields)``, where ``kind`` is the small
-integer :attr:`Message.KIND` of one of the frozen dataclasses below and ``fields`` is the tuple of its
-field values in declaration order. (A ROUTER socket adds the peer's routing id in front; the server
-strips it before decoding.) The ZeroMQ transport may put one more small frame in front, the sequencing
-envelope (:func:`pack_envelope`) that numbers messages so that a reconnect loses none and repeats none.
+The ZeroMQ transport may put a sequencing envelope in front of a message's first frame, so that a reconnect
+loses no message and repeats none: ``b"MGSQ"``, kind (uint8), ``seq`` and ``ack`` (int64 LE); a msgpack
+header never starts so, and a hello travels without one. ``DATA`` carries the message numbered ``seq`` (1,
+2, ... per sender and registration), ``ack`` being the highest ``seq`` received in order; ``PING`` (client
+-> server, no message) asks the server to send its unacknowledged replies again and answer ``PONG``, after
+which the client sends its own again. Each side keeps this state in a :class:`Stream`.
 
-numpy arrays travel as a msgpack extension type: a small binary header (dtype string, shape) followed by
-the raw bytes for small arrays, or by the index of a separate frame ``oob_i`` holding the bytes for arrays
-of at least ``oob_threshold`` bytes. Those frames are sent and received without copying (the decoded array is
-a read-only view on the received frame). Only plain numeric/bool/bytes/str dtypes are accepted; object and
-structured dtypes are refused on both sides.
+There is **no Python object serialisation**: a peer sends only msgpack data and arrays, so it can never make
+the other side run code. Decoding is bounded (header size, array/map/str lengths, array sizes checked against
+their bytes), gives tuples for msgpack arrays and checks every field, so a malformed or hostile frame raises
+:class:`ProtocolError` instead of allocating memory or giving a half-valid message.
 
-There is **no Python object serialisation** anywhere: a peer can send only msgpack data and arrays, so it
-can never make the other side run code. Decoding is bounded (a header size limit, array/map/str lengths,
-array sizes checked against the bytes that carry them), unpacks arrays as tuples (``use_list=False``) and
-checks every field's type, so a malformed or hostile frame raises :class:`ProtocolError` instead of
-allocating memory or producing a half-valid message.
-
->>> msg = Report(env_id=3, request=2)
->>> decode(encode(msg)) == msg
-True
 >>> import numpy as np
 >>> big = np.arange(40_000, dtype=np.float32)
 >>> frames = encode(Tasks(env_id=0, task_ids=(7,), tasks=(big,), train=(True,)))
->>> len(frames)                  # header + one zero-copy frame for the large array
+>>> len(frames)  # the header and one zero-copy frame for the large array
 2
->>> out = decode(frames)
->>> bool((out.tasks[0] == big).all())
+>>> bool((decode(frames).tasks[0] == big).all())
 True
 """
 
 from __future__ import annotations
 
-import logging
 import math
 import struct
 from collections import deque
@@ -49,36 +43,11 @@ from typing import Any, ClassVar
 import msgpack
 import numpy as np
 
-logger = logging.getLogger(__name__)
-
 __all__ = [
-    "PROTOCOL_VERSION",
-    "ProtocolError",
-    "ProtocolVersionError",
-    "Message",
-    "Hello",
-    "Welcome",
-    "Tasks",
-    "Report",
-    "Steps",
-    "STEPS",
-    "PROGRESS",
-    "EPISODE",
-    "StackedObs",
-    "Error",
-    "Goodbye",
-    "MESSAGE_TYPES",
-    "encode",
-    "decode",
-    "pack_value",
-    "unpack_value",
-    "DATA",
-    "PING",
-    "PONG",
-    "pack_envelope",
-    "unpack_envelope",
-    "Stream",
-    "rebase",
+    "PROTOCOL_VERSION", "ProtocolError", "ProtocolVersionError", "Message", "Hello", "Welcome", "Tasks",
+    "Report", "Steps", "STEPS", "PROGRESS", "EPISODE", "StackedObs", "Error", "Goodbye", "MESSAGE_TYPES",
+    "encode", "decode", "pack_value", "unpack_value", "DATA", "PING", "PONG", "pack_envelope",
+    "unpack_envelope", "Stream", "rebase",
 ]
 
 #: Bumped whenever a message layout changes or a kind is added; both ends must agree.
@@ -92,9 +61,7 @@ MAX_FRAMES = 4096
 #: Upper bound on the number of updates one :class:`Report` carries.
 MAX_ROWS = 4096
 
-_EXT_ARRAY = 1  # payload: msgpack (dtype str, shape, raw bytes)
-_EXT_ARRAY_FRAME = 2  # payload: msgpack (dtype str, shape, index of the out-of-band frame)
-_ALLOWED_DTYPE_KINDS = frozenset("biufcmMSU")
+_EXT_ARRAY, _EXT_ARRAY_FRAME = 1, 2  # the array extension types: bytes inline, or in an out-of-band frame
 _MAX_NDIM = 32
 
 
@@ -110,30 +77,16 @@ class ProtocolVersionError(ProtocolError):
 
 
 def _check_dtype(dt: np.dtype) -> None:
-    if dt.kind not in _ALLOWED_DTYPE_KINDS or dt.fields is not None or dt.subdtype is not None:
-        raise TypeError(
-            f"cannot send a numpy array of dtype {dt!r}; expected a plain bool/int/float/complex/"
-            "datetime/bytes/str dtype (object and structured arrays are never sent)"
-        )
+    if dt.kind not in "biufcmMSU" or dt.fields is not None or dt.subdtype is not None:
+        raise TypeError(f"cannot send a numpy array of dtype {dt!r}; expected a plain bool/int/float/complex/"
+                        "datetime/bytes/str dtype (object and structured arrays are never sent)")
 
 
-def _dtype_from(code: bytes) -> np.dtype:
-    try:
-        dt = np.dtype(code.decode("ascii"))
-        _check_dtype(dt)
-    except (TypeError, ValueError, UnicodeDecodeError) as exc:
-        raise ProtocolError(f"refused numpy dtype {code!r}: {exc}") from None
-    return dt
-
-
-# Array payload: [len(dtype)] [dtype str, ascii] [ndim] [shape: ndim x uint64 LE] then the raw bytes
-# (_EXT_ARRAY) or the uint32 index of the out-of-band frame holding them (_EXT_ARRAY_FRAME).
 def _array_payload(arr: np.ndarray, frames: list[Any] | None, oob_threshold: int) -> msgpack.ExtType:
-    dt = arr.dtype
-    _check_dtype(dt)
+    _check_dtype(arr.dtype)
     if not arr.flags.c_contiguous:
         arr = arr.copy(order="C")  # (np.ascontiguousarray would turn a 0-d array into 1-d)
-    code = dt.str.encode("ascii")
+    code = arr.dtype.str.encode("ascii")
     head = bytes((len(code),)) + code + bytes((arr.ndim,)) + struct.pack(f"<{arr.ndim}Q", *arr.shape)
     if frames is not None and arr.nbytes >= oob_threshold and len(frames) < MAX_FRAMES:
         frames.append(memoryview(arr.reshape(-1).view(np.uint8)))
@@ -141,49 +94,36 @@ def _array_payload(arr: np.ndarray, frames: list[Any] | None, oob_threshold: int
     return msgpack.ExtType(_EXT_ARRAY, head + arr.tobytes())
 
 
-def _default(frames: list[Any] | None, oob_threshold: int):
-    def default(obj: Any) -> Any:
-        if isinstance(obj, np.ndarray):
-            return _array_payload(obj, frames, oob_threshold)
-        if isinstance(obj, np.generic):
-            return obj.item()
-        if isinstance(obj, (set, frozenset)):
-            raise TypeError(f"cannot send a {type(obj).__name__}; use a tuple or list")
-        raise TypeError(
-            f"cannot send an object of type {type(obj).__name__} ({obj!r:.80}); only None, bool, int, "
-            "float, str, bytes, tuples/lists, dicts and numpy arrays travel on the wire"
-        )
-
-    return default
-
-
 def _array_from(code: int, data: bytes, extra: Sequence[Any]) -> np.ndarray:
+    if code not in (_EXT_ARRAY, _EXT_ARRAY_FRAME):
+        raise ProtocolError(f"unknown msgpack extension type {code}")
     n = len(data)
-    if n < 2 or data[0] == 0 or data[0] > 16 or n < 2 + data[0]:
+    if n < 2 or not 0 < data[0] <= 16 or n < 2 + data[0]:
         raise ProtocolError("malformed numpy array header: bad dtype field")
     pos = 1 + data[0]
-    dt = _dtype_from(data[1:pos])
+    try:
+        dt = np.dtype(data[1:pos].decode("ascii"))
+        _check_dtype(dt)
+    except (TypeError, ValueError, UnicodeDecodeError) as exc:
+        raise ProtocolError(f"refused numpy dtype {data[1:pos]!r}: {exc}") from None
     ndim = data[pos]
-    pos += 1
-    if ndim > _MAX_NDIM or n < pos + 8 * ndim:
+    if ndim > _MAX_NDIM or n < pos + 1 + 8 * ndim:
         raise ProtocolError(f"malformed numpy array header: {ndim} dimensions in {n} bytes")
-    shape = struct.unpack_from(f"<{ndim}Q", data, pos)
-    pos += 8 * ndim
-    if code == _EXT_ARRAY_FRAME:
+    shape = struct.unpack_from(f"<{ndim}Q", data, pos + 1)
+    pos += 1 + 8 * ndim
+    if code == _EXT_ARRAY:
+        buf = memoryview(data)[pos:]
+    else:
         if n != pos + 4:
             raise ProtocolError("malformed numpy array header: bad frame index")
         (index,) = struct.unpack_from("<I", data, pos)
         if index >= len(extra):
             raise ProtocolError(f"array refers to frame {index}; the message has {len(extra)} extra frames")
-        buf: Any = extra[index]
-        nbytes = memoryview(buf).nbytes
-    else:
-        buf = memoryview(data)[pos:]
-        nbytes = n - pos
+        buf = memoryview(extra[index])
     count = math.prod(shape)
-    if count * dt.itemsize != nbytes:
+    if count * dt.itemsize != buf.nbytes:
         raise ProtocolError(
-            f"numpy array of dtype {dt} and shape {shape} needs {count * dt.itemsize} bytes, got {nbytes}"
+            f"numpy array of dtype {dt} and shape {shape} needs {count * dt.itemsize} bytes, got {buf.nbytes}"
         )
     if count == 0:
         return np.zeros(shape, dtype=dt)
@@ -198,13 +138,20 @@ def pack_value(
     >>> unpack_value(pack_value({"a": (1, 2.5, None)}))
     {'a': (1, 2.5, None)}
     """
-    return msgpack.packb(value, default=_default(frames, oob_threshold), use_bin_type=True)
 
+    def default(obj: Any) -> Any:
+        if isinstance(obj, np.ndarray):
+            return _array_payload(obj, frames, oob_threshold)
+        if isinstance(obj, np.generic):
+            return obj.item()
+        if isinstance(obj, (set, frozenset)):
+            raise TypeError(f"cannot send a {type(obj).__name__}; use a tuple or list")
+        raise TypeError(
+            f"cannot send an object of type {type(obj).__name__} ({obj!r:.80}); only None, bool, int, "
+            "float, str, bytes, tuples/lists, dicts and numpy arrays travel on the wire"
+        )
 
-def _ext(code: int, payload: bytes, frames: Sequence[Any]) -> Any:
-    if code == _EXT_ARRAY or code == _EXT_ARRAY_FRAME:
-        return _array_from(code, payload, frames)
-    raise ProtocolError(f"unknown msgpack extension type {code}")
+    return msgpack.packb(value, default=default, use_bin_type=True)
 
 
 def unpack_value(
@@ -214,23 +161,11 @@ def unpack_value(
     nbytes = memoryview(data).nbytes
     if nbytes > max_buffer_size:
         raise ProtocolError(f"message header of {nbytes} bytes exceeds the limit of {max_buffer_size} bytes")
-
-
-    def ext_hook(code: int, payload: bytes) -> Any:
-        return _ext(code, payload, frames)
-
     try:
         return msgpack.unpackb(
-            data,
-            use_list=False,
-            raw=False,
-            strict_map_key=False,
-            ext_hook=ext_hook,
-            max_str_len=nbytes,
-            max_bin_len=nbytes,
-            max_array_len=nbytes,
-            max_map_len=nbytes // 2,
-            max_ext_len=nbytes,
+            data, use_list=False, raw=False, strict_map_key=False,
+            ext_hook=partial(_array_from, extra=frames), max_str_len=nbytes, max_bin_len=nbytes,
+            max_array_len=nbytes, max_map_len=nbytes // 2, max_ext_len=nbytes,
         )
     except ProtocolError:
         raise
@@ -238,110 +173,81 @@ def unpack_value(
         raise ProtocolError(f"malformed msgpack data: {type(exc).__name__}: {exc}") from None
 
 
-# -- field checkers: each takes (field name, value) and returns the value the message keeps ------------
+# -- field types --------------------------------------------------------------------------------------
 
 
-def _int(name: str, v: Any, lo: int | None = None) -> int:
-    if type(v) is not int:
-        if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
-            raise ProtocolError(f"field {name} must be an int, got {type(v).__name__}")
-        v = int(v)
-    if lo is not None and v < lo:
-        raise ProtocolError(f"field {name} must be >= {lo}, got {v}")
-    return v
+@dataclass(frozen=True)
+class _Type:
+    """A field's type: a value of type ``exact`` is kept, one of the ``accept`` types (and none of the
+    ``refuse`` types) is converted by ``exact``; any other value, or an int below ``lo``, is refused."""
 
+    what: str
+    exact: type
+    accept: tuple[type, ...]
+    refuse: tuple[type, ...] = ()
+    lo: int | None = None
 
-_NAT = partial(_int, lo=0)  # an int >= 0
-_ID = partial(_int, lo=-1)  # an id, or -1 for none
-_POS = partial(_int, lo=1)
-
-
-def _float(name: str, v: Any) -> float:
-    if type(v) is float:
+    def __call__(self, name: str, v: Any) -> Any:
+        if type(v) is not self.exact:
+            if isinstance(v, self.refuse) or not isinstance(v, self.accept):
+                raise ProtocolError(f"field {name} must be {self.what}, got {type(v).__name__}")
+            v = self.exact(v)
+        if self.lo is not None and v < self.lo:
+            raise ProtocolError(f"field {name} must be >= {self.lo}, got {v}")
         return v
-    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
-        raise ProtocolError(f"field {name} must be a number, got {type(v).__name__}")
-    return float(v)
+
+    def fits(self, col: tuple) -> bool:
+        """Whether every value of ``col`` is kept as it is, checked at C speed (as a magister peer sends step
+        infos and episode columns: the per-step overhead target needs it)."""
+        return set(map(type, col)) <= {self.exact} and (self.lo is None or not col or min(col) >= self.lo)
 
 
-def _bool(name: str, v: Any) -> bool:
-    if type(v) is bool:
-        return v
-    if not isinstance(v, np.bool_):
-        raise ProtocolError(f"field {name} must be a bool, got {type(v).__name__}")
-    return bool(v)
+_NOT_BOOL = (bool, np.bool_)
+_NAT = _Type("an int", int, (int, np.integer), _NOT_BOOL, lo=0)
+_ID = _Type("an int", int, (int, np.integer), _NOT_BOOL, lo=-1)  # an id, or -1 for none
+_POS = _Type("an int", int, (int, np.integer), _NOT_BOOL, lo=1)
+_FLOAT = _Type("a number", float, (int, float, np.integer, np.floating), _NOT_BOOL)
+_BOOL = _Type("a bool", bool, _NOT_BOOL)
+_STR = _Type("a str", str, (str,))
+_DICT = _Type("a dict", dict, (dict,))
+_TUPLE = _Type("a tuple", tuple, (tuple, list))
 
 
-def _str(name: str, v: Any) -> str:
-    if not isinstance(v, str):
-        raise ProtocolError(f"field {name} must be a str, got {type(v).__name__}")
-    return v
-
-
-def _dict(name: str, v: Any) -> dict:
-    if not isinstance(v, dict):
-        raise ProtocolError(f"field {name} must be a dict, got {type(v).__name__}")
-    return v
-
-
-def _tuple(name: str, v: Any) -> tuple:
-    if not isinstance(v, (tuple, list)):
-        raise ProtocolError(f"field {name} must be a tuple, got {type(v).__name__}")
-    return tuple(v)
-
-
-def _column(name: str, v: Any, check: Any, n: int | None = None) -> tuple:
-    """A tuple of ``n`` values (any length when ``n`` is ``None``), each checked by ``check`` (``None``:
-    any value)."""
-    col = _tuple(name, v)
+def _column(name: str, v: Any, check: _Type | None = None, n: int | None = None) -> tuple:
+    """``v`` as a tuple of ``n`` values (any number when ``n`` is ``None``), each of type ``check``
+    (``None``: any value)."""
+    col = _TUPLE(name, v)
     if n is not None and len(col) != n:
         raise ProtocolError(f"fields differ in length: {name} has {len(col)} entries, expected {n}")
-    if check is None or _exact(col, check):
+    if check is None or check.fits(col):
         return col
     return tuple(check(name, x) for x in col)
 
 
-def _exact(col: tuple, check: Any) -> bool:
-    """Whether every value has the exact type ``check`` keeps (and is in range): what a magister peer sends,
-    checked at C speed (a step update's infos, an episode batch's columns: the overhead targets need it)."""
-    if check in _EXACT_TYPES:
-        return set(map(type, col)) <= {_EXACT_TYPES[check]}
-    if check in _LOWEST:
-        return not col or (set(map(type, col)) == {int} and min(col) >= _LOWEST[check])
-    return False
+_IDS = partial(_column, check=_NAT)  # a tuple of lease ids
 
 
-def _array(name: str, v: Any, dtype: Any, n: int) -> np.ndarray:
-    if type(v) is np.ndarray and v.dtype == dtype and v.ndim == 1 and v.shape[0] == n:
-        return v  # (as a magister peer sends it: checked at C speed, like _exact)
+def _array(name: str, v: Any, dtype: type, n: int) -> np.ndarray:
+    if type(v) is np.ndarray and v.dtype == dtype and v.shape == (n,):
+        return v  # (as a magister peer sends it: checked at C speed, like _Type.fits)
     try:
         arr = np.asarray(v)
     except Exception:
         raise ProtocolError(f"field {name} must be an array") from None
-    if arr.ndim != 1:
-        raise ProtocolError(f"field {name} must be a 1-d array, got shape {arr.shape}")
-    want = np.dtype(dtype)
-    if arr.size and not np.can_cast(arr.dtype, want, casting="same_kind"):
-        raise ProtocolError(f"field {name} must have dtype {want}, got {arr.dtype}")
-    if arr.shape[0] != n:
-        raise ProtocolError(f"field {name} has length {arr.shape[0]}, expected {n}")
-    return arr.astype(want, copy=False)
-
-
-_EXACT_TYPES = {_bool: bool, _float: float, _dict: dict, _str: str}
-_LOWEST = {_NAT: 0, _ID: -1, _POS: 1}
+    if arr.shape != (n,):
+        raise ProtocolError(f"field {name} must be a 1-d array of length {n}, got shape {arr.shape}")
+    if arr.size and not np.can_cast(arr.dtype, dtype, casting="same_kind"):
+        raise ProtocolError(f"field {name} must have dtype {np.dtype(dtype)}, got {arr.dtype}")
+    return arr.astype(dtype, copy=False)
 
 
 # -- messages -----------------------------------------------------------------------------------------
 
 
 class Message:
-    """Base of every message kind: a frozen dataclass with a class-level ``KIND`` code.
-
-    Its fields are checked when it is made, so a decoded message is as valid as a constructed one:
-    ``CHECKS`` names a checker per field (kinds with fields that depend on each other check in their
-    own ``__post_init__``).
-    """
+    """Base of every message kind: a frozen dataclass with a ``KIND`` code, whose fields are checked when it
+    is made (a decoded message is as valid as a constructed one) by the checker ``CHECKS`` names for each, or
+    by its own ``__post_init__`` where fields depend on each other."""
 
     KIND: ClassVar[int] = 0
     CHECKS: ClassVar[dict[str, Callable[[str, Any], Any]]] = {}
@@ -363,27 +269,26 @@ class Hello(Message):
 
     KIND: ClassVar[int] = 1
     CHECKS: ClassVar[dict] = {
-        "pid": _NAT, "name": _str, "task_space": _str, "stream": _ID, "rejoin": _ID, "lost": _NAT,
-        "holds": partial(_column, check=_NAT), "reported": _NAT,
+        "pid": _NAT, "name": _STR, "task_space": _STR, "stream": _ID, "rejoin": _ID, "lost": _NAT,
+        "holds": _IDS, "reported": _NAT,
     }
     pid: int
     name: str = ""
-    #: The env's task space fingerprint (``""``: not given): the server refuses the env when it differs
-    #: from its curriculum's.
+    #: The env's task space fingerprint (``""``: not given); the server refuses one unlike its curriculum's.
     task_space: str = ""
-    #: The env's random stream (the seed of its first seeded reset; ``-1``: none): tasks sampled for this env
-    #: draw from a generator of its own, derived from the curriculum's seed and this number.
+    #: The seed of the env's first seeded reset (``-1``: none): its tasks are drawn from a generator of its
+    #: own, derived from this number and the curriculum's seed.
     stream: int = -1
-    #: The env id this client had before it registered again (``-1``: a first hello). Messages it still
-    #: has to deliver from that registration carry that id; the server takes them as the new one's.
+    #: The env id of this client's previous registration (``-1``: a first hello); the messages it still has
+    #: to deliver from it carry that id.
     rejoin: int = -1
-    #: Updates of that registration the env could not keep while the server was away (counted there).
+    #: Updates of that registration the env could not keep while the server was away.
     lost: int = 0
     #: The leases of that registration the env still holds (being played, ready, or named in updates it
     #: will deliver): a server restored from a checkpoint ends the others as lost to the restore.
     holds: tuple[int, ...] = ()
-    #: The episodes the env reported and the server acknowledged, over its life: a server restored from a
-    #: checkpoint counts the ones it lacks as lost to the restore.
+    #: The episodes the env reported and had acknowledged over its life: a restored server counts those it
+    #: lacks as lost to the restore.
     reported: int = 0
 
 
@@ -391,16 +296,15 @@ class Hello(Message):
 class Welcome(Message):
     """Server -> client: the env id assigned to this client and the server's settings.
 
-    ``step_obs`` / ``step_infos``: whether step records should carry observations / infos (the curriculum's
-    ``requires_step_observations`` and ``requires_step_infos``); the client sends them only when these and
-    its own ``send_obs`` / ``send_infos`` options agree.
+    ``step_obs`` / ``step_infos``: whether the curriculum reads observations / infos in step records (the
+    client sends them only if its own ``send_obs`` / ``send_infos`` say so too).
     """
 
     KIND: ClassVar[int] = 2
     CHECKS: ClassVar[dict] = {
-        "env_id": _NAT, "requires_step_updates": _bool, "requires_episode_updates": _bool,
-        "step_batch_size": _POS, "step_obs": _bool, "step_infos": _bool, "task_space": _str,
-        "heartbeat": _float, "server_token": _str, "resumed": _bool,
+        "env_id": _NAT, "requires_step_updates": _BOOL, "requires_episode_updates": _BOOL,
+        "step_batch_size": _POS, "step_obs": _BOOL, "step_infos": _BOOL, "task_space": _STR,
+        "heartbeat": _FLOAT, "server_token": _STR, "resumed": _BOOL,
     }
     env_id: int
     requires_step_updates: bool
@@ -412,8 +316,8 @@ class Welcome(Message):
     task_space: str = ""
     #: Seconds between the heartbeats the server wants from an idle env (0: none).
     heartbeat: float = 0.0
-    #: A random token naming this server instance: a client that registers again learns from it whether it
-    #: met the same server (it had declared the env gone) or a restarted one.
+    #: A random token naming this server instance: a client that registers again learns whether it met the
+    #: same server (that had declared the env gone) or a restarted one.
     server_token: str = ""
     #: The server took a returning env back with the leases it held (restored from a checkpoint).
     resumed: bool = False
@@ -421,12 +325,10 @@ class Welcome(Message):
 
 @dataclass(frozen=True)
 class Tasks(Message):
-    """Server -> client: tasks addressed to ``env_id``, each with a server-unique id and its metadata.
-
-    Per task: ``train`` (``False``: evaluation-only), ``control`` (``True``: to be played by the trainer's
-    control policy) and ``variants`` (the encoded task the env plays instead, ``None``: the task itself),
-    the fields of :class:`~magister.curricula.base.TaskSample`. ``control`` and ``variants`` default to all
-    ``False`` / all ``None``.
+    """Server -> client: tasks for ``env_id``, each with a server-unique id and the fields of a
+    :class:`~magister.curricula.base.TaskSample`: ``train`` (``False``: evaluation-only), ``control``
+    (default ``False``: ``True`` for the trainer's control policy) and ``variants`` (default ``None``: the
+    encoded task the env plays instead).
 
     >>> Tasks(0, (4, 5), (1, 2), (True, False), (False, True), (9, None)).variants
     (9, None)
@@ -444,25 +346,23 @@ class Tasks(Message):
 
     def __post_init__(self) -> None:
         self._set("env_id", _NAT("env_id", self.env_id))
-        self._set("tasks", _tuple("tasks", self.tasks))
+        self._set("tasks", _TUPLE("tasks", self.tasks))
         n = len(self.tasks)
         self._set("task_ids", _column("task_ids", self.task_ids, _NAT, n))
-        self._set("train", _column("train", self.train, _bool, n))
+        self._set("train", _column("train", self.train, _BOOL, n))
         control, variants = self.control, self.variants
-        self._set("control", (False,) * n if control is None else _column("control", control, _bool, n))
+        self._set("control", (False,) * n if control is None else _column("control", control, _BOOL, n))
         self._set("variants", (None,) * n if variants is None else _column("variants", variants, None, n))
 
 
 @dataclass(frozen=True, eq=False)
 class Steps(Message):
-    """Part of a :class:`Report`: ``n`` consecutive steps of one env (sent only to a curriculum that wants
-    them).
+    """Part of a :class:`Report`: ``n`` consecutive steps of one env.
 
-    ``task_ids[i]`` is the id of the task step ``i`` belonged to (``-1`` for a task the client chose
-    itself), ``tasks[i]`` that encoded task. ``obs`` is ``None``, an array whose first axis has length
-    ``n``, a dict of such arrays (dict observations stacked per key: a few large frames instead of one small
-    array per step and key; :class:`StackedObs` gives the per-step view), or a tuple of ``n`` observations;
-    ``infos`` is ``None`` or a tuple of ``n`` dicts.
+    Step ``i`` played the encoded task ``tasks[i]`` of lease ``task_ids[i]`` (``-1``: a task the client
+    chose). ``obs`` is ``None``, an array with first axis ``n``, a dict of such arrays (dict observations
+    stacked per key, see :class:`StackedObs`) or a tuple of ``n`` observations; ``infos`` ``None`` or a
+    tuple of ``n`` dicts.
     """
 
     task_ids: np.ndarray
@@ -475,15 +375,13 @@ class Steps(Message):
     infos: tuple[dict, ...] | None = None
 
     def __post_init__(self) -> None:
-        self._set("tasks", _tuple("tasks", self.tasks))
+        self._set("tasks", _TUPLE("tasks", self.tasks))
         n = len(self.tasks)
-        ids = _array("task_ids", self.task_ids, np.int64, n)
-        if ids.size and ids.min() < -1:
-            raise ProtocolError("field task_ids must be >= -1")
-        self._set("task_ids", ids)
-        for name, dtype in (("rewards", np.float64), ("terminated", np.bool_), ("truncated", np.bool_),
-                            ("progress", np.float64)):
+        for name, dtype in (("task_ids", np.int64), ("rewards", np.float64), ("terminated", np.bool_),
+                            ("truncated", np.bool_), ("progress", np.float64)):
             self._set(name, _array(name, getattr(self, name), dtype, n))
+        if n and self.task_ids.min() < -1:
+            raise ProtocolError("field task_ids must be >= -1")
         obs = self.obs
         if isinstance(obs, np.ndarray):
             if obs.ndim == 0 or obs.shape[0] != n:
@@ -496,7 +394,7 @@ class Steps(Message):
         elif obs is not None:
             self._set("obs", _column("obs", obs, None, n))
         if self.infos is not None:
-            self._set("infos", _column("infos", self.infos, _dict, n))
+            self._set("infos", _column("infos", self.infos, _DICT, n))
 
     def __len__(self) -> int:
         return len(self.tasks)
@@ -539,57 +437,58 @@ class StackedObs(Sequence):
 #: :class:`Steps`), ``(PROGRESS, task_id, task, progress, done)``, ``(EPISODE, task_id, task, return, length,
 #: progress, ended, extras)``.
 STEPS, PROGRESS, EPISODE = 0, 1, 2
-#: The fields after the kind of a progress and an episode update, each with its checker (``None``: any
-#: value, e.g. an encoded task).
+#: The fields after the kind of a progress and an episode update, each with its type (``None``: any value).
 _FIELDS = {
-    PROGRESS: ("progress", (("task_id", _ID), ("task", None), ("progress", _float), ("done", _bool))),
-    EPISODE: ("episode", (("task_id", _ID), ("task", None), ("return", _float), ("length", _NAT),
-                          ("progress", _float), ("ended", _bool), ("extras", _dict))),
+    PROGRESS: ("progress", (("task_id", _ID), ("task", None), ("progress", _FLOAT), ("done", _BOOL))),
+    EPISODE: ("episode", (("task_id", _ID), ("task", None), ("return", _FLOAT), ("length", _NAT),
+                          ("progress", _FLOAT), ("ended", _BOOL), ("extras", _DICT))),
 }
 
 
-def _updates(value: Any) -> tuple:
-    """A report's updates, checked: at most :data:`MAX_ROWS` tuples, each its kind then its fields (the
-    fields of one kind checked together, column by column)."""
-    updates = _tuple("updates", value)
+def _updates(name: str, value: Any) -> tuple:
+    """A report's updates, checked: at most :data:`MAX_ROWS` tuples of a kind and its fields (the updates of
+    one kind checked column by column)."""
+    updates = _TUPLE(name, value)
     if len(updates) > MAX_ROWS:
         raise ProtocolError(f"field updates holds {len(updates)}, more than the limit of {MAX_ROWS}")
     if set(map(type, updates)) != {tuple}:
-        updates = tuple(_tuple("updates[]", u) for u in updates)
+        updates = tuple(_TUPLE("updates[]", u) for u in updates)
     out = list(updates)
+    rows: dict[int, list[int]] = {kind: [] for kind in _FIELDS}  # the updates of each kind, by index
     for i, u in enumerate(updates):
         if not u or type(u[0]) is not int or u[0] not in (STEPS, PROGRESS, EPISODE):
             raise ProtocolError(f"updates[{i}] must start with its kind (STEPS, PROGRESS or EPISODE), got "
                                 f"{u!r:.100}")
-        if u[0] == STEPS:
-            if len(u) != 2:
-                raise ProtocolError(f"updates[{i}] must be (STEPS, steps), got {len(u)} values")
-            out[i] = u if type(u[1]) is Steps else (STEPS, Steps(*_tuple(f"updates[{i}].steps", u[1])))
-    for kind, (name, columns) in _FIELDS.items():
-        at = [i for i, u in enumerate(updates) if u[0] == kind]
+        if u[0] != STEPS:
+            rows[u[0]].append(i)
+        elif len(u) != 2:
+            raise ProtocolError(f"updates[{i}] must be (STEPS, steps), got {len(u)} values")
+        elif type(u[1]) is not Steps:
+            out[i] = (STEPS, Steps(*_TUPLE(f"updates[{i}].steps", u[1])))
+    for kind, at in rows.items():
         if not at:
             continue
+        what, columns = _FIELDS[kind]
         bad = next((updates[i] for i in at if len(updates[i]) != 1 + len(columns)), None)
         if bad is not None:
             names = ", ".join(c for c, _ in columns)
-            raise ProtocolError(f"a {name} update must be ({name.upper()}, {names}), got {bad!r:.200}")
-        checked = [_column(f"{name}.{c}", col, check) for (c, check), col in
-                   zip(columns, zip(*(updates[i][1:] for i in at)))]
-        for i, fields_ in zip(at, zip(*checked)):
-            out[i] = (kind, *fields_)
+            raise ProtocolError(f"a {what} update must be ({what.upper()}, {names}), got {bad!r:.200}")
+        values = zip(*(updates[i][1:] for i in at))
+        checked = [_column(f"{what}.{c}", col, check) for (c, check), col in zip(columns, values)]
+        for i, row in zip(at, zip(*checked)):
+            out[i] = (kind, *row)
     return tuple(out)
 
 
 @dataclass(frozen=True)
 class Report(Message):
-    """Client -> server: the updates an env made since its last send, in the order it made them, and the
-    tasks it asks for.
+    """Client -> server: the updates an env made since its last send, in order, and the number of tasks it
+    asks for (answered with one :class:`Tasks`).
 
-    Updates (see :data:`STEPS`): step records (sent only to a curriculum that wants them); progress on a
-    task mid-episode (``done`` acknowledges the task as consumed); an episode, or the part of it played on
-    one task, finished (``ended`` false: cut short by an early reset, the task consumed but no return).
-    ``task_id`` ``-1``: a task the env chose. The server applies them in order, a refused one not stopping
-    the others, then answers ``request`` with one :class:`Tasks`.
+    Updates (see :data:`STEPS`): step records (only for a curriculum that reads them); progress on a task
+    mid-episode (``done``: the task is consumed); an episode, or its part played on one task, finished
+    (``ended`` false: cut short by an early reset, the task consumed but no return). ``task_id`` ``-1``: a
+    task the env chose. The server applies them in order, a refused one not stopping the others.
 
     >>> r = Report(0, ((EPISODE, 3, 1, 2.0, 10, 1.0, True, {}),), request=2)
     >>> decode(encode(r)) == r, r.episodes
@@ -597,14 +496,10 @@ class Report(Message):
     """
 
     KIND: ClassVar[int] = 3
+    CHECKS: ClassVar[dict] = {"env_id": _NAT, "updates": _updates, "request": _NAT}
     env_id: int
     updates: tuple[tuple, ...] = ()
     request: int = 0
-
-    def __post_init__(self) -> None:
-        self._set("env_id", _NAT("env_id", self.env_id))
-        self._set("updates", _updates(self.updates))
-        self._set("request", _NAT("request", self.request))
 
     @property
     def episodes(self) -> list[tuple]:
@@ -621,7 +516,7 @@ class Error(Message):
     """Either direction: a request or update was refused. ``code`` is a short machine-readable tag."""
 
     KIND: ClassVar[int] = 5
-    CHECKS: ClassVar[dict] = {"code": _str, "message": _str, "env_id": _ID}
+    CHECKS: ClassVar[dict] = {"code": _STR, "message": _STR, "env_id": _ID}
     code: str
     message: str
     env_id: int = -1
@@ -632,34 +527,24 @@ class Goodbye(Message):
     """Client -> server when an env closes, returning its unused prefetched tasks; the server echoes it."""
 
     KIND: ClassVar[int] = 6
-    CHECKS: ClassVar[dict] = {"env_id": _NAT, "returned_task_ids": partial(_column, check=_NAT)}
+    CHECKS: ClassVar[dict] = {"env_id": _NAT, "returned_task_ids": _IDS}
     env_id: int
     returned_task_ids: tuple[int, ...] = ()
 
 
 #: Every message class by its ``KIND`` code.
-MESSAGE_TYPES: dict[int, type[Message]] = {
-    cls.KIND: cls for cls in (Hello, Welcome, Tasks, Report, Error, Goodbye)
-}
-_MESSAGE_CLASSES = frozenset(MESSAGE_TYPES.values())
-
-_ARITY: dict[type, tuple[int, int]] = {
-    cls: (
-        sum(1 for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING),
-        len(fields(cls)),
-    )
-    for cls in MESSAGE_TYPES.values()
-}
+MESSAGE_TYPES: dict[int, type[Message]] = {cls.KIND: cls for cls in (Hello, Welcome, Tasks, Report, Error,
+                                                                      Goodbye)}
+#: Each message class's numbers of required fields and of all its fields.
+_ARITY = {cls: (sum(f.default is MISSING for f in fields(cls)), len(fields(cls)))
+          for cls in MESSAGE_TYPES.values()}
 
 
 def _deep_equal(a: Any, b: Any) -> bool:
+    """``a == b`` through tuples, lists and dicts; numpy arrays equal in dtype and values, NaN to NaN."""
     if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
-        return (
-            isinstance(a, np.ndarray)
-            and isinstance(b, np.ndarray)
-            and a.dtype == b.dtype
-            and (np.array_equal(a, b, equal_nan=a.dtype.kind in "fc"))
-        )
+        return (isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and a.dtype == b.dtype
+                and np.array_equal(a, b, equal_nan=a.dtype.kind in "fc"))
     if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
         return len(a) == len(b) and all(_deep_equal(x, y) for x, y in zip(a, b))
     if isinstance(a, dict) and isinstance(b, dict):
@@ -671,24 +556,17 @@ def _deep_equal(a: Any, b: Any) -> bool:
 
 
 def encode(msg: Message, *, oob_threshold: int = DEFAULT_OOB_THRESHOLD) -> list[Any]:
-    """Serialise a message into ZeroMQ frames: ``[header, *large_array_frames]``.
-
-    Raises ``TypeError`` naming the offending object when a field holds something that cannot travel
-    (e.g. an arbitrary Python object in an info dict).
-    """
-    if msg.__class__ not in _MESSAGE_CLASSES:
+    """The frames ``[header, *large_array_frames]`` of ``msg``; ``TypeError`` naming the object when a field
+    holds one that cannot travel (e.g. an arbitrary Python object in an info)."""
+    if type(msg) not in _ARITY:
         raise TypeError(f"expected a protocol Message, got {type(msg).__name__}")
     frames: list[Any] = []
-    header = pack_value((PROTOCOL_VERSION, msg.KIND, msg._fields()), frames, oob_threshold)
-    return [header, *frames]
+    return [pack_value((PROTOCOL_VERSION, msg.KIND, msg._fields()), frames, oob_threshold), *frames]
 
 
 def decode(frames: Sequence[Any], *, max_header_bytes: int = DEFAULT_MAX_HEADER_BYTES) -> Message:
-    """Parse frames produced by :func:`encode` (without any routing id) into a message.
-
-    ``frames`` may be ``bytes``, memoryviews or ``zmq.Frame`` objects. Raises :class:`ProtocolError`
-    (or :class:`ProtocolVersionError`) with a description of what was wrong.
-    """
+    """The message in frames made by :func:`encode` (``bytes``, memoryviews or ``zmq.Frame`` objects, without
+    a routing id); :class:`ProtocolError` (or :class:`ProtocolVersionError`) saying what is wrong."""
     if not isinstance(frames, (list, tuple)) or not frames:
         raise ProtocolError("empty message: expected at least a header frame")
     if len(frames) > MAX_FRAMES + 1:
@@ -703,7 +581,7 @@ def decode(frames: Sequence[Any], *, max_header_bytes: int = DEFAULT_MAX_HEADER_
             f"peer speaks magister sync protocol version {version!r}, this side speaks {PROTOCOL_VERSION}; "
             "install the same magister version on both sides"
         )
-    cls = MESSAGE_TYPES.get(kind) if isinstance(kind, int) and not isinstance(kind, bool) else None
+    cls = MESSAGE_TYPES.get(kind) if type(kind) is int else None
     if cls is None:
         raise ProtocolError(f"unknown message kind {kind!r}")
     if not isinstance(values, tuple):
@@ -718,14 +596,6 @@ def decode(frames: Sequence[Any], *, max_header_bytes: int = DEFAULT_MAX_HEADER_
 
 
 # -- the sequencing envelope of the ZeroMQ transport ---------------------------------------------------
-#
-# A peer that wants its messages delivered exactly once across reconnects puts 21 bytes in front of each
-# message's first frame: ``ENVELOPE_MAGIC, kind, seq, ack`` (a msgpack header never starts with the magic,
-# so an unsequenced message, e.g. a hello, is still read). ``DATA`` carries a message numbered ``seq``
-# (1, 2, ... per sender and registration); ``ack`` is the highest ``seq`` received in order from the other
-# side. ``PING`` (client -> server, no message) asks the server to send again its unacknowledged replies
-# and to answer ``PONG``, after which the client sends again its own. Both sides keep this state in a
-# :class:`Stream`.
 
 ENVELOPE_MAGIC = b"MGSQ"
 #: Envelope kinds: a sequenced message, a request for a resend (and a liveness probe), the answer to one.
@@ -736,21 +606,16 @@ ENVELOPE_SIZE = _ENVELOPE.size
 
 
 def pack_envelope(kind: int, seq: int, ack: int) -> bytes:
-    """The envelope frame ``(kind, seq, ack)``.
-
-    >>> unpack_envelope(pack_envelope(DATA, 7, 3))
-    (0, 7, 3)
-    """
+    """The envelope ``(kind, seq, ack)``, to put in front of a message's first frame."""
     return _ENVELOPE.pack(ENVELOPE_MAGIC, kind, seq, ack)
 
 
 def unpack_envelope(frame: Any) -> tuple[int, int, int] | None:
-    """``(kind, seq, ack)`` of the envelope at the start of ``frame``; ``None`` when it has none. The message,
-    if any, follows in the same frame from :data:`ENVELOPE_SIZE`. A frame that starts like an envelope but
-    is not a valid one raises :class:`ProtocolError`.
+    """``(kind, seq, ack)`` of the envelope at the start of ``frame`` (a message follows from
+    :data:`ENVELOPE_SIZE`), ``None`` without one; :class:`ProtocolError` for a broken one.
 
-    >>> unpack_envelope(encode(Report(0, request=1))[0]) is None
-    True
+    >>> unpack_envelope(pack_envelope(DATA, 7, 3)), unpack_envelope(encode(Report(0, request=1))[0])
+    ((0, 7, 3), None)
     """
     buf = frame.buffer if hasattr(frame, "buffer") else frame
     if len(buf) < 4 or bytes(buf[:4]) != ENVELOPE_MAGIC:
@@ -804,10 +669,9 @@ class Stream:
         return [self._framed(n, frames) for n, frames in self.sent]
 
     def receive(self, kind: int, seq: int, ack: int) -> str:
-        """Account for a received envelope: ``"deliver"`` (its message is the next in order),
-        ``"repeat"`` (already received: drop it), ``"gap"`` (one before it was lost: drop it, and ask for
-        the resend), ``"ahead"`` (after a gap already reported: drop it) or ``"control"`` (a ``PING`` /
-        ``PONG``)."""
+        """Account for a received envelope: ``"deliver"`` (the next message in order), ``"repeat"`` (already
+        received), ``"gap"`` (one before it was lost: ask for the resend), ``"ahead"`` (after a gap already
+        reported) or ``"control"`` (a ``PING`` / ``PONG``); only a delivered message is to be kept."""
         while self.sent and self.sent[0][0] <= ack:
             self.sent.popleft()
         if kind != DATA:
@@ -839,12 +703,11 @@ def rejoin_hello(hello: Hello, unacknowledged: Sequence[Message]) -> Hello:
 
 def rebase(msg: Message, env_id: int) -> Message | None:
     """``msg``, from an env's previous registration, as its new registration ``env_id`` delivers it
-    (``None``: nothing of it is to be delivered).
+    (``None``: nothing to deliver), for a client that registered again.
 
-    The lease ids it names are kept (lease ids are unique across registrations and server instances: the
-    curriculum side applies each report once, or counts it). Task requests are dropped (the env asks the
-    new registration for what it needs), and so is a goodbye. Used by a client that registered again
-    (after a server restart, or after the server declared it gone).
+    Lease ids are kept (they are unique across registrations and server instances: the curriculum side
+    applies each report once, or counts it); task requests and a goodbye are dropped (the env asks the new
+    registration for what it needs).
 
     >>> m = rebase(Report(3, ((EPISODE, 17, 2, 1.0, 5, 1.0, True, {}),), request=1), 0)
     >>> m.env_id, m.episodes[0][0], m.request

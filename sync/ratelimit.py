@@ -17,12 +17,12 @@ __all__ = ["RateLimitedLogger"]
 class _Kind:
     last_record: float = float("-inf")
     held: int = 0  # events counted since the last record
-    latest: tuple[int, str, tuple] = (logging.WARNING, "", ())  # level, message and args of the latest held
+    latest: tuple[int, str, tuple] = (logging.WARNING, "", ())  # the level, message and args of the last held
 
 
 class RateLimitedLogger:
     """Log at most one record per ``kind`` per ``interval`` seconds through ``logger``; count the rest and
-    report the count with the next record of that kind, or on :meth:`flush`. A peer that sends garbage cannot
+    report the count with the next record of that kind, or on :meth:`flush`: a peer that sends garbage cannot
     flood a server's log, and nothing goes unreported.
 
     >>> log = RateLimitedLogger(logging.getLogger("demo"), interval=10.0)
@@ -52,7 +52,7 @@ class RateLimitedLogger:
 
     def log(self, level: int, kind: str, msg: str, *args: Any, exc_info: Any = None) -> bool:
         """Log ``msg % args`` at ``level`` unless a record of ``kind`` went out less than ``interval`` ago
-        (then only count it). Returns whether a record was written."""
+        (then only count it); whether a record was written."""
         now = self._clock()
         with self._lock:
             k = self._kinds.setdefault(kind, _Kind())
@@ -61,9 +61,7 @@ class RateLimitedLogger:
                 k.held += 1
                 k.latest = (level, msg, args)
                 return False
-            held = k.held
-            k.held = 0
-            k.last_record = now
+            held, k.held, k.last_record = k.held, 0, now
         if held:
             msg += " (%d more like this in the last %.1f s)"
             args += (held, since)
@@ -91,8 +89,7 @@ class RateLimitedLogger:
             for k in self._kinds.values():
                 if k.held:
                     pending.append((*k.latest, k.held, now - k.last_record))
-                    k.held = 0
-                    k.last_record = now
+                    k.held, k.last_record = 0, now
         for level, msg, args, held, elapsed in pending:
             note = " (%d like this in the last %.1f s, the latest shown)"
             self.logger.log(level, msg + note, *args, held, elapsed)

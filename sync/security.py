@@ -1,10 +1,10 @@
 """Transport security for the sync layer: address checks, which addresses need encryption, CURVE keys.
 
-A server may bind an *exposed* address (:func:`is_exposed`: reachable by others than this user's processes)
-only with CURVE keys (ZeroMQ's encryption and server authentication) or an explicit ``insecure=True``.
-CURVE alone admits any holder of the server's public key; ``curve_allowed_clients`` admits only listed
-client keys (:class:`ClientAllowList`, asked at each handshake by pyzmq's ZAP authenticator thread,
-:class:`ZapAuthenticator`). The remote-workers guide shows both set-ups.
+A server binds an *exposed* address (:func:`is_exposed`: reachable by others than this user's processes)
+only with CURVE keys (ZeroMQ's encryption and server authentication) or an explicit ``insecure=True``. CURVE
+alone admits any holder of the server's public key; ``curve_allowed_clients`` admits only listed client keys
+(:class:`ClientAllowList`, asked at each handshake by :class:`ZapAuthenticator`). The remote-workers guide
+shows both set-ups.
 
 >>> is_exposed("tcp://0.0.0.0:5555"), is_exposed("ipc://@magister"), is_exposed("tcp://127.0.0.1:5555")
 (True, True, False)
@@ -29,25 +29,16 @@ from .ratelimit import RateLimitedLogger
 logger = logging.getLogger(__name__)
 
 __all__ = [
-    "AllowedClients",
-    "ClientAllowList",
-    "CurveKeyPair",
-    "ZapAuthenticator",
-    "check_address",
-    "check_bind_address",
-    "generate_keypair",
-    "is_exposed",
-    "load_keypair",
+    "AllowedClients", "ClientAllowList", "CurveKeyPair", "ZapAuthenticator", "check_address",
+    "check_bind_address", "generate_keypair", "is_exposed", "load_keypair",
 ]
 
 #: What ``curve_allowed_clients`` takes: public keys, or a directory of certificate files.
 AllowedClients = Iterable[bytes | str] | str | os.PathLike
 
 #: The address forms a server binds, for error messages.
-BIND_FORMS = (
-    "'ipc:///path/to/socket', 'ipc://@name' (Linux abstract socket), 'tcp://host:port' (port '*' to bind "
-    "a free one)"
-)
+BIND_FORMS = ("'ipc:///path/to/socket', 'ipc://@name' (Linux abstract socket), 'tcp://host:port' (port '*' "
+              "to bind a free one)")
 #: The address forms a worker connects to, for error messages.
 ADDRESS_FORMS = BIND_FORMS + ", or 'ray://name' / 'ray://namespace/name' (a serve_ray() actor)"
 
@@ -71,10 +62,8 @@ def load_keypair(path: str | os.PathLike) -> CurveKeyPair:
     :func:`zmq.auth.create_certificates`); ``ValueError`` if the file holds no secret key."""
     public, secret = zmq.auth.load_certificate(path)
     if secret is None:
-        raise ValueError(
-            f"{os.fspath(path)!r} holds only a public key; a client needs its secret certificate "
-            "(the NAME.key_secret file)"
-        )
+        raise ValueError(f"{os.fspath(path)!r} holds only a public key; a client needs its secret "
+                         "certificate (the NAME.key_secret file)")
     return CurveKeyPair(_as_key("public key", public), _as_key("secret key", secret))
 
 
@@ -82,9 +71,8 @@ def _as_key(what: str, key: bytes | str) -> bytes:
     if isinstance(key, str):
         key = key.encode("ascii")
     if not isinstance(key, bytes) or len(key) != 40:
-        raise ValueError(
-            f"CURVE {what} must be a 40-character Z85 string (see generate_keypair()), got {key!r:.60}"
-        )
+        raise ValueError(f"CURVE {what} must be a 40-character Z85 string (see generate_keypair()), "
+                         f"got {key!r:.60}")
     return key
 
 
@@ -100,7 +88,7 @@ def _host_and_port(address: str) -> tuple[str, str]:
 
 def check_address(address: object, bind: bool = False) -> str:
     """``address`` if it is a well-formed server address, else ``ValueError`` naming it and the accepted
-    forms; ``bind``: the server side (a tcp port may be ``*``; no ``ray://``).
+    forms; ``bind``: a server's (a tcp port may be ``*``; no ``ray://``).
 
     >>> check_address("tcp://127.0.0.1:5555")
     'tcp://127.0.0.1:5555'
@@ -153,9 +141,9 @@ def check_bind_address(
     address: str, curve_secret_key: bytes | str | None, insecure: bool,
     curve_allowed_clients: AllowedClients | None = None,
 ) -> None:
-    """Refuse to bind an exposed address (:func:`is_exposed`) without CURVE keys unless ``insecure`` is
-    explicit, and ``curve_allowed_clients`` without keys (``ValueError``); warn when an exposed address is
-    served unencrypted or to any holder of the server's public key."""
+    """``ValueError`` for an exposed address (:func:`is_exposed`) without CURVE keys unless ``insecure``, and
+    for ``curve_allowed_clients`` without keys; a warning when an exposed address is served unencrypted or to
+    any holder of the server's public key."""
     if curve_secret_key is not None:
         _as_key("secret key", curve_secret_key)
     elif curve_allowed_clients is not None:
@@ -165,10 +153,8 @@ def check_bind_address(
             logger.info("serving %s without keys: every local user's processes can connect (an ipc:// socket "
                         "file, serve()'s default, admits only this user's; or pass CURVE keys)", address)
         return
-    if address.startswith("ipc://@"):
-        where = "any local user can connect to an abstract socket (it has no file, so no permissions)"
-    else:
-        where = "it is reachable from other machines"
+    where = ("any local user can connect to an abstract socket (it has no file, so no permissions)"
+             if address.startswith("ipc://@") else "it is reachable from other machines")
     if curve_secret_key is None and insecure is not True:
         raise ValueError(
             f"refusing to bind {address!r} without encryption: {where}. Pass "
@@ -180,12 +166,10 @@ def check_bind_address(
         logger.warning("binding %s WITHOUT encryption (insecure=True): anyone who reaches it can join (%s)",
                        address, where)
     elif curve_allowed_clients is None:
-        logger.warning(
-            "serving %s with CURVE but no curve_allowed_clients: any holder of the server's public key can "
-            "join and feed the curriculum (%s). Pass curve_allowed_clients=[client public keys] or a "
-            "directory of certificates to admit only those clients",
-            address, where,
-        )
+        logger.warning("serving %s with CURVE but no curve_allowed_clients: any holder of the server's "
+                       "public key can join and feed the curriculum (%s). Pass curve_allowed_clients=[client "
+                       "public keys] or a directory of certificates to admit only those clients",
+                       address, where)
 
 
 class ClientAllowList:
@@ -203,25 +187,20 @@ class ClientAllowList:
         self._log = RateLimitedLogger(logger)  # asked at every handshake: a bad directory must not flood
         one_str = isinstance(clients, str) and len(clients) == 40 and not os.path.exists(clients)
         if isinstance(clients, bytes) or one_str:
-            raise ValueError(
-                f"curve_allowed_clients got one key (one {len(clients)}-character {type(clients).__name__}): "
-                "pass public keys as a list ([key]) or a directory of certificate files"
-            )
+            raise ValueError(f"curve_allowed_clients got one key (one {len(clients)}-character "
+                             f"{type(clients).__name__}): pass public keys as a list ([key]) or a directory "
+                             "of certificate files")
         if isinstance(clients, (str, os.PathLike)):
             if not Path(clients).is_dir():
-                raise ValueError(
-                    f"curve_allowed_clients={os.fspath(clients)!r} is not a directory; expected a directory "
-                    "of ZeroMQ certificate files (*.key) or a list of public keys"
-                )
+                raise ValueError(f"curve_allowed_clients={os.fspath(clients)!r} is not a directory; expected "
+                                 "a directory of ZeroMQ certificate files (*.key) or a list of public keys")
             self.directory = Path(clients)
             self._keys = self._read()
         elif isinstance(clients, Iterable):
             self._keys = frozenset(_as_key("client public key", k) for k in clients)
         else:
-            raise TypeError(
-                "curve_allowed_clients must be a list of CURVE public keys or a directory of certificate "
-                f"files, got {type(clients).__name__}"
-            )
+            raise TypeError("curve_allowed_clients must be a list of CURVE public keys or a directory of "
+                            f"certificate files, got {type(clients).__name__}")
 
     def _read(self) -> frozenset[bytes]:
         keys = set()
@@ -252,11 +231,10 @@ _JOIN_TIMEOUT = 5.0
 class ZapAuthenticator(ThreadAuthenticator):
     """pyzmq's ZAP handler thread (ZeroMQ Authentication Protocol, RFC 27) for one server's context.
 
-    libzmq asks it during each handshake on a socket with ``zap_domain`` :data:`ZAP_DOMAIN` whether the
-    client's key is in ``allowed`` (it is the credentials provider: :meth:`callback`); other keys are
-    refused before the server sees a message, counted in :attr:`refused` and logged (rate-limited), and so
-    is every key when ``allowed`` fails (fail closed). :meth:`start` it before the server binds,
-    :meth:`stop` it before the context is terminated.
+    At each handshake on a socket with ``zap_domain`` :data:`ZAP_DOMAIN`, :meth:`callback` admits the client
+    if ``allowed`` has its key; any other key, or every key when ``allowed`` fails (fail closed), is refused
+    before the server sees a message, counted in :attr:`refused` and logged (rate-limited). :meth:`start` it
+    before the server binds, :meth:`stop` it before the context is terminated.
     """
 
     def __init__(
@@ -274,8 +252,8 @@ class ZapAuthenticator(ThreadAuthenticator):
         self.thread.name = "magister-zap"
 
     def stop(self) -> None:
-        """Stop the thread, waiting at most ``_JOIN_TIMEOUT`` seconds (a thread still busy then is logged
-        and left to the process's exit). Idempotent."""
+        """Stop the thread, waiting at most ``_JOIN_TIMEOUT`` seconds (one still busy is logged and left to
+        the process's exit). Idempotent."""
         if self.pipe is None:
             return
         self.pipe.send(b"TERMINATE")
@@ -297,12 +275,9 @@ class ZapAuthenticator(ThreadAuthenticator):
         try:
             if self.allowed.allows(key):
                 return True
-            self._log.warning(
-                "refused_client",
-                "curriculum server: refused a client from %s: its CURVE public key %s is not in "
-                "curve_allowed_clients",
-                self._address or "?", key.decode("ascii"),
-            )
+            self._log.warning("refused_client", "curriculum server: refused a client from %s: its CURVE "
+                              "public key %s is not in curve_allowed_clients", self._address or "?",
+                              key.decode("ascii"))
         except Exception:  # fail closed (raised, it would end pyzmq's thread: no handshake answered again)
             self._log.exception("zap", "ZAP handler: unexpected error")
         self.refused += 1
