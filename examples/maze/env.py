@@ -35,8 +35,8 @@ HELDOUT_PREFABS = ("SixteenRooms", "SixteenRooms2", "Labyrinth", "LabyrinthFlipp
 INSTALL_HINT = (
     "the maze trainer needs JaxUED (jaxued 0.0.1, with gymnax and six), kept out of magister's core "
     "install because gymnax pins gymnasium<1.4. Build its virtualenv with "
-    "`bash benchmarks/_jaxued_env.sh /work/bench-venv-jaxued` (from a source checkout) and run with "
-    "/work/bench-venv-jaxued/bin/python, or `pip install \"magister[maze]\"` into an environment of its own"
+    "`bash benchmarks/_jaxued_env.sh VENV_DIR CHECKOUT` (from a source checkout) and run with "
+    "VENV_DIR/bin/python, or `pip install \"magister[maze]\"` into an environment of its own"
 )
 
 
