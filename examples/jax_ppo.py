@@ -242,11 +242,11 @@ class MetricsLog:
         with open(self.path, "a") as f:
             f.write(json.dumps(row) + "\n")
         if self.writer is not None:
-            step = int(row.get("env_steps", 0))
-            for k, v in row.items():
-                scalar = isinstance(v, (int, float)) and not isinstance(v, bool)
-                if scalar and k not in ("update", "env_steps"):
-                    self.writer.add_scalar(k, v, step)
+            from ..integrations.loggers import log_curriculum_metrics
+
+            scalars = {k: v for k, v in row.items() if k not in ("update", "env_steps")
+                       and isinstance(v, (int, float)) and not isinstance(v, bool)}
+            log_curriculum_metrics(scalars, int(row.get("env_steps", 0)), self.writer)
 
     def close(self) -> None:
         if self.writer is not None:

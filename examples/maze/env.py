@@ -26,7 +26,7 @@ import numpy as np
 logger = logging.getLogger(__name__)
 
 __all__ = ["HELDOUT_PREFABS", "INSTALL_HINT", "editor_fns", "empty_level", "heldout_levels", "make_env",
-           "prefab_levels", "require_jaxued", "solvable"]
+           "prefab_levels", "require_jaxued", "require_jaxued_or_exit", "solvable"]
 
 #: The held-out prefab mazes JaxUED's maze trainers evaluate on (the DCD set of 13x13 mazes).
 HELDOUT_PREFABS = ("SixteenRooms", "SixteenRooms2", "Labyrinth", "LabyrinthFlipped", "Labyrinth2",
@@ -52,6 +52,14 @@ def require_jaxued() -> Any:
     except ImportError as exc:
         raise ImportError(f"{INSTALL_HINT} (import failed: {exc})") from exc
     return jaxued
+
+
+def require_jaxued_or_exit() -> None:
+    """:func:`require_jaxued` for a command line: a missing jaxued ends the program with the message."""
+    try:
+        require_jaxued()
+    except ImportError as exc:
+        raise SystemExit(str(exc)) from None
 
 
 def make_env(max_steps: int = 250) -> tuple[Any, Any]:

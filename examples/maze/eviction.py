@@ -132,10 +132,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, dict[str, list[float]]]
     ap.add_argument("--decay", type=float, default=0.9, help="score factor per earlier replay of a level")
     ap.add_argument("--noise", type=float, default=0.05, help="standard deviation of a score's noise")
     a = ap.parse_args(argv)
-    try:
-        E.require_jaxued()
-    except ImportError as exc:
-        raise SystemExit(str(exc)) from None
+    E.require_jaxued_or_exit()
     if a.seeds < 2:
         raise SystemExit(f"--seeds must be >= 2 for intervals over seeds, got {a.seeds}")
     logging.basicConfig(level=logging.INFO, format="%(message)s")

@@ -745,10 +745,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
                     help="continue from a checkpoint ckpt_<update>.npz of a run with the same settings")
     ap.add_argument("--no-progress", action="store_true")
     a = ap.parse_args(argv)
-    try:
-        E.require_jaxued()
-    except ImportError as exc:
-        raise SystemExit(str(exc)) from None
+    E.require_jaxued_or_exit()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     cfg = MazeConfig(method=a.method, num_envs=a.num_envs, rollout_len=a.rollout_len, updates=a.updates,
                      buffer_size=a.buffer_size, n_walls=a.n_walls, hidden=a.hidden, seed=a.seed,
