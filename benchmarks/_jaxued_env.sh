@@ -5,7 +5,7 @@
 # it requires gymnax, which pins gymnasium<1.4 and imports `six` without declaring it.
 #
 # Usage:  bash benchmarks/_jaxued_env.sh [VENV_DIR] [MAGISTER_CHECKOUT]   (default: /work/bench-venv-jaxued, .)
-# Then:   VENV_DIR/bin/python -m magister.examples.maze --help
+# Then:   VENV_DIR/bin/python -m magister.examples.maze.train --help   (or .canon, .eviction)
 #
 # What jaxued 0.0.1 pulls in (read from its wheel METADATA before installing): numpy, jax, flax, chex,
 # gymnax. gymnax in turn pins gymnasium and needs `six`, installed here explicitly. magister itself is

@@ -7,10 +7,14 @@ implementation); GAE: Schulman et al. 2016, eq. 16.
 Everything here is a pure function over arrays; a trainer supplies its network and its rollout:
 
 * :func:`dense_init` / :func:`dense`, :func:`gru_init` / :func:`gru_cell` (Cho et al. 2014): the layers;
+  :func:`gru_scan`: the recurrence over a stored rollout (reset at episode starts), for the loss;
 * :func:`gae`: advantages and value targets of a time-major rollout;
 * :func:`ppo_loss`: the masked clipped-surrogate loss from the new logits and values of a rollout;
 * :func:`optimizer`, :func:`ppo_epochs`: Adam with global-norm clipping over the parameters as one flat
   vector, epochs × minibatches over the env axis, a minibatch with no trained env leaves them unchanged;
+  :func:`ppo_update`: the same over a parameter pytree (flattened and restored around it);
+* :func:`compiled_for`: one set of jitted functions per configuration, shared by runs that differ only in
+  seed and length; :class:`MetricsLog`: a trainer's rows to ``metrics.jsonl`` and TensorBoard;
 * :func:`cvar`: CVaR of per-level solve rates; :func:`save_checkpoint` / :func:`load_checkpoint`:
   ``.npz`` checkpoints of any pytree (no pickle).
 
@@ -27,7 +31,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -35,13 +41,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from jax.flatten_util import ravel_pytree
 
 from ..evaluation.statistics import cvar  # (re-exported: the trainers' CVaR is the evaluation module's)
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["cvar", "dense", "dense_init", "gae", "gru_cell", "gru_init", "load_checkpoint", "optimizer",
-           "ppo_epochs", "ppo_loss", "save_checkpoint"]
+__all__ = ["MetricsLog", "compiled_for", "cvar", "dense", "dense_init", "gae", "gru_cell", "gru_init",
+           "gru_scan", "load_checkpoint", "optimizer", "ppo_epochs", "ppo_loss", "ppo_update",
+           "save_checkpoint"]
 
 
 def dense_init(key: jax.Array, n_in: int, n_out: int, scale: float = 1.0) -> dict[str, jax.Array]:
@@ -72,6 +80,19 @@ def gru_cell(gru: dict[str, jax.Array], h: jax.Array, gx: jax.Array) -> jax.Arra
     r = jax.nn.sigmoid(gx[..., hd:2 * hd] + gh[..., hd:2 * hd])
     n = jnp.tanh(gx[..., 2 * hd:] + r * gh[..., 2 * hd:])
     return (1.0 - z) * n + z * h
+
+
+def gru_scan(gru: dict[str, jax.Array], gx: jax.Array, first: jax.Array, hidden: int) -> jax.Array:
+    """The GRU states ``[T, B, hidden]`` over a time-major rollout's input gates ``gx`` (``[T, B, 3h]``),
+    from zeros, the state reset to zero before every step where ``first`` (``bool[T, B]``) starts an
+    episode: the states the rollout acted on, recomputed with gradients for the loss."""
+    def one(h: jax.Array, x: tuple) -> tuple[jax.Array, jax.Array]:
+        g, f = x
+        h = gru_cell(gru, jnp.where(f[:, None], 0.0, h), g)
+        return h, h
+
+    _, hs = jax.lax.scan(one, jnp.zeros((gx.shape[1], hidden), gx.dtype), (gx, first))
+    return hs
 
 
 def gae(rewards: jax.Array, values: jax.Array, dones: jax.Array, last_value: jax.Array, gamma: float,
@@ -157,6 +178,88 @@ def ppo_epochs(key: jax.Array, flat: jax.Array, opt_state: Any, opt: optax.Gradi
     return flat, opt_state, aux
 
 
+def ppo_update(key: jax.Array, params: Any, opt_state: Any, opt: optax.GradientTransformation,
+               loss_fn: Callable[[Any, jax.Array], tuple[jax.Array, dict[str, jax.Array]]], train: jax.Array,
+               epochs: int, minibatches: int) -> tuple[Any, Any, dict[str, jax.Array]]:
+    """:func:`ppo_epochs` over a parameter pytree: ``loss_fn(params, env_index)``; ``opt_state`` is that of
+    the flat vector (``opt.init(ravel_pytree(params)[0])``). Returns the new parameters (same pytree), the
+    optimiser state and the mean of each ``aux`` entry over the epochs and minibatches."""
+    flat0, unravel = ravel_pytree(params)
+    flat, opt_state, aux = ppo_epochs(key, flat0, opt_state, opt, lambda f, idx: loss_fn(unravel(f), idx),
+                                      train, epochs, minibatches)
+    return unravel(flat), opt_state, {k: v.mean() for k, v in aux.items()}
+
+
+def compiled_for(cfg: Any, build: Callable[[Any], Any], cache: dict | None = None) -> Any:
+    """``build(cfg)`` (a trainer's jitted functions), shared through ``cache`` by every configuration that
+    differs from ``cfg`` only in ``seed`` and ``updates`` (nothing the jitted functions see), so that the
+    seeds of a sweep compile once. ``cfg`` is a frozen dataclass with those two fields; ``cache=None``
+    builds afresh."""
+    if cache is None:
+        return build(cfg)
+    key = replace(cfg, seed=0, updates=1)
+    if key not in cache:
+        cache[key] = build(cfg)
+    return cache[key]
+
+
+class MetricsLog:
+    """A trainer's logged rows: one JSON line each in ``out/metrics.jsonl`` and, where a TensorBoard writer
+    is installed (tensorboardX, else torch's), every numeric entry as a scalar under ``out/tb`` at the
+    row's ``env_steps``. ``out=None`` keeps nothing; without a writer the log says so once.
+
+    >>> import json, tempfile
+    >>> out = tempfile.mkdtemp()
+    >>> with MetricsLog(out, tensorboard=False) as log:
+    ...     log.write({"update": 1, "env_steps": 64, "loss": 0.5, "per_level": [1.0, 0.0]})
+    >>> json.loads(open(out + "/metrics.jsonl").read())["per_level"]
+    [1.0, 0.0]
+    """
+
+    def __init__(self, out: str | Path | None, tensorboard: bool = True) -> None:
+        self.path = None if out is None else Path(out) / "metrics.jsonl"
+        self.writer = None
+        if out is None:
+            return
+        Path(out).mkdir(parents=True, exist_ok=True)
+        if tensorboard:
+            try:
+                from tensorboardX import SummaryWriter
+            except ImportError:
+                try:
+                    from torch.utils.tensorboard import SummaryWriter
+                except ImportError:
+                    SummaryWriter = None
+                    logger.warning("no TensorBoard writer (install tensorboardX); metrics go to %s only",
+                                   self.path)
+            if SummaryWriter is not None:
+                self.writer = SummaryWriter(str(Path(out) / "tb"))
+
+    def write(self, row: dict[str, Any]) -> None:
+        """Append ``row`` (JSON-serialisable; ``env_steps`` is the TensorBoard step)."""
+        if self.path is None:
+            return
+        with open(self.path, "a") as f:
+            f.write(json.dumps(row) + "\n")
+        if self.writer is not None:
+            from ..integrations.loggers import log_curriculum_metrics
+
+            scalars = {k: v for k, v in row.items() if k not in ("update", "env_steps")
+                       and isinstance(v, (int, float)) and not isinstance(v, bool)}
+            log_curriculum_metrics(scalars, int(row.get("env_steps", 0)), self.writer)
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None
+
+    def __enter__(self) -> MetricsLog:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
 def _flatten(tree: Any) -> dict[str, np.ndarray]:
     leaves = jax.tree_util.tree_flatten_with_path(tree)[0]
     return {jax.tree_util.keystr(k): np.asarray(v) for k, v in leaves}
@@ -165,7 +268,11 @@ def _flatten(tree: Any) -> dict[str, np.ndarray]:
 def save_checkpoint(path: str | Path, state: Any, config: dict[str, Any]) -> None:
     """A pytree as ``.npz`` (one array per leaf, named by its path; no pickle), with ``config`` as JSON."""
     arrays = {f"state{k}": v for k, v in _flatten(state).items()}
-    np.savez(path, __config__=np.array(json.dumps(config, default=str)), **arrays)
+    path = Path(path)
+    tmp = path.with_name(path.name + ".part")
+    with open(tmp, "wb") as f:  # written whole, then renamed: a run stopped mid-save leaves no torn file
+        np.savez(f, __config__=np.array(json.dumps(config, default=str)), **arrays)
+    os.replace(tmp, path)
 
 
 def load_checkpoint(path: str | Path, template: Any) -> Any:

@@ -4,6 +4,7 @@ solvability filter and the results tables run everywhere."""
 
 from __future__ import annotations
 
+import json
 import sys
 from typing import NamedTuple
 
@@ -119,6 +120,12 @@ def test_jaxued_arm_and_magister_buffer_hold_the_same_levels() -> None:
     assert int(sampler["size"]) == int(ours.size) == 4
     assert sorted(round(float(x), 3) for x in sampler["scores"]) == [0.1, 0.5, 0.7, 0.9]
     assert sorted(round(float(x), 3) for x in ours.scores) == [0.3, 0.5, 0.7, 0.9]
+    # JaxUED's sampler with magister's eviction rule (python -m magister.examples.maze.eviction) keeps what
+    # magister's buffer keeps: the eviction rule is the difference
+    from magister.examples.maze.eviction import _sampler
+
+    swapped = T._jaxued_update(_sampler("jaxued_lowest_score", cfg), ts.buffer, smp, scores, jnp.zeros(6))
+    assert sorted(round(float(x), 3) for x in swapped["scores"]) == [0.3, 0.5, 0.7, 0.9]
     # full buffer, min fill 1.0: JaxUED's decision now replays, and so does magister's
     sampler, smp2 = T._jaxued_sample(ls, jax.random.PRNGKey(0), sampler, new, jnp.zeros(6, bool))
     assert 0 < int(smp2.replay.sum()) <= 6
@@ -144,3 +151,52 @@ def test_a_short_run_trains_evaluates_and_checkpoints(method: str, tmp_path) -> 
     assert jax.tree_util.tree_structure(restored) == jax.tree_util.tree_structure(template)
     if method == "repaired":
         assert "adversary_reward" in last and "antagonist_return" in last
+
+
+def test_a_stopped_run_resumes_as_if_never_stopped(tmp_path) -> None:
+    _jaxued_or_skip()
+    from dataclasses import replace
+
+    from magister.examples.maze import train as T
+
+    cfg = T.MazeConfig(method="accel", num_envs=4, rollout_len=16, updates=4, buffer_size=8,
+                       min_fill_ratio=0.25)
+    kw = {"log_every": 1, "heldout": 2, "attempts": 1, "progress": False, "plot": False}
+    whole = T.train(cfg, tmp_path / "whole", ckpt_every=2, **kw)
+    T.train(replace(cfg, updates=2), tmp_path / "cut", **kw)  # stops at 2 (its last checkpoint: ckpt_2)
+    with open(tmp_path / "cut" / "metrics.jsonl", "a") as f:  # a row the stopped run logged past it
+        f.write(json.dumps({"update": 3, "env_steps": 192}) + "\n")
+    resumed = T.train(cfg, tmp_path / "cut", resume=tmp_path / "cut" / "ckpt_2.npz", **kw)
+    a, b = np.load(tmp_path / "whole" / "ckpt_4.npz"), np.load(tmp_path / "cut" / "ckpt_4.npz")
+    assert all(np.array_equal(a[k], b[k]) for k in a.files if k != "__config__")
+    assert resumed["eval"] == whole["eval"]
+    rows = [json.loads(line) for line in (tmp_path / "cut" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["update"] for r in rows] == [1, 2, 3, 4]
+    assert rows[2]["score_mean"] == whole["rows"][2]["score_mean"]  # the stale row 3 was replaced
+    with pytest.raises(ValueError, match="buffer_size=8 .now 16"):
+        T.resume_state(replace(cfg, buffer_size=16), tmp_path / "cut" / "ckpt_2.npz")
+
+
+def test_the_maze_pages_jaxued_block_runs_as_written(tmp_path) -> None:
+    """docs/maze.md's block marked as needing jaxued (tests/test_docs.py skips it) runs here, where jaxued
+    is installed, on a checkpoint where the page's training command writes it."""
+    _jaxued_or_skip()
+    import re
+    import subprocess
+    from dataclasses import asdict
+    from pathlib import Path
+
+    from magister.examples import jax_ppo as P
+    from magister.examples.maze import train as T
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "maze.md").read_text()
+    blocks = re.findall(r"<!-- docs-test: needs jaxued[^>]*-->\n```python\n(.*?)^```", page, re.S | re.M)
+    assert len(blocks) == 1
+    cfg = T.MazeConfig(method="accel", updates=200)
+    (tmp_path / "runs" / "maze-accel").mkdir(parents=True)
+    P.save_checkpoint(tmp_path / "runs" / "maze-accel" / "ckpt_200.npz", T.init_state(cfg), asdict(cfg))
+    (tmp_path / "block.py").write_text(blocks[0])
+    done = subprocess.run([sys.executable, "block.py"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "SixteenRooms" in done.stdout and "StandardMaze3" in done.stdout

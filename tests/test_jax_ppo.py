@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import logging
 from dataclasses import replace
 
@@ -340,3 +342,80 @@ print("backends:", sorted(xla_bridge._backends))
     assert bench._python_path("/src") == "/src"
     probe = bench.probe_backend()
     assert probe == {"backend": jax.default_backend(), "device": jax.devices()[0].device_kind}
+
+
+# -- the pieces both JAX trainers share (magister.examples.jax_ppo) ------------------------------------------
+def test_gru_scan_is_the_rollout_recurrence_with_resets() -> None:
+    from magister.examples import jax_ppo as P
+
+    k1, k2, k3 = jax.random.split(jax.random.PRNGKey(0), 3)
+    gru = P.gru_init(k1, 3, 4)
+    gx = jax.random.normal(k2, (5, 2, 12))
+    first = jnp.array([[True, True], [False, False], [False, True], [True, False], [False, False]])
+    hs = np.asarray(P.gru_scan(gru, gx, first, 4))
+    h = jnp.zeros((2, 4))
+    for t in range(5):
+        h = P.gru_cell(gru, jnp.where(first[t][:, None], 0.0, h), gx[t])
+        np.testing.assert_allclose(hs[t], np.asarray(h), rtol=1e-6, atol=1e-6)
+    # a reset cuts the past: step 3 of env 0 starts from zeros, like step 0
+    np.testing.assert_allclose(hs[3, 0], np.asarray(P.gru_cell(gru, jnp.zeros((1, 4)), gx[3, :1])[0]),
+                               rtol=1e-6, atol=1e-6)
+    assert not np.allclose(hs[3, 0], np.asarray(P.gru_cell(gru, jnp.asarray(hs[2, :1]), gx[3, :1])[0]))
+
+
+def test_ppo_update_is_ppo_epochs_over_the_flat_vector() -> None:
+    from jax.flatten_util import ravel_pytree
+
+    from magister.examples import jax_ppo as P
+
+    params = {"w": jnp.arange(6.0).reshape(2, 3) / 10, "b": jnp.ones(3)}
+    x = jax.random.normal(jax.random.PRNGKey(1), (4, 2))
+    train = jnp.array([True, False, True, True])
+
+    def loss(p, idx):
+        y = x[idx] @ p["w"] + p["b"]
+        return ((y ** 2).sum(-1) * train[idx]).mean(), {"y": y.mean()}
+
+    opt = P.optimizer(1e-2, 0.5)
+    flat0, unravel = ravel_pytree(params)
+    key = jax.random.PRNGKey(2)
+    got, got_opt, aux = P.ppo_update(key, params, opt.init(flat0), opt, loss, train, 3, 2)
+    want, want_opt, want_aux = P.ppo_epochs(key, flat0, opt.init(flat0), opt,
+                                            lambda f, idx: loss(unravel(f), idx), train, 3, 2)
+    np.testing.assert_array_equal(np.asarray(ravel_pytree(got)[0]), np.asarray(want))
+    assert float(aux["y"]) == pytest.approx(float(want_aux["y"].mean()))
+    assert not np.allclose(np.asarray(ravel_pytree(got)[0]), np.asarray(flat0))  # it did train
+
+
+def test_compiled_for_shares_across_seeds_and_lengths_only() -> None:
+    from dataclasses import dataclass
+
+    from magister.examples import jax_ppo as P
+
+    @dataclass(frozen=True)
+    class Cfg:
+        lr: float = 0.1
+        seed: int = 0
+        updates: int = 5
+
+    built = []
+    cache: dict = {}
+    build = lambda c: built.append(c) or len(built)  # noqa: E731
+    first = P.compiled_for(Cfg(seed=1), build, cache)
+    assert first == P.compiled_for(Cfg(seed=2, updates=9), build, cache) == 1
+    assert P.compiled_for(Cfg(lr=0.2), build, cache) == 2
+    assert P.compiled_for(Cfg(), build, None) == 3  # no cache: built afresh
+
+
+def test_metrics_log_writes_json_lines_and_tensorboard_scalars(tmp_path) -> None:
+    from magister.examples import jax_ppo as P
+
+    with P.MetricsLog(tmp_path) as log:
+        log.write({"update": 1, "env_steps": 32, "loss": 0.25, "per_level": [1.0, 0.0]})
+        log.write({"update": 2, "env_steps": 64, "loss": 0.5})
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["loss"] for r in rows] == [0.25, 0.5] and rows[0]["per_level"] == [1.0, 0.0]
+    events = list((tmp_path / "tb").glob("events.out.tfevents.*"))
+    has_writer = any(importlib.util.find_spec(m) for m in ("tensorboardX", "torch"))
+    assert len(events) == int(has_writer) and all(e.stat().st_size > 0 for e in events)
+    P.MetricsLog(None).write({"update": 1})  # no folder: keeps nothing, writes nothing

@@ -166,10 +166,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--write-results", action="store_true",
                     help="write the table and plot into docs/results.md and docs/img/ (a source checkout)")
     a = ap.parse_args(argv)
-    try:
-        E.require_jaxued()
-    except ImportError as exc:
-        raise SystemExit(str(exc)) from None
+    E.require_jaxued_or_exit()
     if a.seeds < 2:
         raise SystemExit(f"--seeds must be >= 2 for intervals over seeds, got {a.seeds}")
     methods = a.methods or ([m for pair in PARITY_PAIRS.items() for m in pair] if a.parity else list(CANON))

@@ -26,7 +26,7 @@ import numpy as np
 logger = logging.getLogger(__name__)
 
 __all__ = ["HELDOUT_PREFABS", "INSTALL_HINT", "editor_fns", "empty_level", "heldout_levels", "make_env",
-           "prefab_levels", "require_jaxued", "solvable"]
+           "prefab_levels", "require_jaxued", "require_jaxued_or_exit", "solvable"]
 
 #: The held-out prefab mazes JaxUED's maze trainers evaluate on (the DCD set of 13x13 mazes).
 HELDOUT_PREFABS = ("SixteenRooms", "SixteenRooms2", "Labyrinth", "LabyrinthFlipped", "Labyrinth2",
@@ -35,8 +35,8 @@ HELDOUT_PREFABS = ("SixteenRooms", "SixteenRooms2", "Labyrinth", "LabyrinthFlipp
 INSTALL_HINT = (
     "the maze trainer needs JaxUED (jaxued 0.0.1, with gymnax and six), kept out of magister's core "
     "install because gymnax pins gymnasium<1.4. Build its virtualenv with "
-    "`bash benchmarks/_jaxued_env.sh /work/bench-venv-jaxued` (from a source checkout) and run with "
-    "/work/bench-venv-jaxued/bin/python, or `pip install \"magister[maze]\"` into an environment of its own"
+    "`bash benchmarks/_jaxued_env.sh VENV_DIR CHECKOUT` (from a source checkout) and run with "
+    "VENV_DIR/bin/python, or `pip install \"magister[maze]\"` into an environment of its own"
 )
 
 
@@ -52,6 +52,14 @@ def require_jaxued() -> Any:
     except ImportError as exc:
         raise ImportError(f"{INSTALL_HINT} (import failed: {exc})") from exc
     return jaxued
+
+
+def require_jaxued_or_exit() -> None:
+    """:func:`require_jaxued` for a command line: a missing jaxued ends the program with the message."""
+    try:
+        require_jaxued()
+    except ImportError as exc:
+        raise SystemExit(str(exc)) from None
 
 
 def make_env(max_steps: int = 250) -> tuple[Any, Any]:

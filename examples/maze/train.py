@@ -29,7 +29,8 @@ adversary 50 steps. CPU departures (:data:`CPU_SCALE`): buffer 1000 (JaxUED: 400
 
 Run ``python -m magister.examples.maze.train --help`` (in the jaxued virtualenv: ``bash
 benchmarks/_jaxued_env.sh``). Output (``--out``): ``metrics.jsonl``, ``eval.json`` (per-maze solve rates,
-written before the plot), TensorBoard events, checkpoints ``ckpt_<update>.npz`` and ``curves.png``.
+written before the plot), TensorBoard events, checkpoints ``ckpt_<update>.npz`` (every ``--ckpt-every``
+updates and the last; ``--resume`` continues from one) and ``curves.png``.
 """
 
 from __future__ import annotations
@@ -49,13 +50,14 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 
 from ...curricula import jax as L
+from ...evaluation import evaluate_on_device
 from .. import jax_ppo as P
 from . import env as E
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["CPU_SCALE", "METHODS", "PARITY_MAP", "MazeConfig", "evaluate", "heldout_eval", "init_state",
-           "main", "make_update", "train"]
+__all__ = ["CPU_SCALE", "METHODS", "PARITY_MAP", "MazeConfig", "eval_set", "evaluate", "heldout_eval",
+           "init_state", "main", "make_update", "resume_state", "train", "train_functions"]
 
 METHODS = ("dr", "plr", "robust_plr", "accel", "paired", "repaired", "minimax", "robust_plr_jaxued",
            "accel_jaxued")
@@ -347,19 +349,10 @@ def init_state(cfg: MazeConfig) -> MazeState:
                      key, jnp.int32(0))
 
 
-def _student_loss(cfg: MazeConfig, unravel: Any, traj: Traj, adv: jax.Array, targets: jax.Array,
-                  train: jax.Array) -> Any:
-    def loss_fn(flat: jax.Array, idx: jax.Array) -> tuple[jax.Array, dict[str, jax.Array]]:
-        p = unravel(flat)
+def _student_loss(cfg: MazeConfig, traj: Traj, adv: jax.Array, targets: jax.Array, train: jax.Array) -> Any:
+    def loss_fn(p: dict[str, Any], idx: jax.Array) -> tuple[jax.Array, dict[str, jax.Array]]:
         sub = jax.tree_util.tree_map(lambda x: x[:, idx], traj)
-        gx = student_gates(p, sub.image, sub.direction)
-
-        def one(h: jax.Array, x: tuple) -> tuple[jax.Array, jax.Array]:
-            g, first = x
-            h = P.gru_cell(p["gru"], jnp.where(first[:, None], 0.0, h), g)
-            return h, h
-
-        _, hs = jax.lax.scan(one, jnp.zeros((idx.shape[0], cfg.hidden)), (gx, sub.first))
+        hs = P.gru_scan(p["gru"], student_gates(p, sub.image, sub.direction), sub.first, cfg.hidden)
         logits, values = student_heads(p, hs)
         return P.ppo_loss(logits, values, sub.action, sub.logp, sub.value, adv[:, idx], targets[:, idx],
                           train[idx], cfg.clip, cfg.vf_coef, cfg.ent_coef)
@@ -368,29 +361,25 @@ def _student_loss(cfg: MazeConfig, unravel: Any, traj: Traj, adv: jax.Array, tar
 
 def _train_student(cfg: MazeConfig, opt: Any, key: jax.Array, params: Any, opt_state: Any, traj: Traj,
                    adv: jax.Array, targets: jax.Array, train: jax.Array) -> tuple[Any, Any, dict]:
-    flat0, unravel = ravel_pytree(params)
-    loss_fn = _student_loss(cfg, unravel, traj, adv, targets, train)
-    flat, opt_state, aux = P.ppo_epochs(key, flat0, opt_state, opt, loss_fn, train, cfg.epochs,
-                                        cfg.minibatches)
-    return unravel(flat), opt_state, {k: v.mean() for k, v in aux.items()}
+    return P.ppo_update(key, params, opt_state, opt, _student_loss(cfg, traj, adv, targets, train), train,
+                        cfg.epochs, cfg.minibatches)
 
 
 def _train_adversary(cfg: MazeConfig, opt: Any, key: jax.Array, params: Any, opt_state: Any,
                      traj: L.EditTrajectory, reward: jax.Array, mask: jax.Array) -> tuple[Any, Any, dict]:
     acfg = cfg.adversary_objective
     adv, targets = L.editor_advantages(traj, reward, acfg)
-    flat0, unravel = ravel_pytree(params)
     e = acfg.num_edits
 
-    def loss_fn(flat: jax.Array, idx: jax.Array) -> tuple[jax.Array, dict[str, jax.Array]]:
+    def loss_fn(p: dict[str, Any], idx: jax.Array) -> tuple[jax.Array, dict[str, jax.Array]]:
         obs = jax.tree_util.tree_map(lambda x: x[:, idx], traj.obs)
-        logits, values = adversary_apply(unravel(flat), obs, e)
+        logits, values = adversary_apply(p, obs, e)
         return P.ppo_loss(logits, values, traj.action[:, idx], traj.logp[:, idx], traj.value[:, idx],
                           adv[:, idx], targets[:, idx], mask[idx], cfg.clip, cfg.vf_coef, acfg.ent_coef)
 
-    flat, opt_state, aux = P.ppo_epochs(key, flat0, opt_state, opt, loss_fn, mask, cfg.epochs,
-                                        cfg.minibatches)
-    return unravel(flat), opt_state, {f"adversary_{k}": v.mean() for k, v in aux.items()}
+    params, opt_state, aux = P.ppo_update(key, params, opt_state, opt, loss_fn, mask, cfg.epochs,
+                                          cfg.minibatches)
+    return params, opt_state, {f"adversary_{k}": v for k, v in aux.items()}
 
 
 def make_update(cfg: MazeConfig) -> Any:
@@ -524,11 +513,10 @@ def buffer_stats(cfg: MazeConfig, ts: MazeState, sampled: Any) -> dict[str, floa
 
 def heldout_eval(cfg: MazeConfig, params: Any, levels: Any, key: jax.Array, attempts: int = 10,
                  eval_fn: Any = None) -> np.ndarray:
-    """Per level, the solve rate over ``attempts`` sampled episodes."""
-    if eval_fn is None:
-        eval_fn = make_eval(cfg)
-    ok = [np.asarray(eval_fn(params, levels, k)) for k in jax.random.split(key, attempts)]
-    return np.mean(ok, axis=0)
+    """Per level, the solve rate over ``attempts`` sampled episodes
+    (:func:`magister.evaluation.evaluate_on_device` of :func:`evaluate`)."""
+    return evaluate_on_device(make_eval(cfg) if eval_fn is None else eval_fn, params, levels, key=key,
+                              episodes=attempts)
 
 
 def make_eval(cfg: MazeConfig) -> Any:
@@ -558,53 +546,72 @@ def _summary(names: list[str], rates: np.ndarray) -> dict[str, float]:
     return out
 
 
-def _writer(out_dir: Path | None) -> Any:
-    """A TensorBoard writer (tensorboardX, else torch's), or None without either (said in the log)."""
-    if out_dir is None:
-        return None
-    try:
-        from tensorboardX import SummaryWriter
-    except ImportError:
-        try:
-            from torch.utils.tensorboard import SummaryWriter
-        except ImportError:
-            logger.warning("no TensorBoard writer (install tensorboardX); metrics go to metrics.jsonl only")
-            return None
-    return SummaryWriter(str(out_dir / "tb"))
+#: the jitted functions of every configuration trained in this process (:func:`jax_ppo.compiled_for`): the
+#: seeds of a sweep compile once
+COMPILED: dict = {}
 
 
-_COMPILED: dict = {}
+def train_functions(cfg: MazeConfig) -> tuple[Any, Any]:
+    """``(update, evaluate)`` jitted for ``cfg``, shared by the runs that differ only in seed and length."""
+    return P.compiled_for(cfg, lambda c: (make_update(c), make_eval(c)), COMPILED)
+
+
+def checkpoint_config(path: str | Path) -> dict[str, Any]:
+    """The configuration a checkpoint was written with (``asdict(MazeConfig)`` as JSON)."""
+    with np.load(path, allow_pickle=False) as data:
+        return json.loads(str(data["__config__"]))
+
+
+def resume_state(cfg: MazeConfig, path: str | Path) -> MazeState:
+    """The state saved at ``path`` by :func:`train`, checked against ``cfg``: every setting but ``updates``
+    must be the checkpoint's (a :class:`ValueError` names those that differ)."""
+    saved = checkpoint_config(path)
+    want = json.loads(json.dumps(asdict(cfg), default=str))
+    diff = sorted(k for k in set(saved) | set(want) if k != "updates" and saved.get(k) != want.get(k))
+    if diff:
+        raise ValueError(f"checkpoint {path} was written with other settings: "
+                         + ", ".join(f"{k}={saved.get(k)!r} (now {want.get(k)!r})" for k in diff))
+    return P.load_checkpoint(path, init_state(cfg))
 
 
 def train(cfg: MazeConfig, out: str | Path | None = None, log_every: int = 10, eval_every: int = 0,
           ckpt_every: int = 0, heldout: int = 32, attempts: int = 10, progress: bool = True,
-          plot: bool = True) -> dict[str, Any]:
+          plot: bool = True, resume: str | Path | None = None) -> dict[str, Any]:
     """Run ``cfg.updates`` updates; returns ``{"rows": logged metrics, "eval": final per-maze solve rates,
     "names": maze names, "seconds": wall time, "update_seconds": per update after the first (compile)}``
-    (also written to ``out``). Runs differing only in
-    ``seed``/``updates`` share their compiled functions."""
+    (also written to ``out``). With ``out``, a checkpoint ``ckpt_<update>.npz`` every ``ckpt_every``
+    updates and at the end. ``resume``: continue from such a checkpoint (the same run as one never
+    stopped: the RNG key is part of the state); the rows ``out/metrics.jsonl`` holds up to the checkpoint
+    are kept and later ones, from the stopped run, are replaced. Runs differing only in ``seed``/``updates``
+    share their compiled functions (:data:`COMPILED`)."""
     out_dir = Path(out) if out is not None else None
-    if out_dir is not None:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    ck = replace(cfg, seed=0, updates=1)
-    if ck not in _COMPILED:
-        _COMPILED[ck] = (make_update(cfg), make_eval(cfg))
-    update, eval_fn = _COMPILED[ck]
+    update, eval_fn = train_functions(cfg)
     names, levels = eval_set(heldout)
-    ts = init_state(cfg)
-    writer = _writer(out_dir)
-    rows: list[dict[str, float]] = []
-    it: Any = range(cfg.updates)
+    ts = init_state(cfg) if resume is None else resume_state(cfg, resume)
+    start = int(ts.step)
+    if start > cfg.updates:
+        raise ValueError(f"the checkpoint is at update {start}, past updates={cfg.updates}")
+    rows: list[dict[str, Any]] = []
+    if resume is not None and out_dir is not None and (out_dir / "metrics.jsonl").is_file():
+        lines = (out_dir / "metrics.jsonl").read_text().splitlines()
+        rows = [r for r in map(json.loads, lines) if r["update"] <= start]
+        if len(rows) < len(lines):
+            logger.info("resuming at update %d: %d rows logged after it by the stopped run are replaced",
+                        start, len(lines) - len(rows))
+        (out_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    log = P.MetricsLog(out_dir)
+    it: Any = range(start, cfg.updates)
     if progress:
         from tqdm import tqdm
 
-        it = tqdm(it, desc=cfg.method, unit="upd")
-    t0 = time.perf_counter()
-    steps = 0
+        it = tqdm(it, desc=cfg.method, unit="upd", initial=start, total=cfg.updates)
+    t0 = t1 = time.perf_counter()
+    steps = start * cfg.num_envs * cfg.rollout_len
     k_eval = jax.random.PRNGKey(10_000 + cfg.seed)
+    rates = np.zeros(0)
     for u in it:
         ts, (mt, sampled) = update(ts)
-        if u == 0:  # the first update compiles: time the others
+        if u == start:  # the first update compiles: time the others
             jax.block_until_ready(ts.params)
             t1 = time.perf_counter()
         steps += cfg.num_envs * cfg.rollout_len
@@ -613,30 +620,30 @@ def train(cfg: MazeConfig, out: str | Path | None = None, log_every: int = 10, e
         if (u + 1) % log_every == 0 or last:
             row.update({k: float(v) for k, v in mt.items()})
             row.update(buffer_stats(cfg, ts, sampled))
-            row["steps_per_s_wall"] = steps / (time.perf_counter() - t0)
+            row["steps_per_s_wall"] = (steps - start * cfg.num_envs * cfg.rollout_len) / (
+                time.perf_counter() - t0)
         if (eval_every and (u + 1) % eval_every == 0) or last:
             rates = heldout_eval(cfg, ts.params, levels, jax.random.fold_in(k_eval, u), attempts, eval_fn)
             row.update(_summary(names, rates))
         if len(row) > 2:
             rows.append(row)
-            if writer is not None:
-                for k, v in row.items():
-                    if k not in ("update", "env_steps"):
-                        writer.add_scalar(k, v, steps)
-            if progress and hasattr(it, "set_postfix"):
-                it.set_postfix(solved=round(row.get("solve_rate_all", 0.0), 3),
-                               prefab=round(row.get("solve/prefab_mean", float("nan")), 3))
-            if out_dir is not None:
-                with open(out_dir / "metrics.jsonl", "a") as f:
-                    f.write(json.dumps(row) + "\n")
-        if out_dir is not None and ckpt_every and ((u + 1) % ckpt_every == 0 or last):
+            log.write(row)
+            if progress and hasattr(it, "set_postfix") and "solve_rate_all" in row:
+                post = {"solved": round(row["solve_rate_all"], 3)}
+                if "solve/prefab_mean" in row:
+                    post["prefab"] = round(row["solve/prefab_mean"], 3)
+                it.set_postfix(**post)
+        if out_dir is not None and ((ckpt_every and (u + 1) % ckpt_every == 0) or last):
             P.save_checkpoint(out_dir / f"ckpt_{u + 1}.npz", ts, asdict(cfg))
     jax.block_until_ready(ts.params)
+    log.close()
     seconds = time.perf_counter() - t0
     # seconds per update after the compile, evaluations included (NaN for a one-update run)
-    per_update = (time.perf_counter() - t1) / (cfg.updates - 1) if cfg.updates > 1 else float("nan")
-    if writer is not None:
-        writer.close()
+    done = cfg.updates - start
+    per_update = (time.perf_counter() - t1) / (done - 1) if done > 1 else float("nan")
+    if rates.size == 0:  # resumed at the last update: evaluate the checkpoint
+        rates = heldout_eval(cfg, ts.params, levels, jax.random.fold_in(k_eval, cfg.updates - 1), attempts,
+                             eval_fn)
     result = {"rows": rows, "eval": rates.tolist(), "names": names, "seconds": seconds,
               "update_seconds": per_update,
               "env_steps": steps, "config": asdict(cfg)}
@@ -674,10 +681,7 @@ def curriculum_share(cfg: MazeConfig, repeats: int = 5) -> dict[str, float]:
     jitted alone) of a buffered method, and the curriculum's share of an update."""
     if cfg.method not in BUFFERED + JAXUED_ARMS:
         raise ValueError(f"{cfg.method} has no level buffer")
-    ck = replace(cfg, seed=0, updates=1)
-    if ck not in _COMPILED:
-        _COMPILED[ck] = (make_update(cfg), make_eval(cfg))
-    update = _COMPILED[ck][0]
+    update = train_functions(cfg)[0]
     ts = init_state(cfg)
     for _ in range(3):  # fill a little and compile
         ts, _ = update(ts)
@@ -735,19 +739,19 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--log-every", type=int, default=10)
     ap.add_argument("--eval-every", type=int, default=0, help="updates between evaluations (0: at the end)")
     ap.add_argument("--heldout", type=int, default=32, help="generated held-out mazes next to the prefabs")
-    ap.add_argument("--ckpt-every", type=int, default=0)
+    ap.add_argument("--ckpt-every", type=int, default=0,
+                    help="updates between checkpoints (0: only the last; written with --out)")
+    ap.add_argument("--resume", type=str, default=None,
+                    help="continue from a checkpoint ckpt_<update>.npz of a run with the same settings")
     ap.add_argument("--no-progress", action="store_true")
     a = ap.parse_args(argv)
-    try:
-        E.require_jaxued()
-    except ImportError as exc:
-        raise SystemExit(str(exc)) from None
+    E.require_jaxued_or_exit()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     cfg = MazeConfig(method=a.method, num_envs=a.num_envs, rollout_len=a.rollout_len, updates=a.updates,
                      buffer_size=a.buffer_size, n_walls=a.n_walls, hidden=a.hidden, seed=a.seed,
                      adversary=L.PAIREDConfig(num_edits=a.adversary_steps))
     res = train(cfg, a.out, log_every=a.log_every, eval_every=a.eval_every, ckpt_every=a.ckpt_every,
-                heldout=a.heldout, progress=not a.no_progress)
+                heldout=a.heldout, progress=not a.no_progress, resume=a.resume)
     s = _summary(res["names"], np.asarray(res["eval"]))
     logger.info("%s: %d env steps in %.0f s; held-out prefab solve rate %.3f, CVaR10 %.3f", cfg.method,
                 res["env_steps"], res["seconds"], s["solve/prefab_mean"], s["solve/cvar_0.1"])

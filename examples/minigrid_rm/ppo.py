@@ -25,11 +25,10 @@ of the buffer - of the sampled problems for DR - over training).
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -405,16 +404,9 @@ def init_train_state(cfg: TrainConfig) -> TrainState:
 
 def _ppo_loss(p: dict[str, Any], traj: Traj, nodes: jax.Array, adv: jax.Array, targets: jax.Array,
               mask: jax.Array, cfg: TrainConfig) -> tuple[jax.Array, dict[str, jax.Array]]:
-    b = traj.action.shape[1]
     # the feed-forward part for the whole [T, B] rollout at once; only the GRU recurrence is sequential
     gx = policy_inputs(p, traj.view, _rm_node(nodes, traj.rm_state), traj.prev_action)
-
-    def one(h: jax.Array, x: tuple) -> tuple[jax.Array, jax.Array]:
-        g, first = x
-        h = gru_cell(p, jnp.where(first[:, None], 0.0, h), g)
-        return h, h
-
-    _, hs = jax.lax.scan(one, jnp.zeros((b, cfg.net.hidden)), (gx, traj.first))
+    hs = P.gru_scan(p["gru"], gx, traj.first, cfg.net.hidden)
     logits, values = policy_heads(p, hs)
     return P.ppo_loss(logits, values, traj.action, traj.logp, traj.value, adv, targets, mask, cfg.clip,
                       cfg.vf_coef, cfg.ent_coef)
@@ -475,20 +467,14 @@ def make_update(cfg: TrainConfig) -> Any:
         # PPO on the train-flagged envs
         nodes = jax.vmap(encode_rm, in_axes=(None, 0))  # re-encoded inside the loss (gradients)
 
-        # the optimiser works on the parameters as one flat vector (the same arithmetic as per leaf: Adam is
-        # elementwise, the clip uses the global norm), one set of kernels instead of one per leaf
-        flat0, unravel = ravel_pytree(ts.params)
-
-        def loss_fn(ff: jax.Array, idx: jax.Array) -> tuple[jax.Array, dict[str, jax.Array]]:
-            pp = unravel(ff)
+        def loss_fn(pp: dict[str, Any], idx: jax.Array) -> tuple[jax.Array, dict[str, jax.Array]]:
             sub = jax.tree_util.tree_map(lambda x: x[:, idx], traj)
             rms = jax.tree_util.tree_map(lambda x: x[idx], problems.rm)
             return _ppo_loss(pp, sub, nodes(pp, rms), adv[:, idx], targets[:, idx], smp.train[idx], cfg)
 
-        flat, opt_state, aux = P.ppo_epochs(k_ppo, flat0, ts.opt_state, opt, loss_fn, smp.train, cfg.epochs,
-                                            cfg.minibatches)
-        params = unravel(flat)
-        metrics.update({k: v.mean() for k, v in aux.items()})
+        params, opt_state, aux = P.ppo_update(k_ppo, ts.params, ts.opt_state, opt, loss_fn, smp.train,
+                                              cfg.epochs, cfg.minibatches)
+        metrics.update(aux)
         ts = TrainState(params, opt_state, buffer, children, has_child, child_gen, child_edits, ts.sfl, key,
                         ts.step + 1)
         return ts, (metrics, problems)
@@ -581,15 +567,12 @@ def train_functions(cfg: TrainConfig, compiled: dict | None = None) -> tuple[Any
     ``compiled``: a dict shared by several runs; runs whose configurations differ only in ``seed`` and
     ``updates`` (nothing the jitted functions see) then share one set of functions, so each is compiled
     once, not once per seed (on a GPU a compile takes longer than a short run's updates)."""
-    key = replace(cfg, seed=0, updates=1)
-    if compiled is not None and key in compiled:
-        return compiled[key]
-    fns = (make_update(cfg),
-           jax.jit(lambda p, probs, k: evaluate(p, probs, k, cfg.max_steps, cfg.net.hidden)),
-           make_sfl_refresh(cfg) if cfg.method == "sfl" else None)
-    if compiled is not None:
-        compiled[key] = fns
-    return fns
+    def build(cfg: TrainConfig) -> tuple[Any, Any, Any]:
+        return (make_update(cfg),
+                jax.jit(lambda p, probs, k: evaluate(p, probs, k, cfg.max_steps, cfg.net.hidden)),
+                make_sfl_refresh(cfg) if cfg.method == "sfl" else None)
+
+    return P.compiled_for(cfg, build, compiled)
 
 
 def train(cfg: TrainConfig, out: str | Path | None = None, log_every: int = 5, eval_every: int = 0,
@@ -601,8 +584,7 @@ def train(cfg: TrainConfig, out: str | Path | None = None, log_every: int = 5, e
     from .probes import probe_set
 
     out_dir = Path(out) if out is not None else None
-    if out_dir is not None:
-        out_dir.mkdir(parents=True, exist_ok=True)
+    log = P.MetricsLog(out_dir)
     ts = init_train_state(cfg)
     update, eval_fn, refresh = train_functions(cfg, compiled)
     names, probes = probe_set() if eval_every else (None, None)
@@ -641,11 +623,10 @@ def train(cfg: TrainConfig, out: str | Path | None = None, log_every: int = 5, e
             if progress and hasattr(it, "set_postfix") and "solvable_fraction" in row:
                 it.set_postfix(solvable=round(row["solvable_fraction"], 3),
                                solved=round(row.get("solve_rate_train", 0.0), 3))
-            if out_dir is not None:
-                with open(out_dir / "metrics.jsonl", "a") as f:
-                    f.write(json.dumps(row) + "\n")
+            log.write(row)
         if out_dir is not None and ckpt_every and ((u + 1) % ckpt_every == 0 or u + 1 == cfg.updates):
             save_checkpoint(out_dir / f"ckpt_{u + 1}.npz", ts, cfg)
+    log.close()
     if out_dir is not None and rows:
         plot_composition({cfg.method: rows}, out_dir / "buffer_composition.png")
     return rows
