@@ -111,6 +111,12 @@ class EnvCounters:
 
 def _check_progress(name: str, value: Any) -> None:
     """Progress must be finite and in [0, 1]: one number, or an array of them (a step update's)."""
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise SyncRejected("non_finite", f"{name} must be finite, got {value!r}")
+        if not 0.0 <= value <= 1.0:
+            raise SyncRejected("bad_progress", f"{name} must be in [0, 1], got {value!r}")
+        return
     arr = np.asarray(value, dtype=np.float64)
     if not np.isfinite(arr).all():
         raise SyncRejected("non_finite", f"{name} must be finite, got {value!r:.200}")
