@@ -44,6 +44,7 @@ import optax
 from jax.flatten_util import ravel_pytree
 
 from ..evaluation.statistics import cvar  # (re-exported: the trainers' CVaR is the evaluation module's)
+from ..integrations.loggers import log_curriculum_metrics, summary_writer
 
 logger = logging.getLogger(__name__)
 
@@ -224,16 +225,9 @@ class MetricsLog:
         Path(out).mkdir(parents=True, exist_ok=True)
         if tensorboard:
             try:
-                from tensorboardX import SummaryWriter
-            except ImportError:
-                try:
-                    from torch.utils.tensorboard import SummaryWriter
-                except ImportError:
-                    SummaryWriter = None
-                    logger.warning("no TensorBoard writer (install tensorboardX); metrics go to %s only",
-                                   self.path)
-            if SummaryWriter is not None:
-                self.writer = SummaryWriter(str(Path(out) / "tb"))
+                self.writer = summary_writer(Path(out) / "tb")
+            except ImportError as exc:
+                logger.warning("%s; metrics go to %s only", exc, self.path)
 
     def write(self, row: dict[str, Any]) -> None:
         """Append ``row`` (JSON-serialisable; ``env_steps`` is the TensorBoard step)."""
@@ -242,8 +236,6 @@ class MetricsLog:
         with open(self.path, "a") as f:
             f.write(json.dumps(row) + "\n")
         if self.writer is not None:
-            from ..integrations.loggers import log_curriculum_metrics
-
             scalars = {k: v for k, v in row.items() if k not in ("update", "env_steps")
                        and isinstance(v, (int, float)) and not isinstance(v, bool)}
             log_curriculum_metrics(scalars, int(row.get("env_steps", 0)), self.writer)

@@ -46,7 +46,24 @@ from ..task_spaces.base import task_key
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["MetricsLogger", "flatten_metrics", "log_curriculum_metrics", "top_tasks"]
+__all__ = ["MetricsLogger", "flatten_metrics", "log_curriculum_metrics", "summary_writer", "top_tasks"]
+
+
+def summary_writer(log_dir: str | os.PathLike) -> Any:
+    """A TensorBoard ``SummaryWriter`` writing to ``log_dir``: tensorboardX's, else torch's.
+
+    Raises:
+        ImportError: neither is installed (naming what to install).
+    """
+    try:
+        from tensorboardX import SummaryWriter
+    except ImportError:
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+        except ImportError:
+            raise ImportError("TensorBoard logging needs a SummaryWriter: pip install tensorboardX "
+                              "(or torch and tensorboard)") from None
+    return SummaryWriter(str(log_dir))
 
 
 def flatten_metrics(metrics: Mapping[str, Any], prefix: str = "") -> dict[str, float]:
@@ -183,9 +200,7 @@ class MetricsLogger:
         self._own_writer = False
         self.tb_writer = tb_writer
         if log_dir is not None:
-            from torch.utils.tensorboard import SummaryWriter
-
-            self.tb_writer = SummaryWriter(str(log_dir))
+            self.tb_writer = summary_writer(log_dir)
             self._own_writer = True
         self.wandb_run = wandb_run if wandb_run is not None else self._wandb(use_wandb, wandb_init)
         self._warned_distribution = False

@@ -116,7 +116,7 @@ class TaskFeed:
         self.task_space = task_space
         self.stream = -1 if stream is None else int(stream) % (1 << 63)
         self.target = target
-        self.address = target if isinstance(target, str) else f"in-process:{type(target.curriculum).__name__}"
+        self.address = target if isinstance(target, str) else type(target).__name__  # (for messages, repr)
         self.prefetch = caps.prefetch if opts.prefetch is None else opts.prefetch
         self.update_batch = caps.update_batch if opts.update_batch is None else opts.update_batch
         self.max_update_delay = opts.max_update_delay
@@ -797,6 +797,7 @@ class LocalClient(TaskFeed):
         # nothing is held in-process: a request asks for ``prefetch`` tasks, not for the env's pace
         opts = FeedOptions.of(FeedOptions.of(options, **overrides), max_update_delay=math.inf)
         super().__init__(InProcessTransport, core, opts, task_space=task_space, stream=stream)
+        self.address = f"in-process:{type(core.curriculum).__name__}"
         self.core = core
         self._ensure()
 

@@ -13,7 +13,13 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from magister.curricula.domain_randomization import DomainRandomization
 from magister.curricula.plr import PLR
-from magister.integrations.loggers import MetricsLogger, flatten_metrics, log_curriculum_metrics, top_tasks
+from magister.integrations.loggers import (
+    MetricsLogger,
+    flatten_metrics,
+    log_curriculum_metrics,
+    summary_writer,
+    top_tasks,
+)
 from magister.sync.server import serve
 from magister.task_spaces.discrete import Discrete
 
@@ -199,3 +205,11 @@ def test_metrics_logger_argument_checks(tmp_path):
         MetricsLogger(_scored_plr(), top_k=-1, use_wandb=False)
     with pytest.raises(ValueError, match="not both"):
         MetricsLogger(_scored_plr(), tmp_path, tb_writer=_Writer(), use_wandb=False)
+
+
+def test_summary_writer_without_tensorboardx_or_torch_names_what_to_install(tmp_path, monkeypatch):
+    for name in ("tensorboardX", "torch.utils.tensorboard"):
+        monkeypatch.setitem(sys.modules, name, None)  # (an import of it raises ImportError)
+    with pytest.raises(ImportError, match="pip install tensorboardX"):
+        summary_writer(tmp_path / "tb")
+    assert not (tmp_path / "tb").exists()
