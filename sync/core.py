@@ -167,8 +167,14 @@ class SyncCore:
         self.rejoined_envs = 0
         #: Updates returning envs could not keep while the server was away (reported in their hellos).
         self.updates_lost_away = 0
-        #: Seconds between heartbeats asked of idle envs (set by a server with an ``env_timeout``; 0: none).
-        self.heartbeat = 0.0
+        #: Seconds an env watched through :meth:`heard` may stay silent before :meth:`sweep` declares it gone.
+        self.env_timeout = opts.env_timeout
+        #: Seconds between heartbeats asked of idle envs (0: none).
+        self.heartbeat = 0.0 if opts.env_timeout is None else opts.env_timeout / 4
+        #: When each env an endpoint watches (see :meth:`heard`) was last heard from.
+        self.last_heard: dict[int, float] = {}
+        #: Error replies made (:meth:`error`).
+        self.errors_sent = 0
         #: Names this core in every welcome (a client that registers again compares it).
         self.token = secrets.token_hex(8)
         #: The open leases: per env, by task id, the task's key and the sample handed out.
@@ -211,7 +217,8 @@ class SyncCore:
                     "same space as the curriculum (same kind, size, parameters and order)",
                 )
         with self.lock:
-            if len(self._counters) >= self.max_envs and not self.may_rejoin(hello.rejoin):
+            back = hello.rejoin in self._departed or hello.rejoin in self._restored  # to its own slot
+            if len(self._counters) >= self.max_envs and not back:
                 raise SyncRejected("too_many_envs", f"at most {self.max_envs} live envs are served")
             resumed = hello.rejoin in self._restored  # its leases restored from a checkpoint
             if hello.rejoin >= 0:
@@ -224,7 +231,9 @@ class SyncCore:
                 c.connected = 1
                 c.episodes_lost_to_restore += max(0, hello.reported - c.episodes_reported)
                 c.episodes_reported = max(c.episodes_reported, hello.reported)
-                self._reclaim(env_id, set(hello.holds))
+                # the leases it no longer holds were completed by the instance that died after the checkpoint
+                flight, holds = self._in_flight[env_id], set(hello.holds)
+                self._abandon(env_id, c, {i: flight.pop(i) for i in list(flight) if i not in holds})
             elif hello.rejoin in self._departed:  # back under its identity
                 env_id = hello.rejoin
                 self._counters[env_id] = self._departed.pop(env_id)
@@ -265,6 +274,7 @@ class SyncCore:
         (counted, and passed to ``curriculum.on_task_abandoned``), its state freed but for its counters.
         Returns the number of tasks abandoned (0 for an env that is not live)."""
         with self.lock:
+            self.last_heard.pop(env_id, None)
             c = self._counters.pop(env_id, None)
             if c is None:
                 return 0
@@ -272,10 +282,7 @@ class SyncCore:
             self._streams.pop(env_id, None)
             if reason == "goodbye":
                 self._returned.discard(env_id)
-            for task_id, (_, sample) in flight.items():
-                self._end(task_id, "abandoned")
-                self._abandoned(sample, env_id)
-            c.tasks_abandoned += len(flight)
+            self._abandon(env_id, c, flight)
             c.connected = 0
             self.departed_envs += 1
             self._departed[env_id] = c
@@ -285,32 +292,35 @@ class SyncCore:
             logger.info("env %d left (%s); %d tasks it held abandoned", env_id, reason, len(flight))
         return len(flight)
 
-    def may_rejoin(self, env_id: int) -> bool:
-        """Whether an env that was ``env_id`` comes back under that identity (a full server admits it)."""
-        return env_id in self._departed or env_id in self._restored
-
-    def _reclaim(self, env_id: int, holds: set[int]) -> None:
-        """A restored env came back holding ``holds``: its other restored leases end abandoned (the instance
-        that died after the checkpoint completed them)."""
-        c = self._counters[env_id]
-        for task_id in [i for i in self._in_flight[env_id] if i not in holds]:
-            _, sample = self._in_flight[env_id].pop(task_id)
+    def _abandon(self, env_id: int, c: EnvCounters, leases: dict[int, tuple[Hashable, TaskSample]]) -> None:
+        """End ``leases`` abandoned: counted, and each passed to ``curriculum.on_task_abandoned``."""
+        for task_id, (_, sample) in leases.items():
             self._end(task_id, "abandoned")
-            c.tasks_abandoned += 1
-            self._abandoned(sample, env_id)
+            try:
+                self.curriculum.on_task_abandoned(sample.task, env_id)
+            except Exception:
+                self.log.log(logging.ERROR, "abandoned_hook", "%s.on_task_abandoned failed",
+                             type(self.curriculum).__name__, exc_info=True)
+        c.tasks_abandoned += len(leases)
 
-    def _abandoned(self, sample: TaskSample, env_id: int) -> None:
-        try:
-            self.curriculum.on_task_abandoned(sample.task, env_id)
-        except Exception:
-            self.log.log(logging.ERROR, "abandoned_hook", "%s.on_task_abandoned failed",
-                         type(self.curriculum).__name__, exc_info=True)
+    def heard(self, env_id: int) -> None:
+        """Env ``env_id`` gave a sign of life: an endpoint that declares silent envs gone calls this for each
+        message of its envs (in-process envs are never watched)."""
+        if env_id in self._counters:
+            self.last_heard[env_id] = time.monotonic()
 
-    def depart_unclaimed(self, since: float) -> None:
-        """Declare gone the envs restored before ``since`` (``time.monotonic()``) that did not come back."""
-        for env_id in [e for e, t in self._restored.items() if t < since]:
-            del self._restored[env_id]
-            self.depart(env_id, "timeout")
+    def sweep(self) -> list[int]:
+        """Declare gone the watched envs silent past ``env_timeout``, and the envs restored from a
+        checkpoint that did not come back within it; returns their ids."""
+        if self.env_timeout is None:
+            return []
+        since = time.monotonic() - self.env_timeout
+        with self.lock:
+            gone = [e for e, t in [*self.last_heard.items(), *self._restored.items()] if t < since]
+            for env_id in gone:
+                self._restored.pop(env_id, None)
+                self.depart(env_id, "timeout")
+        return gone
 
     # -- the ledger in checkpoints ------------------------------------------------------------------
     def ledger_state(self) -> dict[str, Any]:
@@ -446,10 +456,10 @@ class SyncCore:
             c.tasks_sent -= len(msg.task_ids)
             c.tasks_unsent += len(msg.task_ids)
 
-    def note_malformed(self, env_id: int | None) -> None:
+    def note_malformed(self, env_id: int = -1) -> None:
         """Count one malformed frame (attributed to ``env_id`` when the sender is known)."""
         with self.lock:
-            if env_id is not None and env_id in self._counters:
+            if env_id in self._counters:
                 self._counters[env_id].malformed_frames += 1
             else:
                 self.malformed_frames += 1
@@ -491,11 +501,15 @@ class SyncCore:
         if type(msg) is P.Goodbye:
             return self._goodbye(msg)
         env_id = getattr(msg, "env_id", -1)
-        c = self._env(env_id)
-        if type(msg) is not P.Report:  # (a refused update)
-            c.updates_received += 1
-            c.updates_rejected += 1
+        if type(msg) is not P.Report:  # a refused update of a known env, else a malformed frame
+            with self.lock:
+                if env_id in self._counters:
+                    self._counters[env_id].updates_received += 1
+                    self._counters[env_id].updates_rejected += 1
+                else:
+                    self.malformed_frames += 1
             raise SyncRejected("bad_request", f"an env may not send {type(msg).__name__} messages")
+        c = self._env(env_id)
         with self.lock:
             refused = []
             for update in msg.updates:
@@ -520,9 +534,27 @@ class SyncCore:
                     try:
                         exc.reply = self.assign_tasks(env_id, msg.request)
                     except SyncRejected as failed:
-                        exc.reply = P.Error(failed.code, str(failed)[:2000], env_id)
+                        exc.reply = self.error(failed.code, str(failed), env_id)
                 raise exc
             return self.assign_tasks(env_id, msg.request) if msg.request else None
+
+    def answer(self, msg: P.Message) -> list[P.Message]:
+        """The replies to ``msg`` (a message after the env's hello), in order: :meth:`apply`'s, or for a
+        refused message its :meth:`error` and then the tasks still owed to the env. Never raises."""
+        env_id = getattr(msg, "env_id", -1)
+        try:
+            reply = self.apply(msg)
+        except SyncRejected as exc:
+            return [self.error(exc.code, str(exc), env_id), *([] if exc.reply is None else [exc.reply])]
+        except Exception as exc:  # the endpoint must answer every message
+            self.log.exception("handler", "unexpected error applying a %s", type(msg).__name__)
+            return [self.error("internal", f"{type(exc).__name__}: {exc}", env_id)]
+        return [] if reply is None else [reply]
+
+    def error(self, code: str, message: str, env_id: int = -1) -> P.Error:
+        """An error reply (counted in :attr:`errors_sent`)."""
+        self.errors_sent += 1
+        return P.Error(code, message[:2000], max(-1, int(env_id)))
 
     def _episode(self, c: EnvCounters, env_id: int, task_id: int, task: EncodedTask, episode_return: float,
                  length: int, progress: float, ended: bool, extras: dict) -> None:

@@ -65,17 +65,11 @@ class CurriculumActor(LearnerCalls):
 
     def __init__(self, curriculum: Curriculum, options: ServerOptions | None = None,
                  checkpoint: Checkpoint | None = None) -> None:
-        opts = ServerOptions.of(options)
         # Ray hands an actor numpy arrays as read-only views: the curriculum, which writes into its arrays,
         # gets writable copies (as does every argument of `call` and `load_state_dict`)
-        self.core = SyncCore(copy.deepcopy(curriculum), opts)
-        self.env_timeout = opts.env_timeout
-        if self.env_timeout is not None:
-            self.core.heartbeat = self.env_timeout / 4
-        self.seen: dict[int, float] = {}  # live env -> when it last called
+        self.core = SyncCore(copy.deepcopy(curriculum), ServerOptions.of(options))
         self.where: dict[int, tuple[str, str]] = {}  # live env -> (Ray node id, worker id or "")
         self.gone = {"dead": 0, "timeout": 0}  # envs declared gone, by reason
-        self.errors_sent = 0
         self.restored = 0.0
         if ray.get_runtime_context().was_current_actor_reconstructed:
             self._restore(checkpoint)
@@ -95,41 +89,33 @@ class CurriculumActor(LearnerCalls):
         logger.warning("curriculum actor restarted; curriculum restored from %r", checkpoint)
 
     def _watch(self) -> None:
-        period = LIVENESS_PERIOD if self.env_timeout is None else min(LIVENESS_PERIOD, self.env_timeout / 4)
+        """Every second (at most a quarter of ``env_timeout``): declare gone the envs whose Ray node or
+        worker died, then those silent past ``env_timeout``."""
         while True:
-            time.sleep(period)
+            time.sleep(min(LIVENESS_PERIOD, self.core.heartbeat or LIVENESS_PERIOD))
             try:
-                for env_id, reason in self._gone():
+                for env_id in self._dead():
                     with self.core.lock:
                         if self.core.is_live(env_id):
-                            self.core.depart(env_id, reason)
-                            self.gone[reason] += 1
+                            self.core.depart(env_id, "dead")
+                            self.gone["dead"] += 1
+                self.gone["timeout"] += len(self.core.sweep())
             except Exception:  # the thread must not die
                 self.core.log.exception("liveness", "curriculum actor: liveness check failed")
 
-    def _gone(self) -> list[tuple[int, str]]:
-        """The live envs whose node or worker Ray reports dead, then those silent past ``env_timeout``."""
-        for env_id in [e for e in list(self.seen) if not self.core.is_live(e)]:  # left, or declared gone
-            self.seen.pop(env_id, None)
+    def _dead(self) -> list[int]:
+        """The live envs, quiet for a while, whose node or worker Ray reports dead."""
+        for env_id in [e for e in list(self.where) if not self.core.is_live(e)]:  # left, or declared gone
             self.where.pop(env_id, None)
         quiet = time.monotonic() - LIVENESS_QUIET  # an env that calls is alive: only quiet ones are looked up
-        where = [(e, w) for e, w in list(self.where.items()) if self.seen.get(e, quiet) <= quiet]
-        dead: list[int] = []
-        if where:
-            nodes = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
-            workers = _live_workers() if any(w for _, (_, w) in where) else None
-            dead = [e for e, (node, worker) in where
-                    if node not in nodes or (workers is not None and worker and worker not in workers)]
-        out = [(e, "dead") for e in dead]
-        if self.env_timeout is not None:
-            oldest = time.monotonic() - self.env_timeout
-            self.core.depart_unclaimed(oldest)  # restored from a checkpoint, and not back
-            out += [(e, "timeout") for e, t in list(self.seen.items()) if t < oldest and e not in dead]
-        return out
-
-    def _error(self, code: str, message: str, env_id: int = -1) -> P.Error:
-        self.errors_sent += 1
-        return P.Error(code, message[:2000], max(-1, int(env_id)))
+        heard = self.core.last_heard
+        where = [(e, w) for e, w in list(self.where.items()) if heard.get(e, quiet) <= quiet]
+        if not where:
+            return []
+        nodes = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
+        workers = _live_workers() if any(w for _, (_, w) in where) else None
+        return [e for e, (node, worker) in where
+                if node not in nodes or (workers is not None and worker and worker not in workers)]
 
     def _replies(self, frame: Any, where: tuple[str, str] | None = None) -> list[P.Message]:
         """The replies to one encoded message: usually none or one (a refused update that asked for tasks
@@ -137,69 +123,52 @@ class CurriculumActor(LearnerCalls):
         try:
             msg = _unpack(frame)
         except P.ProtocolError as exc:
-            self.core.note_malformed(None)
-            code = "version" if isinstance(exc, P.ProtocolVersionError) else "malformed"
-            return [self._error(code, str(exc))]
-        env_id = getattr(msg, "env_id", -1)
-        if env_id in self.seen:
-            self.seen[env_id] = time.monotonic()
+            self.core.note_malformed()
+            return [self.core.error("version" if isinstance(exc, P.ProtocolVersionError) else "malformed",
+                                    str(exc))]
+        if not isinstance(msg, P.Hello):
+            self.core.heard(getattr(msg, "env_id", -1))
+            return self.core.answer(msg)
         try:
-            if isinstance(msg, P.Hello):
-                welcome = self.core.register_env(msg)
-                self.seen[welcome.env_id] = time.monotonic()
-                if where is not None:
-                    self.where[welcome.env_id] = (str(where[0]), str(where[1]))
-                return [welcome]
-            if not isinstance(msg, (P.Report, P.Goodbye)):
-                self.core.note_malformed(env_id)
-                raise SyncRejected("bad_request", f"an env may not send {type(msg).__name__} messages")
-            reply = self.core.apply(msg)
-            return [] if reply is None else [reply]
-        except SyncRejected as exc:  # (with the tasks a refused update asked for, if any)
-            return [self._error(exc.code, str(exc), env_id), *([] if exc.reply is None else [exc.reply])]
-        except Exception as exc:  # the actor must answer every message
-            self.core.log.exception("handler", "curriculum actor: unexpected error handling a %s",
-                                    type(msg).__name__)
-            return [self._error("internal", f"{type(exc).__name__}: {exc}", env_id)]
-
-    def handle(self, frame: Any, where: tuple[str, str] | None = None) -> bytes | None:
-        """Apply one encoded message (a hello, sent from Ray node and worker ``where``); its encoded reply,
-        if any."""
-        replies = self._replies(frame, where)
-        for extra in replies[1:]:  # tasks owed after a refusal cannot be returned here: they end unsent
-            if isinstance(extra, P.Tasks):
-                self.core.mark_unsent(extra)
-        return _pack(replies[0]) if replies else None
+            welcome = self.core.register_env(msg)
+        except SyncRejected as exc:
+            return [self.core.error(exc.code, str(exc))]
+        self.core.heard(welcome.env_id)
+        if where is not None:
+            self.where[welcome.env_id] = (str(where[0]), str(where[1]))
+        return [welcome]
 
     @ray.method(enable_task_events=False)  # called several times per episode per env: no per-call events
-    def handle_batch(self, frames: list[Any], token: str = "") -> list[bytes] | None:
+    def handle_batch(self, frames: list[Any], token: str = "", where: tuple[str, str] | None = None
+                     ) -> list[bytes] | None:
         """Apply encoded messages from one env, in order and whole (no env is declared gone halfway);
-        their encoded replies in order, or ``None`` when there are none. ``token``: the welcome's; another
-        actor's (before a restart) gets one ``unknown_env`` error and nothing is applied. Never raises."""
+        their encoded replies in order, or ``None`` when there are none. ``token``: the welcome's (another
+        actor's, before a restart, gets one ``unknown_env`` error and nothing is applied); ``where``: the Ray
+        node and worker ids a hello comes from. Never raises."""
         if not isinstance(frames, (list, tuple)):
-            self.core.note_malformed(None)
+            self.core.note_malformed()
             got = type(frames).__name__
-            error = self._error("malformed", f"expected a list of encoded messages, got {got}")
+            error = self.core.error("malformed", f"expected a list of encoded messages, got {got}")
         elif token and token != self.core.token:
-            error = self._error("unknown_env", "the curriculum actor restarted and no longer knows this env; "
-                                "send Hello again")
+            why = "the curriculum actor restarted and no longer knows this env; send Hello again"
+            error = self.core.error("unknown_env", why)
         else:
             with self.core.lock:
-                return [_pack(reply) for frame in frames for reply in self._replies(frame)] or None
+                return [_pack(reply) for frame in frames for reply in self._replies(frame, where)] or None
         return [_pack(error)]
 
     @ray.method(enable_task_events=False)
     def beat(self, env_id: int, token: str) -> None:
         """A heartbeat of an idle env."""
-        if token == self.core.token and env_id in self.seen:
-            self.seen[env_id] = time.monotonic()
+        if token == self.core.token:
+            self.core.heard(env_id)
 
     def ping(self) -> int:
         """The actor's pid (a liveness check)."""
         return os.getpid()
 
     def endpoint_metrics(self) -> dict[str, float]:
-        return {"sync/errors_sent": float(self.errors_sent), "sync/envs_dead": float(self.gone["dead"]),
+        return {"sync/errors_sent": float(self.core.errors_sent), "sync/envs_dead": float(self.gone["dead"]),
                 "sync/envs_timed_out": float(self.gone["timeout"]), "sync/actor_restored": self.restored}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:

@@ -3,7 +3,7 @@
 A server binds an *exposed* address (:func:`is_exposed`: reachable by others than this user's processes)
 only with CURVE keys (ZeroMQ's encryption and server authentication) or an explicit ``insecure=True``. CURVE
 alone admits any holder of the server's public key; ``curve_allowed_clients`` admits only listed client keys
-(:class:`ClientAllowList`, asked at each handshake by :class:`ZapAuthenticator`). The remote-workers guide
+(:class:`ClientAllowList`, asked at each handshake by the server's thread). The remote-workers guide
 shows both set-ups.
 
 >>> is_exposed("tcp://0.0.0.0:5555"), is_exposed("ipc://@magister"), is_exposed("tcp://127.0.0.1:5555")
@@ -15,21 +15,19 @@ from __future__ import annotations
 import ipaddress
 import logging
 import os
-from collections.abc import Awaitable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import NamedTuple
 
 import zmq
 import zmq.auth
-from zmq.auth.base import Authenticator
-from zmq.auth.thread import ThreadAuthenticator
 
 from .ratelimit import RateLimitedLogger
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
-    "AllowedClients", "ClientAllowList", "CurveKeyPair", "ZapAuthenticator", "check_address",
+    "AllowedClients", "ClientAllowList", "CurveKeyPair", "check_address",
     "check_bind_address", "generate_keypair", "is_exposed", "load_keypair",
 ]
 
@@ -223,72 +221,15 @@ class ClientAllowList:
         return key in self._keys
 
 
-#: The ZAP domain the server's socket announces (RFC 27); the authenticator answers only it.
+#: The ZAP domain the server's socket announces (RFC 27) when it checks client keys.
 ZAP_DOMAIN = "magister"
-_JOIN_TIMEOUT = 5.0
-
-
-class ZapAuthenticator(ThreadAuthenticator):
-    """pyzmq's ZAP handler thread (ZeroMQ Authentication Protocol, RFC 27) for one server's context.
-
-    At each handshake on a socket with ``zap_domain`` :data:`ZAP_DOMAIN`, :meth:`callback` admits the client
-    if ``allowed`` has its key; any other key, or every key when ``allowed`` fails (fail closed), is refused
-    before the server sees a message, counted in :attr:`refused` and logged (rate-limited). :meth:`start` it
-    before the server binds, :meth:`stop` it before the context is terminated.
-    """
-
-    def __init__(
-        self, context: zmq.Context, allowed: ClientAllowList, *, log: RateLimitedLogger | None = None
-    ) -> None:
-        super().__init__(context)  # (pyzmq logs through "zmq.auth", at DEBUG for every handshake)
-        self.allowed = allowed
-        self.refused = 0
-        self._log = log if log is not None else RateLimitedLogger(logger)
-        self._address = ""  # of the handshake being answered, for the refusal's log line
-        self.configure_curve_callback(ZAP_DOMAIN, credentials_provider=self)
-
-    def start(self) -> None:
-        super().start()
-        self.thread.name = "magister-zap"
-
-    def stop(self) -> None:
-        """Stop the thread, waiting at most ``_JOIN_TIMEOUT`` seconds (one still busy is logged and left to
-        the process's exit). Idempotent."""
-        if self.pipe is None:
-            return
-        self.pipe.send(b"TERMINATE")
-        self.thread.join(_JOIN_TIMEOUT)
-        if self.thread.is_alive():  # pragma: no cover - only if an allow-list read blocks
-            logger.error("ZAP handler thread did not stop within %.1fs", _JOIN_TIMEOUT)
-            return
-        self.pipe.close()
-        self.pipe = None
-        Authenticator.stop(self)  # (pyzmq's base: closes the ZAP socket)
-
-    def handle_zap_message(self, msg: list[bytes]) -> Awaitable[None]:
-        # request: version, request id, domain, address, routing id, mechanism, credentials...
-        self._address = msg[3].decode("utf-8", "replace") if len(msg) > 3 else ""
-        return super().handle_zap_message(msg)
-
-    def callback(self, domain: str, key: bytes) -> bool:
-        """Whether the client with this Z85 public key may join (pyzmq asks, for :data:`ZAP_DOMAIN` only)."""
-        try:
-            if self.allowed.allows(key):
-                return True
-            self._log.warning("refused_client", "curriculum server: refused a client from %s: its CURVE "
-                              "public key %s is not in curve_allowed_clients", self._address or "?",
-                              key.decode("ascii"))
-        except Exception:  # fail closed (raised, it would end pyzmq's thread: no handshake answered again)
-            self._log.exception("zap", "ZAP handler: unexpected error")
-        self.refused += 1
-        return False
 
 
 def configure_server_socket(
     socket: zmq.Socket, curve_secret_key: bytes | str | None, authenticate_clients: bool = False
 ) -> None:
     """Make ``socket`` a CURVE server when a secret key is given; with ``authenticate_clients``, its
-    handshakes ask the ZAP handler (:class:`ZapAuthenticator`) of the socket's context about each client."""
+    handshakes ask the ZAP handler of the socket's context (the server's thread) about each client."""
     if curve_secret_key is None:
         return
     secret = _as_key("secret key", curve_secret_key)

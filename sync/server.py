@@ -1,16 +1,12 @@
 """The curriculum side of the sync layer over ZeroMQ: a ROUTER socket served by a background thread.
 
-:func:`serve` wraps a :class:`~magister.curricula.base.Curriculum` in a :class:`CurriculumServer`. The
-server binds a ROUTER socket (by default an ``ipc://`` socket file in a private 0700 temporary directory;
-``tcp://host:port`` for workers on other machines, see :mod:`magister.sync.security`) and starts one
-thread that answers each env's :class:`~magister.sync.protocol.Hello` and applies its
-:class:`~magister.sync.protocol.Report` messages through the transport-agnostic
-:class:`~magister.sync.core.SyncCore` (leases, accounting and refusals are the core's, as on the Ray and
-in-process paths), replying with the tasks asked for or an :class:`~magister.sync.protocol.Error`. This
-module adds the socket, the per-env sequencing that makes reconnects lose and repeat nothing, liveness
-(``env_timeout``) and admission (``max_envs``, CURVE). Malformed frames are answered with an error and
-dropped; the thread keeps serving. Every call into the curriculum, from the thread or from the learner
-(:meth:`CurriculumServer.metrics`, :meth:`~CurriculumServer.state_dict` ...), holds ``server.lock``.
+:func:`serve` binds the socket (by default an ``ipc://`` socket file in a private 0700 temporary directory;
+``tcp://host:port`` for workers on other machines, see :mod:`magister.sync.security`) and starts one thread
+that answers each env's messages through the transport-agnostic :class:`~magister.sync.core.SyncCore`
+(leases, accounting and refusals are the core's, as on the Ray and in-process paths). This module adds the
+socket, the per-env sequencing that makes reconnects lose and repeat nothing, liveness (``env_timeout``) and
+admission (``max_envs``, CURVE keys checked by the same thread). A malformed frame is counted and answered
+with an error; the thread keeps serving. Every call into the curriculum holds ``server.lock``.
 
 >>> from magister.curricula.domain_randomization import DomainRandomization
 >>> from magister.task_spaces.discrete import Discrete
@@ -34,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import zmq
+from zmq.utils import z85
 from zmq.utils.monitor import recv_monitor_message
 
 from ..curricula.base import Curriculum
@@ -41,13 +38,7 @@ from . import protocol as P
 from .core import LOG_INTERVAL, LearnerCalls, ServedCurriculum, SyncCore, SyncRejected
 from .options import ServerOptions
 from .ratelimit import RateLimitedLogger
-from .security import (
-    ClientAllowList,
-    ZapAuthenticator,
-    check_address,
-    check_bind_address,
-    configure_server_socket,
-)
+from .security import ClientAllowList, check_address, check_bind_address, configure_server_socket
 
 logger = logging.getLogger(__name__)
 
@@ -58,12 +49,14 @@ __all__ = ["CurriculumServer", "serve"]
 class _Peer:
     """What the server keeps of one connected env."""
 
-    env_id: int
     welcome: P.Welcome
-    last_seen: float
+    fd: int  # the connection its last message came on (-1: ZeroMQ reported it closed)
     stream: P.Stream = field(default_factory=lambda: P.Stream(MAX_UNACKED_REPLIES))
     sequenced: bool = False  # it sends envelopes (so replies carry them)
-    fd: int = 0  # the connection its last message came on (-1: ZeroMQ reported it closed)
+
+    @property
+    def env_id(self) -> int:
+        return self.welcome.env_id
 
 
 #: Most replies a server keeps per env for a resend (a client further behind is gone).
@@ -90,64 +83,58 @@ class CurriculumServer(LearnerCalls, ServedCurriculum):
         self.curriculum = curriculum
         self.lock = self.core.lock
         self._pid = os.getpid()
-        #: Seconds an env may stay silent before it is declared gone (``None``: never).
         self.env_timeout = opts.env_timeout
-        poll_interval = opts.poll_interval
-        if self.env_timeout is not None:
-            self.core.heartbeat = self.env_timeout / 4  # an idle env sends one at least this often
-            poll_interval = min(poll_interval, self.env_timeout / 4)  # the liveness check's period
-        self._poll_ms = max(1, int(poll_interval * 1000))
-        self._next_sweep = math.inf if self.env_timeout is None else time.monotonic() + self.env_timeout / 4
-        self._join_timeout = opts.join_timeout
+        self.max_envs = opts.max_envs
+        # the liveness check runs at least every quarter of env_timeout
+        self._poll_ms = max(1, int(min(opts.poll_interval, self.core.heartbeat or math.inf) * 1000))
+        self._next_sweep = time.monotonic() + self.core.heartbeat if self.core.heartbeat else math.inf
         self._max_header = min(opts.max_message_bytes, P.DEFAULT_MAX_HEADER_BYTES)
         self._tmpdir: str | None = None
-        self._closed = False
+        #: Whether :meth:`close` has run.
+        self.closed = False
         self._stop = threading.Event()
         self._peers: dict[bytes, _Peer] = {}  # live envs, by routing id
-        #: Most live envs this server serves (bounds the memory a flood of hellos can take); an env that
-        #: left (goodbye, or declared gone) frees its slot.
-        self.max_envs = opts.max_envs
-        self.errors_sent = 0
         #: Sequenced messages dropped as repeats (resent after a reconnect, already applied).
         self.duplicates_dropped = 0
         #: Replies sent again to envs that missed them (after a reconnect).
         self.replies_resent = 0
         #: Replies the server could not hand to ZeroMQ (the peer was gone or its queue full).
         self.replies_undelivered = 0
+        #: CURVE handshakes refused because the client's key is not in ``curve_allowed_clients``.
+        self.clients_refused = 0
         self._log = RateLimitedLogger(logger, LOG_INTERVAL)  # one rate limit for all it logs about its peers
         if address is None:
             self._tmpdir = tempfile.mkdtemp(prefix="magister-")  # mode 0700
             address = f"ipc://{os.path.join(self._tmpdir, 'curriculum.sock')}"
         try:
             check_address(address, bind=True)
+            check_bind_address(address, opts.curve_secret_key, opts.insecure, opts.curve_allowed_clients)
             allowed = opts.curve_allowed_clients
-            check_bind_address(address, opts.curve_secret_key, opts.insecure, allowed)
-            allowed = None if allowed is None else ClientAllowList(allowed)
+            self._allowed = None if allowed is None else ClientAllowList(allowed)
         except Exception:
             self._remove_tmpdir()
             raise
         self._ctx = zmq.Context()
-        #: The ZAP handler admitting only ``curve_allowed_clients`` (``None``: every key holder is admitted).
-        self._auth: ZapAuthenticator | None = None
+        self._zap: zmq.Socket | None = None  # the ZAP handler's socket (RFC 27), with curve_allowed_clients
         sock = self._ctx.socket(zmq.ROUTER)
         try:
-            if allowed is not None:  # (running before the bind: no handshake goes unchecked)
-                self._auth = ZapAuthenticator(self._ctx, allowed, log=self._log)
-                self._auth.start()
+            if self._allowed is not None:  # (bound before the server socket: no handshake goes unchecked)
+                self._zap = self._ctx.socket(zmq.REP)
+                self._zap.bind("inproc://zeromq.zap.01")
             sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
             # an env that reconnects (same routing id) takes over its identity at once, even while the
             # server still holds its old connection (a half-open TCP connection after a network cut)
             sock.setsockopt(zmq.ROUTER_HANDOVER, 1)
             sock.setsockopt(zmq.LINGER, 0)
             sock.setsockopt(zmq.MAXMSGSIZE, opts.max_message_bytes)
-            configure_server_socket(sock, opts.curve_secret_key, authenticate_clients=allowed is not None)
+            configure_server_socket(sock, opts.curve_secret_key, authenticate_clients=self._zap is not None)
             sock.bind(address)
             self.address: str = sock.getsockopt_string(zmq.LAST_ENDPOINT)
             self._monitor = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
         except Exception:
             sock.close(0)
-            if self._auth is not None:
-                self._auth.stop()
+            if self._zap is not None:
+                self._zap.close(0)
             self._ctx.term()
             self._remove_tmpdir()
             raise
@@ -160,6 +147,7 @@ class CurriculumServer(LearnerCalls, ServedCurriculum):
         self._wake_tx = self._ctx.socket(zmq.PAIR)
         self._wake_tx.setsockopt(zmq.LINGER, 0)
         self._wake_tx.connect(wake)
+        self._join_timeout = opts.join_timeout
         self._thread = threading.Thread(target=self._run, name=f"magister-server-{self.address}", daemon=True)
         self._thread.start()
         _live_servers.add(self)
@@ -169,23 +157,23 @@ class CurriculumServer(LearnerCalls, ServedCurriculum):
     def _run(self) -> None:
         sock = self._sock
         poller = zmq.Poller()
-        poller.register(sock, zmq.POLLIN)
-        poller.register(self._wake_rx, zmq.POLLIN)
-        poller.register(self._monitor, zmq.POLLIN)
+        for s in (sock, self._wake_rx, self._monitor, self._zap):
+            if s is not None:
+                poller.register(s, zmq.POLLIN)
         try:
             while not self._stop.is_set():
                 if time.monotonic() >= self._next_sweep:
                     self._sweep()
                 ready = dict(poller.poll(self._poll_ms))
-                if not ready:
-                    continue
                 if self._monitor in ready:
                     self._read_monitor()
-                # one message per wake-up: poll returns at once while more are waiting (as cheap as asking
-                # the socket whether one is, and no failing recv at the end of a burst)
-                try:
+                if self._zap in ready:
+                    self._answer_zap()
+                if sock not in ready:
+                    continue
+                try:  # one message per wake-up: poll returns at once while more are waiting
                     frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
-                except zmq.Again:  # (the wake-up was for the close, or a message was taken back)
+                except zmq.Again:
                     continue
                 try:
                     self._handle(frames)
@@ -195,9 +183,27 @@ class CurriculumServer(LearnerCalls, ServedCurriculum):
             pass
         finally:
             sock.disable_monitor()
-            sock.close(0)
-            self._monitor.close(0)
-            self._wake_rx.close(0)
+            for s in (sock, self._monitor, self._wake_rx, self._zap):
+                if s is not None:
+                    s.close(0)
+
+    def _answer_zap(self) -> None:
+        """Answer one ZAP request (RFC 27): admit the CURVE client whose public key is allowed (fail closed:
+        an error refuses it); a refusal is counted and logged before the server sees any message."""
+        version, request_id, _domain, address, _identity, mechanism, *credentials = self._zap.recv_multipart()
+        key = z85.encode(credentials[0]) if mechanism == b"CURVE" and credentials else b""
+        try:
+            ok = bool(key) and self._allowed.allows(key)  # type: ignore[union-attr]
+        except Exception:
+            self._log.exception("zap", "curriculum server: ZAP handler: unexpected error")
+            ok = False
+        if not ok:
+            self.clients_refused += 1
+            self._log.warning("refused_client", "curriculum server: refused a client from %s: its CURVE "
+                              "public key %s is not in curve_allowed_clients",
+                              address.decode("utf-8", "replace"), key.decode("ascii"))
+        status = (b"200", b"OK", key) if ok else (b"400", b"not an allowed client", b"")
+        self._zap.send_multipart([version, request_id, *status, b""])  # type: ignore[union-attr]
 
     def _read_monitor(self) -> None:
         """Note the peers whose connection ZeroMQ reports closed (their slots are freed when needed)."""
@@ -216,22 +222,17 @@ class CurriculumServer(LearnerCalls, ServedCurriculum):
 
     def _sweep(self) -> None:
         """Declare gone the envs silent for longer than ``env_timeout`` (their tasks are abandoned)."""
-        now = time.monotonic()
-        self._next_sweep = now + self.env_timeout / 4  # type: ignore[operator]
-        deadline = now - self.env_timeout  # type: ignore[operator]
-        for identity, peer in list(self._peers.items()):
-            if peer.last_seen < deadline:
-                del self._peers[identity]
-                self.core.depart(peer.env_id, "timeout")
-        self.core.depart_unclaimed(deadline)
+        self._next_sweep = time.monotonic() + self.core.heartbeat
+        if self.core.sweep():
+            self._peers = {i: p for i, p in self._peers.items() if self.core.is_live(p.env_id)}
 
     def _send(self, identity: bytes, msg: P.Message) -> bool:
+        """Send ``msg`` now (numbered, and kept until acknowledged, for a sequenced env)."""
         peer = self._peers.get(identity)
         frames = P.encode(msg)
-        if peer is not None and peer.sequenced:  # numbered, and kept until the env acknowledges it
-            frames = peer.stream.number(frames)
-        quiet = peer is not None and peer.sequenced
-        return self._write(identity, frames, msg, logging.DEBUG if quiet else None)
+        if peer is None or not peer.sequenced:
+            return self._write(identity, frames, msg)
+        return self._write(identity, peer.stream.number(frames), msg, logging.DEBUG)  # (resent if lost)
 
     def _write(
         self, identity: bytes, frames: list[Any], msg: P.Message | None = None, level: int | None = None
@@ -243,27 +244,19 @@ class CurriculumServer(LearnerCalls, ServedCurriculum):
             return True
         except (zmq.Again, zmq.ZMQError) as exc:  # peer gone (ROUTER_MANDATORY) or its queue is full
             self.replies_undelivered += 1
-            self._log.log(
-                logging.WARNING if level is None else level,
-                "undeliverable",
-                "curriculum server: could not deliver %s to env %s: %s",
-                type(msg).__name__ if msg is not None else "a message",
-                getattr(msg, "env_id", "?"),
-                exc,
-            )
+            what = type(msg).__name__ if msg is not None else "a message"
+            self._log.log(logging.WARNING if level is None else level, "undeliverable",
+                          "curriculum server: could not deliver %s to env %s: %s", what,
+                          getattr(msg, "env_id", "?"), exc)
             return False
-
-    def _error(self, identity: bytes, code: str, message: str, env_id: int = -1) -> None:
-        self.errors_sent += 1
-        self._send(identity, P.Error(code, message[:2000], env_id))
 
     def _sequence(self, identity: bytes, peer: _Peer | None, envelope: tuple[int, int, int]) -> bool:
         """Account for a sequenced frame; whether the message it carries is to be applied now."""
         kind, seq, ack = envelope
         if peer is None:  # a restarted server, or an env declared gone: it must say hello again
-            self.core.note_malformed(None)
-            self._error(identity, "unknown_env", "this server does not know this env (restarted, or it "
-                        "declared the env gone); send Hello again")
+            self.core.note_malformed(-1)
+            why = "this server does not know this env (restarted, or it declared it gone); send Hello again"
+            self._send(identity, self.core.error("unknown_env", why))
             return False
         peer.sequenced = True
         verdict = peer.stream.receive(kind, seq, ack)
@@ -284,66 +277,51 @@ class CurriculumServer(LearnerCalls, ServedCurriculum):
     def _handle(self, frames: list[Any]) -> None:
         identity = frames[0].bytes
         peer = self._peers.get(identity)
+        env_id = -1 if peer is None else peer.env_id
         if peer is not None:
-            peer.last_seen = time.monotonic()
+            self.core.heard(env_id)
             peer.fd = frames[-1].get(zmq.SRCFD)
-        env_id = None if peer is None else peer.env_id
         try:
             envelope = P.unpack_envelope(frames[1]) if len(frames) > 1 else None
-            if envelope is not None:
-                if not self._sequence(identity, peer, envelope):
-                    return
-                body = [frames[1].buffer[P.ENVELOPE_SIZE:], *frames[2:]]
-            else:
-                body = frames[1:]
+            if envelope is not None and not self._sequence(identity, peer, envelope):
+                return
+            body = frames[1:] if envelope is None else [frames[1].buffer[P.ENVELOPE_SIZE:], *frames[2:]]
             msg = P.decode(body, max_header_bytes=self._max_header)
-        except P.ProtocolVersionError as exc:
-            self.core.note_malformed(env_id)
-            self._error(identity, "version", str(exc), -1 if env_id is None else env_id)
-            return
         except P.ProtocolError as exc:
             self.core.note_malformed(env_id)
-            logger.debug("curriculum server: malformed frame from env %s: %s", env_id, exc)
-            self._error(identity, "malformed", str(exc), -1 if env_id is None else env_id)
+            code = "version" if isinstance(exc, P.ProtocolVersionError) else "malformed"
+            self._send(identity, self.core.error(code, str(exc), env_id))
             return
         if isinstance(msg, P.Hello):
-            if peer is None:  # (a repeated Hello, a client's retry, gets the same answer)
-                if self.core.live_envs >= self.max_envs:
-                    self._free_disconnected()  # (a full server makes room first)
-                try:
-                    welcome = self.core.register_env(msg)
-                except SyncRejected as exc:
-                    self._error(identity, exc.code, str(exc))
-                    return
-                peer = self._peers[identity] = _Peer(welcome.env_id, welcome, time.monotonic())
-                peer.fd = frames[-1].get(zmq.SRCFD)
-                logger.debug("env %d joined (pid %d, %r)", welcome.env_id, msg.pid, msg.name)
-                if msg.rejoin >= 0:
-                    logger.info("env %d joined again (it was env %d)", welcome.env_id, msg.rejoin)
-            self._write(identity, P.encode(peer.welcome), peer.welcome)
+            self._hello(identity, peer, msg, frames[-1].get(zmq.SRCFD))
             return
-        if env_id is None or getattr(msg, "env_id", None) != env_id:
+        if peer is None or msg.env_id != env_id:  # type: ignore[attr-defined]
             self.core.note_malformed(env_id)
-            self._error(
-                identity,
-                "unknown_env",
-                f"{type(msg).__name__} from a peer that is not env "
-                f"{getattr(msg, 'env_id', '?')}; send Hello first",
-                -1 if env_id is None else env_id,
-            )
+            what = f"{type(msg).__name__} from a peer that is not env {msg.env_id}; send Hello first"  # type: ignore
+            self._send(identity, self.core.error("unknown_env", what, env_id))
             return
-        try:
-            reply = self.core.apply(msg)
-        except SyncRejected as exc:
-            self._error(identity, exc.code, str(exc), env_id)
-            reply = exc.reply
-            if isinstance(reply, P.Error):
-                self.errors_sent += 1
-        if reply is not None and not self._send(identity, reply) and isinstance(reply, P.Tasks):
-            if not peer.sequenced:  # (a sequenced env gets it again when it reconnects)
-                self.core.mark_unsent(reply)
+        for reply in self.core.answer(msg):
+            if not self._send(identity, reply) and isinstance(reply, P.Tasks) and not peer.sequenced:
+                self.core.mark_unsent(reply)  # (a sequenced env gets it again when it reconnects)
         if isinstance(msg, P.Goodbye) and not self.core.is_live(env_id):  # it left: its slot is freed
             self._peers.pop(identity, None)
+
+    def _hello(self, identity: bytes, peer: _Peer | None, hello: P.Hello, fd: int) -> None:
+        """Welcome an env (a repeated hello, a client's retry, gets the same answer)."""
+        if peer is None:
+            if self.core.live_envs >= self.max_envs:
+                self._free_disconnected()  # (a full server makes room first)
+            try:
+                welcome = self.core.register_env(hello)
+            except SyncRejected as exc:
+                self._send(identity, self.core.error(exc.code, str(exc)))
+                return
+            peer = self._peers[identity] = _Peer(welcome, fd)
+            self.core.heard(welcome.env_id)
+            logger.debug("env %d joined (pid %d, %r)", welcome.env_id, hello.pid, hello.name)
+            if hello.rejoin >= 0:
+                logger.info("env %d joined again (it was env %d)", welcome.env_id, hello.rejoin)
+        self._write(identity, P.encode(peer.welcome), peer.welcome)
 
     def local_core(self) -> SyncCore | None:
         """The core, for feeds in the process that serves it (no sockets in-process)."""
@@ -351,28 +329,20 @@ class CurriculumServer(LearnerCalls, ServedCurriculum):
 
     def endpoint_metrics(self) -> dict[str, float]:
         """The socket's counts, added to :meth:`metrics`."""
-        out = {
-            "sync/errors_sent": self.errors_sent,
-            "sync/duplicates_dropped": self.duplicates_dropped,
-            "sync/replies_resent": self.replies_resent,
-            "sync/replies_undelivered": self.replies_undelivered,
-        }
-        if self._auth is not None:
-            out["sync/clients_refused"] = self._auth.refused
+        out = {"sync/errors_sent": self.core.errors_sent, "sync/replies_resent": self.replies_resent,
+               "sync/duplicates_dropped": self.duplicates_dropped,
+               "sync/replies_undelivered": self.replies_undelivered}
+        if self._allowed is not None:
+            out["sync/clients_refused"] = self.clients_refused
         return {k: float(v) for k, v in out.items()}
 
     # -- lifecycle ----------------------------------------------------------------------------------
-    @property
-    def closed(self) -> bool:
-        """Whether :meth:`close` has run."""
-        return self._closed
-
     def close(self) -> None:
         """Stop the thread (joined with a timeout), close the socket and remove the ipc directory.
         Idempotent; a no-op in a forked child."""
-        if self._closed or os.getpid() != self._pid:
+        if self.closed or os.getpid() != self._pid:
             return
-        self._closed = True
+        self.closed = True
         self._stop.set()
         try:
             self._wake_tx.send(b"", zmq.NOBLOCK)
@@ -380,8 +350,6 @@ class CurriculumServer(LearnerCalls, ServedCurriculum):
             pass
         self._wake_tx.close(0)
         self._thread.join(self._join_timeout)
-        if self._auth is not None:
-            self._auth.stop()
         if self._thread.is_alive():  # pragma: no cover - only if the curriculum blocks forever
             logger.error("curriculum server thread did not stop within %.1fs", self._join_timeout)
         else:
@@ -398,7 +366,7 @@ class CurriculumServer(LearnerCalls, ServedCurriculum):
             self._tmpdir = None
 
     def __repr__(self) -> str:
-        state = "closed" if self._closed else "serving"
+        state = "closed" if self.closed else "serving"
         return f"CurriculumServer({type(self.curriculum).__name__}, {self.address!r}, {state})"
 
 

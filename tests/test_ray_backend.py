@@ -349,10 +349,11 @@ def test_refused_update_is_counted_and_logged(shared, caplog):
 
 def test_malformed_frame_gets_an_error_reply(shared):
     before = shared.metrics()
-    reply = ray.get(shared.actor.handle.remote(b"\x93\x01"), timeout=30)
+    (reply,) = ray.get(shared.actor.handle_batch.remote([b"\x93\x01"]), timeout=30)
     err = P.decode([reply])
     assert isinstance(err, P.Error) and err.code == "malformed"
-    reply = ray.get(shared.actor.handle.remote(P.encode(P.Welcome(10**6, False, True, 1))[0]), timeout=30)
+    welcome = P.encode(P.Welcome(10**6, False, True, 1))[0]
+    (reply,) = ray.get(shared.actor.handle_batch.remote([welcome]), timeout=30)
     assert P.decode([reply]).code == "bad_request"
     m = shared.metrics()
     assert m["sync/malformed_frames_unattributed"] == before["sync/malformed_frames_unattributed"] + 2
@@ -586,7 +587,8 @@ def test_silent_env_is_declared_gone_and_a_feed_with_heartbeats_is_not(ray_sessi
         beating = RayClient(server.address, prefetch=1, timeout=30, max_update_delay=0)
         a = beating.next_task()
         # an env that registered and asked for tasks, then went silent (no feed, so no heartbeats)
-        hello = ray.get(server.actor.handle.remote(ray_backend._pack(P.Hello(0, "silent"))), timeout=30)
+        hello = ray_backend._pack(P.Hello(0, "silent"))
+        (hello,) = ray.get(server.actor.handle_batch.remote([hello]), timeout=30)
         silent = P.decode([hello]).env_id
         ask = ray_backend._pack(P.Report(silent, request=3))
         ray.get(server.actor.handle_batch.remote([ask]), timeout=30)

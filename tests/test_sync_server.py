@@ -1032,4 +1032,4 @@ def test_registrations_of_returning_envs_are_counted_as_rejoins():
     again = core.register_env(P.Hello(1, rejoin=first)).env_id
     m = core.sync_metrics()
     assert again == first and m["sync/envs"] == 1 and m["sync/envs_rejoined"] == 1  # back under its id
-    assert core.may_rejoin(first) is False and core.register_env(P.Hello(1, rejoin=first)).env_id != first
+    assert core.is_live(first) and core.register_env(P.Hello(1, rejoin=first)).env_id != first

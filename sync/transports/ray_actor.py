@@ -200,8 +200,8 @@ class RayTransport(Transport):
         while True:
             try:
                 actor = lookup_actor(self.actor_name, self.namespace, max(0.0, deadline - time.monotonic()))
-                ref = actor.handle.remote(pack(hello), self.where)
-                reply = P.decode([get(ref, self.timeout, self.peer, "the hello")])
+                ref = actor.handle_batch.remote([pack(hello)], "", self.where)
+                reply = unpack(get(ref, self.timeout, self.peer, "the hello")[0])
                 break
             except ActorGone:
                 raise
@@ -253,7 +253,7 @@ class RayTransport(Transport):
     def _read(self, timeout: float) -> list[P.Message] | None:
         """The replies of the oldest unread call, waiting at most ``timeout`` (``None``: not yet)."""
         try:
-            replies = [P.decode([r]) for r in ray.get(self.calls[0][0], timeout=timeout) or ()]
+            replies = [unpack(r) for r in ray.get(self.calls[0][0], timeout=timeout) or ()]
         except GetTimeoutError:
             return None
         except ActorDiedError as exc:
