@@ -1,18 +1,15 @@
 """The transport-agnostic core of the sync layer: registration, leases, accounting, applying updates.
 
 A :class:`SyncCore` holds one curriculum and everything the curriculum side knows about its envs. The three
-endpoints (:class:`~magister.sync.server.CurriculumServer` over ZeroMQ, the Ray actor of
-:mod:`magister.sync.ray_backend`, and :func:`magister.sync.local.local_core` in-process) feed it the same
-protocol messages, so validation and accounting are identical on every path.
+endpoints (ZeroMQ :mod:`~magister.sync.server`, the Ray actor of :mod:`~magister.sync.ray_backend`, and
+in-process :mod:`~magister.sync.local`) feed it the same protocol messages, so validation and accounting are
+identical on every path.
 
-**Leases.** Each task handed out gets a unique id and stays *in flight* until the env acknowledges it:
-with its episode, a completion (progress) update, by returning it at close, or by leaving (its tasks are
-then abandoned and passed to ``on_task_abandoned``). **Episodes** reach the curriculum as
-:class:`~magister.curricula.base.Episode` records through
-:meth:`~magister.curricula.base.Curriculum.on_episode`, with the ``train``/``control``/``variant``
-fields recorded when the task was handed out. **Refusals:** a malformed update, one naming a task the env
-does not hold, non-finite values, and an update the curriculum raises on (counted as
-``curriculum_errors`` and logged with the curriculum's name) raise :class:`SyncRejected`; the endpoint
+Each task handed out is a *lease* with a unique id, in flight until the env's episode, a completion update,
+its return at close or the env's departure (then it is abandoned and passed to ``on_task_abandoned``) ends
+it. Episodes reach the curriculum as :class:`~magister.curricula.base.Episode` records through
+:meth:`~magister.curricula.base.Curriculum.on_episode`. A refused update (malformed, naming a task the env
+does not hold, non-finite, or one the curriculum raises on) raises :class:`SyncRejected`, and the endpoint
 replies with an error.
 
 >>> from magister.curricula.domain_randomization import DomainRandomization
@@ -138,9 +135,8 @@ class SyncCore:
 
     Args:
         curriculum: The curriculum to serve.
-        options: The endpoint's settings (:class:`~magister.sync.options.ServerOptions`; the core reads
-            ``step_batch_size``, ``validate_tasks``, ``keep_departed``, ``max_tasks_in_flight``,
-            ``max_envs``); its fields may also be given as keywords.
+        options: The endpoint's settings (:class:`~magister.sync.options.ServerOptions`, kept as
+            :attr:`options`); its fields may also be given as keywords.
         lock: The lock to share; by default the curriculum's own
             (:attr:`~magister.curricula.base.Curriculum.lock`), so a learner reading the curriculum
             directly is serialised with the endpoint.
@@ -150,25 +146,18 @@ class SyncCore:
                  **overrides: Any) -> None:
         if not isinstance(curriculum, Curriculum):
             raise TypeError(f"curriculum must be a magister Curriculum, got {type(curriculum).__name__}")
-        opts = ServerOptions.of(options, **overrides)
+        self.options = opts = ServerOptions.of(options, **overrides)
         self.curriculum = curriculum
-        self.step_batch_size = opts.step_batch_size
-        self.validate_tasks = opts.validate_tasks
-        self.max_tasks_in_flight = opts.max_tasks_in_flight
-        self.max_envs = opts.max_envs
         self.lock = lock if lock is not None else curriculum.lock
         self.pid = os.getpid()
         self._counters: dict[int, EnvCounters] = {}  # live envs
         self._departed: OrderedDict[int, EnvCounters] = OrderedDict()  # the last envs that left
         self._evicted = EnvCounters(connected=0)  # the totals of envs that left before those
-        self.keep_departed = opts.keep_departed
         self.departed_envs = 0
         #: Registrations of envs that had registered before (after a restart, or after being declared gone).
         self.rejoined_envs = 0
         #: Updates returning envs could not keep while the server was away (reported in their hellos).
         self.updates_lost_away = 0
-        #: Seconds an env watched through :meth:`heard` may stay silent before :meth:`sweep` declares it gone.
-        self.env_timeout = opts.env_timeout
         #: Seconds between heartbeats asked of idle envs (0: none).
         self.heartbeat = 0.0 if opts.env_timeout is None else opts.env_timeout / 4
         #: When each env an endpoint watches (see :meth:`heard`) was last heard from.
@@ -218,8 +207,8 @@ class SyncCore:
                 )
         with self.lock:
             back = hello.rejoin in self._departed or hello.rejoin in self._restored  # to its own slot
-            if len(self._counters) >= self.max_envs and not back:
-                raise SyncRejected("too_many_envs", f"at most {self.max_envs} live envs are served")
+            if len(self._counters) >= self.options.max_envs and not back:
+                raise SyncRejected("too_many_envs", f"at most {self.options.max_envs} live envs are served")
             resumed = hello.rejoin in self._restored  # its leases restored from a checkpoint
             if hello.rejoin >= 0:
                 self.rejoined_envs += 1
@@ -253,7 +242,7 @@ class SyncCore:
             env_id=env_id,
             requires_step_updates=bool(cur.requires_step_updates),
             requires_episode_updates=bool(cur.requires_episode_updates),
-            step_batch_size=self.step_batch_size,
+            step_batch_size=self.options.step_batch_size,
             step_obs=bool(cur.requires_step_observations),
             step_infos=bool(cur.requires_step_infos),
             task_space=self.task_space_fingerprint,
@@ -286,7 +275,7 @@ class SyncCore:
             c.connected = 0
             self.departed_envs += 1
             self._departed[env_id] = c
-            while len(self._departed) > self.keep_departed:
+            while len(self._departed) > self.options.keep_departed:
                 self._evicted.add(self._departed.popitem(last=False)[1])
         if flight or reason != "goodbye":
             logger.info("env %d left (%s); %d tasks it held abandoned", env_id, reason, len(flight))
@@ -312,9 +301,9 @@ class SyncCore:
     def sweep(self) -> list[int]:
         """Declare gone the watched envs silent past ``env_timeout``, and the envs restored from a
         checkpoint that did not come back within it; returns their ids."""
-        if self.env_timeout is None:
+        if self.options.env_timeout is None:
             return []
-        since = time.monotonic() - self.env_timeout
+        since = time.monotonic() - self.options.env_timeout
         with self.lock:
             gone = [e for e, t in [*self.last_heard.items(), *self._restored.items()] if t < since]
             for env_id in gone:
@@ -410,13 +399,12 @@ class SyncCore:
                 "bad_request", f"task request for {count} tasks; expected 1..{MAX_TASKS_PER_REQUEST}"
             )
         with self.lock:
-            held = len(self._in_flight[env_id])
-            if held + count > self.max_tasks_in_flight:
+            held, most = len(self._in_flight[env_id]), self.options.max_tasks_in_flight
+            if held + count > most:
                 raise SyncRejected(
                     "too_many_tasks",
-                    f"env {env_id} asked for {count} tasks holding {held}: the server allows "
-                    f"{self.max_tasks_in_flight} in flight per env (max_tasks_in_flight; a feed holds at "
-                    "most prefetch + 1)",
+                    f"env {env_id} asked for {count} tasks holding {held}: the server allows {most} in "
+                    "flight per env (max_tasks_in_flight; a feed holds at most prefetch + 1)",
                 )
             cur = self.curriculum
             try:
@@ -468,7 +456,7 @@ class SyncCore:
         """The sample handed out as ``task_id``, checked against the reported ``task`` (``-1``: a task the env
         chose, checked against the task space)."""
         if task_id == -1:
-            if self.validate_tasks and not self.curriculum.task_space.contains_encoded(task):
+            if self.options.validate_tasks and not self.curriculum.task_space.contains_encoded(task):
                 raise SyncRejected(
                     "invalid_task",
                     f"task {task!r:.200} is not an encoded task of {self.curriculum.task_space!r}",

@@ -111,7 +111,8 @@ def test_overrides_apply_over_an_options_object_which_stays_unchanged():
 
 def test_sync_core_reads_its_fields_from_options_and_keywords():
     core = SyncCore(Steps(), ServerOptions(step_batch_size=5, keep_departed=0), max_tasks_in_flight=9)
-    assert (core.step_batch_size, core.keep_departed, core.max_tasks_in_flight) == (5, 0, 9)
+    opts = core.options
+    assert (opts.step_batch_size, opts.keep_departed, opts.max_tasks_in_flight) == (5, 0, 9)
 
 
 def test_serve_with_an_options_object_batches_steps_as_it_says():
