@@ -631,18 +631,22 @@ def unpack_envelope(frame: Any) -> tuple[int, int, int] | None:
 class Stream:
     """One side's state of a sequenced connection: the number of the last message it sent (``tx``) and of
     the last one it received in order (``rx``), and the messages it sent that the other side has not
-    acknowledged (at most ``keep``, for a resend).
+    acknowledged (at most ``keep``, for a resend). ``pings``: this is the env's side, which asks for resends
+    with ``PING``; the server's side answers them.
 
-    >>> a, b = Stream(8), Stream(8)
-    >>> first, second = a.number([b"x"]), a.number([b"y"])
-    >>> b.receive(*unpack_envelope(second[0])), b.receive(*unpack_envelope(first[0]))
-    ('gap', 'deliver')
-    >>> b.receive(*unpack_envelope(first[0])), b.receive(*unpack_envelope(second[0]))
-    ('repeat', 'deliver')
+    >>> env, server = Stream(8, pings=True), Stream(8)
+    >>> first, second = env.number([b"x"]), env.number([b"y"])
+    >>> server.answer(*unpack_envelope(second[0]))  # the first was lost: the server says where it stands
+    ('gap', [], 2)
+    >>> server.answer(*unpack_envelope(first[0])), server.answer(*unpack_envelope(first[0]))
+    (('deliver', [], None), ('repeat', [], None))
+    >>> verdict, resend, control = env.answer(*unpack_envelope(server.control(PONG)))
+    >>> verdict, len(resend), control  # the second is sent again
+    ('control', 1, None)
     """
 
-    def __init__(self, keep: int) -> None:
-        self.keep = keep
+    def __init__(self, keep: int, pings: bool = False) -> None:
+        self.keep, self.pings = keep, pings
         self.tx = self.rx = 0
         self.sent: deque[tuple[int, list[Any]]] = deque()
         self.gap = False  # a gap was reported since the last message received in order
@@ -668,21 +672,33 @@ class Stream:
         """The frames of every message sent and not acknowledged, to send again."""
         return [self._framed(n, frames) for n, frames in self.sent]
 
-    def receive(self, kind: int, seq: int, ack: int) -> str:
-        """Account for a received envelope: ``"deliver"`` (the next message in order), ``"repeat"`` (already
-        received), ``"gap"`` (one before it was lost: ask for the resend), ``"ahead"`` (after a gap already
-        reported) or ``"control"`` (a ``PING`` / ``PONG``); only a delivered message is to be kept."""
+    def answer(self, kind: int, seq: int, ack: int) -> tuple[str, list[list[Any]], int | None]:
+        """Account for a received envelope; ``(verdict, resend, control)``: what it is, the frames of the
+        messages to send again and the control kind to send after them (``None``: none).
+
+        The verdicts: ``"deliver"`` (the next message in order: the only one to keep), ``"repeat"`` (already
+        received), ``"gap"`` (one before it was lost: ask for the resend with a ``PING`` from the env's side,
+        a ``PONG`` from the server's), ``"ahead"`` (after a gap already reported) or ``"control"`` (a
+        ``PING``, answered with every unacknowledged message and a ``PONG``, or a ``PONG``, answered with
+        every unacknowledged message; the server's side refuses a ``PONG``).
+        """
         while self.sent and self.sent[0][0] <= ack:
             self.sent.popleft()
         if kind != DATA:
-            return "control"
+            if kind == PONG and not self.pings:
+                raise ProtocolError("an env may not send a PONG envelope")
+            return "control", self.unacknowledged(), None if self.pings else PONG
         if seq <= self.rx:
-            return "repeat"
+            return "repeat", [], None
         if seq > self.rx + 1:
             reported, self.gap = self.gap, True
-            return "ahead" if reported else "gap"
+            return ("ahead", [], None) if reported else ("gap", [], PING if self.pings else PONG)
         self.rx, self.gap = seq, False
-        return "deliver"
+        return "deliver", [], None
+
+    def receive(self, kind: int, seq: int, ack: int) -> str:
+        """The verdict of :meth:`answer` alone."""
+        return self.answer(kind, seq, ack)[0]
 
 
 def rejoin_hello(hello: Hello, unacknowledged: Sequence[Message]) -> Hello:

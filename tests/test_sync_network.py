@@ -474,6 +474,26 @@ def test_envelope_frames_are_validated():
     assert P.unpack_envelope(P.pack_envelope(P.PING, 3, 2)) == (P.PING, 3, 2)
 
 
+def test_a_stream_says_what_to_send_back_for_each_envelope():
+    """Each side's answer: a gap is reported (PING from the env, PONG from the server), a PING is answered
+    with every unacknowledged reply and a PONG, a PONG with every unacknowledged message; acks free both."""
+    env, server = P.Stream(8, pings=True), P.Stream(8)
+    sent = [env.number([f"m{i}".encode()]) for i in range(3)]
+    assert server.answer(*P.unpack_envelope(sent[1][0])) == ("gap", [], P.PONG)
+    assert server.answer(*P.unpack_envelope(sent[2][0])) == ("ahead", [], None)  # the gap is reported once
+    assert server.answer(*P.unpack_envelope(sent[0][0])) == ("deliver", [], None)
+    assert server.receive(*P.unpack_envelope(sent[0][0])) == "repeat"
+    replies = [server.number([f"r{i}".encode()]) for i in range(2)]
+    assert env.answer(*P.unpack_envelope(replies[1][0])) == ("gap", [], P.PING)
+    verdict, resend, control = server.answer(*P.unpack_envelope(env.control(P.PING)))
+    assert (verdict, resend, control) == ("control", replies, P.PONG)  # every reply the env has not acked
+    verdict, resend, control = env.answer(*P.unpack_envelope(server.control(P.PONG)))
+    assert (verdict, control) == ("control", None)
+    assert resend == sent[1:]  # the server acknowledged the first message only
+    with pytest.raises(P.ProtocolError, match="PONG"):
+        server.answer(*P.unpack_envelope(env.control(P.PONG)))
+
+
 def test_an_unreachable_server_raises_after_the_timeout_saying_what_was_tried():
     server = serve(Counting(), "tcp://127.0.0.1:*")
     c = CurriculumClient(server.address, timeout=1.0, reconnect_timeout=2.0, close_timeout=0.1, prefetch=0)

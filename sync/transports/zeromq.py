@@ -84,7 +84,7 @@ class ZmqTransport(Transport):
         self.failed_handshakes = 0
         self.socket: zmq.Socket | None = None
         self.waits = 0
-        self.stream = P.Stream(MAX_UNACKED)
+        self.stream = P.Stream(MAX_UNACKED, pings=True)
         self.pings = self.resent = self.duplicates = self.rejoins = 0
         self.last_send = 0.0  # (monotonic) when the last frame went out: heartbeats fill silences
         self.last_heard = time.monotonic()  # when the last frame came in: a silent server is away
@@ -94,20 +94,20 @@ class ZmqTransport(Transport):
         return f"curriculum server at {self.address}"
 
     def no_reply(self, what: str) -> str:
-        tried = (
-            f" (tried: reconnecting every 0.1-1 s, {self.pings} resend requests"
-            f"{f', {self.resent} messages sent again' if self.resent else ''}"
-            f"{f', {self.rejoins} re-registrations' if self.rejoins else ''})"
-            if self.socket is not None and self.pings
-            else ""
-        )
-        return f"no reply from the {self.peer} within {self.timeout:g}s while waiting for {what}{tried}"
+        said = f"no reply from the {self.peer} within {self.timeout:g}s while waiting for {what}"
+        if self.socket is None or not self.pings:
+            return said
+        return (f"{said} (tried: reconnecting every 0.1-1 s, {self.pings} resend requests"
+                f"{f', {self.resent} messages sent again' if self.resent else ''}"
+                f"{f', {self.rejoins} re-registrations' if self.rejoins else ''})")
 
     def open(self, hello: P.Hello) -> P.Welcome:
         sock = _context().socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, int(self.close_timeout * 1000))
         sock.setsockopt(zmq.RECONNECT_IVL, 100)
         sock.setsockopt(zmq.RECONNECT_IVL_MAX, 1000)
+        ms = self.timeout * 1000  # a send waits for room at most the timeout (-1: an infinite one)
+        sock.setsockopt(zmq.SNDTIMEO, int(ms) if ms < 2**31 else -1)
         # the session token: the server knows this socket by it across reconnects (a leading zero byte is
         # reserved by ZeroMQ)
         sock.setsockopt(zmq.ROUTING_ID, b"m" + os.urandom(15))
@@ -129,64 +129,61 @@ class ZmqTransport(Transport):
         start, as the new registration's (:func:`magister.sync.protocol.rebase`)."""
         self.rejoins += 1
         old = [P.decode(frames) for _, frames in self.stream.sent]
-        self.stream = P.Stream(MAX_UNACKED)
+        self.stream = P.Stream(MAX_UNACKED, pings=True)
         hello = P.rejoin_hello(hello, old)
         welcome = self._register(hello)
-        for msg in old:
-            msg = P.rebase(msg, welcome.env_id)
-            if msg is not None:
-                self.send([msg])
-                self.resent += 1
+        again = [m for m in (P.rebase(m, welcome.env_id) for m in old) if m is not None]
+        self.send(again)
+        self.resent += len(again)
         return welcome
 
     def _register(self, hello: P.Hello, monitor: zmq.Socket | None = None) -> P.Welcome:
         """Send ``hello`` and wait for the welcome. A server at ``max_envs`` is asked again, backing off,
         for up to ``reconnect_timeout``; a refused CURVE handshake raises :class:`SyncError` at once."""
-        self._write(P.encode(hello), "Hello")
-        start = time.monotonic()
-        deadline = start + self.timeout
-        backoff = 0.1
+        start, backoff = time.monotonic(), 0.1
         while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise ServerUnavailableError(self.no_reply("a welcome"))
+            reply = self._answer_to(hello, monitor)
+            if isinstance(reply, P.Welcome):
+                self.env_id = reply.env_id
+                return reply
+            if reply.code == "version":
+                raise P.ProtocolVersionError(reply.message)
+            if reply.code != "too_many_envs" or time.monotonic() - start >= self.reconnect_timeout:
+                logger.error("%s refused the hello (%s): %s", self.peer, reply.code, reply.message)
+                raise SyncError(f"{self.peer} refused (waiting for a welcome): {reply.code}: {reply.message}")
+            if backoff == 0.1:
+                logger.warning("%s is full (%s); asking again, backing off", self.peer, reply.message)
+            time.sleep(backoff)
+            backoff = min(2 * backoff, 5.0)
+
+    def _answer_to(self, hello: P.Hello, monitor: zmq.Socket | None) -> P.Welcome | P.Error:
+        """Send ``hello``; the welcome or the error answering it, waiting at most the timeout."""
+        self._write(P.encode(hello), "Hello")
+        deadline = time.monotonic() + self.timeout
+        while (left := deadline - time.monotonic()) > 0:
             if monitor is not None:
                 self._check_handshake(monitor)
                 left = min(left, 0.05)
-            for msg in self.receive(left, retry=False):
-                if isinstance(msg, P.Welcome):
-                    self.env_id = msg.env_id
+            for msg in self.receive(left, retry=False):  # (an unknown_env error is stale: before the hello)
+                if isinstance(msg, P.Welcome) or (isinstance(msg, P.Error) and msg.code != "unknown_env"):
                     return msg
-                if not isinstance(msg, P.Error) or msg.code == "unknown_env":  # (stale: before this hello)
-                    continue
-                if msg.code == "version":
-                    raise P.ProtocolVersionError(msg.message)
-                if msg.code == "too_many_envs" and time.monotonic() - start < self.reconnect_timeout:
-                    if backoff == 0.1:
-                        logger.warning("%s is full (%s); asking again, backing off", self.peer, msg.message)
-                    time.sleep(backoff)
-                    backoff = min(2 * backoff, 5.0)
-                    deadline = time.monotonic() + self.timeout
-                    self._write(P.encode(hello), "Hello")
-                    continue
-                logger.error("%s refused the hello (%s): %s", self.peer, msg.code, msg.message)
-                raise SyncError(f"{self.peer} refused (waiting for a welcome): {msg.code}: {msg.message}")
+        raise ServerUnavailableError(self.no_reply("a welcome"))
 
     def _check_handshake(self, monitor: zmq.Socket) -> None:
         """Raise :class:`SyncError` saying why when the monitor reports a refused CURVE handshake."""
         while monitor.poll(0):
-            event = recv_monitor_message(monitor)["event"]
-            if event == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
+            if recv_monitor_message(monitor)["event"] == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
                 key = self.public_key.decode()  # type: ignore[union-attr] (refused: it presented one)
                 raise SyncError(f"{self.peer} refused this client's CURVE key {key} (not on its "
                                 "curve_allowed_clients): pass a listed key pair as curve_client_keys")
             self.failed_handshakes += 1
-            if self.failed_handshakes >= 3 and self.curve[0] is None:
+            if self.failed_handshakes < 3:
+                continue
+            if self.curve[0] is None:
                 raise SyncError(f"the handshake with {self.peer} fails: does it require CURVE keys (pass "
                                 "curve_server_key=<its public key>)?")
-            if self.failed_handshakes >= 3:
-                raise SyncError(f"the CURVE handshake with {self.peer} fails: is curve_server_key "
-                                f"{self.curve[0]!r} the server's public key?")
+            raise SyncError(f"the CURVE handshake with {self.peer} fails: is curve_server_key "
+                            f"{self.curve[0]!r} the server's public key?")
 
     def send(self, items: list[P.Message]) -> None:
         """Each message numbered, in order (kept until the server acknowledges it)."""
@@ -217,31 +214,21 @@ class ZmqTransport(Transport):
         self.last_send = time.monotonic()
         try:
             sock.send_multipart(frames, zmq.NOBLOCK, copy=copy)
-            return
-        except zmq.Again:
-            pass
-        self.waits += 1
-        if sock.poll(int(self.timeout * 1000), zmq.POLLOUT):
+        except zmq.Again:  # the queue is full: wait for room (at most the timeout, the socket's SNDTIMEO)
+            self.waits += 1
             try:
-                sock.send_multipart(frames, zmq.NOBLOCK, copy=copy)
-                return
-            except zmq.Again:  # pragma: no cover - room vanished between poll and send
-                pass
-        raise ServerUnavailableError(self.no_reply(f"room in the send queue for a {what}"))
+                sock.send_multipart(frames, copy=copy)
+            except zmq.Again:
+                raise ServerUnavailableError(self.no_reply(f"room in the send queue for a {what}")) from None
 
     def receive(self, timeout: float, retry: bool = True) -> list[P.Message]:
         """At most one message; with ``retry``, a ``PING`` each time the wait passes ``retry_interval``."""
         sock = self.socket
         assert sock is not None
-        if timeout <= 0:
-            if not sock.get(zmq.EVENTS) & zmq.POLLIN:  # cheaper than a zero-timeout poll
-                return []
-            return self._take(sock.recv_multipart(copy=False))
+        if timeout <= 0:  # (reading the socket's events is cheaper than a zero-timeout poll)
+            return self._take(sock.recv_multipart(copy=False)) if sock.get(zmq.EVENTS) & zmq.POLLIN else []
         deadline = time.monotonic() + timeout
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return []
+        while (left := deadline - time.monotonic()) > 0:
             # a resend request every retry_interval; once every second while the server is silent
             every = self.retry_interval if time.monotonic() - self.last_heard < self.timeout else 1.0
             slice_ = min(left, every) if retry else left
@@ -251,6 +238,7 @@ class ZmqTransport(Transport):
                     return msgs
             elif retry and left > slice_:
                 self.ping()
+        return []
 
     def _take(self, frames: list[Any]) -> list[P.Message]:
         """The message of a received frame list (``[]``: a repeat, an out-of-order reply or a ``PONG``)."""
@@ -258,27 +246,22 @@ class ZmqTransport(Transport):
         envelope = P.unpack_envelope(frames[0])
         if envelope is None:  # unsequenced: a welcome, or an error to a peer the server does not know
             return [P.decode(frames)]
-        verdict = self.stream.receive(*envelope)
-        if verdict == "control":  # a PONG: what is still unacknowledged never arrived
-            for frames in self.stream.unacknowledged():
-                self._write(frames, "message sent again")
-                self.resent += 1
-        elif verdict == "repeat":
-            self.duplicates += 1
-        elif verdict == "gap":  # a reply was lost before this one: ask for both again
-            self.ping()
-        elif verdict == "deliver":
+        verdict, resend, control = self.stream.answer(*envelope)
+        if verdict == "deliver":
             return [P.decode([frames[0].buffer[P.ENVELOPE_SIZE:], *frames[1:]])]
+        for again in resend:  # after a PONG: what is still unacknowledged never arrived
+            self._write(again, "message sent again")
+        self.resent += len(resend)
+        self.duplicates += verdict == "repeat"
+        if control is not None:  # a reply was lost before this one: ask for both again
+            self.ping()
         return []
 
     def close(self, wait: bool = True, linger: float | None = None) -> None:
         """Close the socket (``wait``: let queued messages go out for at most ``linger`` seconds)."""
         if self.socket is not None:
-            if not wait:
-                self.socket.close(0)
-            else:
-                ms = int(1000 * (self.close_timeout if linger is None else max(0.0, linger)))
-                self.socket.close(ms)
+            linger = (self.close_timeout if linger is None else max(0.0, linger)) if wait else 0.0
+            self.socket.close(int(1000 * linger))
             self.socket = None
 
     def abandon(self) -> None:
