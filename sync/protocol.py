@@ -696,10 +696,6 @@ class Stream:
         self.rx, self.gap = seq, False
         return "deliver", [], None
 
-    def receive(self, kind: int, seq: int, ack: int) -> str:
-        """The verdict of :meth:`answer` alone."""
-        return self.answer(kind, seq, ack)[0]
-
 
 def rejoin_hello(hello: Hello, unacknowledged: Sequence[Message]) -> Hello:
     """``hello`` of a returning env, with what its ``unacknowledged`` reports (to be sent again) name: their

@@ -259,19 +259,15 @@ class CurriculumServer(LearnerCalls, ServedCurriculum):
             self._send(identity, self.core.error("unknown_env", why))
             return False
         peer.sequenced = True
-        verdict = peer.stream.receive(kind, seq, ack)
-        if verdict == "control":
-            if kind != P.PING:
-                raise P.ProtocolError(f"an env may not send a {kind} envelope")
-            for frames in peer.stream.unacknowledged():  # what it missed, then from where it must resend
-                self._write(identity, frames)
-                self.replies_resent += 1
-            self._write(identity, [peer.stream.control(P.PONG)])
-        elif verdict == "repeat":  # already applied (a resend after a reconnect)
+        verdict, resend, control = peer.stream.answer(kind, seq, ack)
+        for frames in resend:  # what the env missed, then from where it must resend
+            self._write(identity, frames)
+        self.replies_resent += len(resend)
+        if control is not None:
+            self._write(identity, [peer.stream.control(control)])
+        if verdict == "repeat":  # already applied (a resend after a reconnect)
             self.duplicates_dropped += 1
             self.core.counters(peer.env_id).duplicates_dropped += 1
-        elif verdict == "gap":  # something before it was lost: ask for the resend from there
-            self._write(identity, [peer.stream.control(P.PONG)])
         return verdict == "deliver"
 
     def _handle(self, frames: list[Any]) -> None:
