@@ -527,11 +527,16 @@ class SyncCore:
             return self.assign_tasks(env_id, msg.request) if msg.request else None
 
     def answer(self, msg: P.Message) -> list[P.Message]:
-        """The replies to ``msg`` (a message after the env's hello), in order: :meth:`apply`'s, or for a
-        refused message its :meth:`error` and then the tasks still owed to the env. Never raises."""
+        """The replies to ``msg`` from an env over a transport, in order: a hello's welcome (the env is then
+        watched for liveness, see :meth:`heard`), :meth:`apply`'s reply, or for a refused message its
+        :meth:`error` and then the tasks still owed to the env. Never raises."""
         env_id = getattr(msg, "env_id", -1)
         try:
-            reply = self.apply(msg)
+            if type(msg) is P.Hello:
+                reply = self.register_env(msg)
+                self.heard(reply.env_id)
+            else:
+                reply = self.apply(msg)
         except SyncRejected as exc:
             return [self.error(exc.code, str(exc), env_id), *([] if exc.reply is None else [exc.reply])]
         except Exception as exc:  # the endpoint must answer every message

@@ -28,7 +28,7 @@ from ..checkpoint import load
 from ..curricula.base import Curriculum, TaskSample
 from ..task_spaces.base import EncodedTask
 from . import protocol as P
-from .core import LearnerCalls, ServedCurriculum, SyncCore, SyncRejected
+from .core import LearnerCalls, ServedCurriculum, SyncCore
 from .feed import RayClient, SyncError
 from .options import ServerOptions
 from .transports.ray_actor import describe_actor, get, lookup_actor, parse_ray_address, ray_address
@@ -126,17 +126,11 @@ class CurriculumActor(LearnerCalls):
             self.core.note_malformed()
             return [self.core.error("version" if isinstance(exc, P.ProtocolVersionError) else "malformed",
                                     str(exc))]
-        if not isinstance(msg, P.Hello):
-            self.core.heard(getattr(msg, "env_id", -1))
-            return self.core.answer(msg)
-        try:
-            welcome = self.core.register_env(msg)
-        except SyncRejected as exc:
-            return [self.core.error(exc.code, str(exc))]
-        self.core.heard(welcome.env_id)
-        if where is not None:
-            self.where[welcome.env_id] = (str(where[0]), str(where[1]))
-        return [welcome]
+        self.core.heard(getattr(msg, "env_id", -1))
+        replies = self.core.answer(msg)
+        if type(msg) is P.Hello and where is not None and isinstance(replies[0], P.Welcome):
+            self.where[replies[0].env_id] = (str(where[0]), str(where[1]))
+        return replies
 
     @ray.method(enable_task_events=False)  # called several times per episode per env: no per-call events
     def handle_batch(self, frames: list[Any], token: str = "", where: tuple[str, str] | None = None

@@ -35,7 +35,7 @@ from zmq.utils.monitor import recv_monitor_message
 
 from ..curricula.base import Curriculum
 from . import protocol as P
-from .core import LOG_INTERVAL, LearnerCalls, ServedCurriculum, SyncCore, SyncRejected
+from .core import LOG_INTERVAL, LearnerCalls, ServedCurriculum, SyncCore
 from .options import ServerOptions
 from .ratelimit import RateLimitedLogger
 from .security import ClientAllowList, check_address, check_bind_address, configure_server_socket
@@ -307,13 +307,11 @@ class CurriculumServer(LearnerCalls, ServedCurriculum):
         if peer is None:
             if self.core.live_envs >= self.max_envs:
                 self._free_disconnected()  # (a full server makes room first)
-            try:
-                welcome = self.core.register_env(hello)
-            except SyncRejected as exc:
-                self._send(identity, self.core.error(exc.code, str(exc)))
+            (welcome,) = self.core.answer(hello)
+            if not isinstance(welcome, P.Welcome):  # (refused)
+                self._send(identity, welcome)
                 return
             peer = self._peers[identity] = _Peer(welcome, fd)
-            self.core.heard(welcome.env_id)
             logger.debug("env %d joined (pid %d, %r)", welcome.env_id, hello.pid, hello.name)
             if hello.rejoin >= 0:
                 logger.info("env %d joined again (it was env %d)", welcome.env_id, hello.rejoin)
