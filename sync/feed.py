@@ -22,7 +22,7 @@ from ..task_spaces.base import EncodedTask, TaskSpace
 from . import protocol as P
 from .core import ServedCurriculum, ServerHandle, SyncCore
 from .local import local_core
-from .options import DEFAULT_MAX_UPDATE_DELAY, DEFAULT_TIMEOUT, FeedOptions
+from .options import FeedOptions
 from .security import check_address
 from .steps import StepBuffer, observation_bytes
 from .transports.base import ServerUnavailableError, SyncError, Transport
@@ -31,10 +31,8 @@ from .transports.zeromq import ZmqTransport
 
 logger = logging.getLogger(__name__)
 
-__all__ = [
-    "Assignment", "CurriculumClient", "DEFAULT_MAX_UPDATE_DELAY", "DEFAULT_PREFETCH", "DEFAULT_TIMEOUT",
-    "FeedOptions", "LocalClient", "RayClient", "ServerUnavailableError", "SyncError", "TaskFeed", "connect"
-]
+__all__ = ["Assignment", "CurriculumClient", "DEFAULT_PREFETCH", "LocalClient", "RayClient",
+           "ServerUnavailableError", "SyncError", "TaskFeed", "connect"]
 
 #: Most tasks an env keeps ready over sockets (:class:`~magister.sync.transports.zeromq.ZmqTransport`'s).
 DEFAULT_PREFETCH = ZmqTransport.caps.prefetch
@@ -72,13 +70,10 @@ _PROCESS_STATE = ("_pid", "_transport", "_buffer", "_steps", "_held", "_lock", "
 class TaskFeed:
     """Where an env's tasks come from and where its feedback goes, over a :class:`Transport`.
 
-    It keeps tasks ready (as many as the env plays in ``max_update_delay`` seconds, at least one, at most
-    ``prefetch``); holds updates for a moment and sends them together (at most ``update_batch`` and about
-    ``max_update_delay`` seconds; a per-process background thread sends what is due while the env is idle);
-    batches step records (:class:`~magister.sync.steps.StepBuffer`); counts what it sends and drops
-    (``stats``); reconnects after a fork; and returns unused tasks at close. Every wait has a timeout: then
-    :class:`ServerUnavailableError` is raised, or, with ``fallback_task_space``, tasks are sampled locally
-    from then on (logged; feedback dropped). What differs between transports is declared in their
+    It keeps tasks ready, holds updates for a moment and sends them together (a per-process background
+    thread sends what is due while the env is idle), batches step records, counts what it sends and drops
+    (``stats``), reconnects after a fork and returns unused tasks at close; how many and how long is set by
+    its :class:`~magister.sync.options.FeedOptions`, what differs between transports is declared in their
     :class:`~magister.sync.transports.base.Capabilities`. One env thread per feed; it pickles to worker
     processes (the transport is made on first use, in the process that uses it).
 
@@ -245,13 +240,8 @@ class TaskFeed:
         self.requires_step_updates = welcome.requires_step_updates
         self.requires_episode_updates = welcome.requires_episode_updates
         self.step_batch_size = welcome.step_batch_size
-        self._steps = StepBuffer(
-            opts.send_obs and welcome.step_obs,
-            opts.send_infos and welcome.step_infos,
-            frozenset(opts.strip_keys),
-            capacity=welcome.step_batch_size,
-            on_full=self._flush_steps,
-        )
+        self._steps = StepBuffer(opts.send_obs and welcome.step_obs, opts.send_infos and welcome.step_infos,
+                                 frozenset(opts.strip_keys), welcome.step_batch_size, self._flush_steps)
 
     def _go_fallback(self, what: str, reason: str | None = None) -> bool:
         """No answer while waiting for ``what``: raise, or sample locally from now on (returns False)."""
@@ -329,20 +319,17 @@ class TaskFeed:
         """From the background flusher: send the held updates if due, or a heartbeat after ``heartbeat``
         seconds of silence (a feed busy in the env's thread, or waiting for room, is left to it)."""
         transport = self._transport
-        if transport is None:
+        if transport is None or not transport.can_send_now() or not self._lock.acquire(blocking=False):
             return
-        due = self._held and _now() >= self._send_by
-        beat = self.heartbeat > 0 and time.monotonic() - transport.last_send >= self.heartbeat  # type: ignore
-        if (due or beat) and transport.can_send_now() and self._lock.acquire(blocking=False):
-            try:
-                if self._pid != _pid or self._transport is not transport:
-                    return
-                if self._held and _now() >= self._send_by:
-                    self._send_held()
-                elif beat and not self._closing:
-                    transport.ping()  # type: ignore[attr-defined]
-            finally:
-                self._lock.release()
+        try:
+            if self._pid != _pid or self._transport is not transport:
+                return
+            if self._held and _now() >= self._send_by:
+                self._send_held()
+            elif 0 < self.heartbeat <= time.monotonic() - transport.last_send and not self._closing:  # type: ignore
+                transport.ping()  # type: ignore[attr-defined]
+        finally:
+            self._lock.release()
 
     # -- receiving ----------------------------------------------------------------------------------
     def _receive(self, timeout: float) -> bool:
