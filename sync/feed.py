@@ -682,10 +682,10 @@ class _Flusher:
 
 def _sleep(feeds: list[TaskFeed]) -> float | None:
     """Seconds until the oldest held update of ``feeds`` is due, within a quarter and all of their shortest
-    period (``None``: no feed, sleep until woken)."""
-    if not feeds:
+    period (``None``: none needs a look, sleep until woken)."""
+    period = max(4e-3, min((feed._flush_period for feed in feeds), default=math.inf))
+    if period == math.inf:
         return None
-    period = max(4e-3, min(feed._flush_period for feed in feeds))
     due = min((feed._send_by - _now() for feed in feeds if feed._held), default=period)
     return max(min(due, period), period / 4)
 

@@ -1000,6 +1000,7 @@ def test_background_flusher_sleeps_until_the_oldest_held_update_is_due():
     assert sleep([Held(0.5, 0.01)]) == 0.125  # due very soon (or overdue: a busy client skipped)
     assert sleep([Held(0.5, -2.0)]) == 0.125
     assert sleep([Held(2.0, None), Held(0.5, None)]) == 0.5  # the shortest period
+    assert sleep([Held(math.inf, None)]) is None  # (a feed whose server no longer asks for heartbeats)
     client_module._now = time.monotonic
 
 
