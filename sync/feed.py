@@ -1,17 +1,6 @@
-"""The environment side of the sync layer: one feed of tasks and feedback, over one of three transports.
-
-A :class:`TaskFeed` is where an env's tasks come from and where its feedback goes. It keeps tasks ready
-(as many as the env plays in ``max_update_delay`` seconds, at least one, at most ``prefetch``); holds
-updates for a moment and sends them together (at most ``update_batch`` and about ``max_update_delay``
-seconds; a per-process background thread sends what is due while an env is idle); batches step records
-(:class:`~magister.sync.steps.StepBuffer`); counts what it sends and drops (``stats``); reconnects after a
-fork; and returns unused tasks at close. Every wait has a timeout: then :class:`ServerUnavailableError` is
-raised, or, with ``fallback_task_space``, tasks are sampled locally from then on (logged; feedback dropped).
-
-A transport (:mod:`magister.sync.transports`) only opens, sends, receives and closes; what differs between
-transports is declared in its :class:`~magister.sync.transports.base.Capabilities`. Every setting is a
-field of :class:`~magister.sync.options.FeedOptions`. :func:`connect` picks the transport from the source;
-:class:`CurriculumClient`, :class:`RayClient` and :class:`LocalClient` name the feed over each transport.
+"""The environment side of the sync layer: :class:`TaskFeed`, one env's feed of tasks and feedback over
+a transport (:mod:`magister.sync.transports`); :func:`connect` picks the transport from the source, and
+:class:`CurriculumClient`, :class:`RayClient` and :class:`LocalClient` name the feed over each one.
 """
 
 from __future__ import annotations
@@ -33,7 +22,7 @@ from ..task_spaces.base import EncodedTask, TaskSpace
 from . import protocol as P
 from .core import ServedCurriculum, ServerHandle, SyncCore
 from .local import local_core
-from .options import DEFAULT_MAX_UPDATE_DELAY, DEFAULT_TIMEOUT, FeedOptions
+from .options import FeedOptions
 from .security import check_address
 from .steps import StepBuffer, observation_bytes
 from .transports.base import ServerUnavailableError, SyncError, Transport
@@ -42,10 +31,8 @@ from .transports.zeromq import ZmqTransport
 
 logger = logging.getLogger(__name__)
 
-__all__ = [
-    "Assignment", "CurriculumClient", "DEFAULT_MAX_UPDATE_DELAY", "DEFAULT_PREFETCH", "DEFAULT_TIMEOUT",
-    "FeedOptions", "LocalClient", "RayClient", "ServerUnavailableError", "SyncError", "TaskFeed", "connect"
-]
+__all__ = ["Assignment", "CurriculumClient", "DEFAULT_PREFETCH", "LocalClient", "RayClient",
+           "ServerUnavailableError", "SyncError", "TaskFeed", "connect"]
 
 #: Most tasks an env keeps ready over sockets (:class:`~magister.sync.transports.zeromq.ZmqTransport`'s).
 DEFAULT_PREFETCH = ZmqTransport.caps.prefetch
@@ -57,12 +44,13 @@ _background_flush = True
 _pid = os.getpid()
 
 
-def _update_pid() -> None:
-    global _pid
+def _after_fork_in_child() -> None:
+    global _pid, _flusher
     _pid = os.getpid()
+    _flusher = _Flusher()  # the parent's thread does not exist here
 
 
-os.register_at_fork(after_in_child=_update_pid)
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class Assignment(NamedTuple):
@@ -80,14 +68,20 @@ _PROCESS_STATE = ("_pid", "_transport", "_buffer", "_steps", "_held", "_lock", "
 
 
 class TaskFeed:
-    """Tasks for one env, and its feedback to the curriculum, over a :class:`Transport` (see the module
-    docstring). One env thread per feed. Pickles to worker processes (the transport is made on first use,
-    in the process that uses the feed).
+    """Where an env's tasks come from and where its feedback goes, over a :class:`Transport`.
+
+    It keeps tasks ready, holds updates for a moment and sends them together (a per-process background
+    thread sends what is due while the env is idle), batches step records, counts what it sends and drops
+    (``stats``), reconnects after a fork and returns unused tasks at close; how many and how long is set by
+    its :class:`~magister.sync.options.FeedOptions`, what differs between transports is declared in their
+    :class:`~magister.sync.transports.base.Capabilities`. One env thread per feed; it pickles to worker
+    processes (the transport is made on first use, in the process that uses it).
 
     Args:
         transport: The transport class, made as ``transport(target, options)`` where the feed is used.
         target: Where the curriculum is: an address, or a :class:`~magister.sync.core.SyncCore` in-process.
-        options: The feed's settings (:class:`~magister.sync.options.FeedOptions`).
+        options: The feed's settings (:class:`~magister.sync.options.FeedOptions`); ``overrides``: some of
+            its fields, by name.
         task_space: The env's task space: its fingerprint is checked against the curriculum's when the
             feed connects (a mismatch raises :class:`SyncError` naming both spaces).
         stream: The env's random stream (the seed of its first seeded reset): the curriculum side samples
@@ -104,8 +98,9 @@ class TaskFeed:
         *,
         task_space: TaskSpace | None = None,
         stream: int | None = None,
+        **overrides: Any,
     ) -> None:
-        opts = self.options = FeedOptions.of(options)
+        opts = self.options = FeedOptions.of(options, **overrides)
         caps = self.caps = transport.caps
         if task_space is not None and not isinstance(task_space, TaskSpace):
             raise TypeError(f"task_space must be a TaskSpace or None, got {type(task_space).__name__}")
@@ -120,9 +115,7 @@ class TaskFeed:
         self.prefetch = caps.prefetch if opts.prefetch is None else opts.prefetch
         self.update_batch = caps.update_batch if opts.update_batch is None else opts.update_batch
         self.max_update_delay = opts.max_update_delay
-        self.timeout, self.close_timeout = opts.timeout, opts.close_timeout
-        self.reconnect_timeout = opts.reconnect_timeout
-        self.fallback_task_space = opts.fallback_task_space
+        self.timeout, self.reconnect_timeout = opts.timeout, opts.reconnect_timeout
         self.holds_updates = self.update_batch > 1 and self.max_update_delay > 0
         self._transport_class = transport
         self._reset_process_state()
@@ -137,7 +130,7 @@ class TaskFeed:
         self.step_batch_size = 1
         self._buffer: deque[Assignment] = deque()
         self._outstanding = 0  # tasks asked for, not yet received
-        self._steps: StepBuffer | None = None
+        self._steps = StepBuffer(False, False, frozenset())  # (replaced by the welcome's)
         self._fallback = False
         self._closed = False
         self._closing = False
@@ -148,17 +141,13 @@ class TaskFeed:
         self._last_reset: float | None = None
         self._episode_s: float | None = None  # running mean of the time between two tasks
         self._issued: dict[int, Assignment] = {}  # tasks handed to the env and not yet reported, by id
-        self.heartbeat = 0.0  # seconds of silence after which the background thread sends a heartbeat
+        self.heartbeat = 0.0  # seconds of silence after which the background flusher sends a heartbeat
         self._next_away_log = 0.0
-        counters = ("tasks_received", "updates_sent", "updates_dropped", "errors_received", "send_waits",
-                    "rejoins", "episodes_reported")
-        self.stats = dict.fromkeys((*counters, self.caps.unit), 0)
+        self.stats = dict.fromkeys(("tasks_received", "updates_sent", "updates_dropped", "errors_received",
+                                    "send_waits", "rejoins", "episodes_reported", self.caps.unit), 0)
 
     def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        for k in _PROCESS_STATE:
-            state.pop(k, None)
-        return state
+        return {k: v for k, v in self.__dict__.items() if k not in _PROCESS_STATE}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
@@ -214,9 +203,8 @@ class TaskFeed:
             # prefetch right away: over sockets the first reset takes one task and leaves the others ready
             extra = 1 if self.holds_updates and not self.caps.costly_send else 0
             self._send_held(self._depth() + extra)
-        beats = self.heartbeat > 0 and self.caps.rejoins
-        if _background_flush and ((self.holds_updates and self.max_update_delay < math.inf) or beats):
-            _register_for_flushing(self)
+        if _background_flush and self._flush_period < math.inf:
+            _flusher.add(self)
         return True
 
     def _rejoin(self) -> None:
@@ -248,26 +236,21 @@ class TaskFeed:
         """Adopt the welcome's settings: env id, which updates to send, the step buffer."""
         opts = self.options
         self.env_id = welcome.env_id
-        self.heartbeat = welcome.heartbeat
+        self.heartbeat = welcome.heartbeat if self.caps.rejoins else 0.0  # (only such transports ping)
         self.requires_step_updates = welcome.requires_step_updates
         self.requires_episode_updates = welcome.requires_episode_updates
         self.step_batch_size = welcome.step_batch_size
-        self._steps = StepBuffer(
-            opts.send_obs and welcome.step_obs,
-            opts.send_infos and welcome.step_infos,
-            frozenset(opts.strip_keys),
-            capacity=welcome.step_batch_size,
-            on_full=self._flush_steps,
-        )
+        self._steps = StepBuffer(opts.send_obs and welcome.step_obs, opts.send_infos and welcome.step_infos,
+                                 frozenset(opts.strip_keys), welcome.step_batch_size, self._flush_steps)
 
     def _go_fallback(self, what: str, reason: str | None = None) -> bool:
         """No answer while waiting for ``what``: raise, or sample locally from now on (returns False)."""
         if reason is None:
             reason = self._transport.no_reply(what)  # type: ignore[union-attr]
-        if self.fallback_task_space is None:
+        if self.options.fallback_task_space is None:
             raise ServerUnavailableError(reason + self.caps.hint)
         logger.warning("%s; sampling tasks locally from %r from now on (feedback is dropped)", reason,
-                       self.fallback_task_space)
+                       self.options.fallback_task_space)
         self._fallback = True
         self.requires_step_updates = False  # feedback is dropped from now on: do not even buffer it
         self.stats["updates_dropped"] += len(self._held)
@@ -280,7 +263,7 @@ class TaskFeed:
 
     def _active(self) -> bool:
         """Whether updates can be delivered now (connected in this process, no fallback)."""
-        return self._transport is not None and self._pid == _pid and not self._fallback
+        return self._transport is not None and self._pid == _pid  # (the fallback drops the transport)
 
     # -- sending ------------------------------------------------------------------------------------
     def _send(self, items: list[Any], updates: int, asked: int) -> bool:
@@ -290,11 +273,11 @@ class TaskFeed:
             transport.send(items)  # type: ignore[union-attr]
         except ServerUnavailableError as exc:
             self.stats["updates_dropped"] += updates
-            self.stats["send_waits"] = transport.waits  # type: ignore[union-attr]
             return self._go_fallback("room to send", str(exc))
+        finally:
+            self.stats["send_waits"] = transport.waits  # type: ignore[union-attr]
         self.stats["updates_sent"] += updates
         self.stats[self.caps.unit] += 1
-        self.stats["send_waits"] = transport.waits  # type: ignore[union-attr]
         self._outstanding += asked
         return True
 
@@ -326,29 +309,27 @@ class TaskFeed:
             return
         self._send(*self._take_held(request))
 
+    @property
+    def _flush_period(self) -> float:
+        """Most seconds between two looks of the background flusher (``math.inf``: it need not look)."""
+        delay = self.max_update_delay if self.holds_updates else math.inf
+        return min(delay, self.heartbeat or math.inf)
+
     def _send_due(self) -> None:
         """From the background flusher: send the held updates if due, or a heartbeat after ``heartbeat``
-        seconds of silence (a feed busy in the env's thread is skipped)."""
+        seconds of silence (a feed busy in the env's thread, or waiting for room, is left to it)."""
         transport = self._transport
-        beat = (
-            self.heartbeat > 0
-            and transport is not None
-            and time.monotonic() - getattr(transport, "last_send", math.inf) >= self.heartbeat
-        )
-        if not beat and (not self._held or _now() < self._send_by):
+        if transport is None or not transport.can_send_now() or not self._lock.acquire(blocking=False):
             return
-        if transport is None or not transport.can_send_now():  # back-pressure: the env's thread handles it
-            return
-        if self._lock.acquire(blocking=False):
-            try:
-                if self._pid != _pid or self._transport is not transport:
-                    return
-                if self._held and _now() >= self._send_by:
-                    self._send_held()
-                elif beat and not self._closing:
-                    transport.ping()  # type: ignore[attr-defined]
-            finally:
-                self._lock.release()
+        try:
+            if self._pid != _pid or self._transport is not transport:
+                return
+            if self._held and _now() >= self._send_by:
+                self._send_held()
+            elif 0 < self.heartbeat <= time.monotonic() - transport.last_send and not self._closing:  # type: ignore
+                transport.ping()  # type: ignore[attr-defined]
+        finally:
+            self._lock.release()
 
     # -- receiving ----------------------------------------------------------------------------------
     def _receive(self, timeout: float) -> bool:
@@ -457,7 +438,7 @@ class TaskFeed:
     def next_task(self) -> Assignment:
         """The next task: from the prefetch buffer, or requested and awaited (at most ``timeout``)."""
         if not ((self._transport is not None and self._pid == _pid) or self._ensure()):
-            (task,) = self.fallback_task_space.sample_encoded(1)  # type: ignore[union-attr]
+            (task,) = self.options.fallback_task_space.sample_encoded(1)  # type: ignore[union-attr]
             return Assignment(-1, task, True)
         caps = self.caps
         with self._lock:
@@ -509,14 +490,12 @@ class TaskFeed:
         progress: float,
     ) -> None:
         """Buffer one step (a no-op unless the curriculum wants step updates); sends full batches."""
-        if self.requires_step_updates and self._steps is not None:
+        if self.requires_step_updates:
             self._steps.add(assignment, obs, reward, terminated, truncated, info, progress)
 
     def step_recorder(self) -> Callable[..., None] | None:
         """What :meth:`record_step` calls (``None``: the curriculum wants no step updates)."""
-        if self.requires_step_updates and self._steps is not None:
-            return self._steps.add
-        return None
+        return self._steps.add if self.requires_step_updates else None
 
     def flush(self) -> None:
         """Send buffered step records and every held update now."""
@@ -527,7 +506,7 @@ class TaskFeed:
     def _flush_steps(self) -> None:
         """Deliver the buffered step records as one update."""
         steps = self._steps
-        if steps is None or not len(steps):
+        if not len(steps):
             return
         if not self._active():
             steps.clear()
@@ -560,7 +539,7 @@ class TaskFeed:
         the env resets next, so the update may ask for tasks. ``extras`` that cannot travel raise here."""
         if self._transport is None or self._pid != _pid:  # (closed, fallback, forked)
             return
-        if self.requires_step_updates and self._steps is not None and len(self._steps):
+        if self.requires_step_updates and len(self._steps):
             self._flush_steps()
             if not self._active():  # the flush may have found the server gone
                 return
@@ -578,7 +557,7 @@ class TaskFeed:
         for the next one)."""
         if not self._active():
             return
-        if self._steps is not None and len(self._steps):
+        if len(self._steps):
             self._flush_steps()
             if not self._active():
                 return
@@ -594,12 +573,12 @@ class TaskFeed:
         if self._closed or self._pid != _pid:
             self._closed = True
             return
-        _unregister_for_flushing(self)
+        _flusher.remove(self)
         with self._lock:
             self._close()
 
     def _close(self) -> None:
-        deadline = time.monotonic() + self.close_timeout  # one bound for the whole close
+        deadline = time.monotonic() + self.options.close_timeout  # one bound for the whole close
         self._closing = True
         try:
             if self._active() and self.env_id is not None:
@@ -654,155 +633,107 @@ class TaskFeed:
 
 class _Flusher:
     """One daemon thread per process sending what feeds held too long (and heartbeats) while their env
-    does not step. It sleeps until the oldest held update is due, within a quarter and all of the shortest
-    ``max_update_delay``; feeds are held by weak reference, and the thread ends when none is left."""
+    does not step. Feeds are held by weak reference; the thread runs while there are any."""
 
     def __init__(self) -> None:
-        self.pid = os.getpid()
-        self.clients: weakref.WeakSet[TaskFeed] = weakref.WeakSet()
+        self.feeds: weakref.WeakSet[TaskFeed] = weakref.WeakSet()
         self.lock = threading.Lock()
-        self.period = math.inf  # the longest sleep: the shortest max_update_delay of the feeds
-        self.stopped = False
         self.wake = threading.Event()
-        self.thread = threading.Thread(target=self._run, name="magister-update-flusher", daemon=True)
+        self.thread: threading.Thread | None = None
 
-    def add(self, client: TaskFeed) -> bool:
-        """Register ``client``; False when this flusher has stopped (make a new one)."""
+    def add(self, feed: TaskFeed) -> None:
         with self.lock:
-            if self.stopped:
-                return False
-            self.clients.add(client)
-            weakref.finalize(client, self.wake.set)  # a collected feed may have been the last one
-            delay = client.max_update_delay if client.holds_updates else math.inf
-            period = max(4e-3, min(delay, client.heartbeat or math.inf))
-            if period < self.period:
-                self.period = period
-                self.wake.set()  # sleep less from now on
-        if not self.thread.is_alive():
-            self.thread.start()
-        return True
+            self.feeds.add(feed)
+            weakref.finalize(feed, self.wake.set)  # a collected feed may have been the last one
+            if self.thread is None:
+                self.thread = threading.Thread(target=self._run, name="magister-update-flusher", daemon=True)
+                self.thread.start()
+        self.wake.set()  # (its period may be the shortest)
 
-    def remove(self, client: TaskFeed) -> None:
-        """Unregister ``client``; the last one to go stops the thread and waits for it (bounded)."""
+    def remove(self, feed: TaskFeed) -> None:
+        """Forget ``feed``; the last one to go stops the thread and waits for it (bounded)."""
         with self.lock:
-            self.clients.discard(client)
-            if self.clients:
-                return
-            self.stopped = True
+            self.feeds.discard(feed)
+            thread = None if self.feeds else self.thread
         self.wake.set()
-        if self.thread.is_alive() and self.thread is not threading.current_thread():
-            self.thread.join(timeout=2.0)
-
-    def _sleep(self, clients: list[TaskFeed]) -> float | None:
-        """Seconds until the oldest held update is due, within ``[period / 4, period]``."""
-        if self.period == math.inf:
-            return None
-        left = self.period
-        for client in clients:
-            if client._held:
-                left = min(left, client._send_by - _now())
-        return max(left, self.period / 4)
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=2.0)
 
     def _run(self) -> None:
-        timeout: float | None = None
         while True:
-            self.wake.wait(timeout)
-            self.wake.clear()
             with self.lock:
-                if not self.clients or self.stopped:
-                    self.stopped = True
+                if not self.feeds:
+                    self.thread = None
                     return
-            timeout = self._tick()
+            self.wake.wait(self._tick())
+            self.wake.clear()
 
     def _tick(self) -> float | None:
         """Send what is due; returns the next sleep (its own frame, so no feed stays referenced)."""
         with self.lock:
-            clients = list(self.clients)
-        for client in clients:
+            feeds = list(self.feeds)
+        for feed in feeds:
             try:
-                client._send_due()
+                feed._send_due()
             except Exception:  # the thread must not die; the env thread meets the same error itself
-                logger.warning("client env %s: background send failed", client.env_id, exc_info=True)
-        return self._sleep(clients)
+                logger.warning("client env %s: background send failed", feed.env_id, exc_info=True)
+        return _sleep(feeds)
 
 
-_flusher_lock = threading.Lock()
-_flusher_instance: _Flusher | None = None
+def _sleep(feeds: list[TaskFeed]) -> float | None:
+    """Seconds until the oldest held update of ``feeds`` is due, within a quarter and all of their shortest
+    period (``None``: none needs a look, sleep until woken)."""
+    period = max(4e-3, min((feed._flush_period for feed in feeds), default=math.inf))
+    if period == math.inf:
+        return None
+    due = min((feed._send_by - _now() for feed in feeds if feed._held), default=period)
+    return max(min(due, period), period / 4)
 
 
-def _register_for_flushing(client: TaskFeed) -> None:
-    """Register ``client`` with this process's flusher (a new one after a fork, or once it stopped)."""
-    global _flusher_instance
-    with _flusher_lock:
-        f = _flusher_instance
-        if f is None or f.pid != os.getpid() or not f.add(client):
-            _flusher_instance = _Flusher()
-            _flusher_instance.add(client)
+_flusher = _Flusher()  # (a new one in a forked child)
 
 
-def _unregister_for_flushing(client: TaskFeed) -> None:
-    f = _flusher_instance
-    if f is not None and f.pid == os.getpid():
-        f.remove(client)
-
-
-# -- the feed over each transport --------------------------------------------------------------------
+# -- the feed over each transport: TaskFeed's arguments after the first --------------------------------
 
 
 class CurriculumClient(TaskFeed):
-    """The feed over ZeroMQ to the :class:`~magister.sync.server.CurriculumServer` at ``address``.
-    Options: :class:`FeedOptions` fields. A malformed address raises ``ValueError``."""
+    """The feed over ZeroMQ to the :class:`~magister.sync.server.CurriculumServer` at ``address`` (a
+    malformed address raises ``ValueError``); the other arguments are :class:`TaskFeed`'s."""
 
-    def __init__(
-        self, address: str, options: FeedOptions | None = None, *, task_space: TaskSpace | None = None,
-        stream: int | None = None, **overrides: Any,
-    ) -> None:
-        check_address(address)
-        if address.startswith("ray://"):
+    def __init__(self, address: str, options: FeedOptions | None = None, **kwargs: Any) -> None:
+        if check_address(address).startswith("ray://"):
             raise ValueError(f"{address!r} is a Ray address: use RayClient or connect()")
-        opts = FeedOptions.of(options, **overrides)
-        super().__init__(ZmqTransport, address, opts, task_space=task_space, stream=stream)
+        super().__init__(ZmqTransport, address, options, **kwargs)
 
 
 class RayClient(TaskFeed):
     """The feed over Ray to the curriculum actor at ``address`` (``"ray://[<namespace>/]<name>"``, see
-    :mod:`magister.sync.ray_backend`). A process *forked* from a Ray worker cannot use Ray. Options:
-    :class:`FeedOptions` fields (not ``curve_server_key``: secure the Ray cluster instead)."""
+    :mod:`magister.sync.ray_backend`); the other arguments are :class:`TaskFeed`'s, but not
+    ``curve_server_key`` (secure the Ray cluster instead). A process *forked* from a Ray worker cannot use
+    Ray."""
 
-    def __init__(
-        self, address: str, options: FeedOptions | None = None, *, task_space: TaskSpace | None = None,
-        stream: int | None = None, **overrides: Any,
-    ) -> None:
+    def __init__(self, address: str, options: FeedOptions | None = None, **kwargs: Any) -> None:
         from .transports.ray_actor import RayTransport, parse_ray_address  # Ray is optional
 
         self.actor_name, self.namespace = parse_ray_address(address)
-        opts = FeedOptions.of(options, **overrides)
-        if opts.curve_server_key is not None:
+        super().__init__(RayTransport, address, options, **kwargs)
+        if self.options.curve_server_key is not None:
             raise ValueError(
                 "curve_server_key applies to ZeroMQ tcp:// addresses; the Ray backend travels over Ray's own "
                 "transport (secure the Ray cluster instead)"
             )
-        super().__init__(RayTransport, address, opts, task_space=task_space, stream=stream)
-
 
 
 class LocalClient(TaskFeed):
-    """The feed in-process: calls the curriculum's core directly, no sockets; it registers when made (a
-    refusal raises :class:`SyncError`) and holds nothing. Options: :class:`FeedOptions` fields."""
+    """The feed in-process: calls the curriculum's ``core`` directly, no sockets; it registers when made (a
+    refusal raises :class:`SyncError`) and holds nothing. The other arguments are :class:`TaskFeed`'s."""
 
-    def __init__(
-        self, core: SyncCore, options: FeedOptions | None = None, *, task_space: TaskSpace | None = None,
-        stream: int | None = None, **overrides: Any,
-    ) -> None:
+    def __init__(self, core: SyncCore, options: FeedOptions | None = None, **kwargs: Any) -> None:
         # nothing is held in-process: a request asks for ``prefetch`` tasks, not for the env's pace
-        opts = FeedOptions.of(FeedOptions.of(options, **overrides), max_update_delay=math.inf)
-        super().__init__(InProcessTransport, core, opts, task_space=task_space, stream=stream)
+        super().__init__(InProcessTransport, core, options, **{**kwargs, "max_update_delay": math.inf})
         self.address = f"in-process:{type(core.curriculum).__name__}"
         self.core = core
         self._ensure()
-
-    def __repr__(self) -> str:
-        return f"LocalClient({type(self.core.curriculum).__name__}, env_id={self.env_id})"
 
 
 Source = str | Curriculum | ServedCurriculum | ServerHandle | TaskFeed
@@ -822,21 +753,20 @@ def connect(
     """
     if isinstance(source, TaskFeed):
         return source
-    opts = FeedOptions.of(options, **overrides)
-    identity = {"task_space": task_space, "stream": stream}
+    kwargs = {"task_space": task_space, "stream": stream, **overrides}
     if isinstance(source, ServedCurriculum):
         core = source.local_core()
         if core is not None:
-            return LocalClient(core, opts, **identity)
+            return LocalClient(core, options, **kwargs)
         source = source.address
     if isinstance(source, ServerHandle):
         source = source.address
     if isinstance(source, str):
         if check_address(source).startswith("ray://"):
-            return RayClient(source, opts, **identity)
-        return CurriculumClient(source, opts, **identity)
+            return RayClient(source, options, **kwargs)
+        return CurriculumClient(source, options, **kwargs)
     if isinstance(source, Curriculum):
-        return LocalClient(local_core(source), opts, **identity)
+        return LocalClient(local_core(source), options, **kwargs)
     raise TypeError(
         "source must be a server address (str), a Curriculum, a server (serve() or serve_ray()) or its "
         f"ServerHandle, got {type(source).__name__}"

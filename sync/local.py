@@ -1,24 +1,22 @@
 """The in-process endpoint: envs in the learner's process feed the curriculum's core directly.
 
 One :class:`~magister.sync.core.SyncCore` per curriculum object, made on first use and shared by every
-in-process feed of that curriculum (so they share its lock and accounting); a curriculum served by
-:func:`magister.serve` uses its server's core instead (:meth:`ServedCurriculum.local_core`).
+in-process feed of that curriculum (so they share its lock and accounting) for the life of the process; a
+curriculum served by :func:`magister.serve` uses its server's core instead
+(:meth:`ServedCurriculum.local_core`).
 """
 
 from __future__ import annotations
 
-import functools
 import os
 import threading
-import weakref
-from typing import Any
 
 from ..curricula.base import Curriculum
 from .core import SyncCore
 
 __all__ = ["local_core"]
 
-_cores: dict[int, tuple[Any, SyncCore]] = {}
+_cores: dict[int, SyncCore] = {}  # by id: each core keeps its curriculum alive, so no id is reused
 _lock = threading.Lock()
 
 
@@ -37,17 +35,7 @@ def local_core(curriculum: Curriculum) -> SyncCore:
             "pass server.address (or the server) to the wrappers"
         )
     with _lock:
-        entry = _cores.get(id(curriculum))
-        if entry is not None and entry[0]() is curriculum:
-            return entry[1]
-        core = SyncCore(curriculum)
-        key = id(curriculum)
-        _cores[key] = (weakref.ref(curriculum, functools.partial(_forget, key, _cores)), core)
+        core = _cores.get(id(curriculum))
+        if core is None:
+            core = _cores[id(curriculum)] = SyncCore(curriculum)
         return core
-
-
-def _forget(key: int, cores: dict, ref: Any) -> None:
-    """Weakref callback: drop the core of a curriculum that no longer exists (not a newer one's)."""
-    entry = cores.get(key)
-    if entry is not None and entry[0] is ref:
-        cores.pop(key, None)

@@ -123,8 +123,8 @@ class StepBuffer:
         for i, te, tr in self.ends:
             term[i], trunc[i] = te, tr
         msg = P.Steps(ids, tuple(tasks), np.array(self.rewards, dtype=np.float64), term, trunc,
-                           np.array(self.progress, dtype=np.float64),
-                           stack_observations(self.obs) if self.send_obs and self.obs else None,
-                           tuple(self.infos) if self.send_infos else None)
+                      np.array(self.progress, dtype=np.float64),
+                      stack_observations(self.obs) if self.send_obs and self.obs else None,
+                      tuple(self.infos) if self.send_infos else None)
         self.clear()
         return msg

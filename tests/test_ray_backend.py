@@ -466,14 +466,15 @@ def test_background_flusher_sends_held_updates_of_an_idle_env(shared):
         time.sleep(0.02)
     assert client.held_updates == 0 and client.stats["calls"] == 2
     assert shared.metrics()[f"sync/env{e}/episodes_applied"] == 1
-    flusher = client_module._flusher_instance
-    assert flusher is not None and client in flusher.clients and flusher.thread.is_alive()
+    flusher = client_module._flusher
+    thread = flusher.thread
+    assert client in flusher.feeds and thread is not None and thread.is_alive()
     client.close()
-    assert client not in flusher.clients  # closed clients are forgotten ...
+    assert client not in flusher.feeds  # closed clients are forgotten ...
     gc.collect()  # (socket clients of earlier tests share this process's flusher until collected)
-    if not list(flusher.clients):
-        flusher.thread.join(timeout=20)  # ... and with none left, the thread ends
-        assert not flusher.thread.is_alive() and flusher.stopped
+    if not list(flusher.feeds):
+        thread.join(timeout=20)  # ... and with none left, the thread ends
+        assert not thread.is_alive() and flusher.thread is None
 
 
 def test_zero_delay_holds_nothing(shared):

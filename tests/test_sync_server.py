@@ -118,9 +118,9 @@ def test_no_leaked_file_descriptors_or_threads():
                 _play(c, 2)
                 c.close()
         gc.collect()  # clients earlier tests left open: collected, the background flusher they kept ends
-        flusher = client_module._flusher_instance
-        if flusher is not None and not list(flusher.clients):
-            flusher.thread.join(timeout=5)
+        thread = client_module._flusher.thread
+        if thread is not None and not list(client_module._flusher.feeds):
+            thread.join(timeout=5)
         return fds(), threading.active_count()
 
     # The first rounds may open what stays for the process (the client context, lazily opened
@@ -988,39 +988,42 @@ def test_background_flusher_sleeps_until_the_oldest_held_update_is_due():
 
     class Held:
         def __init__(self, delay: float, due_in: float | None) -> None:
-            self.max_update_delay = delay
+            self._flush_period = delay  # (a feed's, for max_update_delay ``delay`` and no heartbeat)
             self._held = [b"update"] if due_in is not None else []
             self._send_by = 100.0 + due_in if due_in is not None else math.inf
 
-    f = client_module._Flusher()
+    sleep = client_module._sleep
     client_module._now = lambda: 100.0  # (restored below)
-    assert f._sleep([]) is None  # no client ever registered: sleeps until woken
-    f.period = 0.5  # (what add() sets for a client with max_update_delay 0.5)
-    assert f._sleep([Held(0.5, None)]) == 0.5  # nothing held
-    assert f._sleep([Held(0.5, 0.3), Held(0.5, 0.4)]) == pytest.approx(0.3)  # the oldest first
-    assert f._sleep([Held(0.5, 0.01)]) == 0.125  # due very soon (or overdue: a busy client skipped)
-    assert f._sleep([Held(0.5, -2.0)]) == 0.125
+    assert sleep([]) is None  # no client registered: sleeps until woken
+    assert sleep([Held(0.5, None)]) == 0.5  # nothing held
+    assert sleep([Held(0.5, 0.3), Held(0.5, 0.4)]) == pytest.approx(0.3)  # the oldest first
+    assert sleep([Held(0.5, 0.01)]) == 0.125  # due very soon (or overdue: a busy client skipped)
+    assert sleep([Held(0.5, -2.0)]) == 0.125
+    assert sleep([Held(2.0, None), Held(0.5, None)]) == 0.5  # the shortest period
+    assert sleep([Held(math.inf, None)]) is None  # (a feed whose server no longer asks for heartbeats)
     client_module._now = time.monotonic
 
 
-def test_background_flusher_ends_when_its_last_client_is_collected():
-    client_module._flusher_instance = None  # its own flusher (earlier tests' clients may live on)
+def test_background_flusher_ends_when_its_last_client_is_collected(monkeypatch):
+    flusher = client_module._Flusher()  # its own (earlier tests' clients may live on)
+    monkeypatch.setattr(client_module, "_flusher", flusher)
     with serve(Recorder(), env_timeout=None) as server:  # (no heartbeats: the flusher sleeps 30 s)
         c = CurriculumClient(server.address, max_update_delay=30.0)
         c.next_task()  # connected: registered with the flusher, which now sleeps up to 30 s
-        flusher = client_module._flusher_instance
-        assert flusher is not None and c in flusher.clients and flusher.period == 30.0
-        c.close()  # closing unregisters; collecting an unclosed client must wake the thread too
+        assert c in flusher.feeds and client_module._sleep(list(flusher.feeds)) == 30.0
+        thread = flusher.thread
+        c.close()  # closing unregisters, and the last one to go stops the thread
+        assert not thread.is_alive() and flusher.thread is None
         c2 = CurriculumClient(server.address, max_update_delay=30.0)
-        c2.next_task()
-        flusher = client_module._flusher_instance
-        assert c2 in flusher.clients
+        c2.next_task()  # a new thread; collecting an unclosed client must wake it too
+        thread = flusher.thread
+        assert c2 in flusher.feeds and thread.is_alive()
         c2.transport.close(wait=False)  # (an abandoned client: its socket gone, the object dropped)
         c2._transport = None
         del c2
         gc.collect()
-        flusher.thread.join(timeout=5)  # woken by the collection, not by its 30 s timeout
-        assert not flusher.thread.is_alive() and flusher.stopped
+        thread.join(timeout=5)  # woken by the collection, not by its 30 s timeout
+        assert not thread.is_alive() and flusher.thread is None
 
 
 def test_registrations_of_returning_envs_are_counted_as_rejoins():

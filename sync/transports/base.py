@@ -1,9 +1,4 @@
-"""What a feed needs from a transport, and the errors both raise.
-
-A :class:`Transport` moves protocol messages between one env-side feed
-(:class:`magister.sync.feed.TaskFeed`) and the curriculum's :class:`~magister.sync.core.SyncCore`, and
-decides nothing; what differs between transports is declared once, in their :class:`Capabilities`.
-"""
+"""What a feed (:class:`magister.sync.feed.TaskFeed`) needs from a transport, and the errors both raise."""
 
 from __future__ import annotations
 
@@ -28,8 +23,8 @@ class Capabilities:
     """What a transport is, to the feed: its option defaults and what a send costs.
 
     Args:
-        prefetch: Default most tasks a feed keeps ready.
-        update_batch: Default most updates a feed holds for one send.
+        prefetch: The default of ``FeedOptions.prefetch``.
+        update_batch: The default of ``FeedOptions.update_batch``.
         replies_with_send: A send's replies are there when it returns (in-process): the feed asks for
             tasks when it needs one, never ahead, and never along with an update.
         cheap_receive: Replies can be polled at no cost (a socket): the feed reads them whenever some may
@@ -54,12 +49,11 @@ class Capabilities:
 
 
 class Transport:
-    """One env's connection to the curriculum, made in the process that uses it. A peer that does not
-    answer raises :class:`ServerUnavailableError`; a refused hello, :class:`SyncError`."""
+    """One env's connection to the curriculum, made in the process that uses it: it moves messages and
+    decides nothing. A peer that does not answer raises :class:`ServerUnavailableError`; a refused hello,
+    :class:`SyncError`."""
 
-    #: What this transport is, to the feed.
     caps: ClassVar[Capabilities]
-
     #: Times a send waited for room (back-pressure).
     waits: int = 0
     #: The env id of the welcome (set by :meth:`open`).
