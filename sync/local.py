@@ -1,7 +1,7 @@
 """The in-process endpoint: envs in the learner's process feed the curriculum's core directly.
 
 One :class:`~magister.sync.core.SyncCore` per curriculum object, made on first use and shared by every
-in-process feed of that curriculum (so they share its lock and accounting) for the life of the process; a
+in-process feed of that curriculum (so they share its lock and accounting) while one of them lives; a
 curriculum served by :func:`magister.serve` uses its server's core instead
 (:meth:`ServedCurriculum.local_core`).
 """
@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import os
 import threading
+import weakref
 
 from ..curricula.base import Curriculum
 from .core import SyncCore
 
 __all__ = ["local_core"]
 
-_cores: dict[int, SyncCore] = {}  # by id: each core keeps its curriculum alive, so no id is reused
+# by the curriculum's id, held by the feeds (a core keeps its curriculum alive, so a registry holding cores
+# would keep every curriculum ever fed in-process)
+_cores: weakref.WeakValueDictionary[int, SyncCore] = weakref.WeakValueDictionary()
 _lock = threading.Lock()
 
 
@@ -36,6 +39,6 @@ def local_core(curriculum: Curriculum) -> SyncCore:
         )
     with _lock:
         core = _cores.get(id(curriculum))
-        if core is None:
+        if core is None or core.curriculum is not curriculum:  # (an id is reused once its object is gone)
             core = _cores[id(curriculum)] = SyncCore(curriculum)
         return core

@@ -107,6 +107,25 @@ def test_default_address_is_a_private_ipc_socket_and_close_cleans_up():
     assert threading.active_count() == threads_before
 
 
+def test_in_process_feeds_share_a_core_and_do_not_keep_the_curriculum_alive():
+    """Feeds of one curriculum in its own process share one core (one accounting, distinct env ids);
+    once they are closed and gone, nothing the sync layer keeps holds the curriculum."""
+    import weakref
+
+    cur = Recorder()
+    first, second = connect(cur), connect(cur)
+    assert first.core is second.core and first.env_id != second.env_id
+    a = first.next_task()
+    first.record_episode(a, 1.0, 1, 1.0)
+    assert second.core.counters(first.env_id).episodes_applied == 1
+    first.close()
+    second.close()
+    ref = weakref.ref(cur)
+    del cur, first, second, a
+    gc.collect()
+    assert ref() is None
+
+
 def test_no_leaked_file_descriptors_or_threads():
     def fds():
         return len(os.listdir("/proc/self/fd"))
