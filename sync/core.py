@@ -544,6 +544,13 @@ class SyncCore:
             return [self.error("internal", f"{type(exc).__name__}: {exc}", env_id)]
         return [] if reply is None else [reply]
 
+    def malformed(self, exc: P.ProtocolError, env_id: int = -1) -> P.Error:
+        """The error reply to a frame that is no message of this protocol (counted, as ``env_id``'s when the
+        sender is known)."""
+        self.note_malformed(env_id)
+        code = "version" if isinstance(exc, P.ProtocolVersionError) else "malformed"
+        return self.error(code, str(exc), env_id)
+
     def error(self, code: str, message: str, env_id: int = -1) -> P.Error:
         """An error reply (counted in :attr:`errors_sent`)."""
         self.errors_sent += 1

@@ -126,8 +126,6 @@ class TaskFeed:
         self._transport: Transport | None = None
         self.env_id = None
         self.requires_step_updates = False
-        self.requires_episode_updates = True
-        self.step_batch_size = 1
         self._buffer: deque[Assignment] = deque()
         self._outstanding = 0  # tasks asked for, not yet received
         self._steps = StepBuffer(False, False, frozenset())  # (replaced by the welcome's)
@@ -238,8 +236,6 @@ class TaskFeed:
         self.env_id = welcome.env_id
         self.heartbeat = welcome.heartbeat if self.caps.rejoins else 0.0  # (only such transports ping)
         self.requires_step_updates = welcome.requires_step_updates
-        self.requires_episode_updates = welcome.requires_episode_updates
-        self.step_batch_size = welcome.step_batch_size
         self._steps = StepBuffer(opts.send_obs and welcome.step_obs, opts.send_infos and welcome.step_infos,
                                  frozenset(opts.strip_keys), welcome.step_batch_size, self._flush_steps)
 

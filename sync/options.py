@@ -20,12 +20,7 @@ from ..task_spaces.base import TaskSpace
 if TYPE_CHECKING:
     from .security import AllowedClients
 
-__all__ = ["FeedOptions", "ServerOptions", "DEFAULT_MAX_UPDATE_DELAY", "DEFAULT_TIMEOUT"]
-
-#: Most seconds a feed holds an update (0: none is held); also the span of episodes it keeps tasks for.
-DEFAULT_MAX_UPDATE_DELAY = 0.5
-#: Seconds a feed waits for the curriculum before giving up.
-DEFAULT_TIMEOUT = 5.0
+__all__ = ["FeedOptions", "ServerOptions"]
 
 _O = TypeVar("_O", bound="_Options")
 
@@ -99,8 +94,8 @@ class FeedOptions(_Options):
 
     prefetch: int | None = None
     update_batch: int | None = None
-    max_update_delay: float = DEFAULT_MAX_UPDATE_DELAY
-    timeout: float = DEFAULT_TIMEOUT
+    max_update_delay: float = 0.5
+    timeout: float = 5.0
     reconnect_timeout: float = 3600.0
     close_timeout: float = 2.0
     strip_keys: tuple[str, ...] = ()

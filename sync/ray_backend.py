@@ -123,9 +123,7 @@ class CurriculumActor(LearnerCalls):
         try:
             msg = _unpack(frame)
         except P.ProtocolError as exc:
-            self.core.note_malformed()
-            return [self.core.error("version" if isinstance(exc, P.ProtocolVersionError) else "malformed",
-                                    str(exc))]
+            return [self.core.malformed(exc)]
         self.core.heard(getattr(msg, "env_id", -1))
         replies = self.core.answer(msg)
         if type(msg) is P.Hello and where is not None and isinstance(replies[0], P.Welcome):

@@ -284,9 +284,7 @@ class CurriculumServer(LearnerCalls, ServedCurriculum):
             body = frames[1:] if envelope is None else [frames[1].buffer[P.ENVELOPE_SIZE:], *frames[2:]]
             msg = P.decode(body, max_header_bytes=self._max_header)
         except P.ProtocolError as exc:
-            self.core.note_malformed(env_id)
-            code = "version" if isinstance(exc, P.ProtocolVersionError) else "malformed"
-            self._send(identity, self.core.error(code, str(exc), env_id))
+            self._send(identity, self.core.malformed(exc, env_id))
             return
         if isinstance(msg, P.Hello):
             self._hello(identity, peer, msg, frames[-1].get(zmq.SRCFD))
