@@ -367,11 +367,24 @@ def test_omni_masks_mastered_near_copies():
 def test_task_filter_accepts_learnable_tasks_and_flags_evaluation():
     space = Discrete(NUM_TASKS)  # integer tasks: control episodes must not break vector-env info batching
     cur = TaskFilter(space, return_range=(0.0, 1.0), eval_fraction=0.5, seed=0)  # K = 10 (paper)
-    run = run_loop(cur, 900, space="control")
+    issued = []  # (task, train, whether the accepted set held a task when it was sampled)
+    sample_tasks = cur.sample_tasks  # (the server samples each env's tasks through sample_tasks_with)
+
+    def recording(k: int = 1) -> list:
+        held = bool(cur.train_tasks)
+        out = sample_tasks(k)
+        issued.extend((s.task, s.train, held) for s in out)
+        return out
+
+    cur.sample_tasks = recording
+    # each candidate takes 2K evaluation episodes and a quarter of the proposals are learnable, so the first
+    # acceptance may come late in a short run; this one is long enough for some replays after it
+    run = run_loop(cur, 1800, space="control")
     assert all(isinstance(e.task, (int, np.integer)) for e in run.episodes)  # plain tasks in info["task"]
-    accepted = set(cur.train_tasks)
-    assert accepted and all(kind(t) == LEARNABLE for t in accepted)  # the only kind meeting all criteria
     counts = cur.counts
+    # learnable tasks are the only kind meeting all criteria (the set may be empty again at the end: the
+    # re-validation drops a task whose window happens to hold only successes or only failures)
+    assert counts["accepted"] > 0 and all(kind(t) == LEARNABLE for t in cur.train_tasks)
     assert counts["rejected_solved"] > 0 and counts["rejected_control"] > 0
     control = [e for e in run.episodes if e.control]
     assert control and not any(e.train for e in control)  # control episodes are evaluation-only
@@ -380,6 +393,9 @@ def test_task_filter_accepts_learnable_tasks_and_flags_evaluation():
     # every evaluation task issued was played, except those still prefetched or in progress at the end
     unplayed = run.metrics["sync/total/tasks_returned"] + NUM_ENVS
     assert counts["eval_agent_issued"] - unplayed <= len(agent_eval) <= counts["eval_agent_issued"]
-    # once tasks are accepted, the training episodes go to them: learnable tasks
-    trained_late = [int(e.task) for e in run.episodes[len(run.episodes) // 2:] if e.train]
-    assert trained_late and np.mean([kind(t) == LEARNABLE for t in trained_late]) > 0.9
+    # while tasks are accepted, every training episode goes to one of them: a learnable task
+    replayed = [int(t) for t, train, held in issued if train and held]
+    assert replayed and all(kind(t) == LEARNABLE for t in replayed)
+    # before any is accepted, training episodes are fresh proposals: all kinds
+    fresh = [int(t) for t, train, held in issued if train and not held]
+    assert {kind(t) for t in fresh} == {IMPOSSIBLE, LEARNABLE, SOLVED}
