@@ -149,7 +149,6 @@ class SyncCore:
         self.options = opts = ServerOptions.of(options, **overrides)
         self.curriculum = curriculum
         self.lock = lock if lock is not None else curriculum.lock
-        self.pid = os.getpid()
         self._counters: dict[int, EnvCounters] = {}  # live envs
         self._departed: OrderedDict[int, EnvCounters] = OrderedDict()  # the last envs that left
         self._evicted = EnvCounters(connected=0)  # the totals of envs that left before those
@@ -195,7 +194,7 @@ class SyncCore:
                 fingerprint in ``hello``) is not the curriculum's; ``"too_many_envs"`` when ``max_envs`` are
                 live (an env coming back to its slot is admitted).
         """
-        hello = hello or P.Hello(self.pid)
+        hello = hello or P.Hello(os.getpid())
         if hello.task_space and self.task_space_fingerprint:
             theirs, ours = hello.task_space, self.task_space_fingerprint
             if fingerprint_digest(theirs) != fingerprint_digest(ours):
@@ -664,13 +663,7 @@ class SyncCore:
             self.depart(env_id, "goodbye")
         return P.Goodbye(env_id, msg.returned_task_ids)
 
-
     # -- learner side -------------------------------------------------------------------------------
-    def in_flight(self, env_id: int) -> dict[int, EncodedTask]:
-        """The tasks ``env_id`` holds, by task id (``{}`` for an env that left)."""
-        with self.lock:
-            return {i: entry[1].task for i, entry in self._in_flight.get(env_id, {}).items()}
-
     @property
     def env_ids(self) -> list[int]:
         """Ids of the live envs and of the last ones that left (see ``keep_departed``)."""
@@ -752,8 +745,10 @@ class LearnerCalls:
                 self.core.load_ledger(ledger)
 
     def in_flight(self, env_id: int) -> dict[int, EncodedTask]:
-        """Tasks sent to ``env_id`` and not yet consumed, returned or abandoned, by task id."""
-        return self.core.in_flight(env_id)
+        """Tasks sent to ``env_id`` and not yet consumed, returned or abandoned, by task id (``{}`` for an
+        env that left)."""
+        with self.core.lock:
+            return {i: entry[1].task for i, entry in self.core._in_flight.get(env_id, {}).items()}
 
 
 class ServedCurriculum:

@@ -83,8 +83,6 @@ class CurriculumServer(LearnerCalls, ServedCurriculum):
         self.curriculum = curriculum
         self.lock = self.core.lock
         self._pid = os.getpid()
-        self.env_timeout = opts.env_timeout
-        self.max_envs = opts.max_envs
         # the liveness check runs at least every quarter of env_timeout
         self._poll_ms = max(1, int(min(opts.poll_interval, self.core.heartbeat or math.inf) * 1000))
         self._next_sweep = time.monotonic() + self.core.heartbeat if self.core.heartbeat else math.inf
@@ -147,7 +145,6 @@ class CurriculumServer(LearnerCalls, ServedCurriculum):
         self._wake_tx = self._ctx.socket(zmq.PAIR)
         self._wake_tx.setsockopt(zmq.LINGER, 0)
         self._wake_tx.connect(wake)
-        self._join_timeout = opts.join_timeout
         self._thread = threading.Thread(target=self._run, name=f"magister-server-{self.address}", daemon=True)
         self._thread.start()
         _live_servers.add(self)
@@ -303,7 +300,7 @@ class CurriculumServer(LearnerCalls, ServedCurriculum):
     def _hello(self, identity: bytes, peer: _Peer | None, hello: P.Hello, fd: int) -> None:
         """Welcome an env (a repeated hello, a client's retry, gets the same answer)."""
         if peer is None:
-            if self.core.live_envs >= self.max_envs:
+            if self.core.live_envs >= self.options.max_envs:
                 self._free_disconnected()  # (a full server makes room first)
             (welcome,) = self.core.answer(hello)
             if not isinstance(welcome, P.Welcome):  # (refused)
@@ -341,9 +338,9 @@ class CurriculumServer(LearnerCalls, ServedCurriculum):
         except zmq.ZMQError:  # pragma: no cover - the thread then wakes at its poll interval
             pass
         self._wake_tx.close(0)
-        self._thread.join(self._join_timeout)
+        self._thread.join(self.options.join_timeout)
         if self._thread.is_alive():  # pragma: no cover - only if the curriculum blocks forever
-            logger.error("curriculum server thread did not stop within %.1fs", self._join_timeout)
+            logger.error("curriculum server thread did not stop within %.1fs", self.options.join_timeout)
         else:
             self._ctx.term()
         self._remove_tmpdir()

@@ -119,7 +119,7 @@ def test_coplayer_learner_losing_lowers_the_win_rate_over_sockets(store):
         env = PettingZooSyncWrapper(_coplayer(store, "runner"), server.address)
         env.reset(seed=0)
         with server.lock:  # only ids travel through the curriculum's socket; the worker loaded the weights
-            assert all(type(t) is int for t in server.core.in_flight(env.env_id).values())
+            assert all(type(t) is int for t in server.in_flight(env.env_id).values())
         assert env.loaded_ids == [1]
         _play(env, lambda obs: 0, 4)  # the learner (runner) stands still and is caught
         env.close()

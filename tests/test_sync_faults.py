@@ -313,7 +313,7 @@ def test_sigkilled_worker_loses_only_its_in_flight_tasks():
         # update asked for the next reset's task; the 2 left over are returned at close)
         assert m["sync/total/tasks_sampled"] == 3 + 22
         assert m["sync/env1/tasks_returned"] == 2
-        assert len(set(server.core.in_flight(dead))) == 3
+        assert len(set(server.in_flight(dead))) == 3
     assert server.closed
 
 

@@ -221,8 +221,8 @@ def test_tasks_are_addressed_to_the_requesting_env():
         a, b = CurriculumClient(server.address, prefetch=2), CurriculumClient(server.address, prefetch=2)
         ta = [a.next_task() for _ in range(3)]
         tb = [b.next_task() for _ in range(3)]
-        held_a = server.core.in_flight(a.env_id)
-        held_b = server.core.in_flight(b.env_id)
+        held_a = server.in_flight(a.env_id)
+        held_b = server.in_flight(b.env_id)
         assert {t.task_id for t in ta} <= set(held_a) and {t.task_id for t in tb} <= set(held_b)
         assert not set(held_a) & set(held_b)
         for t in ta:
