@@ -117,7 +117,7 @@ def test_sync_core_reads_its_fields_from_options_and_keywords():
 
 def test_serve_with_an_options_object_batches_steps_as_it_says():
     with serve(Steps(), options=ServerOptions(step_batch_size=4, env_timeout=None)) as server:
-        assert server.env_timeout is None and server.core.heartbeat == 0.0
+        assert server.options.env_timeout is None and server.core.heartbeat == 0.0
         _play_one_episode(server.address, 10)
         assert server.curriculum.sizes == [4, 4, 2]
 
