@@ -133,7 +133,7 @@ def test_serve_keywords_override_the_options_object():
 def test_serve_keeps_its_defaults():
     with serve(Steps()) as server:
         assert server.options == ServerOptions()
-        assert server.env_timeout == ServerOptions().env_timeout is not None
+        assert server.options.env_timeout == ServerOptions().env_timeout is not None
         assert server.core.heartbeat == server.env_timeout / 4
 
 
