@@ -134,7 +134,7 @@ def test_serve_keeps_its_defaults():
     with serve(Steps()) as server:
         assert server.options == ServerOptions()
         assert server.options.env_timeout == ServerOptions().env_timeout is not None
-        assert server.core.heartbeat == server.env_timeout / 4
+        assert server.core.heartbeat == server.options.env_timeout / 4
 
 
 def test_serve_ray_checks_its_options_before_starting_an_actor():
