@@ -197,8 +197,7 @@ class _Type:
         return v
 
     def fits(self, col: tuple) -> bool:
-        """Whether every value of ``col`` is kept as it is, checked at C speed (as a magister peer sends step
-        infos and episode columns: the per-step overhead target needs it)."""
+        """Whether every value of ``col`` is kept as it is, checked at C speed (for the per-step overhead)."""
         return set(map(type, col)) <= {self.exact} and (self.lo is None or not col or min(col) >= self.lo)
 
 
@@ -402,9 +401,7 @@ class Steps(Message):
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Steps):
             return NotImplemented
-        return _deep_equal(self._fields(), other._fields())
-
-    __hash__ = None  # type: ignore[assignment]
+        return _deep_equal(self._fields(), other._fields())  # (defining __eq__ makes a Steps unhashable)
 
 
 class StackedObs(Sequence):
@@ -535,7 +532,6 @@ class Goodbye(Message):
 #: Every message class by its ``KIND`` code.
 MESSAGE_TYPES: dict[int, type[Message]] = {cls.KIND: cls for cls in (Hello, Welcome, Tasks, Report, Error,
                                                                       Goodbye)}
-#: Each message class's numbers of required fields and of all its fields.
 _ARITY = {cls: (sum(f.default is MISSING for f in fields(cls)), len(fields(cls)))
           for cls in MESSAGE_TYPES.values()}
 
@@ -668,26 +664,21 @@ class Stream:
         """A ``PING`` or ``PONG`` frame saying where this side stands."""
         return pack_envelope(kind, self.tx, self.rx)
 
-    def unacknowledged(self) -> list[list[Any]]:
-        """The frames of every message sent and not acknowledged, to send again."""
-        return [self._framed(n, frames) for n, frames in self.sent]
-
     def answer(self, kind: int, seq: int, ack: int) -> tuple[str, list[list[Any]], int | None]:
         """Account for a received envelope; ``(verdict, resend, control)``: what it is, the frames of the
         messages to send again and the control kind to send after them (``None``: none).
 
         The verdicts: ``"deliver"`` (the next message in order: the only one to keep), ``"repeat"`` (already
-        received), ``"gap"`` (one before it was lost: ask for the resend with a ``PING`` from the env's side,
-        a ``PONG`` from the server's), ``"ahead"`` (after a gap already reported) or ``"control"`` (a
-        ``PING``, answered with every unacknowledged message and a ``PONG``, or a ``PONG``, answered with
-        every unacknowledged message; the server's side refuses a ``PONG``).
+        received), ``"gap"`` (one before it was lost: ask for the resend), ``"ahead"`` (after a gap already
+        reported) or ``"control"`` (a ``PING`` or ``PONG``, answered as the module docstring says).
         """
         while self.sent and self.sent[0][0] <= ack:
             self.sent.popleft()
         if kind != DATA:
             if kind == PONG and not self.pings:
                 raise ProtocolError("an env may not send a PONG envelope")
-            return "control", self.unacknowledged(), None if self.pings else PONG
+            resend = [self._framed(n, frames) for n, frames in self.sent]
+            return "control", resend, None if self.pings else PONG
         if seq <= self.rx:
             return "repeat", [], None
         if seq > self.rx + 1:

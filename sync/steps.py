@@ -50,10 +50,9 @@ def stack_observations(observations: list[Any]) -> Any:
     >>> type(stack_observations([np.zeros(2), np.ones(3)])).__name__
     'tuple'
     """
-    first = observations[0]
     if _stackable(observations):
         return np.stack(observations)
-    keys = first.keys() if isinstance(first, dict) else None
+    keys = observations[0].keys() if isinstance(observations[0], dict) else None
     if keys and all(isinstance(o, dict) and o.keys() == keys for o in observations):
         columns = {k: [o[k] for o in observations] for k in keys}
         if all(isinstance(k, str) and _stackable(c) for k, c in columns.items()):
@@ -114,8 +113,7 @@ class StepBuffer:
         n = len(self.rewards)
         ids = np.empty(n, dtype=np.int64)
         tasks: list[Any] = []
-        for k, (start, a) in enumerate(self.runs):
-            end = self.runs[k + 1][0] if k + 1 < len(self.runs) else n
+        for (start, a), (end, _) in zip(self.runs, [*self.runs[1:], (n, None)]):
             ids[start:end] = a.task_id
             tasks.extend([a.task] * (end - start))
         term = np.zeros(n, dtype=np.bool_)
