@@ -64,7 +64,7 @@ class Assignment(NamedTuple):
     variant: Any = None
 
 
-_PROCESS_STATE = ("_pid", "_transport", "_buffer", "_steps", "_held", "_lock", "_issued")
+_PROCESS_STATE = ("_pid", "transport", "_buffer", "_steps", "_held", "_lock", "_issued")
 
 
 class TaskFeed:
@@ -123,7 +123,8 @@ class TaskFeed:
     def _reset_process_state(self) -> None:
         """The state that belongs to one process (fresh after a fork or an unpickling)."""
         self._pid: int | None = None
-        self._transport: Transport | None = None
+        #: The transport of this process (``None`` until the feed connects, and once it closed).
+        self.transport: Transport | None = None
         self.env_id = None
         self.requires_step_updates = False
         self._buffer: deque[Assignment] = deque()
@@ -161,11 +162,6 @@ class TaskFeed:
         self._held_request = 0  # tasks asked for by held updates
         self._send_by = math.inf  # when the oldest held update must go out
 
-    @property
-    def transport(self) -> Transport | None:
-        """The transport of this process (``None`` until the feed connects, and once it closed)."""
-        return self._transport
-
     # -- connection ---------------------------------------------------------------------------------
     def _hello(self, rejoin: int = -1, lost: int = 0) -> P.Hello:
         space = self.task_space.fingerprint() if self.task_space is not None else ""
@@ -176,24 +172,24 @@ class TaskFeed:
     def _ensure(self) -> bool:
         """Connect in this process if needed; False on the local fallback."""
         if self._pid != _pid and self._pid is not None:  # forked: the parent's transport is not ours
-            if self._transport is not None:
-                self._transport.abandon()
+            if self.transport is not None:
+                self.transport.abandon()
             logger.debug("feed: process forked (pid %s -> %s); reconnecting", self._pid, os.getpid())
             self._reset_process_state()
         if self._closed:
             raise SyncError("this client is closed")
         if self._fallback:
             return False
-        if self._transport is not None:
+        if self.transport is not None:
             return True
         self._pid = _pid
-        transport = self._transport = self._transport_class(self.target, self.options)
+        transport = self.transport = self._transport_class(self.target, self.options)
         try:
             welcome = transport.open(self._hello())
         except ServerUnavailableError as exc:
             return self._go_fallback("a welcome", str(exc))
         except BaseException:
-            self._transport = None
+            self.transport = None
             transport.close(wait=False)
             raise
         self._take_welcome(welcome)
@@ -209,7 +205,7 @@ class TaskFeed:
         """Register again, under the same identity, with a curriculum side that no longer knows this env.
         Undelivered updates go along with their lease ids (each applied once, or counted); tasks not yet
         started are dropped unless the server resumed their leases."""
-        transport = self._transport
+        transport = self.transport
         old = self.env_id
         logger.warning("%s no longer knows env %s (restarted, or it declared the env gone): registering "
                        "again", transport.peer, old)  # type: ignore[union-attr]
@@ -242,7 +238,7 @@ class TaskFeed:
     def _go_fallback(self, what: str, reason: str | None = None) -> bool:
         """No answer while waiting for ``what``: raise, or sample locally from now on (returns False)."""
         if reason is None:
-            reason = self._transport.no_reply(what)  # type: ignore[union-attr]
+            reason = self.transport.no_reply(what)  # type: ignore[union-attr]
         if self.options.fallback_task_space is None:
             raise ServerUnavailableError(reason + self.caps.hint)
         logger.warning("%s; sampling tasks locally from %r from now on (feedback is dropped)", reason,
@@ -252,19 +248,19 @@ class TaskFeed:
         self.stats["updates_dropped"] += len(self._held)
         self._clear_held()
         self._outstanding = 0
-        if self._transport is not None:
-            self._transport.close(wait=False)
-            self._transport = None
+        if self.transport is not None:
+            self.transport.close(wait=False)
+            self.transport = None
         return False
 
     def _active(self) -> bool:
         """Whether updates can be delivered now (connected in this process, no fallback)."""
-        return self._transport is not None and self._pid == _pid  # (the fallback drops the transport)
+        return self.transport is not None and self._pid == _pid  # (the fallback drops the transport)
 
     # -- sending ------------------------------------------------------------------------------------
     def _send(self, items: list[Any], updates: int, asked: int) -> bool:
         """One send of ``items`` (``updates`` of them updates, asking for ``asked`` tasks in all)."""
-        transport = self._transport
+        transport = self.transport
         try:
             transport.send(items)  # type: ignore[union-attr]
         except ServerUnavailableError as exc:
@@ -314,11 +310,11 @@ class TaskFeed:
     def _send_due(self) -> None:
         """From the background flusher: send the held updates if due, or a heartbeat after ``heartbeat``
         seconds of silence (a feed busy in the env's thread, or waiting for room, is left to it)."""
-        transport = self._transport
+        transport = self.transport
         if transport is None or not transport.can_send_now() or not self._lock.acquire(blocking=False):
             return
         try:
-            if self._pid != _pid or self._transport is not transport:
+            if self._pid != _pid or self.transport is not transport:
                 return
             if self._held and _now() >= self._send_by:
                 self._send_held()
@@ -330,7 +326,7 @@ class TaskFeed:
     # -- receiving ----------------------------------------------------------------------------------
     def _receive(self, timeout: float) -> bool:
         """Take in the replies that arrived (waiting at most ``timeout``); False when none did."""
-        msgs = self._transport.receive(timeout)  # type: ignore[union-attr]
+        msgs = self.transport.receive(timeout)  # type: ignore[union-attr]
         for msg in msgs:
             if isinstance(msg, P.Tasks):
                 n = len(msg.task_ids)
@@ -351,13 +347,13 @@ class TaskFeed:
                 if msg.code in ("sample_failed", "bad_request") and self._outstanding:
                     self._outstanding = 0
                     self._refusal = f"{msg.code}: {msg.message}"
-                logger.error("%s refused a message from env %s (%s): %s", self._transport.peer,  # type: ignore
+                logger.error("%s refused a message from env %s (%s): %s", self.transport.peer,  # type: ignore
                              self.env_id, msg.code, msg.message)
         return bool(msgs)
 
     def _drain(self) -> None:
         """Take in every reply that already arrived."""
-        while self._transport is not None and self._receive(0):
+        while self.transport is not None and self._receive(0):
             pass
 
     def _wait_for_tasks(self) -> bool:
@@ -368,7 +364,7 @@ class TaskFeed:
         while not self._buffer:
             if self._refusal is not None:
                 err, self._refusal = self._refusal, None
-                raise SyncError(f"{self._transport.peer} refused (waiting for tasks): {err}")  # type: ignore
+                raise SyncError(f"{self.transport.peer} refused (waiting for tasks): {err}")  # type: ignore
             left = deadline - time.monotonic()
             if left <= 0:
                 if not self._keep_waiting(start):
@@ -387,7 +383,7 @@ class TaskFeed:
     def _keep_waiting(self, since: float) -> bool:
         """Whether a wait begun at ``since`` goes on: the curriculum side has been silent (not merely slow)
         for ``timeout`` and ``reconnect_timeout`` has not passed. Logged once a minute."""
-        transport = self._transport
+        transport = self.transport
         if not self.caps.cheap_receive or self.env_id is None or transport is None:
             return False
         now = time.monotonic()
@@ -433,7 +429,7 @@ class TaskFeed:
 
     def next_task(self) -> Assignment:
         """The next task: from the prefetch buffer, or requested and awaited (at most ``timeout``)."""
-        if not ((self._transport is not None and self._pid == _pid) or self._ensure()):
+        if not ((self.transport is not None and self._pid == _pid) or self._ensure()):
             (task,) = self.options.fallback_task_space.sample_encoded(1)  # type: ignore[union-attr]
             return Assignment(-1, task, True)
         caps = self.caps
@@ -533,7 +529,7 @@ class TaskFeed:
     ) -> None:
         """An episode on ``assignment`` finished (``ended=False``: abandoned by an early reset); ``refill``:
         the env resets next, so the update may ask for tasks. ``extras`` that cannot travel raise here."""
-        if self._transport is None or self._pid != _pid:  # (closed, fallback, forked)
+        if self.transport is None or self._pid != _pid:  # (closed, fallback, forked)
             return
         if self.requires_step_updates and len(self._steps):
             self._flush_steps()
@@ -589,14 +585,14 @@ class TaskFeed:
         except (ServerUnavailableError, SyncError) as exc:  # closing must not fail because the server is gone
             logger.warning("client env %s: closing without the server: %s", self.env_id, exc)
         finally:
-            if self._transport is not None:
+            if self.transport is not None:
                 # everything before the goodbye was acknowledged: nothing left worth lingering for;
                 # otherwise queued messages may go out for what is left of the close timeout
                 if self._goodbye_acked:
-                    self._transport.close(wait=False)
+                    self.transport.close(wait=False)
                 else:
-                    self._transport.close(wait=True, linger=max(0.0, deadline - time.monotonic()))
-                self._transport = None
+                    self.transport.close(wait=True, linger=max(0.0, deadline - time.monotonic()))
+                self.transport = None
             self._clear_held()
             self._buffer.clear()
             self._closed = True
@@ -611,11 +607,11 @@ class TaskFeed:
             sent = self._send([*reports, goodbye], updates, 0)
         else:
             try:
-                self._transport.send([goodbye])  # type: ignore[union-attr]
+                self.transport.send([goodbye])  # type: ignore[union-attr]
                 sent = True
             except ServerUnavailableError as exc:
                 sent = self._go_fallback("room for the goodbye", str(exc))
-        while sent and not self._goodbye_acked and self._transport is not None and time.monotonic() < until:
+        while sent and not self._goodbye_acked and self.transport is not None and time.monotonic() < until:
             self._receive(until - time.monotonic())
         if not self._goodbye_acked:
             logger.warning("client env %s: no goodbye ack from %s", self.env_id, self.address)

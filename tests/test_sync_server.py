@@ -1038,7 +1038,7 @@ def test_background_flusher_ends_when_its_last_client_is_collected(monkeypatch):
         thread = flusher.thread
         assert c2 in flusher.feeds and thread.is_alive()
         c2.transport.close(wait=False)  # (an abandoned client: its socket gone, the object dropped)
-        c2._transport = None
+        c2.transport = None
         del c2
         gc.collect()
         thread.join(timeout=5)  # woken by the collection, not by its 30 s timeout
