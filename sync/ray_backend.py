@@ -89,8 +89,7 @@ class CurriculumActor(LearnerCalls):
         logger.warning("curriculum actor restarted; curriculum restored from %r", checkpoint)
 
     def _watch(self) -> None:
-        """Every second (at most a quarter of ``env_timeout``): declare gone the envs whose Ray node or
-        worker died, then those silent past ``env_timeout``."""
+        """Declare gone the envs whose Ray node or worker died, then those silent past ``env_timeout``."""
         while True:
             time.sleep(min(LIVENESS_PERIOD, self.core.heartbeat or LIVENESS_PERIOD))
             try:
@@ -205,13 +204,11 @@ class RayCurriculumServer(ServedCurriculum):
         name, namespace = parse_ray_address(address)
         return cls(lookup_actor(name, namespace, timeout), name, namespace, owner=False, timeout=timeout)
 
-    def _submit(self, method: str, *args: Any) -> Any:
+    def _run(self, method: str, *args: Any, what: str = "", wait: bool = True) -> Any:
         if self.closed:
             raise SyncError(f"{self!r} is closed")
-        return getattr(self.actor, method).remote(*args)
-
-    def _run(self, method: str, *args: Any) -> Any:
-        return self.wait(self._submit(method, *args), f"{method}()")
+        ref = getattr(self.actor, method).remote(*args)
+        return self.wait(ref, what or f"{method}()") if wait else ref
 
     def wait(self, ref: Any, what: str = "a call") -> Any:
         """The result of the call whose object ref is ``ref`` (as ``wait=False`` returns), waiting at most
@@ -220,7 +217,7 @@ class RayCurriculumServer(ServedCurriculum):
 
     def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         """Call a public method of the curriculum in the actor, e.g. ``call("distribution")``."""
-        return self.wait(self._submit("call", method, args, kwargs), f"{method}()")
+        return self._run("call", method, args, kwargs, what=f"{method}()")
 
     def sample(self, k: int = 1) -> list[EncodedTask]:
         """``curriculum.sample(k)`` in the actor (tasks for the learner's own use, not accounted)."""
@@ -235,8 +232,7 @@ class RayCurriculumServer(ServedCurriculum):
         fire-and-forget: returns the call's object ref (:meth:`wait` on it to see an error)."""
         if not isinstance(metrics, dict):
             raise TypeError(f"metrics must be a dict, got {type(metrics).__name__}")
-        ref = self._submit("call", "update_on_demand", (metrics,))
-        return self.wait(ref, "update_on_demand()") if wait else ref
+        return self._run("call", "update_on_demand", (metrics,), what="update_on_demand()", wait=wait)
 
     def metrics(self) -> dict[str, float]:
         """The curriculum's metrics plus the sync accounting (``sync/env<i>/...``, ``sync/total/...``)."""

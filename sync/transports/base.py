@@ -54,10 +54,12 @@ class Transport:
     :class:`SyncError`."""
 
     caps: ClassVar[Capabilities]
+    #: Who this transport talks to, for messages (``"curriculum server at ipc://..."``).
+    peer: str
+    #: Seconds the peer has to answer.
+    timeout: float
     #: Times a send waited for room (back-pressure).
     waits: int = 0
-    #: The env id of the welcome (set by :meth:`open`).
-    env_id: int = -1
 
     def open(self, hello: P.Hello) -> P.Welcome:  # pragma: no cover - interface
         """Register with the curriculum; its welcome (waits at most the timeout)."""
@@ -82,11 +84,6 @@ class Transport:
         """Whether a send would not wait for room."""
         return True
 
-    def no_reply(self, what: str) -> str:  # pragma: no cover - interface
+    def no_reply(self, what: str) -> str:
         """The description of a timeout while waiting for ``what``."""
-        raise NotImplementedError
-
-    @property
-    def peer(self) -> str:  # pragma: no cover - interface
-        """Who this transport talks to, for messages (``"curriculum server at ipc://..."``)."""
-        raise NotImplementedError
+        return f"no reply from the {self.peer} within {self.timeout:g}s while waiting for {what}"

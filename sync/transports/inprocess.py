@@ -24,22 +24,17 @@ class InProcessTransport(Transport):
 
     def __init__(self, core: SyncCore, options: FeedOptions | None = None) -> None:
         self.core = core
+        self.peer = f"curriculum {type(core.curriculum).__name__} (in-process)"
         self.replies: list[P.Message] = []
-
-    @property
-    def peer(self) -> str:
-        return f"curriculum {type(self.core.curriculum).__name__} (in-process)"
 
     def no_reply(self, what: str) -> str:  # pragma: no cover - every call answers at once
         return f"no reply from the {self.peer} while waiting for {what}"
 
     def open(self, hello: P.Hello) -> P.Welcome:
         try:
-            welcome = self.core.register_env(hello)
+            return self.core.register_env(hello)
         except SyncRejected as exc:
             raise SyncError(f"the curriculum refused this env ({exc.code}): {exc}") from None
-        self.env_id = welcome.env_id
-        return welcome
 
     def send(self, items: list[P.Message]) -> None:
         """Apply the messages in order (a refused one raises: :class:`SyncError` when the curriculum could

@@ -148,10 +148,10 @@ class RayTransport(Transport):
 
     def __init__(self, address: str, options: FeedOptions) -> None:
         self.actor_name, self.namespace = parse_ray_address(address)
+        self.peer = describe_actor(self.actor_name, self.namespace)
+        self.options = options
         self.timeout = options.timeout
         self.max_pending = options.max_pending_updates
-        self.ray_address = options.ray_address
-        self.reconnect_timeout = options.reconnect_timeout
         self.actor: Any = None
         self.token = ""  # the welcoming actor's
         # (ref, frames) of the calls whose replies are unread; while the actor is away (it restarted or
@@ -163,25 +163,13 @@ class RayTransport(Transport):
         self.where = ("", "")  # (Ray node id, worker id) of this process, set by open
 
     @property
-    def peer(self) -> str:
-        return describe_actor(self.actor_name, self.namespace)
-
-    @property
     def lost(self) -> int:
         """Messages the rejoin will not send again (beyond :data:`MAX_KEPT`)."""
         return max(0, sum(len(frames) for _, frames in self.calls) - MAX_KEPT) if self.away else 0
 
-    @property
-    def in_flight(self) -> int:
-        """Calls whose replies are unread."""
-        return len(self.calls)
-
-    def no_reply(self, what: str) -> str:
-        return f"no reply from the {self.peer} within {self.timeout:g}s while waiting for {what}"
-
     def open(self, hello: P.Hello) -> P.Welcome:
         if not ray.is_initialized():
-            target = self.ray_address or "auto"
+            target = self.options.ray_address or "auto"
             logger.info("ray client: this process is not connected to Ray; ray.init(address=%r)", target)
             try:
                 ray.init(address=target, namespace=self.namespace, ignore_reinit_error=True)
@@ -223,7 +211,7 @@ class RayTransport(Transport):
         not apply (the first :data:`MAX_KEPT` messages), made the new registration's
         (:func:`magister.sync.protocol.rebase`)."""
         old = [unpack(f) for _, frames in self.calls for f in frames][:MAX_KEPT]
-        welcome = self._register(P.rejoin_hello(hello, old), self.reconnect_timeout)
+        welcome = self._register(P.rejoin_hello(hello, old), self.options.reconnect_timeout)
         self.calls.clear()
         msgs = [m for m in (P.rebase(m, welcome.env_id) for m in old) if m is not None]
         for start in range(0, len(msgs), 256):

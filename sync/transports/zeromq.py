@@ -6,9 +6,9 @@ reply, and waits for room in the send queue at most ``timeout`` seconds (back-pr
 **Reconnects lose nothing and repeat nothing.** The socket has a stable routing id, so after ZeroMQ
 reconnects it (a network cut) the server knows it as the same env. Every message after the hello is
 numbered in an envelope frame and kept until acknowledged, on both sides. When a wait for a reply passes
-``retry_interval``, the transport sends a ``PING``: the server sends again the replies the env missed and
-answers with the number of the last message it applied, after which the env sends again what the server
-never got; each side drops what it already has. A server that no longer knows the env answers
+:data:`RETRY_INTERVAL`, the transport sends a ``PING``: the server sends again the replies the env missed
+and answers with the number of the last message it applied, after which the env sends again what the
+server never got; each side drops what it already has. A server that no longer knows the env answers
 ``unknown_env``, and the feed registers again (:meth:`ZmqTransport.rejoin`).
 """
 
@@ -32,26 +32,23 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["ZmqTransport"]
 
-_ctx_lock = threading.Lock()
-_ctx: zmq.Context | None = None
-_ctx_pid: int | None = None
-_orphans: list[Any] = []  # sockets/contexts inherited through fork: never used, never closed, never GC'd
+# (pid, context) of this process and of those it was forked from, and the sockets abandoned after a fork:
+# what a fork inherits is never used, closed nor GC'd
+_contexts: list[tuple[int, zmq.Context]] = []
+_orphans: list[zmq.Socket] = []
+_contexts_lock = threading.Lock()
 
 
 def _context() -> zmq.Context:
     """This process's ZeroMQ context (a new one after a fork)."""
-    global _ctx, _ctx_pid
-    with _ctx_lock:
-        if _ctx is None or _ctx_pid != os.getpid():
-            if _ctx is not None:
-                _orphans.append(_ctx)
-            _ctx = zmq.Context()
-            _ctx_pid = os.getpid()
-        return _ctx
+    with _contexts_lock:
+        if not _contexts or _contexts[-1][0] != os.getpid():
+            _contexts.append((os.getpid(), zmq.Context()))
+        return _contexts[-1][1]
 
 
 #: Seconds a wait for a reply lasts before the transport asks the server for a resend (``PING``).
-DEFAULT_RETRY_INTERVAL = 0.25
+RETRY_INTERVAL = 0.25
 #: Most sent messages kept for a resend until the server acknowledges them.
 MAX_UNACKED = 4096
 
@@ -62,7 +59,6 @@ class ZmqTransport(Transport):
     Attributes:
         pings: ``PING`` frames sent (resend requests while waiting, and heartbeats).
         resent: Messages sent again after the server said it had not received them.
-        duplicates: Replies received twice (dropped).
         rejoins: Times the transport registered again with a server that no longer knew it.
     """
 
@@ -77,24 +73,18 @@ class ZmqTransport(Transport):
 
     def __init__(self, address: str, options: FeedOptions) -> None:
         self.address = address
-        self.timeout, self.close_timeout = options.timeout, options.close_timeout
-        self.curve = (options.curve_server_key, *(options.curve_client_keys or (None, None)))
-        self.retry_interval = DEFAULT_RETRY_INTERVAL
-        self.reconnect_timeout = options.reconnect_timeout
+        self.peer = f"curriculum server at {address}"
+        self.options = options
+        self.timeout = options.timeout
         self.failed_handshakes = 0
         self.socket: zmq.Socket | None = None
-        self.waits = 0
         self.stream = P.Stream(MAX_UNACKED, pings=True)
-        self.pings = self.resent = self.duplicates = self.rejoins = 0
+        self.pings = self.resent = self.rejoins = 0
         self.last_send = 0.0  # (monotonic) when the last frame went out: heartbeats fill silences
         self.last_heard = time.monotonic()  # when the last frame came in: a silent server is away
 
-    @property
-    def peer(self) -> str:
-        return f"curriculum server at {self.address}"
-
     def no_reply(self, what: str) -> str:
-        said = f"no reply from the {self.peer} within {self.timeout:g}s while waiting for {what}"
+        said = super().no_reply(what)
         if self.socket is None or not self.pings:
             return said
         return (f"{said} (tried: reconnecting every 0.1-1 s, {self.pings} resend requests"
@@ -103,7 +93,7 @@ class ZmqTransport(Transport):
 
     def open(self, hello: P.Hello) -> P.Welcome:
         sock = _context().socket(zmq.DEALER)
-        sock.setsockopt(zmq.LINGER, int(self.close_timeout * 1000))
+        sock.setsockopt(zmq.LINGER, int(self.options.close_timeout * 1000))
         sock.setsockopt(zmq.RECONNECT_IVL, 100)
         sock.setsockopt(zmq.RECONNECT_IVL_MAX, 1000)
         ms = self.timeout * 1000  # a send waits for room at most the timeout (-1: an infinite one)
@@ -111,7 +101,8 @@ class ZmqTransport(Transport):
         # the session token: the server knows this socket by it across reconnects (a leading zero byte is
         # reserved by ZeroMQ)
         sock.setsockopt(zmq.ROUTING_ID, b"m" + os.urandom(15))
-        self.public_key = configure_client_socket(sock, *self.curve)  # (the key named if it is refused)
+        keys = self.options.curve_client_keys or ()  # (the public key is named if it is refused)
+        self.public_key = configure_client_socket(sock, self.options.curve_server_key, *keys)
         # a refused CURVE handshake is reported by the socket's monitor: the hello fails at once, saying why
         failures = (zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
                     | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL)
@@ -130,8 +121,7 @@ class ZmqTransport(Transport):
         self.rejoins += 1
         old = [P.decode(frames) for _, frames in self.stream.sent]
         self.stream = P.Stream(MAX_UNACKED, pings=True)
-        hello = P.rejoin_hello(hello, old)
-        welcome = self._register(hello)
+        welcome = self._register(P.rejoin_hello(hello, old))
         again = [m for m in (P.rebase(m, welcome.env_id) for m in old) if m is not None]
         self.send(again)
         self.resent += len(again)
@@ -144,11 +134,10 @@ class ZmqTransport(Transport):
         while True:
             reply = self._answer_to(hello, monitor)
             if isinstance(reply, P.Welcome):
-                self.env_id = reply.env_id
                 return reply
             if reply.code == "version":
                 raise P.ProtocolVersionError(reply.message)
-            if reply.code != "too_many_envs" or time.monotonic() - start >= self.reconnect_timeout:
+            if reply.code != "too_many_envs" or time.monotonic() - start >= self.options.reconnect_timeout:
                 logger.error("%s refused the hello (%s): %s", self.peer, reply.code, reply.message)
                 raise SyncError(f"{self.peer} refused (waiting for a welcome): {reply.code}: {reply.message}")
             if backoff == 0.1:
@@ -179,11 +168,11 @@ class ZmqTransport(Transport):
             self.failed_handshakes += 1
             if self.failed_handshakes < 3:
                 continue
-            if self.curve[0] is None:
+            if self.options.curve_server_key is None:
                 raise SyncError(f"the handshake with {self.peer} fails: does it require CURVE keys (pass "
                                 "curve_server_key=<its public key>)?")
             raise SyncError(f"the CURVE handshake with {self.peer} fails: is curve_server_key "
-                            f"{self.curve[0]!r} the server's public key?")
+                            f"{self.options.curve_server_key!r} the server's public key?")
 
     def send(self, items: list[P.Message]) -> None:
         """Each message numbered, in order (kept until the server acknowledges it)."""
@@ -197,15 +186,14 @@ class ZmqTransport(Transport):
 
     def ping(self) -> None:
         """Ask the server for the replies this env missed and where to resend from (also a heartbeat)."""
-        sock = self.socket
-        if sock is None:
+        if self.socket is None:
             return
         try:
-            sock.send(self.stream.control(P.PING), zmq.NOBLOCK)
-            self.pings += 1
-            self.last_send = time.monotonic()
+            self.socket.send(self.stream.control(P.PING), zmq.NOBLOCK)
         except zmq.Again:  # the queue is full: the messages in it will do
-            pass
+            return
+        self.pings += 1
+        self.last_send = time.monotonic()
 
     def _write(self, frames: list[Any], what: str) -> None:
         sock = self.socket
@@ -222,15 +210,15 @@ class ZmqTransport(Transport):
                 raise ServerUnavailableError(self.no_reply(f"room in the send queue for a {what}")) from None
 
     def receive(self, timeout: float, retry: bool = True) -> list[P.Message]:
-        """At most one message; with ``retry``, a ``PING`` each time the wait passes ``retry_interval``."""
+        """At most one message; with ``retry``, a ``PING`` each time the wait passes ``RETRY_INTERVAL``."""
         sock = self.socket
         assert sock is not None
         if timeout <= 0:  # (reading the socket's events is cheaper than a zero-timeout poll)
             return self._take(sock.recv_multipart(copy=False)) if sock.get(zmq.EVENTS) & zmq.POLLIN else []
         deadline = time.monotonic() + timeout
         while (left := deadline - time.monotonic()) > 0:
-            # a resend request every retry_interval; once every second while the server is silent
-            every = self.retry_interval if time.monotonic() - self.last_heard < self.timeout else 1.0
+            # a resend request every RETRY_INTERVAL; once every second while the server is silent
+            every = RETRY_INTERVAL if time.monotonic() - self.last_heard < self.timeout else 1.0
             slice_ = min(left, every) if retry else left
             if sock.poll(max(1, int(slice_ * 1000)), zmq.POLLIN):
                 msgs = self._take(sock.recv_multipart(copy=False))
@@ -252,15 +240,13 @@ class ZmqTransport(Transport):
         for again in resend:  # after a PONG: what is still unacknowledged never arrived
             self._write(again, "message sent again")
         self.resent += len(resend)
-        self.duplicates += verdict == "repeat"
         if control is not None:  # a reply was lost before this one: ask for both again
             self.ping()
         return []
 
     def close(self, wait: bool = True, linger: float | None = None) -> None:
-        """Close the socket (``wait``: let queued messages go out for at most ``linger`` seconds)."""
         if self.socket is not None:
-            linger = (self.close_timeout if linger is None else max(0.0, linger)) if wait else 0.0
+            linger = (self.options.close_timeout if linger is None else max(0.0, linger)) if wait else 0.0
             self.socket.close(int(1000 * linger))
             self.socket = None
 
