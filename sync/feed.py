@@ -429,7 +429,7 @@ class TaskFeed:
 
     def next_task(self) -> Assignment:
         """The next task: from the prefetch buffer, or requested and awaited (at most ``timeout``)."""
-        if not ((self.transport is not None and self._pid == _pid) or self._ensure()):
+        if not (self._active() or self._ensure()):
             (task,) = self.options.fallback_task_space.sample_encoded(1)  # type: ignore[union-attr]
             return Assignment(-1, task, True)
         caps = self.caps
@@ -529,7 +529,7 @@ class TaskFeed:
     ) -> None:
         """An episode on ``assignment`` finished (``ended=False``: abandoned by an early reset); ``refill``:
         the env resets next, so the update may ask for tasks. ``extras`` that cannot travel raise here."""
-        if self.transport is None or self._pid != _pid:  # (closed, fallback, forked)
+        if not self._active():  # (closed, fallback, forked)
             return
         if self.requires_step_updates and len(self._steps):
             self._flush_steps()
