@@ -121,11 +121,13 @@ class Episode:
     * ``train``, ``control``, ``variant``: the fields of the :class:`TaskSample` it played, as the server
       recorded them when it handed the task out (the env never sends them back). A task the env chose
       itself has ``train=True, control=False, variant=None``;
-    * ``extras``: what the env side added (e.g. per-agent returns of a PettingZoo env).
+    * ``extras``: what the env side added (e.g. per-agent returns of a PettingZoo env);
+    * ``agent``: the agent whose trajectory this is, when a multi-agent env reports one episode per agent
+      (``PettingZooSyncWrapper(..., per_agent_episodes=True)``), else ``None``.
 
     >>> ep = Episode(task=3, episode_return=1.0, length=10, progress=1.0, env_id=0)
-    >>> ep.task, ep.train, ep.control, ep.variant, ep.extras
-    (3, True, False, None, {})
+    >>> ep.task, ep.train, ep.control, ep.variant, ep.extras, ep.agent
+    (3, True, False, None, {}, None)
     """
 
     task: EncodedTask
@@ -137,6 +139,7 @@ class Episode:
     control: bool = False
     variant: EncodedTask | None = None
     extras: dict[str, Any] = field(default_factory=dict)
+    agent: str | None = None
 
 
 @dataclass

@@ -259,10 +259,9 @@ class EpisodeTracker:
     def report(self, a: Assignment, progress: float, ended: bool, refill: bool = True) -> None:
         """Send the episode update(s) of the current episode on ``a``.
 
-        Normally one update. In per-agent mode, a finished episode with per-agent data is reported as one
-        update per agent (that agent's return, length and progress, ``extras["agent"]`` naming it): the
-        first carries the task id and acknowledges the task; the others name the same task with task id
-        ``-1``, so the curriculum side applies them as episodes without counting the task twice.
+        Normally one update. In per-agent mode, a finished episode with per-agent data is one update with a
+        row per agent (that agent's return, length and progress): the curriculum side applies each as an
+        episode on the task, with the task's flags, and consumes the task once.
         """
         if not math.isfinite(self.ret):
             raise ValueError(
@@ -274,18 +273,12 @@ class EpisodeTracker:
             extras["agent_returns"] = {str(k): v for k, v in self.agent_returns.items()}
         if self.extras_fn is not None:
             extras.update(self.extras_fn())
-        if not (self.per_agent and ended and self.agent_returns):
-            self.feed.record_episode(a, self.ret, self.length, progress, ended, extras, refill)
-            return
-        for n, (agent, ret) in enumerate(self.agent_returns.items()):
-            who = a if n == 0 else Assignment(-1, a.task, a.train)
-            self.feed.record_episode(
-                who,
-                ret,
-                self.agent_lengths.get(agent, self.length),
-                self.agent_progress.get(agent, progress),
-                True, {**extras, "agent": str(agent)}, refill,
-            )
+        agents = ()
+        if self.per_agent and ended and self.agent_returns:
+            agents = tuple((str(agent), ret, self.agent_lengths.get(agent, self.length),
+                            self.agent_progress.get(agent, progress))
+                           for agent, ret in self.agent_returns.items())
+        self.feed.record_episode(a, self.ret, self.length, progress, ended, extras, refill, agents)
 
     def step(self, obs: Any, reward: float, term: bool, trunc: bool, info: Any, progress: float) -> bool:
         """Record one step (the multi-agent wrappers' path); True when the task should be switched
@@ -508,12 +501,13 @@ class PettingZooSyncWrapper(BaseParallelWrapper):
     the opponent's return, which agents the opponent played and the opponent id, which the co-player
     curricula's :class:`~magister.curricula.coplayer.OutcomeRule` reads.
 
-    **Per-agent episodes.** With ``per_agent_episodes=True`` a finished episode is reported as one episode
-    update *per agent*: that agent's return, its length (the steps in which it received a reward) and its
-    last ``task_progress``, with ``extras["agent"]`` naming it, so a single-agent task curriculum counts each
-    agent's trajectory as its own episode (as needed for many-agent envs). The first of these updates
-    acknowledges the task; the others carry task id ``-1`` (the server's "task chosen by the env"), so the
-    server's accounting still sees each task consumed once while ``episodes_applied`` counts one per agent.
+    **Per-agent episodes.** With ``per_agent_episodes=True`` a finished episode reaches the curriculum as one
+    episode *per agent*: that agent's return, its length (the steps in which it received a reward) and its
+    last ``task_progress``, with :attr:`Episode.agent <magister.curricula.base.Episode>` naming it, so a
+    single-agent task curriculum counts each agent's trajectory as its own episode (as needed for many-agent
+    envs). Every agent's episode carries the task's flags (``train``, ``control``, ``variant``); they travel
+    as one update, so the server's accounting sees the task consumed once while ``episodes_applied`` counts
+    one per agent.
     An episode abandoned by an early reset is still reported once (it reaches no curriculum either way).
 
     Arguments are those of :class:`GymnasiumSyncWrapper`, plus ``per_agent_episodes``.

@@ -20,7 +20,7 @@ replies with an error.
 >>> tasks = core.apply(P.Report(env, request=2))
 >>> len(tasks.task_ids), core.counters(env).tasks_in_flight
 (2, 2)
->>> core.apply(P.Report(env, ((P.EPISODE, tasks.task_ids[0], tasks.tasks[0], 1.0, 10, 1.0, True, {}),)))
+>>> core.apply(P.Report(env, ((P.EPISODE, tasks.task_ids[0], tasks.tasks[0], 1.0, 10, 1.0, True, {}, ()),)))
 >>> core.counters(env).tasks_consumed, core.counters(env).episodes_applied
 (1, 1)
 """
@@ -556,31 +556,35 @@ class SyncCore:
         return P.Error(code, message[:2000], max(-1, int(env_id)))
 
     def _episode(self, c: EnvCounters, env_id: int, task_id: int, task: EncodedTask, episode_return: float,
-                 length: int, progress: float, ended: bool, extras: dict) -> None:
+                 length: int, progress: float, ended: bool, extras: dict, agents: tuple) -> None:
         """End the lease; a finished episode (``ended``) goes to ``curriculum.on_episode`` as an
-        :class:`~magister.curricula.base.Episode`."""
-        if not math.isfinite(episode_return):
-            raise SyncRejected("non_finite", f"episode return must be finite, got {episode_return!r}")
-        _check_progress("episode progress", progress)
+        :class:`~magister.curricula.base.Episode`, or one per row of ``agents`` (each agent's return, length
+        and progress, with the lease's flags)."""
+        rows = agents or ((None, episode_return, length, progress),)
+        for _, ret, _, prog in rows:
+            if not math.isfinite(ret):
+                raise SyncRejected("non_finite", f"episode return must be finite, got {ret!r}")
+            _check_progress("episode progress", prog)
         stale = self._stale(env_id, c, task_id)
         if stale != "repeat":
-            c.episodes_reported += 1
+            c.episodes_reported += len(rows)
         if stale:
             return
         sample = self._resolve(env_id, task_id, task)
         cur = self.curriculum
         if ended and cur.requires_episode_updates:
-            episode = Episode(sample.task, episode_return, length, progress, env_id, sample.train,
-                              sample.control, sample.variant, extras)
-            try:
-                cur.on_episode(episode)
-            except Exception as exc:
-                raise self._curriculum_error(c, "on_episode", exc) from exc
+            for agent, ret, steps, prog in rows:
+                episode = Episode(sample.task, ret, steps, prog, env_id, sample.train, sample.control,
+                                  sample.variant, extras, agent)
+                try:
+                    cur.on_episode(episode)
+                except Exception as exc:
+                    raise self._curriculum_error(c, "on_episode", exc) from exc
         self._consume(c, env_id, task_id)
         if ended:
-            c.episodes_applied += 1
+            c.episodes_applied += len(rows)
         else:
-            c.episodes_abandoned += 1
+            c.episodes_abandoned += len(rows)
 
     def _consume(self, c: EnvCounters, env_id: int, task_id: int) -> None:
         """Lease ``task_id`` ends consumed (a no-op for a task the env chose)."""

@@ -12,7 +12,7 @@ import threading
 import time
 import weakref
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -526,9 +526,12 @@ class TaskFeed:
         ended: bool = True,
         extras: dict | None = None,
         refill: bool = True,
+        agents: Sequence[tuple[str, float, int, float]] = (),
     ) -> None:
         """An episode on ``assignment`` finished (``ended=False``: abandoned by an early reset); ``refill``:
-        the env resets next, so the update may ask for tasks. ``extras`` that cannot travel raise here."""
+        the env resets next, so the update may ask for tasks; ``agents``: for a multi-agent episode reported
+        per agent, one ``(agent, return, length, progress)`` row each (each reaches the curriculum as an
+        episode on ``assignment``, with its flags). ``extras`` that cannot travel raise here."""
         if not self._active():  # (closed, fallback, forked)
             return
         if self.requires_step_updates and len(self._steps):
@@ -539,10 +542,11 @@ class TaskFeed:
             P.pack_value(extras)  # raises TypeError naming a value that cannot travel
         self._issued.pop(assignment.task_id, None)
         request = self._refill_request() if refill else 0
+        rows = tuple((str(a), float(r), int(n), float(p)) for a, r, n, p in agents)
         update = (P.EPISODE, assignment.task_id, assignment.task, float(episode_return), int(length),
-                  float(progress), bool(ended), dict(extras) if extras else {})
+                  float(progress), bool(ended), dict(extras) if extras else {}, rows)
         self._deliver(update, request)
-        self.stats["episodes_reported"] += 1
+        self.stats["episodes_reported"] += max(1, len(rows))
 
     def record_progress(self, assignment: Assignment, progress: float, done: bool = False) -> None:
         """Progress on ``assignment`` mid-episode; ``done`` acknowledges the task as consumed (and may ask

@@ -47,11 +47,11 @@ __all__ = [
     "PROTOCOL_VERSION", "ProtocolError", "ProtocolVersionError", "Message", "Hello", "Welcome", "Tasks",
     "Report", "Steps", "STEPS", "PROGRESS", "EPISODE", "StackedObs", "Error", "Goodbye", "MESSAGE_TYPES",
     "encode", "decode", "pack_value", "unpack_value", "DATA", "PING", "PONG", "pack_envelope",
-    "unpack_envelope", "Stream", "rebase",
+    "unpack_envelope", "Stream", "rebase", "episodes_in",
 ]
 
 #: Bumped whenever a message layout changes or a kind is added; both ends must agree.
-PROTOCOL_VERSION = 9
+PROTOCOL_VERSION = 10
 #: Arrays with at least this many bytes travel as separate zero-copy frames.
 DEFAULT_OOB_THRESHOLD = 64 * 1024
 #: Upper bound on one msgpack header (the out-of-band frames are bounded by the socket's MAXMSGSIZE).
@@ -210,6 +210,28 @@ _BOOL = _Type("a bool", bool, _NOT_BOOL)
 _STR = _Type("a str", str, (str,))
 _DICT = _Type("a dict", dict, (dict,))
 _TUPLE = _Type("a tuple", tuple, (tuple, list))
+
+
+@dataclass(frozen=True)
+class _Rows:
+    """A field holding a tuple of rows, each a tuple of typed fields (an episode's per-agent part)."""
+
+    fields: tuple[tuple[str, _Type], ...]
+
+    def __call__(self, name: str, v: Any) -> tuple:
+        rows = _TUPLE(name, v)
+        out = []
+        for i, row in enumerate(rows):
+            row = _TUPLE(f"{name}[{i}]", row)
+            if len(row) != len(self.fields):
+                names = ", ".join(f for f, _ in self.fields)
+                raise ProtocolError(f"field {name}[{i}] must be ({names}), got {len(row)} values")
+            out.append(tuple(check(f"{name}[{i}].{f}", x) for (f, check), x in zip(self.fields, row)))
+        return tuple(out)
+
+    def fits(self, col: tuple) -> bool:
+        """Whether every value of ``col`` is an empty tuple (the common case: no per-agent rows)."""
+        return all(type(x) is tuple and not x for x in col)
 
 
 def _column(name: str, v: Any, check: _Type | None = None, n: int | None = None) -> tuple:
@@ -431,14 +453,18 @@ class StackedObs(Sequence):
 
 
 #: The kinds of a report's updates. Each update is a tuple, its kind first: ``(STEPS, steps)`` (a
-#: :class:`Steps`), ``(PROGRESS, task_id, task, progress, done)``, ``(EPISODE, task_id, task, return, length,
-#: progress, ended, extras)``.
+#: :class:`Steps`), ``(PROGRESS, task_id, task, progress, done)``, ``(EPISODE, task_id, task, return,
+#: length, progress, ended, extras, agents)``; ``agents`` is empty, or for a multi-agent episode reported per
+#: agent one row ``(agent, return, length, progress)`` per agent (each reaches the curriculum as its own
+#: episode, with the task's flags; the lease is consumed once).
 STEPS, PROGRESS, EPISODE = 0, 1, 2
+#: The rows of an episode update's ``agents`` field.
+_AGENTS = _Rows((("agent", _STR), ("return", _FLOAT), ("length", _NAT), ("progress", _FLOAT)))
 #: The fields after the kind of a progress and an episode update, each with its type (``None``: any value).
 _FIELDS = {
     PROGRESS: ("progress", (("task_id", _ID), ("task", None), ("progress", _FLOAT), ("done", _BOOL))),
     EPISODE: ("episode", (("task_id", _ID), ("task", None), ("return", _FLOAT), ("length", _NAT),
-                          ("progress", _FLOAT), ("ended", _BOOL), ("extras", _DICT))),
+                          ("progress", _FLOAT), ("ended", _BOOL), ("extras", _DICT), ("agents", _AGENTS))),
 }
 
 
@@ -487,9 +513,9 @@ class Report(Message):
     (``ended`` false: cut short by an early reset, the task consumed but no return). ``task_id`` ``-1``: a
     task the env chose. The server applies them in order, a refused one not stopping the others.
 
-    >>> r = Report(0, ((EPISODE, 3, 1, 2.0, 10, 1.0, True, {}),), request=2)
+    >>> r = Report(0, ((EPISODE, 3, 1, 2.0, 10, 1.0, True, {}, ()),), request=2)
     >>> decode(encode(r)) == r, r.episodes
-    (True, [(3, 1, 2.0, 10, 1.0, True, {})])
+    (True, [(3, 1, 2.0, 10, 1.0, True, {}, ())])
     """
 
     KIND: ClassVar[int] = 3
@@ -688,11 +714,17 @@ class Stream:
         return "deliver", [], None
 
 
+def episodes_in(update: tuple) -> int:
+    """The episodes an update reports: one per agent row of an episode update (one without rows), none for
+    the other kinds."""
+    return max(1, len(update[8])) if update[0] == EPISODE else 0
+
+
 def rejoin_hello(hello: Hello, unacknowledged: Sequence[Message]) -> Hello:
     """``hello`` of a returning env, with what its ``unacknowledged`` reports (to be sent again) name: their
     lease ids added to ``holds``, their episodes taken out of ``reported``.
 
-    >>> sent = [Report(0, ((EPISODE, 7, 1, 1.0, 2, 1.0, True, {}),), request=1), Goodbye(0, (9,))]
+    >>> sent = [Report(0, ((EPISODE, 7, 1, 1.0, 2, 1.0, True, {}, ()),), request=1), Goodbye(0, (9,))]
     >>> h = rejoin_hello(Hello(1, rejoin=0, holds=(3,), reported=5), sent)
     >>> h.holds, h.reported
     ((3, 7), 4)
@@ -700,7 +732,7 @@ def rejoin_hello(hello: Hello, unacknowledged: Sequence[Message]) -> Hello:
     updates = [u for m in unacknowledged if isinstance(m, Report) for u in m.updates]
     ids = [int(i) for u in updates for i in (u[1].task_ids if u[0] == STEPS else (u[1],))]
     holds = (*hello.holds, *(i for i in ids if i >= 0))
-    reported = hello.reported - sum(u[0] == EPISODE for u in updates)
+    reported = hello.reported - sum(episodes_in(u) for u in updates)
     return replace(hello, holds=holds, reported=max(0, reported))
 
 
@@ -712,7 +744,7 @@ def rebase(msg: Message, env_id: int) -> Message | None:
     applies each report once, or counts it); task requests and a goodbye are dropped (the env asks the new
     registration for what it needs).
 
-    >>> m = rebase(Report(3, ((EPISODE, 17, 2, 1.0, 5, 1.0, True, {}),), request=1), 0)
+    >>> m = rebase(Report(3, ((EPISODE, 17, 2, 1.0, 5, 1.0, True, {}, ()),), request=1), 0)
     >>> m.env_id, m.episodes[0][0], m.request
     (0, 17, 0)
     >>> rebase(Report(3, request=2), 0) is None

@@ -4,6 +4,7 @@ worker-side opponent loading (unknown ids, corrupted snapshots, leases) of
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -17,6 +18,7 @@ from hypothesis import strategies as st
 from pettingzoo.classic import tictactoe_v3
 from pettingzoo.utils.env import ParallelEnv
 
+from magister.curricula.base import TaskSample
 from magister.curricula.constant import Constant
 from magister.curricula.domain_randomization import DomainRandomization
 from magister.curricula.dual import DualCurriculum
@@ -245,6 +247,63 @@ def test_per_agent_episodes_over_sockets_keep_the_books_balanced():
     assert m["sync/total/tasks_consumed"] == 5 and m["sync/total/tasks_in_flight"] == 0
     assert m["sync/total/episodes_applied"] == 15 and m["sync/total/updates_rejected"] == 0
     assert len(cur.calls) == 15
+
+
+class Flagged(DomainRandomization):
+    """Hands out every task as an evaluation-only control task played as a variant (the other task), and
+    keeps every Episode it is given."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.episodes = []
+
+    def sample_tasks(self, k=1):
+        return [TaskSample(t, train=False, control=True, variant=1 - t) for t in self.sample(k)]
+
+    def on_episode(self, episode):
+        self.episodes.append(episode)
+        super().on_episode(episode)
+
+    def received(self):
+        """What each episode carried, as plain data (read over Ray too)."""
+        return [(e.agent, e.train, e.control, e.variant, e.task, sorted(e.extras)) for e in self.episodes]
+
+
+@pytest.mark.parametrize("transport", ["in-process", "ipc", "tcp", "ray"])
+def test_per_agent_episodes_keep_the_tasks_flags_on_every_transport(transport, request):
+    """Every agent's episode carries the train/control flags and the variant its task was handed out with
+    (agents 2..n used to arrive as a task the env chose: train=True, control=False, no variant)."""
+    cur = Flagged(Discrete(2), seed=0)
+    with contextlib.ExitStack() as stack:
+        if transport == "in-process":
+            source, received = cur, cur.received
+        elif transport == "ray":
+            pytest.importorskip("ray")
+            request.getfixturevalue("ray_session")
+            from magister.sync.ray_backend import serve_ray
+
+            server = stack.enter_context(serve_ray(cur, name=f"flagged-{os.getpid()}"))
+            source, received = server.address, functools.partial(server.call, "received")
+        else:
+            address = "tcp://127.0.0.1:*" if transport == "tcp" else None
+            server = stack.enter_context(serve(cur, address) if address else serve(cur))
+            source, received = server.address, cur.received
+        env = PettingZooSyncWrapper(TrioTask(), source, per_agent_episodes=True)
+        played = []
+        for _ in range(4):
+            _, infos = env.reset()
+            assert infos["a"]["task_train"] is False and infos["a"]["task_control"] is True
+            played.append((env.unwrapped.task, infos["a"]["task"]))
+            while env.agents:
+                env.step(dict.fromkeys(env.agents, 0))
+        env.close()
+        episodes = received()
+    assert [agent for agent, *_ in episodes] == ["a", "b", "c"] * 4
+    for k, (variant, info_task) in enumerate(played):
+        assert info_task == variant  # the env played the variant, and every agent's episode is credited so:
+        for agent, train, control, got_variant, task, extras in episodes[3 * k: 3 * k + 3]:
+            assert (train, control, got_variant, task) == (False, True, variant, 1 - variant), agent
+            assert extras == ["agent_returns"]
 
 
 def test_without_per_agent_mode_one_summed_episode_per_episode():

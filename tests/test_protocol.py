@@ -171,6 +171,8 @@ _episode_rows = st.lists(
     st.tuples(
         st.integers(-1, 2**40), tasks, st.floats(allow_nan=False), st.integers(0, 10**9), st.floats(0, 1),
         st.booleans(), st.dictionaries(st.text(max_size=4), st.floats(allow_nan=False), max_size=3),
+        st.lists(st.tuples(st.text(max_size=4), st.floats(allow_nan=False), st.integers(0, 10**9),
+                           st.floats(0, 1)), max_size=3).map(tuple),
     ),
     max_size=8,
 )
@@ -186,8 +188,8 @@ def test_report_episodes_roundtrip(env_id, rows, request):
     out = _roundtrip(msg)
     assert isinstance(out, P.Report)
     assert (out.env_id, out.request, len(out.updates)) == (env_id, request, len(rows))
-    for got, (tid, task, ret, length, prog, ended, extras) in zip(out.episodes, rows):
-        assert (got[0], got[3], got[4], got[5], got[6]) == (tid, length, prog, ended, extras)
+    for got, (tid, task, ret, length, prog, ended, extras, agents) in zip(out.episodes, rows):
+        assert (got[0], got[3], got[4], got[5], got[6], got[7]) == (tid, length, prog, ended, extras, agents)
         assert _same(got[1], task) and (got[2] == ret or (math.isinf(ret) and got[2] == ret))
         assert [type(v) for v in (got[0], got[2], got[3], got[5])] == [int, float, int, bool]
 
@@ -229,10 +231,13 @@ def test_report_decoding_checks_like_the_constructor(values):
 
 
 def test_report_updates_refuse_near_misses_naming_the_field():
-    ok = (P.EPISODE, 5, 1, 2.0, 10, 0.5, True, {})
+    ok = (P.EPISODE, 5, 1, 2.0, 10, 0.5, True, {}, ())
     assert P.decode(P.encode(P.Report(0, (ok,)))) == P.Report(0, (ok,))
     for i, bad, field in ((1, -2, "task_id"), (1, True, "task_id"), (3, "x", "return"), (4, -1, "length"),
-                          (5, None, "progress"), (6, 1, "ended"), (7, [], "extras")):
+                          (5, None, "progress"), (6, 1, "ended"), (7, [], "extras"), (8, {}, "agents"),
+                          (8, (("a", 1.0, 2),), r"agents\[0\]"),
+                          (8, ((1, 1.0, 2, 0.0),), r"agents\[0\].agent"),
+                          (8, (("a", "x", 2, 0.0),), r"agents\[0\].return")):
         update = list(ok)
         update[i] = bad
         frames = _raw(V, P.Report.KIND, (0, (ok, tuple(update))))  # the second update is wrong
@@ -251,7 +256,7 @@ def test_report_updates_refuse_near_misses_naming_the_field():
 
 
 def test_report_rebase_to_a_new_registration_keeps_their_lease_ids():
-    rows = ((17, 2, 1.0, 5, 1.0, True, {}), (18, 2, 0.0, 6, 0.0, False, {}))
+    rows = ((17, 2, 1.0, 5, 1.0, True, {}, ()), (18, 2, 0.0, 6, 0.0, False, {}, ()))
     out = P.rebase(P.Report(3, _episodes(rows), request=2), 0)
     assert (out.env_id, out.request, out.episodes) == (0, 0, list(rows))  # the lease ids 17 and 18 kept
     assert P.rebase(P.Report(3, request=2), 0) is None and P.rebase(P.Goodbye(3, (1,)), 0) is None
@@ -363,7 +368,7 @@ def test_unserialisable_objects_raise_type_error_naming_the_type():
         pass
 
     with pytest.raises(TypeError, match="Foo"):
-        P.encode(P.Report(0, ((P.EPISODE, 1, 0, 1.0, 1, 0.0, True, {"x": Foo()}),)))
+        P.encode(P.Report(0, ((P.EPISODE, 1, 0, 1.0, 1, 0.0, True, {"x": Foo()}, ()),)))
     with pytest.raises(TypeError, match="set"):
         P.pack_value({1, 2})
 
@@ -396,8 +401,8 @@ def test_version_mismatch_is_a_clear_error():
         (_raw(V, 4, (0, (1, 2), (5,), (True,))), "differ in length"),
         (_raw(V, 4, (0, (1,), (5,), (True,), ("no",), (None,))), "control must be a bool"),
         (_raw(V, 4, (0, (1,), (5,), (True,), (False,), (None, 3))), "differ in length"),
-        (_raw(V, 3, (0, ((2, 1, 0, "x", 1, 0.0, True, {}),))), "episode.return must be a number"),
-        (_raw(V, 3, (0, ((2, 1, 0, 1.0, 1, 0.0, True, ()),))), "episode.extras must be a dict"),
+        (_raw(V, 3, (0, ((2, 1, 0, "x", 1, 0.0, True, {}, ()),))), "episode.return must be a number"),
+        (_raw(V, 3, (0, ((2, 1, 0, 1.0, 1, 0.0, True, (), ()),))), "episode.extras must be a dict"),
         (_raw(V, 6, (0, (1, True))), "returned_task_ids must be an int"),
         (_raw(V, 3, (0, (), -1)), "request must be >= 0"),
     ],

@@ -216,7 +216,7 @@ def test_connect_dispatches_ray_addresses_and_client_pickles():
 
 
 def test_large_arrays_travel_out_of_band_and_small_messages_as_one_frame():
-    small = P.Report(0, ((P.EPISODE, 3, 7, 1.5, 10, 1.0, True, {}),))
+    small = P.Report(0, ((P.EPISODE, 3, 7, 1.5, 10, 1.0, True, {}, ()),))
     frame = ray_backend._pack(small)
     assert isinstance(frame, bytes) and ray_backend._unpack(frame) == small
     obs = {"glyphs": np.arange(3 * 40_000, dtype=np.int16).reshape(3, 40_000), "tiny": np.ones((3, 2))}

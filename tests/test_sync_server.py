@@ -849,9 +849,9 @@ def test_server_applies_a_report_in_order_and_answers_its_request_once():
         a = c.next_task()
         b = c.next_task()
         env = c.env_id
-        updates = ((P.EPISODE, a.task_id, a.task, 1.0, 3, 1.0, True, {}),
-                   (P.EPISODE, 999, 5, 2.0, 3, 1.0, True, {}),  # a task id it never held: refused
-                   (P.EPISODE, b.task_id, b.task, 3.0, 3, 1.0, True, {}))
+        updates = ((P.EPISODE, a.task_id, a.task, 1.0, 3, 1.0, True, {}, ()),
+                   (P.EPISODE, 999, 5, 2.0, 3, 1.0, True, {}, ()),  # a task id it never held: refused
+                   (P.EPISODE, b.task_id, b.task, 3.0, 3, 1.0, True, {}, ()))
         sock = c.transport.socket
         sock.send_multipart(P.encode(P.Report(env, updates, request=3)))
         replies = []
@@ -878,9 +878,9 @@ def test_server_applies_episode_rows_one_by_one():
         c = CurriculumClient(server.address, prefetch=0)
         a, b, d = c.next_task(), c.next_task(), c.next_task()
         env = c.env_id
-        rows = ((a.task_id, a.task, 1.0, 3, 1.0, True, {}), (999, 5, 2.0, 3, 1.0, True, {}),
-                (b.task_id, b.task, 3.0, 4, 0.5, False, {}),
-                (d.task_id, d.task, float("inf"), 5, 1.0, True, {}))
+        rows = ((a.task_id, a.task, 1.0, 3, 1.0, True, {}, ()), (999, 5, 2.0, 3, 1.0, True, {}, ()),
+                (b.task_id, b.task, 3.0, 4, 0.5, False, {}, ()),
+                (d.task_id, d.task, float("inf"), 5, 1.0, True, {}, ()))
         msg = P.Report(env, tuple((P.EPISODE, *row) for row in rows), request=2)
         sock = c.transport.socket
         sock.send_multipart(P.encode(msg))

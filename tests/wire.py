@@ -9,7 +9,8 @@ from magister.sync import protocol as P
 
 def episode(env, task_id, task, ret, length, progress, ended=True, extras=None, request=0) -> P.Report:
     """A report of one episode."""
-    return P.Report(env, ((P.EPISODE, task_id, task, ret, length, progress, ended, extras or {}),), request)
+    update = (P.EPISODE, task_id, task, ret, length, progress, ended, extras or {}, ())
+    return P.Report(env, (update,), request)
 
 
 def progress(env, task_id, task, value, done=False, request=0) -> P.Report:
