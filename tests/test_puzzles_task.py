@@ -192,6 +192,8 @@ def test_solving_reports_progress():
 
 
 def test_vector_env_mixes_sizes():
+    """Two sub-envs of one vector env play puzzles of different sizes; each step's info names each sub-env's
+    own task, and each env really plays it."""
     import gymnasium as gym
 
     space = PuzzleTaskSpace({"netslide": ["2x3b1", "3x3b1"]}, seed=0)
@@ -200,14 +202,19 @@ def test_vector_env_mixes_sizes():
         return PuzzleTaskWrapper(make_puzzle_env("netslide", space), space)
 
     envs = gym.vector.SyncVectorEnv([make, make])
-    obs, info = envs.reset(seed=0)
-    obs, info = envs.reset(options={"task": PuzzleTask("netslide", "2x3b1m1", 4)})
-    assert obs["links"].shape == (2, 5, 5, 4) and obs["valid"].sum() == 12
+    envs.reset(seed=0)
+    given = [PuzzleTask("netslide", "2x3b1m1", 4), PuzzleTask("netslide", "3x3b1m1", 7)]
+    envs.reset(options={"task": given[0], "reset_mask": np.array([True, False])})
+    obs, _ = envs.reset(options={"task": given[1], "reset_mask": np.array([False, True])})
+    assert obs["links"].shape == (2, 5, 5, 4)
+    assert obs["valid"].reshape(2, -1).sum(axis=1).tolist() == [6, 9]  # a 2x3 and a 3x3 board
+    assert [(p.w, p.h) for p in (e.unwrapped.params for e in envs.envs)] == [(2, 3), (3, 3)]
     masks = np.stack(envs.call("action_masks"))
     assert masks.shape == (2, envs.single_action_space.n) and masks.any(axis=1).all()
     actions = np.array([np.flatnonzero(m)[0] for m in masks])
     _, rew, term, trunc, info = envs.step(actions)
-    assert rew.shape == (2,) and list(info["task"]) is not None
+    assert rew.shape == (2,)
+    assert [info["task"][i] for i in range(2)] == [space.encode(t) for t in given]
     envs.close()
 
 

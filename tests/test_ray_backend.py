@@ -583,10 +583,17 @@ def test_killed_worker_is_declared_dead_through_ray_and_its_leases_abandoned(sha
 
 
 def test_silent_env_is_declared_gone_and_a_feed_with_heartbeats_is_not(ray_session):
-    with serve_ray(Recorder(step_updates=False), name=unique_name("silent"), env_timeout=1.0) as server:
-        # a feed idle for 3 s: its background thread sends heartbeats, so it stays registered
+    with serve_ray(Recorder(step_updates=False), name=unique_name("silent"), env_timeout=2.0) as server:
+        # an idle feed: its background thread sends heartbeats (every env_timeout / 4), so it stays registered
         beating = RayClient(server.address, prefetch=1, timeout=30, max_update_delay=0)
         a = beating.next_task()
+        pings, ping = [0], beating.transport.ping
+
+        def counted_ping():
+            pings[0] += 1
+            ping()
+
+        beating.transport.ping = counted_ping
         # an env that registered and asked for tasks, then went silent (no feed, so no heartbeats)
         hello = ray_backend._pack(P.Hello(0, "silent"))
         (hello,) = ray.get(server.actor.handle_batch.remote([hello]), timeout=30)
@@ -596,7 +603,8 @@ def test_silent_env_is_declared_gone_and_a_feed_with_heartbeats_is_not(ray_sessi
         m = wait_for(lambda: (m := server.metrics())[f"sync/env{silent}/connected"] == 0 and m, 30,
                      "the silent env to be declared gone")
         assert m[f"sync/env{silent}/tasks_abandoned"] == 3 and m["sync/envs_timed_out"] == 1
-        time.sleep(2.0)  # another two env_timeouts of idleness for the feed
+        seen = pings[0]  # another two env_timeouts of idleness for the feed: eight heartbeats
+        wait_for(lambda: pings[0] >= seen + 8, 60, "eight more heartbeats")
         m = server.metrics()
         assert m[f"sync/env{beating.env_id}/connected"] == 1 and m["sync/envs_timed_out"] == 1
         beating.record_episode(a, 1.0, 1, 1.0)

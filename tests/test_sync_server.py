@@ -339,14 +339,34 @@ def test_learner_side_proxies_share_one_lock():
         assert server.sample(1) == [0]
         m = server.metrics()
         assert "curriculum/sampled" in m and "sync/envs" in m
-        # while the learner holds the lock, the server thread cannot touch the curriculum
+        # while the learner holds the lock, the server thread cannot touch the curriculum: the server thread
+        # is seen waiting for the lock (the core's lock, watched, is the same lock) before the learner lets go
         c = CurriculumClient(server.address, prefetch=0, timeout=5.0)
         c._ensure()
-        with server.lock:
-            c.transport.send([P.Report(c.env_id, request=1)])  # (never waits for the reply)
-            time.sleep(0.2)
-            n = len(cur.sampled)
-        _wait(lambda: len(cur.sampled) == n + 1)
+        waiting = threading.Event()
+
+        class Watched:
+            def __init__(self, lock):
+                self.lock = lock
+
+            def __enter__(self):
+                if threading.current_thread() is server._thread:
+                    waiting.set()
+                return self.lock.__enter__()
+
+            def __exit__(self, *exc):
+                return self.lock.__exit__(*exc)
+
+        server.core.lock = Watched(server.lock)
+        try:
+            with server.lock:
+                n = len(cur.sampled)
+                c.transport.send([P.Report(c.env_id, request=1)])  # (never waits for the reply)
+                assert waiting.wait(30), "the server thread never asked for the lock"
+                assert len(cur.sampled) == n  # it waits for the learner
+            _wait(lambda: len(cur.sampled) == n + 1)
+        finally:
+            server.core.lock = server.lock
         c.close()
 
 
