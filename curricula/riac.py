@@ -15,8 +15,8 @@ is the gap between the means of the older and the newer half of that window (0 w
 
 .. math::
 
-    \\mathrm{ALP} = \\Bigl| \\tfrac{1}{n - h} \\textstyle\\sum_{i=1}^{n-h} r_i
-    - \\tfrac{1}{h} \\sum_{i=n-h+1}^{n} r_i \\Bigr|.
+    \\mathrm{ALP} = \\Bigl| \\frac{1}{n - h} \\sum_{i=1}^{n-h} r_i
+    - \\frac{1}{h} \\sum_{i=n-h+1}^{n} r_i \\Bigr|.
 
 **Splits.** When a leaf holds ``max_region_size + 1`` pairs it draws ``nb_split_attempts`` cuts, each a
 uniform dimension ``j`` and a threshold ``c ~ U(low_j, high_j)`` of the leaf. A cut is valid when each child
