@@ -33,11 +33,11 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import torch
-import torch.nn as nn
 from torch.distributions.categorical import Categorical
 
 from magister.examples._checkpoint import read_checkpoint, write_checkpoint
 from magister.examples._cli import parse_dataclass, require, trainer_needs
+from magister.examples._ppo import ppo_update
 from magister.examples.cleanrl_ppo import Agent
 from magister.examples.minigrid.common import (
     CURRICULA,
@@ -219,7 +219,7 @@ def train(args: Args, step_hook: Callable[[dict[str, Any]], None] | None = None)
                     episode_success.append(float(infos["final_info"]["task_progress"][i]))
                 ep_return[done] = 0.0
             stats = ppo_update(args, agent, optimizer, rng, tasks, obs, actions, logprobs, rewards, dones,
-                               values, next_obs, next_done, fed)
+                               values, next_obs, next_done, fed if args.curriculum != "dr" else None)
             row: dict[str, Any] = {"update": iteration, "global_step": global_step,
                                    "return": _recent(episode_returns), "success": _recent(episode_success)}
             is_last = iteration == num_iterations
@@ -256,54 +256,6 @@ def train(args: Args, step_hook: Callable[[dict[str, Any]], None] | None = None)
             "episode_success": episode_success, "eval": last_eval, "metrics": metrics,
             "curriculum_state": state, "agent": agent, "run_dir": str(run_dir), "history": history,
             "seconds": time.time() - t0}
-
-
-def ppo_update(args: Args, agent: Agent, optimizer: torch.optim.Optimizer, rng: np.random.Generator,
-               tasks: RolloutTasks, obs: torch.Tensor, actions: torch.Tensor, logprobs: torch.Tensor,
-               rewards: torch.Tensor, dones: torch.Tensor, values: torch.Tensor, next_obs: torch.Tensor,
-               next_done: torch.Tensor, fed: Any) -> dict[str, float]:
-    """GAE, PLR's scores to the curriculum, then CleanRL's clipped PPO update (evaluation-only steps
-    masked out)."""
-    with torch.no_grad():  # dones[t] is the done flag seen *before* step t
-        next_value = agent.get_value(next_obs).reshape(1, -1)
-        advantages = torch.zeros_like(rewards)
-        lastgaelam = torch.zeros(args.num_envs)
-        for t in reversed(range(args.num_steps)):
-            if t == args.num_steps - 1:
-                nextnonterminal, nextvalues = 1.0 - next_done, next_value
-            else:
-                nextnonterminal, nextvalues = 1.0 - dones[t + 1], values[t + 1]
-            delta = rewards[t] + args.gamma * nextvalues * nextnonterminal - values[t]
-            lastgaelam = delta + args.gamma * args.gae_lambda * nextnonterminal * lastgaelam
-            advantages[t] = lastgaelam
-        returns = advantages + values
-    tasks.feed_scores(fed, rewards, values, dones, next_value, next_done)  # magister: PLR's value-L1 scores
-    b_obs = obs.reshape(-1, obs.shape[-1])
-    b_logprobs, b_actions = logprobs.reshape(-1), actions.reshape(-1)
-    b_advantages, b_returns = advantages.reshape(-1), returns.reshape(-1)
-    b_inds = tasks.train_indices()  # magister: evaluation-only steps stay out of the gradients
-    minibatch_size = max(1, len(b_inds) // args.num_minibatches)
-    stats: dict[str, float] = {}
-    for _epoch in range(args.update_epochs):
-        rng.shuffle(b_inds)
-        for s in range(0, len(b_inds), minibatch_size):
-            mb = b_inds[s:s + minibatch_size]
-            _, newlogprob, entropy, newvalue = agent.get_action_and_value(b_obs[mb], b_actions[mb])
-            ratio = (newlogprob - b_logprobs[mb]).exp()
-            adv = b_advantages[mb]
-            if len(mb) > 1:
-                adv = (adv - adv.mean()) / (adv.std() + 1e-8)
-            clipped = ratio.clamp(1 - args.clip_coef, 1 + args.clip_coef)
-            pg_loss = torch.max(-adv * ratio, -adv * clipped).mean()
-            v_loss = 0.5 * ((newvalue.view(-1) - b_returns[mb]) ** 2).mean()
-            loss = pg_loss - args.ent_coef * entropy.mean() + args.vf_coef * v_loss
-            optimizer.zero_grad()
-            loss.backward()
-            nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
-            optimizer.step()
-            stats = {"losses/policy": pg_loss.item(), "losses/value": v_loss.item(),
-                     "losses/entropy": entropy.mean().item()}
-    return stats
 
 
 def _recent(values: list[float], n: int = 50) -> float | None:
