@@ -14,6 +14,8 @@ from functools import cache
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 pytest.importorskip("minigrid")
 pytest.importorskip("torch")
@@ -64,6 +66,20 @@ def test_the_task_wrapper_plays_the_task_not_the_reset_seed():
     with pytest.raises(ValueError, match="not a task"):
         env.reset(options={"task": 20})  # a held-out seed is not a training task
     assert held.tasks == [20, 21, 22, 23, 24]
+
+
+@settings(max_examples=15, deadline=None)
+@given(before=st.integers(0, 39), task=st.integers(0, 39), actions=st.lists(st.integers(0, 6), max_size=8),
+       reset_seed=st.none() | st.integers(0, 10**6))
+def test_whatever_came_before_the_task_plays_its_own_level(before, task, actions, reset_seed):
+    train, _ = make_task_spaces(40, 1)
+    env = make_env(DEFAULT_ENV, train, max_steps=MAX_STEPS)
+    env.reset(options={"task": before})
+    for a in actions:
+        if any(env.step(a)[2:4]):
+            break
+    _, info = env.reset(seed=reset_seed, options={"task": task})
+    assert info["task"] == task and info["level_digest"] == expected_digest(task)
 
 
 def test_paper_settings_and_bad_names():
@@ -144,3 +160,16 @@ def test_sb3_subproc_plays_the_seeds_and_resumes(tmp_path):
                             str(MAX_STEPS), "--run-dir", str(tmp_path), "--resume", "--no-progress"])
     assert resumed["num_timesteps"] == 512
     assert resumed["metrics"]["curriculum/episodes"] > rec.dones  # the restored counts went on
+
+
+@pytest.mark.slow
+def test_cleanrl_loop_with_uniform_seeds_feeds_no_scores(tmp_path):
+    from magister.examples.minigrid import cleanrl_plr
+
+    args = cleanrl_plr.parse_dataclass(cleanrl_plr.Args, [
+        "--curriculum", "dr", "--num-envs", "2", "--num-steps", "32", "--num-levels", "40",
+        "--num-test-levels", "2", "--max-steps", str(MAX_STEPS), "--total-timesteps", "64",
+        "--run-dir", str(tmp_path), "--no-progress", "--no-tensorboard"], prog="t")
+    result = cleanrl_plr.train(args)
+    assert result["metrics"]["curriculum/episodes"] == len(result["episode_returns"]) >= 4
+    assert not any(k.startswith("plr/") for k in result["metrics"])
