@@ -34,7 +34,7 @@ printf 'torch==%s\nnle==1.3.0\ngymnasium==1.2.0\nsetuptools<81\n' "$TORCH_VERSIO
 # 2. NetHack and MiniHack.
 "${PIP[@]}" install -c "$CONSTRAINTS" "setuptools<81" "nle==1.3.0" "minihack==1.0.2"
 # 3. magister editable from the checkout (core only: gymnasium stays nle's pin), and the recipe's tools.
-"${PIP[@]}" install -c "$CONSTRAINTS" -e "$CHECKOUT" tqdm tensorboard "scipy>=1.15" pytest hypothesis
+"${PIP[@]}" install -c "$CONSTRAINTS" -e "$CHECKOUT" tqdm tensorboard "scipy>=1.15"
 
 # Check: imports, nle's seeding API, a MiniHack level builds and steps, torch is still the one of step 1.
 "$VENV/bin/python" - "$TORCH_VERSION" <<'PYEOF'
