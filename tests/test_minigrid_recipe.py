@@ -121,8 +121,9 @@ def test_cleanrl_loop_plays_the_seeds_and_resumes(tmp_path):
     assert first["metrics"]["plr/buffer_size"] > 0  # value-L1 scores arrived
     assert set(first["eval"]) == {"eval/return", "eval/success"}
 
-    resumed = cleanrl_plr.main([*common, "--total-timesteps", "512", "--resume", str(tmp_path / "r" /
-                                                                                      "checkpoint.pt")])
+    # resumed with the envs in worker processes: the checkpoint's curriculum goes behind magister.serve
+    resumed = cleanrl_plr.main([*common, "--total-timesteps", "512", "--vector", "async",
+                                "--resume", str(tmp_path / "r" / "checkpoint.pt")])
     assert resumed["global_step"] == 512 and len(resumed["history"]) == 4
     assert resumed["metrics"]["curriculum/episodes"] == episodes + len(resumed["episode_returns"])
 
