@@ -116,6 +116,8 @@ class GameSeed(TaskWrapper):
     def __init__(self, env: gym.Env, task_space: Discrete, score_target: float = 100.0) -> None:
         if not score_target > 0:
             raise ValueError(f"score_target must be positive, got {score_target!r}")
+        gym.utils.RecordConstructorArgs.__init__(self, task_space=task_space, score_target=score_target,
+                                                 _disable_deepcopy=True)
         super().__init__(env, task_space)
         self.score_target = float(score_target)
 
