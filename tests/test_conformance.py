@@ -12,9 +12,8 @@ one route for ~100 vector steps of 2 envs and asserts
     ``info["terminal_observation"]`` and the new episode's info is ``vec_env.reset_infos``);
 (b) after the envs are closed, the episodes the env side finished (counted from the dones, per task, with
     their lengths) are exactly the episodes the curriculum received (``update_on_episode``), and for served
-    curricula the server's accounting balances: ``episodes_applied`` (+ ``episodes_abandoned`` where the
-    server counts those apart) = finished + unfinished episodes reported at close, nothing in flight,
-    nothing rejected;
+    curricula the server's accounting balances: ``episodes_applied`` = finished and
+    ``episodes_abandoned`` = unfinished episodes reported at close, nothing in flight, nothing rejected;
 (c) ``info["task_train"]`` is a bool on every step, and the right one (the curriculum sends
     ``EVAL_TASK`` as evaluation-only).
 
@@ -267,17 +266,12 @@ class Route:
         if self.server is not None:
             sync = {k[len("sync/total/"):]: v for k, v in m.items() if k.startswith("sync/total/")}
             assert sync["tasks_in_flight"] == 0, f"tasks still in flight after close: {sync}"
-            if "episodes_abandoned" in sync:  # ended episodes and those cut short, counted apart
-                got = (sync["episodes_applied"], sync["episodes_abandoned"])
-                assert got == (tally.episodes, tally.partial), (
-                    f"(episodes_applied, episodes_abandoned)={got}, expected {tally.episodes} finished and "
-                    f"{tally.partial} unfinished at close"
-                )
-            else:  # (older accounting: an episode cut short by the close counts as applied)
-                assert sync["episodes_applied"] == tally.episodes + tally.partial, (
-                    f"episodes_applied={sync['episodes_applied']}, expected {tally.episodes} finished + "
-                    f"{tally.partial} unfinished at close"
-                )
+            # ended episodes and those cut short, counted apart (every endpoint reports both)
+            got = (sync["episodes_applied"], sync["episodes_abandoned"])
+            assert got == (tally.episodes, tally.partial), (
+                f"(episodes_applied, episodes_abandoned)={got}, expected {tally.episodes} finished and "
+                f"{tally.partial} unfinished at close"
+            )
             assert sync["updates_rejected"] == 0, f"updates rejected: {sync}"
             assert sync["tasks_consumed"] + sync["tasks_returned"] == sync["tasks_sampled"], sync
 

@@ -9,6 +9,11 @@ comment right before its fence says
 * ``<!-- docs-test: needs <what> -->``: it needs something a test does not have (a cluster, a GPU ...);
   it is reported as skipped with that reason.
 
+A block whose printed output is its point shows that output in a ``text`` block right after it, marked
+``<!-- docs-test: output -->``: the test compares the lines the script printed with it (blank lines aside).
+Every script that prints has such a block, or a check in :data:`EXPECT` (for output that varies run to
+run, such as timings or addresses).
+
 The site itself is built with ``mkdocs build --strict`` into a temporary folder (skipped, saying so, when
 the ``docs`` extra is not installed), and must read offline: no page loads a script, a stylesheet or a
 font from another host.
@@ -51,6 +56,7 @@ class Block:
 @dataclass
 class Script:
     blocks: list[Block] = field(default_factory=list)
+    output: Block | None = None  # the text block showing what it prints
 
     @property
     def where(self) -> str:
@@ -79,6 +85,11 @@ def _scripts() -> tuple[list[Script], list[Block]]:
     for page in PAGES:
         first = True
         for b in _blocks(page):
+            if b.lang == "text" and b.marker == "output":
+                assert not first and scripts[-1].blocks[-1].page == b.page, (
+                    f"docs/{b.page}:{b.line}: an output block must follow the Python block it shows")
+                scripts[-1].output = b
+                continue
             if b.lang not in PYTHON:
                 continue
             if b.marker is None:
@@ -106,6 +117,9 @@ EXPECT: dict[str, dict[str, str]] = {
     },
     "magister.save(path, server.state_dict())": {
         "the restored curriculum continues identically": "restored_next == expected_next",
+    },
+    'print(m["sync/envs"], m["sync/total/tasks_in_flight"])': {
+        "four envs served, nothing in flight": "(m['sync/envs'], m['sync/total/tasks_in_flight']) == (4, 0)",
     },
     "ray.kill(server.actor, no_restart=False)": {
         "the restarted actor restored the checkpoint": "restored == 1.0",
@@ -139,6 +153,10 @@ def test_every_fence_is_labelled_and_every_python_block_is_run_or_marked():
         assert len(b.marker) > len("needs") + 1, f"docs/{b.page}:{b.line}: say what the block needs"
     for key in EXPECT:
         assert sum(key in s.code for s in scripts) == 1, f"{key!r} should identify exactly one docs block"
+    for s in scripts:  # what a block prints is compared with something
+        if "print(" in s.code:
+            assert s.output is not None or _expect(s.code), (
+                f"{s.where} prints, but shows no <!-- docs-test: output --> block and has no check in EXPECT")
 
 
 def _ids() -> list[str]:
@@ -158,7 +176,13 @@ def test_docs_block_runs_as_written(index, tmp_path):
     script = scripts[index]
     path = tmp_path / f"docs_block_{script.blocks[0].line}.py"
     path.write_text(script.code)
-    run_script(path, _expect(script.code), script.where, timeout=540 if "ray.init(" in script.code else 120)
+    printed = run_script(path, _expect(script.code), script.where,
+                         timeout=540 if "ray.init(" in script.code else 120)
+    if script.output is not None:
+        shown = [line.rstrip() for line in script.output.code.splitlines() if line.strip()]
+        got = [line.rstrip() for line in printed if line.strip()]
+        assert got == shown, (f"{script.where} printed\n" + "\n".join(got) + "\nbut its page shows\n"
+                              + "\n".join(shown))
 
 
 # -- the API reference covers every public name ---------------------------------------------------------

@@ -68,9 +68,18 @@ def _by_hand(x: np.ndarray, f, n: int, rng: np.random.Generator) -> tuple[float,
     return tuple(np.percentile(vals, [2.5, 97.5]))
 
 
+def _per_run_cvar(r: np.ndarray, alpha: float) -> np.ndarray:
+    """Per resample (axis 0): the mean over runs of each run's mean of its worst ``alpha`` of tasks."""
+    k = math.ceil(alpha * r.shape[2])
+    return np.sort(r, axis=2)[:, :, :k].mean(axis=2).mean(axis=1)
+
+
 @pytest.mark.parametrize("metric,f", [
     ("mean", lambda r: r.mean(axis=(1, 2))),
     ("iqm", lambda r: stats.trim_mean(r.reshape(len(r), -1), 0.25, axis=1)),
+    ("median", lambda r: np.median(r.reshape(len(r), -1), axis=1)),
+    ("optimality_gap", lambda r: np.maximum(1.0 - r, 0.0).mean(axis=(1, 2))),
+    ("cvar@0.25", lambda r: _per_run_cvar(r, 0.25)),
 ])
 def test_intervals_agree_with_an_independent_stratified_bootstrap(metric, f):
     x = np.random.default_rng(3).beta(2, 5, size=(8, 6))
@@ -106,6 +115,14 @@ def test_performance_profile_counts_scores_above_each_threshold():
     v, lo, hi = performance_profile(x, [0.0, 0.5, 0.95], n_resamples=200)
     assert v.tolist() == pytest.approx([1.0, 3 / 6, 1 / 6])
     assert np.all(lo <= v + 1e-12) and np.all(v <= hi + 1e-12)
+    # the intervals agree with an independent stratified bootstrap of the share above each threshold
+    x = np.random.default_rng(3).beta(2, 5, size=(8, 6))
+    thresholds = [0.1, 0.25, 0.5]
+    v, lo, hi = performance_profile(x, thresholds, n_resamples=20_000, seed=1)
+    for t, value, low, high in zip(thresholds, v, lo, hi):
+        by_hand = _by_hand(x, lambda r, t=t: (r > t).mean(axis=(1, 2)), 20_000, np.random.default_rng(2))
+        assert value == pytest.approx((x > t).mean())
+        assert (low, high) == pytest.approx(by_hand, abs=0.03)
 
 
 def test_cvar_is_the_mean_of_the_worst_fraction():

@@ -277,7 +277,11 @@ def test_non_indexed_space_and_distribution():
     plr.replay_prob = 0.0
     assert not set(plr.sample(200)) & buf  # new tasks avoid the buffer, as distribution() says
     plr.load_state_dict(state)
+    assert tuple(ts[0]) not in plr.buffer_tasks()  # the lowest score was evicted
     plr.update_scores([list(ts[0])], [5.0])  # msgpack turned the tuple into a list: same task
+    scores = dict(zip(plr.buffer_tasks(), plr.buffer_scores().tolist()))
+    assert scores[tuple(ts[0])] == 5.0 and len(scores) == 5  # buffered as the tuple, evicting the lowest
+    assert tuple(ts[1]) not in scores and all(tuple(t) in scores for t in ts[2:])
 
 
 def test_large_space_million_tasks():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch
 
@@ -56,8 +57,11 @@ def test_short_run_in_process_writes_everything(tmp_path):
     assert result.global_step == 512
     assert len(result.history) == 512 // (4 * 32)
     assert set(result.eval) == set(puzzle_ppo.difficulties(args))  # every difficulty evaluated
-    for r in result.eval.values():
-        assert 0.0 <= r["success"] <= 1.0
+    for r in result.eval.values():  # each difficulty's success is the mean of its episodes' outcomes
+        assert r["instances"] and set(r["instances"]) <= {0.0, 1.0}
+        assert r["success"] == pytest.approx(np.mean(r["instances"]))
+        solved = r["solved_length"]
+        assert (np.isnan(solved) if r["success"] == 0.0 else 1 <= solved <= TINY["max_steps"])
     assert sum(result.episodes_per_difficulty.values()) > 0
     # neither file runs code when loaded: tensors with torch.load's default (weights_only=True, which the
     # file needs no exception for), everything else with magister.load

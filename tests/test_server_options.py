@@ -131,10 +131,15 @@ def test_serve_keywords_override_the_options_object():
 
 
 def test_serve_keeps_its_defaults():
+    """The documented defaults (ServerOptions' docstring, the README's fault table), pinned: a changed
+    default fails here."""
+    documented = {"step_batch_size": 64, "validate_tasks": True, "max_envs": 65536, "env_timeout": 60.0,
+                  "keep_departed": 64, "max_tasks_in_flight": 4096, "curve_secret_key": None,
+                  "curve_allowed_clients": None, "insecure": False, "max_message_bytes": 256 * 1024 * 1024,
+                  "poll_interval": 1.0, "join_timeout": 5.0}
     with serve(Steps()) as server:
-        assert server.options == ServerOptions()
-        assert server.options.env_timeout == ServerOptions().env_timeout is not None
-        assert server.core.heartbeat == server.options.env_timeout / 4
+        assert dataclasses.asdict(server.options) == documented
+        assert server.core.heartbeat == 15.0  # a quarter of env_timeout
 
 
 def test_serve_ray_checks_its_options_before_starting_an_actor():
