@@ -9,7 +9,8 @@ under the checkout (ignored by git). A test asks for its interpreter with :func:
   a failure fails the test, with the script's output); elsewhere the test is skipped, naming the command.
 
 So ``.ci/run`` runs every virtualenv-bound test, and a developer's plain ``pytest`` stays fast until they
-build the stacks they work on.
+build the stacks they work on. ``python tests/venvs.py NAME ...`` builds stacks ahead of the tests (what
+``.ci/setup`` does on CI, so that no test's time limit includes a build).
 """
 
 from __future__ import annotations
@@ -34,27 +35,38 @@ def _digest(name: str) -> str:
     return hashlib.sha256(_script(name).read_bytes()).hexdigest()
 
 
+def _built(name: str) -> bool:
+    marker = VENVS / name / ".built"
+    return marker.is_file() and marker.read_text().strip() == _digest(name) and (
+        VENVS / name / "bin" / "python").exists()
+
+
+def build(name: str) -> tuple[int, Path]:
+    """Run ``benchmarks/_<name>_env.sh .venvs/<name>``; returns its exit code and its log (the marker is
+    written when it succeeds)."""
+    VENVS.mkdir(exist_ok=True)
+    log = VENVS / f"{name}.log"
+    with open(log, "w") as out:
+        proc = subprocess.run(["bash", str(_script(name)), str(VENVS / name), str(REPO)], cwd=REPO,
+                              stdout=out, stderr=subprocess.STDOUT, timeout=BUILD_TIMEOUT,
+                              env={**os.environ, "PYTHON": os.environ.get("MAGISTER_VENV_PYTHON", "python3")})
+    if proc.returncode == 0:
+        (VENVS / name / ".built").write_text(_digest(name))
+    return proc.returncode, log
+
+
 def venv_python(name: str) -> Path:
     """The python of the ``name`` stack's virtualenv, built first on CI; skips the test elsewhere."""
-    venv = VENVS / name
-    marker = venv / ".built"
-    python = venv / "bin" / "python"
-    if marker.is_file() and marker.read_text().strip() == _digest(name) and python.exists():
+    python = VENVS / name / "bin" / "python"
+    if _built(name):
         return python
     command = f"bash benchmarks/_{name}_env.sh .venvs/{name}"
     if not (os.environ.get("CI") or os.environ.get("MAGISTER_BUILD_VENVS") == "1"):
         pytest.skip(f"the {name} stack lives in a virtualenv of its own: build it with `{command}` "
                     "(CI builds it)")
-    VENVS.mkdir(exist_ok=True)
-    log = VENVS / f"{name}.log"
-    with open(log, "w") as out:
-        proc = subprocess.run(["bash", str(_script(name)), str(venv), str(REPO)], cwd=REPO, stdout=out,
-                              stderr=subprocess.STDOUT, timeout=BUILD_TIMEOUT,
-                              env={**os.environ, "PYTHON": os.environ.get("MAGISTER_VENV_PYTHON", "python3")})
-    if proc.returncode != 0:
-        tail = log.read_text()[-4000:]
-        pytest.fail(f"`{command}` failed (exit {proc.returncode}); the end of {log}:\n{tail}")
-    marker.write_text(_digest(name))
+    code, log = build(name)
+    if code != 0:
+        pytest.fail(f"`{command}` failed (exit {code}); the end of {log}:\n{log.read_text()[-4000:]}")
     return python
 
 
@@ -72,4 +84,23 @@ def run_in(name: str, args: list[str], timeout: float = 600, **kwargs) -> subpro
     return proc
 
 
-__all__ = ["venv_python", "run_in", "REPO", "VENVS"]
+__all__ = ["venv_python", "run_in", "build", "REPO", "VENVS"]
+
+
+if __name__ == "__main__":
+    import sys
+    import time
+
+    failed = []
+    for name in sys.argv[1:]:
+        if _built(name):
+            print(f"{name}: already built in .venvs/{name}", flush=True)
+            continue
+        t0 = time.monotonic()
+        code, log = build(name)
+        print(f"{name}: {'built' if code == 0 else f'FAILED (exit {code})'} in {time.monotonic() - t0:.0f} s "
+              f"(log: {log})", flush=True)
+        if code != 0:
+            print(log.read_text()[-4000:], flush=True)
+            failed.append(name)
+    sys.exit(1 if failed else 0)
