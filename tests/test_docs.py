@@ -118,7 +118,7 @@ EXPECT: dict[str, dict[str, str]] = {
         "served_with.env_timeout, served_with.max_envs) == (64, 30.0, 256)",
     },
     # from README.md, whose snippets moved here
-    "class PolePhysics(TaskWrapper):": {
+    "print(space.describe())  # 11 tasks": {
         "the second stage is running": "curriculum.metrics()['sequential/stage'] == 1.0",
         "11 valid tasks": "space.num_tasks == 11",
         "describe() says what it prints": "space.describe() == '11 tasks (12 combinations, 1 constraint): "
