@@ -4,8 +4,8 @@ node lost.
 
 Run: ``python benchmarks/sync_recovery.py [--scenarios cuts,restarts,outage,partition,restore,ray]
 [--cuts 40] [--outage 0.2] [--outage-s 60] [--write-results]`` (``--write-results``, which needs every
-scenario: the output goes into ``docs/results.md`` and ``benchmarks/README.md``, and the README's table of
-what survives what is written from it).
+scenario: the output goes into ``docs/results.md`` and ``benchmarks/README.md``, and the table of what
+survives what in ``docs/guides/remote-workers.md`` is written from it).
 
 Every fault is made for real, from outside the library: a TCP proxy cut (``TcpProxy`` of
 ``tests/tcp_proxy.py``, a test helper that is not installed: every connection reset, bytes in flight lost),
@@ -74,8 +74,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the fa
 from tcp_proxy import TcpProxy  # noqa: E402
 
 SCENARIOS = ("cuts", "restarts", "outage", "partition", "restore", "ray")
-#: The README's section written from this benchmark's output.
-README = ROOT / "README.md"
+#: The remote-workers guide, whose table of what survives what is written from this benchmark's output.
+GUIDE = ROOT / "docs" / "guides" / "remote-workers.md"
 TABLE = "what-survives-what"
 #: Seconds a worker sleeps per episode in the new scenarios (the cuts and restarts use 2 ms).
 EPISODE_S = 0.01
@@ -669,8 +669,8 @@ def main() -> None:
     ap.add_argument("--partition-s", type=float, default=4.0, help="seconds of each partition (> 2 s)")
     ap.add_argument("--workers", type=int, default=4, help="worker processes (outage, partition, restore)")
     ap.add_argument("--write-results", action="store_true",
-                    help="write the output into docs/results.md and benchmarks/README.md, and the README's "
-                         "table of what survives what (needs every scenario)")
+                    help="write the output into docs/results.md and benchmarks/README.md, and the table of "
+                         "what survives what into docs/guides/remote-workers.md (needs every scenario)")
     args = ap.parse_args()
     chosen = [s.strip() for s in args.scenarios.split(",") if s.strip()]
     unknown = sorted(set(chosen) - set(SCENARIOS))
@@ -684,12 +684,12 @@ def main() -> None:
                  f"{args.partition_s:g}")
     pages = (RESULTS_PAGE, BENCHMARKS_README)
     if args.write_results:
-        check_section(README, TABLE)  # before the run
+        check_section(GUIDE, TABLE)  # before the run
     with recording("sync-recovery", enabled=args.write_results, pages=pages) as rec:
         run(args, chosen)
     if args.write_results:
-        write_section(README, TABLE, survival_table(rec.output), command_line())
-        sys.stderr.write(f"wrote results section {TABLE!r} of README.md\n")
+        write_section(GUIDE, TABLE, survival_table(rec.output), command_line())
+        sys.stderr.write(f"wrote results section {TABLE!r} of {GUIDE.relative_to(ROOT)}\n")
 
 
 def run(args: argparse.Namespace, chosen: list[str]) -> None:
@@ -714,7 +714,7 @@ def run(args: argparse.Namespace, chosen: list[str]) -> None:
             sys.stdout.flush()
 
 
-# -- the README's table, from the printed output -----------------------------------------------------------
+# -- the guide's table, from the printed output --------------------------------------------------------------
 
 def _grab(pattern: str, text: str) -> re.Match:
     m = re.search(pattern, text, re.M)
@@ -724,8 +724,8 @@ def _grab(pattern: str, text: str) -> re.Match:
 
 
 def survival_table(output: str) -> str:
-    """The README's table of what survives what, its figures taken from this benchmark's printed
-    ``output`` (every scenario's)."""
+    """The table of what survives what (the remote-workers guide), its figures taken from this benchmark's
+    printed ``output`` (every scenario's)."""
     num, span = r"(\d+)", r"(median \S+ s, max \S+ s)"
     errors = r"worker errors (\d+) \(raised\) \+ (\d+)"
     cuts = _grab(r"^TCP interruption .*: median (\d+ ms), p99 (\d+ ms)", output)

@@ -1,6 +1,6 @@
 """The main job: a curriculum against domain randomisation on logic puzzles, same budget, same seeds.
 
-    python -m magister.examples.quickstart            # about 5 minutes on 2 CPU cores
+    python -m magister.examples.quickstart            # the time on 2 CPU cores: the results page
     python -m magister.examples.quickstart --help
     python -m magister.examples.quickstart --write-results   # the table and plot become docs/results.md's
 
@@ -16,8 +16,10 @@ held-out success per difficulty, where each run spent its training episodes, and
 spent on instances the agent never solved — then the statistics of :mod:`magister.evaluation`: mean and
 interquartile mean with stratified bootstrap 95% intervals, the probability that a curriculum run beats a
 domain-randomisation run on a difficulty, and the difference of the means with its interval. It writes
-``results.json`` (every run's scores) before it draws ``quickstart.png`` (next to each run's own plot and
-TensorBoard logs), and says whether its figures fall inside the intervals the results page quotes.
+``results.json`` (every run's scores, then the statistics) before it draws ``quickstart.png`` (next to each
+run's own plot and TensorBoard logs), and says whether its figures fall inside the intervals the results page
+quotes. It closes with a few plain lines (:func:`summary_text`): each method's held-out success with its
+interval, whether the difference is significant, and where the plot, the logs and the results file are.
 
 Needs the ``examples`` extra (torch, tqdm, TensorBoard, matplotlib, scipy); it checks at start.
 """
@@ -169,6 +171,19 @@ def save_results(results: dict[str, list[RunResult]], params: list[str], seeds: 
     return path
 
 
+def save_statistics(path: Path, text: str, est: dict[str, dict[str, Estimate]], poi: Estimate,
+                    diff: Estimate, baseline: str, curriculum: str) -> None:
+    """Add the statistics to the results file: the printed block (``"statistics_text"``) and each figure as
+    ``[value, low, high]`` (``"statistics"``)."""
+    data = json.loads(path.read_text())
+    figures = {f"{m} {metric}": list(e) for m, metrics in est.items() for metric, e in metrics.items()}
+    figures[f"P({curriculum} > {baseline})"] = list(poi)
+    figures[f"mean({curriculum}) - mean({baseline})"] = list(diff)
+    data["statistics"] = {k: [None if np.isnan(v) else v for v in vs] for k, vs in figures.items()}
+    data["statistics_text"] = text
+    path.write_text(json.dumps(data, indent=1))
+
+
 def statistics(scores: dict[str, np.ndarray], baseline: str, curriculum: str
                ) -> tuple[dict[str, dict[str, Estimate]], Estimate, Estimate]:
     """``(interval estimates per method, P(curriculum > baseline), mean(curriculum) - mean(baseline))``,
@@ -209,6 +224,42 @@ def stats_text(scores: dict[str, np.ndarray], baseline: str, curriculum: str,
         for k, row in enumerate(m):
             seed = seeds[k] if seeds is not None else k
             lines.append(f"{name} s{seed}: " + " ".join(f"{v:.4f}" for v in row))
+    return "\n".join(lines)
+
+
+def _label(name: str) -> str:
+    return "domain randomisation (dr)" if name == "dr" else f"curriculum ({name})"
+
+
+def _interval(e: Estimate) -> str:
+    return "no interval (one run)" if np.isnan(e.low) else f"95% interval {e.low:.3f} to {e.high:.3f}"
+
+
+def summary_text(est: dict[str, dict[str, Estimate]], diff: Estimate, baseline: str, curriculum: str,
+                 n_difficulties: int, n_seeds: int, run_dir: str | Path, results_file: str | Path) -> str:
+    """The closing lines, for a reader who has not met the statistics: each method's held-out success
+    (share of unseen instances solved, mean over difficulties and seeds) with its interval, whether the
+    difference is significant, and where the plot, the logs and the full figures are."""
+    width = max(len(_label(n)) for n in (curriculum, baseline)) + 1
+    lines = [f"In short: held-out success (the share of unseen puzzle instances solved, mean over "
+             f"{n_difficulties} difficulties and {n_seeds} seed{'s' if n_seeds != 1 else ''}):"]
+    for name in (curriculum, baseline):
+        e = est[name]["mean"]
+        lines.append(f"  {_label(name) + ':':<{width}} {e.value:.3f} ({_interval(e)})")
+    better = "the curriculum" if diff.value > 0 else "domain randomisation" if baseline == "dr" else baseline
+    if diff.excludes(0.0):
+        verdict = f"{better} does better, and the difference is significant (its 95% interval excludes zero)"
+    elif np.isnan(diff.low):
+        verdict = "one run per method gives no interval: run more seeds to tell"
+    else:
+        verdict = "no significant difference on this budget (its 95% interval includes zero)"
+    lines.append(f"  {'difference:':<{width}} {diff.value:+.3f} ({_interval(diff)})")
+    lines.append(f"  {verdict}")
+    run_dir = Path(run_dir)
+    lines.append(f"plot: {run_dir / 'quickstart.png'} "
+                 f"(each run's curriculum: {run_dir}/<run>/curriculum.png)")
+    lines.append(f"logs: tensorboard --logdir {run_dir}")
+    lines.append(f"every run's scores and the full statistics (printed above): {results_file}")
     return "\n".join(lines)
 
 
@@ -309,11 +360,12 @@ def main(argv: list[str] | None = None) -> dict[str, list[RunResult]]:
     text = (table(results, params) + f"\nall {runs} runs: {time.perf_counter() - t0:.0f}s "
             f"({results_page.machine()} at the end)\n\n"
             + stats_text(scores, ns.baseline, ns.curriculum, ns.seeds))
+    est, poi, diff = statistics(scores, ns.baseline, ns.curriculum)
+    save_statistics(saved, text, est, poi, diff, ns.baseline, ns.curriculum)
     print()
     print(text)
     if _default_settings(ns):
         print("\n" + compare_with_page(parse_quoted(text)))
-    print(f"\nresults: {saved}")
     out = Path(ns.run_dir) / "quickstart.png"
     plot(results, params, out)
     if ns.write_results:
@@ -322,8 +374,8 @@ def main(argv: list[str] | None = None) -> dict[str, list[RunResult]]:
                                             module="magister.examples.quickstart")
         results_page.write_section(results_page.RESULTS_PAGE, "quickstart", results_page.text_block(text),
                                    command, images=[image])
-    print(f"plots: {out} and {ns.run_dir}/<run>/curriculum.png; "
-          f"TensorBoard: tensorboard --logdir {ns.run_dir}")
+    print("\n" + summary_text(est, diff, ns.baseline, ns.curriculum, len(params), len(ns.seeds), ns.run_dir,
+                              saved))
     return results
 
 

@@ -1,11 +1,11 @@
 """What ``info["task"]`` holds around an episode's end under Gymnasium's two vector autoreset modes.
 
-The README states it: ``info["task"]`` is the task of the episode that the *returned observation* belongs
-to. Under ``NEXT_STEP`` (Gymnasium's default) the ending step still names the finished episode's task and
-the following autoreset step (no action played, reward 0) names the new one. Under ``SAME_STEP`` the ending
-step returns the new episode's first observation with the reset's info, so ``info["task"]`` is already the
-next task, and the finished episode's task is ``info["final_info"]["task"]`` where
-``info["_final_info"]`` is true.
+The Gymnasium guide (docs/guides/gymnasium.md) states it: ``info["task"]`` is the task of the episode that
+the *returned observation* belongs to. Under ``NEXT_STEP`` (Gymnasium's default) the ending step still names
+the finished episode's task and the following autoreset step (no action played, reward 0) names the new one.
+Under ``SAME_STEP`` the ending step returns the new episode's first observation with the reset's info, so
+``info["task"]`` is already the next task, and the finished episode's task is ``info["final_info"]["task"]``
+where ``info["_final_info"]`` is true.
 
 The env here writes the task it actually plays into its observation (``obs[0]``), so each assertion compares
 the label with the ground truth rather than with another label.
@@ -123,7 +123,7 @@ def test_same_step_the_ending_step_names_the_next_task_and_final_info_the_finish
 
 @pytest.mark.parametrize("mode", [gym.vector.AutoresetMode.NEXT_STEP, gym.vector.AutoresetMode.SAME_STEP])
 def test_the_curriculum_hears_of_each_finished_episode_under_the_task_the_readme_names(mode):
-    # Whatever the mode, the finished episodes the curriculum is told about are the ones the README's rule
+    # Whatever the mode, the finished episodes the curriculum is told about are the ones the guide's rule
     # recovers from info: NEXT_STEP, info["task"] at the ending step; SAME_STEP, final_info["task"] there.
     envs, curriculum = _envs(mode)
     reported: list[tuple[int, int]] = []

@@ -131,6 +131,29 @@ EXPECT: dict[str, dict[str, str]] = {
         "the keyword overrode the object, its other fields kept": "(served_with.max_tasks_in_flight, "
         "served_with.env_timeout, served_with.max_envs) == (64, 30.0, 256)",
     },
+    # from README.md, whose snippets moved here
+    "print(space.describe())  # 11 tasks": {
+        "the second stage is running": "curriculum.metrics()['sequential/stage'] == 1.0",
+        "11 valid tasks": "space.num_tasks == 11",
+        "describe() says what it prints": "space.describe() == '11 tasks (12 combinations, 1 constraint): "
+                                          "length in [0.25, 0.5, 1.0, 2.0]; masscart in [0.5, 1.0, 2.0].'",
+    },
+    'done_convention="ended_at")': {
+        "three tasks scored": "server.curriculum.metrics()['plr/buffer_size'] == 3.0",
+    },
+    "model.learn(128, callback=CurriculumCallback(server))": {
+        "PPO ran its budget": "model.num_timesteps >= 128",
+        "value scores reached PLR": "server.curriculum.metrics()['plr/inserted'] > 0",
+        "episodes were reported by the workers": "server.curriculum.num_episodes > 0",
+    },
+    "curve_secret_key=keys.secret_key": {
+        "the worker got a task over CURVE": "task_space.contains(task_space.decode(info['task']))",
+        "the curriculum sampled it": "server.curriculum.num_sampled >= 1",
+    },
+    "first, second = tasks_played([0, 1]), tasks_played([1, 0])": {
+        "each env's sequence is its own, whichever env asks first":
+            "first == second and len(first[0]) == 6 and first[0] != first[1]",
+    },
     "curve_allowed_clients=[worker_keys.public_key]": {
         "the listed worker played": "env.env_id is not None",
         "the stranger was refused": "refused and server.metrics()['sync/clients_refused'] >= 1",
@@ -334,14 +357,16 @@ def test_the_results_page_has_no_figures_outside_its_sections():
     assert "```" not in text, "docs/results.md: a fenced block outside the generated sections"
 
 
-def test_the_readme_quotes_the_current_quickstart_intervals():
+def test_the_readme_and_the_results_page_quote_the_current_quickstart_intervals():
     """The quickstart's section holds every run's scores; the intervals it printed are recomputed from them
-    (the statistics of what the command wrote, without training again), and README.md quotes those
-    intervals, with the machine-dependent figures (times) said to be so."""
+    (the statistics of what the command wrote, without training again). The results page's prose quotes all
+    of them, with the machine-dependent figures (times) said to be so; README.md's summary quotes the
+    headline (each method's mean and the difference, with the verdict)."""
     from magister.examples import quickstart
     from magister.examples import results as R
 
-    section = R.read_section((DOCS / "results.md").read_text(), "quickstart")
+    page = (DOCS / "results.md").read_text()
+    section = R.read_section(page, "quickstart")
     table = re.search(r"```text\n(.*?)```", section, re.S)[1]
     scores = quickstart.parse_scores(table)
     assert set(scores) == {"dr", "sfl-dist"} and all(len(m) >= 5 for m in scores.values()), "five seeds each"
@@ -350,49 +375,55 @@ def test_the_readme_quotes_the_current_quickstart_intervals():
     assert recomputed in table, "the section's statistics are not those of its own per-run scores"
     q = quickstart.parse_quoted(table)
     f = quickstart._f
-    readme = " ".join((ROOT / "README.md").read_text().split())
-    expect = [
+    headline = [
         f"mean held-out success {f(q['sfl-dist mean'])} with the curriculum vs {f(q['dr mean'])} with domain "
         f"randomisation",
-        f"interquartile mean {f(q['sfl-dist iqm'])} vs {f(q['dr iqm'])}",
-        f"beats a domain-randomisation run on a difficulty is {f(q['P(sfl-dist > dr)'])}",
         f"the difference of the means {f(q['mean(sfl-dist) - mean(dr)'])}",
     ]
+    full = headline + [
+        f"interquartile mean {f(q['sfl-dist iqm'])} vs {f(q['dr iqm'])}",
+        f"beats a domain-randomisation run on a difficulty is {f(q['P(sfl-dist > dr)'])}",
+    ]
     wasted = dict(re.findall(r"^([\w-]+): .*?; (\d+%) of training episodes", table, re.M))
-    expect.append(f"{wasted['sfl-dist']} vs {wasted['dr']} of training episodes spent on instances never "
-                  f"solved")
+    full.append(f"{wasted['sfl-dist']} vs {wasted['dr']} of training episodes spent on instances never "
+                f"solved")
     seconds = dict(re.findall(r"^([\w-]+): \d+ steps x \d+ seed\(s\), (\d+)s per run", table, re.M))
     total = re.search(r"^all \d+ runs: (\d+)s", table, re.M)[1]
-    expect.append(f"{seconds['dr']} s per domain-randomisation run, {seconds['sfl-dist']} s per curriculum "
-                  f"run, {total} s for all ten")
+    full.append(f"{seconds['dr']} s per domain-randomisation run, {seconds['sfl-dist']} s per curriculum "
+                f"run, {total} s for all ten")
     rows = [[c.strip() for c in line.split("|")] for line in table.splitlines() if line.count("|") == 4]
     shares = [re.search(r"\(\s*(\d+%)\)\s*$", r[4])[1] for r in rows[1:4]]  # the three shallowest
-    expect.append(f"concentrate on the 1-, 2- and 3-move shuffles ({', '.join(shares)} of them")
-    for phrase in expect:
-        assert phrase in readme, f"README.md should quote the results page's figures: {phrase!r} not found"
+    full.append(f"concentrate on the 1-, 2- and 3-move shuffles ({', '.join(shares)} of them")
     diff = q["mean(sfl-dist) - mean(dr)"]
     claim = "its interval excludes zero" if diff.excludes(0.0) else "its interval includes zero"
-    assert claim in readme, f"README.md should say {claim!r}"
-    assert "depend on the machine" in readme and "results.md" in readme
+    prose = " ".join(page.replace(R.read_section(page, "quickstart"), "").split())  # outside the section
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    for where, text, phrases in (("docs/results.md", prose, full), ("README.md", readme, headline)):
+        for phrase in phrases + [claim]:
+            assert phrase in text, f"{where} should quote the quickstart section's figures: {phrase!r}"
+        assert "depend on the machine" in text
+    assert "docs/results.md" in readme
 
 
-def test_the_readme_table_of_what_survives_what_is_the_recovery_benchmarks():
-    """README.md's table of what survives what is the one ``benchmarks/sync_recovery.py`` makes from the
-    output in its section of the results page (one run wrote both), stamped with the same command and date;
-    no figure in it was edited by hand."""
+def test_the_remote_workers_table_of_what_survives_what_is_the_recovery_benchmarks():
+    """The remote-workers guide's table of what survives what is the one ``benchmarks/sync_recovery.py``
+    makes from the output in its section of the results page (one run wrote both), stamped with the same
+    command and date; no figure in it was edited by hand."""
     from magister.examples import results as R
 
     spec = importlib.util.spec_from_file_location("sync_recovery", ROOT / "benchmarks" / "sync_recovery.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
+    guide = bench.GUIDE
+    assert guide == DOCS / "guides" / "remote-workers.md"
     section = R.read_section((DOCS / "results.md").read_text(), "sync-recovery")
     output = re.search(r"```text\n(.*?)```", section, re.S)[1]
-    table = R.read_section((ROOT / "README.md").read_text(), bench.TABLE, "README.md")
+    table = R.read_section(guide.read_text(), bench.TABLE, str(guide))
     assert R.STAMP_RE.match(table)[0] == R.STAMP_RE.match(section)[0], "not written by the same run"
-    assert table.endswith(bench.survival_table(output)), "README.md's table is not the benchmark's output"
-    prose = " ".join((ROOT / "README.md").read_text().split("<!-- results:what-survives-what -->")[0][-700:]
-                     .split())
+    assert table.endswith(bench.survival_table(output)), "the guide's table is not the benchmark's output"
+    prose = " ".join(guide.read_text().split(R.open_marker(bench.TABLE))[0][-700:].split())
     assert "depend on the machine" in prose and "benchmarks/sync_recovery.py --write-results" in prose
+    assert R.open_marker(bench.TABLE) not in (ROOT / "README.md").read_text(), "one table, in the guide"
 
 
 # -- the build ----------------------------------------------------------------------------------------

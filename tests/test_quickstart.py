@@ -30,6 +30,23 @@ def test_quickstart_tiny_budget(tmp_path, capsys):
     for name, runs in results.items():  # the file holds every run's held-out success, as the runs report it
         assert saved["scores"][name] == [[r.eval[p]["success"] for p in ("3x3m1", "3x3m2")] for r in runs]
     assert "not compared" not in out  # tiny settings: no comparison with the results page is attempted
+    # the closing lines, for a newcomer: each method's held-out success, the verdict, where things are
+    closing = out.rstrip("\n").split("\n")[-8:]
+    assert closing[0].startswith("In short: held-out success") and "2 difficulties and 2 seeds" in closing[0]
+    for line, name in zip(closing[1:3], ("sfl-dist", "dr")):
+        mean = float(np.mean(saved["scores"][name]))
+        assert line.split(":")[0].strip().endswith(f"({name})") and f"{mean:.3f} (95% interval " in line
+    assert closing[3].split()[0] == "difference:" and "significant" in closing[4]
+    assert closing[5:] == [
+        f"plot: {tmp_path / 'quickstart.png'} (each run's curriculum: {tmp_path}/<run>/curriculum.png)",
+        f"logs: tensorboard --logdir {tmp_path}",
+        f"every run's scores and the full statistics (printed above): {tmp_path / 'results.json'}",
+    ]
+    # ... and the results file holds the full statistics, as printed
+    assert saved["statistics_text"] in out and "P(sfl-dist > dr) = " in saved["statistics_text"]
+    assert set(saved["statistics"]) == {"dr mean", "dr iqm", "sfl-dist mean", "sfl-dist iqm",
+                                        "P(sfl-dist > dr)", "mean(sfl-dist) - mean(dr)"}
+    assert saved["statistics"]["dr mean"][0] == pytest.approx(np.mean(saved["scores"]["dr"]))
     assert (tmp_path / "quickstart.png").stat().st_size > 1000
     for name in ("dr_s0", "dr_s1", "sfl-dist_s0", "sfl-dist_s1"):
         assert (tmp_path / name / "checkpoint.pt").exists()
@@ -97,3 +114,22 @@ def test_a_missing_extra_is_named_before_anything_runs():
     with pytest.raises(SystemExit, match=r"needs not_a_module_xyz.*pip install 'magister\[examples\]'"):
         require({"numpy": "examples", "not_a_module_xyz": "examples"}, "python -m x")
     require({"numpy": "examples"}, "python -m x")  # present: no exit
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_the_closing_lines_say_whether_the_difference_is_significant(seed):
+    scores = _scores(seed)  # the curriculum clearly ahead
+    est, _, diff = quickstart.statistics(scores, "dr", "sfl-dist")
+    text = quickstart.summary_text(est, diff, "dr", "sfl-dist", 4, 5, "runs/q", "runs/q/results.json")
+    assert diff.excludes(0.0) and diff.low > 0
+    assert "the curriculum does better, and the difference is significant" in text
+    assert f"domain randomisation (dr): {est['dr']['mean'].value:.3f} (95% interval " \
+           f"{est['dr']['mean'].low:.3f} to {est['dr']['mean'].high:.3f})" in text
+    same = {"dr": scores["dr"], "sfl-dist": scores["dr"][::-1]}  # the same scores, seeds reordered
+    est, _, diff = quickstart.statistics(same, "dr", "sfl-dist")
+    text = quickstart.summary_text(est, diff, "dr", "sfl-dist", 4, 5, "runs/q", "runs/q/results.json")
+    assert "no significant difference on this budget (its 95% interval includes zero)" in text
+    worse = {"dr": scores["sfl-dist"], "sfl-dist": scores["dr"]}
+    est, _, diff = quickstart.statistics(worse, "dr", "sfl-dist")
+    text = quickstart.summary_text(est, diff, "dr", "sfl-dist", 4, 5, "runs/q", "runs/q/results.json")
+    assert "domain randomisation does better, and the difference is significant" in text

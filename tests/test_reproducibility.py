@@ -4,7 +4,7 @@ With a fixed curriculum seed and seeded resets (``envs.reset(seed=s)`` gives sub
 ``s + i``), every env draws its tasks from a random stream of its own (the sync layer's per-env streams),
 so the sequence each env plays is the same run to run, whatever the order in which the workers' requests
 reach the server and however many tasks each keeps ready. A learning curriculum's choices also depend on
-the order in which feedback arrives, which asynchrony does not fix (README, "Reproducibility"); its
+the order in which feedback arrives, which asynchrony does not fix (docs/guides/reproducibility.md); its
 ``state_dict`` resumes exactly (tests/test_plr.py, tests/test_sfl.py ...).
 """
 
