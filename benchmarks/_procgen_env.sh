@@ -62,6 +62,9 @@ print(f"procgen venv ready: procgen-mirror {version('procgen-mirror')}, gym {ver
       f"gym3 {version('gym3')}, shimmy {version('shimmy')}, gymnasium {version('gymnasium')}, "
       f"numpy {np.__version__}, torch {torch.__version__}")
 PYEOF
-"$VENV/bin/python" "$CHECK" "$TORCH_VERSION" 2>&1 | grep -v -e "^Gym has been unmaintained" -e "^Please upgrade" \
-    -e "^Users of this version" -e "^See the migration guide" || true
-"$VENV/bin/python" "$CHECK" "$TORCH_VERSION" >/dev/null 2>&1
+# (gym 0.26 prints a four-line banner on import; the check's own output is its last line)
+if ! out="$("$VENV/bin/python" "$CHECK" "$TORCH_VERSION" 2>&1)"; then
+    echo "$out"
+    exit 1
+fi
+echo "$out" | tail -n 1

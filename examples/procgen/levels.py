@@ -98,7 +98,7 @@ def training_levels(num_levels: int = 200, seed: int | None = None) -> Discrete:
 
 
 def all_levels(seed: int | None = None) -> Discrete:
-    """The full distribution: every level seed in ``[0, 2**31 - 1)``, what Procgen draws with ``num_levels=0``."""
+    """The full distribution: the seeds in ``[0, 2**31 - 1)`` (what Procgen draws with ``num_levels=0``)."""
     return Discrete(MAX_LEVEL_SEED, seed=seed)
 
 
@@ -123,14 +123,15 @@ class ProcgenLevels(TaskWrapper):
     def __init__(self, task_space: TaskSpace, game: str = "coinrun", *, distribution_mode: str = "easy",
                  task_observation: bool = False, **procgen_options: Any) -> None:
         import gym3
-        from procgen import ProcgenGym3Env
         from shimmy import GymV21CompatibilityV0
+
+        from procgen import ProcgenGym3Env
 
         if game not in GAMES:
             raise ValueError(f"unknown Procgen game {game!r}; expected one of {GAMES}")
         if distribution_mode not in RETURN_BOUNDS:
-            raise ValueError(f"distribution_mode must be one of {sorted(RETURN_BOUNDS)} (the modes with return "
-                             f"bounds), got {distribution_mode!r}")
+            raise ValueError(f"distribution_mode must be one of {sorted(RETURN_BOUNDS)} (the modes with "
+                             f"return bounds), got {distribution_mode!r}")
         taken = {"num", "num_levels", "start_level", "num_threads", "env_name"} & set(procgen_options)
         if taken:
             raise ValueError(f"ProcgenLevels sets {sorted(taken)} itself (the level is the task); pass other "
@@ -175,6 +176,7 @@ class ProcgenLevels(TaskWrapper):
         obs, info = self.env.reset()
         return obs, {**info, **self.procgen.get_info()[0]}
 
-    def task_progress(self, obs: Any, rew: SupportsFloat, term: bool, trunc: bool, info: dict[str, Any]) -> float:
+    def task_progress(self, obs: Any, rew: SupportsFloat, term: bool, trunc: bool,
+                      info: dict[str, Any]) -> float:
         """1.0 when the episode ends with its level completed (Procgen's ``prev_level_complete``), else 0."""
         return float(info.get("prev_level_complete", 0)) if (term or trunc) else 0.0

@@ -6,7 +6,7 @@ every episode; the policy is tested on the full distribution of levels. Run
 ``python -m magister.examples.procgen.ppo_plr --help`` for the flags. The PPO flags default to the paper's
 settings (γ 0.999, λ 0.95, rollouts of 256 steps, 3 epochs of 8 minibatches, clip 0.2, Adam 5e-4 with eps
 1e-5, entropy 0.01, value coefficient 0.5, returns normalised, gradient norm 0.5); the size of the run is
-small so that it runs on a CPU: 8 envs (the paper: 64) and 200,000 steps (the paper: 25M), evaluation on 10
+small so that it runs on a CPU: 8 envs (the paper: 64) and 50,000 steps (the paper: 25M), evaluation on 10
 training and 10 test levels (the paper: 100 test episodes). ``docs/recipes/procgen.md`` has the paper-scale
 command.
 
@@ -58,7 +58,13 @@ from torch.distributions.categorical import Categorical
 
 from magister import GymnasiumSyncWrapper, serve
 from magister.curricula import PLR, DomainRandomization
-from magister.evaluation import Suite, evaluate, format_estimate, interval_estimates, probability_of_improvement
+from magister.evaluation import (
+    Suite,
+    evaluate,
+    format_estimate,
+    interval_estimates,
+    probability_of_improvement,
+)
 from magister.examples._checkpoint import read_checkpoint, write_checkpoint
 from magister.examples._cli import parse_dataclass
 from magister.examples.procgen.levels import ProcgenLevels, all_levels, normalised_return, training_levels
@@ -84,7 +90,7 @@ class Args:
     """training levels: level seeds 0 .. num_levels - 1 (the paper: 200 in easy mode)"""
     distribution_mode: str = "easy"
     """easy (the paper's main setting) or hard (500 levels, 200M steps in the paper)"""
-    total_steps: int = 200_000
+    total_steps: int = 50_000
     """env steps to train for (the paper: 25M)"""
     num_envs: int = 8
     """parallel envs (the paper: 64)"""
@@ -109,7 +115,7 @@ class Args:
     plr_staleness: float = 0.1
     """PLR's staleness coefficient ρ"""
     replay_prob: float = 0.5
-    """plr_perp only: the probability of replaying a buffered level (plr replays with the share of levels seen)"""
+    """plr_perp only: the probability of a replay (plr replays with the share of levels seen)"""
     eval_levels: int = 10
     """evaluation episodes on the training levels and on the full distribution, one level each"""
     eval_every: int = 0
@@ -236,15 +242,15 @@ def evaluate_agent(agent: Agent, args: Args, device: torch.device) -> dict[str, 
         result = evaluate(policy, lambda s=space: make_env(args, s), suite, episodes=1,
                           num_envs=args.eval_envs, seed=args.seed)
         returns = result.returns[:, 0]
-        out[name] = {"return": float(returns.mean()),
-                     "normalised": float(normalised_return(args.game, returns, args.distribution_mode).mean()),
+        normalised = normalised_return(args.game, returns, args.distribution_mode)
+        out[name] = {"return": float(returns.mean()), "normalised": float(np.mean(normalised)),
                      "success": float(np.nanmean(result.progress)), "levels": [int(t) for t in suite.tasks]}
     return out
 
 
 def _vector_env(args: Args, task_space: Any, address: str) -> gym.vector.VectorEnv:
     fns = [lambda: make_env(args, task_space, address) for _ in range(args.num_envs)]
-    mode = gym.vector.AutoresetMode.SAME_STEP  # the step that ends an episode returns the next one's first obs
+    mode = gym.vector.AutoresetMode.SAME_STEP  # an episode's last step returns the next one's first obs
     if args.vector == "async":
         envs: gym.vector.VectorEnv = gym.vector.AsyncVectorEnv(fns, autoreset_mode=mode, context="fork")
     elif args.vector == "sync":
@@ -276,7 +282,9 @@ def train(args: Args) -> dict[str, Any]:
 
     task_space = training_levels(args.num_levels, seed=args.seed)
     curriculum = make_curriculum(args, task_space)
-    server = serve(curriculum)  # magister: the curriculum, served to the envs' sync wrappers
+    # magister: the curriculum, served to the envs' sync wrappers. env_timeout=None: the envs of this process
+    # (or its workers) sit silent through every PPO update and evaluation, which may outlast any timeout
+    server = serve(curriculum, env_timeout=None)
     envs = _vector_env(args, task_space, server.address)
     agent = Agent(int(envs.single_action_space.n)).to(device)
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
@@ -316,7 +324,8 @@ def train(args: Args) -> dict[str, Any]:
     if args.progress:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=num_updates, initial=start_update, desc=f"{args.game} {args.curriculum}", unit="update")
+        bar = tqdm(total=num_updates, initial=start_update, desc=f"{args.game} {args.curriculum}",
+                   unit="update")
     try:
         for update in range(start_update, num_updates):
             if args.anneal_lr:
@@ -354,8 +363,9 @@ def train(args: Args) -> dict[str, Any]:
 
             b_obs = obs.reshape((-1,) + envs.single_observation_space.shape)
             b_logprobs, b_actions = logprobs.reshape(-1), actions.reshape(-1)
-            b_advantages, b_returns, b_values = advantages.reshape(-1), returns.reshape(-1), values.reshape(-1)
-            b_inds = tasks.train_indices()  # magister: PLR⊥'s evaluation-only steps stay out of the gradients
+            b_advantages, b_returns = advantages.reshape(-1), returns.reshape(-1)
+            b_values = values.reshape(-1)
+            b_inds = tasks.train_indices()  # magister: PLR⊥'s evaluation-only steps stay out of gradients
             stats: dict[str, float] = {}
             if len(b_inds) > 1:
                 adv = b_advantages[torch.as_tensor(b_inds, device=device)]
@@ -364,7 +374,8 @@ def train(args: Args) -> dict[str, Any]:
                     rng.shuffle(b_inds)
                     for start in range(0, len(b_inds), minibatch_size):
                         mb = torch.as_tensor(b_inds[start:start + minibatch_size], device=device)
-                        _, newlogprob, entropy, newvalue = agent.get_action_and_value(b_obs[mb], b_actions[mb])
+                        _, newlogprob, entropy, newvalue = agent.get_action_and_value(b_obs[mb],
+                                                                                      b_actions[mb])
                         ratio = (newlogprob - b_logprobs[mb]).exp()
                         pg_loss = torch.max(-b_advantages[mb] * ratio, -b_advantages[mb] * torch.clamp(
                             ratio, 1 - args.clip_coef, 1 + args.clip_coef)).mean()
@@ -380,8 +391,8 @@ def train(args: Args) -> dict[str, Any]:
                         loss.backward()
                         nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
                         optimizer.step()
-                stats = {"policy_loss": float(pg_loss), "value_loss": float(v_loss), "entropy": float(
-                    entropy.mean())}
+                stats = {"policy_loss": pg_loss.item(), "value_loss": v_loss.item(), "entropy": float(
+                    entropy.mean().item())}
 
             is_last = update + 1 == num_updates
             row: dict[str, Any] = {"update": update + 1, "global_step": global_step,
@@ -406,17 +417,18 @@ def train(args: Args) -> dict[str, Any]:
                     writer.add_scalar(f"eval/{split}_return", r["return"], global_step)
                     writer.add_scalar(f"eval/{split}_normalised", r["normalised"], global_step)
             if bar is not None:
-                bar.set_postfix(ret=row["mean_return"] if row["mean_return"] is None else f"{row['mean_return']:.1f}")
+                if row["mean_return"] is not None:
+                    bar.set_postfix(episode_return=f"{row['mean_return']:.1f}")
                 bar.update(1)
             if is_last:  # the workers send their held feedback on close: the last checkpoint includes it
                 envs.close()
             if is_last or (args.checkpoint_every and (update + 1) % args.checkpoint_every == 0):
                 rms = envs.return_rms if args.norm_returns else None
+                state = {"curriculum": server.state_dict(), "update": update + 1, "global_step": global_step,
+                         "history": history, "args": dataclasses.asdict(args),
+                         "return_rms": [float(rms.mean), float(rms.var), float(rms.count)] if rms else None}
                 write_checkpoint(run_dir / "checkpoint.pt",
-                                 {"agent": agent.state_dict(), "optimizer": optimizer.state_dict()},
-                                 {"curriculum": server.state_dict(), "update": update + 1,
-                                  "global_step": global_step, "history": history, "args": dataclasses.asdict(args),
-                                  "return_rms": [float(rms.mean), float(rms.var), float(rms.count)] if rms else None})
+                                 {"agent": agent.state_dict(), "optimizer": optimizer.state_dict()}, state)
     finally:
         if bar is not None:
             bar.close()
@@ -436,47 +448,57 @@ def train(args: Args) -> dict[str, Any]:
 def compare(args: Args) -> str:
     """Train every (game, curriculum, seed) of ``args.games`` x ``args.curricula`` x ``args.seeds``; the
     comparison as markdown: normalised test and train returns with bootstrap intervals over the seeds."""
+    # scores[split][curriculum]: runs (seeds) x tasks (games), the layout of magister.evaluation
     scores: dict[str, dict[str, list[list[float]]]] = {"test": {}, "train": {}}
-    lines, seconds = [], []
+    rows, seconds = [], []
     for seed in args.seeds:
         for curriculum in args.curricula:
-            row: dict[str, list[float]] = {"test": [], "train": []}
+            per_game: dict[str, list[float]] = {"test": [], "train": []}
             for game in args.games:
                 run = dataclasses.replace(args, game=game, curriculum=curriculum, seed=seed, run_name="",
                                           write_results=False, resume="")
                 result = train(run)
+                ev = result["eval"]
                 seconds.append(result["seconds"])
                 for split in ("test", "train"):
-                    row[split].append(result["eval"][split]["normalised"])
-                lines.append(f"| {game} | {curriculum} | {seed} | {result['eval']['test']['return']:.2f} | "
-                             f"{result['eval']['test']['normalised']:.3f} | {result['eval']['train']['return']:.2f} | "
-                             f"{result['eval']['train']['normalised']:.3f} | {result['seconds']:.0f} |")
+                    per_game[split].append(ev[split]["normalised"])
+                rows.append(f"| {game} | {curriculum} | {seed} | {ev['test']['return']:.2f} | "
+                            f"{ev['test']['normalised']:.3f} | {ev['train']['return']:.2f} | "
+                            f"{ev['train']['normalised']:.3f} | {result['seconds']:.0f} |")
             for split in ("test", "train"):
-                scores[split].setdefault(curriculum, []).append(row[split])
-    out = [f"{len(args.seeds)} seeds x {len(args.curricula)} curricula x {len(args.games)} game(s), "
-           f"{args.total_steps} env steps each ({args.num_envs} envs, {args.distribution_mode}, "
-           f"{args.num_levels} training levels); evaluation: {args.eval_levels} test levels (full distribution) "
-           f"and {args.eval_levels} training levels, one episode each; returns min-max normalised by the "
-           "Procgen paper's bounds. Mean run time "
-           f"{np.mean(seconds):.0f} s.", "",
-           "| game | curriculum | seed | test return | test normalised | train return | train normalised | s |",
-           "| --- | --- | --- | --- | --- | --- | --- | --- |", *lines, "",
-           "Normalised return, mean over games and seeds, with 95% stratified bootstrap intervals over the seeds:",
-           "", "| curriculum | test | train |", "| --- | --- | --- |"]
+                scores[split].setdefault(curriculum, []).append(per_game[split])
     est = {split: interval_estimates({c: np.array(v) for c, v in scores[split].items()}, ("mean",))
            for split in ("test", "train")}
-    for c in args.curricula:
-        out.append(f"| {c} | {format_estimate(est['test'][c]['mean'])} | {format_estimate(est['train'][c]['mean'])} |")
+    out = [
+        f"{len(args.seeds)} seeds x {len(args.curricula)} curricula x {len(args.games)} game(s), "
+        f"{args.total_steps} env steps per run ({args.num_envs} envs, {args.distribution_mode} mode, "
+        f"{args.num_levels} training levels); evaluation: one episode on each of {args.eval_levels} levels "
+        f"of the full distribution (test) and {args.eval_levels} training levels (train); returns min-max "
+        f"normalised by the Procgen paper's bounds. Mean wall time per run {np.mean(seconds):.0f} s.",
+        "",
+        "| game | curriculum | seed | test return | test normalised | train return | train normalised | s |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        *rows,
+        "",
+        "Normalised return, mean over games and seeds, 95% stratified bootstrap intervals over the seeds:",
+        "",
+        "| curriculum | test | train |",
+        "| --- | --- | --- |",
+        *(f"| {c} | {format_estimate(est['test'][c]['mean'])} | {format_estimate(est['train'][c]['mean'])} |"
+          for c in args.curricula),
+    ]
     if "plr" in args.curricula and "dr" in args.curricula and len(args.seeds) > 1:
         p = probability_of_improvement(np.array(scores["test"]["plr"]), np.array(scores["test"]["dr"]))
-        out += ["", f"Probability that a PLR run's normalised test return beats a DR run's: {format_estimate(p)}."]
+        out += ["", f"Probability that a PLR run's normalised test return beats a DR run's: "
+                    f"{format_estimate(p)}."]
     return "\n".join(out)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Command line: ``--help`` lists the flags."""
     args = parse_dataclass(Args, argv, prog=f"python -m {MODULE}", description=__doc__.splitlines()[0],
-                           epilog="Needs the Procgen virtualenv: bash benchmarks/_procgen_env.sh .venvs/procgen")
+                           epilog="Needs the Procgen virtualenv: bash benchmarks/_procgen_env.sh "
+                                  ".venvs/procgen")
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     for name in (args.curriculum, *args.curricula):
         if name not in CURRICULA:
@@ -487,8 +509,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         results.check_section(results.RESULTS_PAGE, "procgen-plr")
         markdown = compare(args)
         print(markdown)
-        results.write_section(results.RESULTS_PAGE, "procgen-plr", markdown,
-                              results.command_line(None if argv is None else ["ppo_plr", *argv], module=MODULE))
+        command = results.command_line(None if argv is None else ["ppo_plr", *argv], module=MODULE)
+        results.write_section(results.RESULTS_PAGE, "procgen-plr", markdown, command)
         return {"markdown": markdown}
     result = train(args)
     ev = result["eval"]
