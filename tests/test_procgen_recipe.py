@@ -11,9 +11,10 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
-from venvs import run_in
+from venvs import REPO, run_in
 
 import magister
 
@@ -58,3 +59,12 @@ def test_trainer_runs_checkpoints_and_resumes(tmp_path):
     # the resumed curriculum starts from the saved one: it counts the first run's episodes too
     assert second["curriculum"]["curriculum/sampled"] > first["curriculum"]["curriculum/sampled"]
     assert second["curriculum"]["curriculum/episodes"] > first["curriculum"]["curriculum/episodes"]
+
+
+def test_the_pages_python_block_runs_in_the_virtualenv():
+    page = (REPO / "docs" / "recipes" / "procgen.md").read_text()
+    blocks = re.findall(r"^```python\n(.*?)^```", page, re.S | re.M)
+    assert len(blocks) == 1
+    out = run_in("procgen", ["-c", blocks[0]], timeout=300).stdout.strip().splitlines()[-1]
+    tasks, seeds = out.split("] [")
+    assert tasks.strip("[] ").split() == seeds.strip("[] ").split()  # the levels chosen are the levels played

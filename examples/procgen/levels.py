@@ -43,6 +43,7 @@ import logging
 from typing import Any, SupportsFloat
 
 import numpy as np
+from gymnasium.utils import RecordConstructorArgs
 
 from magister.env_wrappers.task_wrapper import TaskWrapper
 from magister.task_spaces import Discrete
@@ -122,11 +123,6 @@ class ProcgenLevels(TaskWrapper):
 
     def __init__(self, task_space: TaskSpace, game: str = "coinrun", *, distribution_mode: str = "easy",
                  task_observation: bool = False, **procgen_options: Any) -> None:
-        import gym3
-        from shimmy import GymV21CompatibilityV0
-
-        from procgen import ProcgenGym3Env
-
         if game not in GAMES:
             raise ValueError(f"unknown Procgen game {game!r}; expected one of {GAMES}")
         if distribution_mode not in RETURN_BOUNDS:
@@ -136,7 +132,11 @@ class ProcgenLevels(TaskWrapper):
         if taken:
             raise ValueError(f"ProcgenLevels sets {sorted(taken)} itself (the level is the task); pass other "
                              "ProcgenGym3Env options only")
-        from gymnasium.utils import RecordConstructorArgs
+        # the Procgen virtualenv's packages (benchmarks/_procgen_env.sh), imported once the arguments are good
+        import gym3
+        from shimmy import GymV21CompatibilityV0
+
+        from procgen import ProcgenGym3Env
 
         RecordConstructorArgs.__init__(self, task_space=task_space, game=game,
                                        distribution_mode=distribution_mode, task_observation=task_observation,
@@ -175,6 +175,11 @@ class ProcgenLevels(TaskWrapper):
         self.procgen.set_state([self.level_state(int(self.current_decoded_task))])
         obs, info = self.env.reset()
         return obs, {**info, **self.procgen.get_info()[0]}
+
+    def close(self) -> None:
+        """Close the wrappers and free the running Procgen env (gym3's ``ToGymEnv`` leaves it open)."""
+        super().close()
+        self.procgen.close()
 
     def task_progress(self, obs: Any, rew: SupportsFloat, term: bool, trunc: bool,
                       info: dict[str, Any]) -> float:
