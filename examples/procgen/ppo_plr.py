@@ -447,7 +447,8 @@ def train(args: Args) -> dict[str, Any]:
 
 def compare(args: Args) -> str:
     """Train every (game, curriculum, seed) of ``args.games`` x ``args.curricula`` x ``args.seeds``; the
-    comparison as markdown: normalised test and train returns with bootstrap intervals over the seeds."""
+    comparison as text: each run's returns, then normalised test and train returns with bootstrap intervals
+    over the seeds."""
     # scores[split][curriculum]: runs (seeds) x tasks (games), the layout of magister.evaluation
     scores: dict[str, dict[str, list[list[float]]]] = {"test": {}, "train": {}}
     rows, seconds = [], []
@@ -462,9 +463,9 @@ def compare(args: Args) -> str:
                 seconds.append(result["seconds"])
                 for split in ("test", "train"):
                     per_game[split].append(ev[split]["normalised"])
-                rows.append(f"| {game} | {curriculum} | {seed} | {ev['test']['return']:.2f} | "
-                            f"{ev['test']['normalised']:.3f} | {ev['train']['return']:.2f} | "
-                            f"{ev['train']['normalised']:.3f} | {result['seconds']:.0f} |")
+                rows.append(f"{game:>10} {curriculum:>10} {seed:>4} | {ev['test']['return']:>11.2f} "
+                            f"{ev['test']['normalised']:>10.3f} | {ev['train']['return']:>12.2f} "
+                            f"{ev['train']['normalised']:>10.3f} | {result['seconds']:>5.0f}")
             for split in ("test", "train"):
                 scores[split].setdefault(curriculum, []).append(per_game[split])
     est = {split: interval_estimates({c: np.array(v) for c, v in scores[split].items()}, ("mean",))
@@ -472,25 +473,23 @@ def compare(args: Args) -> str:
     out = [
         f"{len(args.seeds)} seeds x {len(args.curricula)} curricula x {len(args.games)} game(s), "
         f"{args.total_steps} env steps per run ({args.num_envs} envs, {args.distribution_mode} mode, "
-        f"{args.num_levels} training levels); evaluation: one episode on each of {args.eval_levels} levels "
-        f"of the full distribution (test) and {args.eval_levels} training levels (train); returns min-max "
-        f"normalised by the Procgen paper's bounds. Mean wall time per run {np.mean(seconds):.0f} s.",
+        f"{args.num_levels} training levels);",
+        f"evaluation: one episode on each of {args.eval_levels} levels of the full distribution (test) and "
+        f"of {args.eval_levels} training levels (train);",
+        "returns min-max normalised by the Procgen paper's per-game bounds; mean wall time per run "
+        f"{np.mean(seconds):.0f} s.",
         "",
-        "| game | curriculum | seed | test return | test normalised | train return | train normalised | s |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        f"{'game':>10} {'curriculum':>10} {'seed':>4} | {'test return':>11} {'normalised':>10} | "
+        f"{'train return':>12} {'normalised':>10} | {'s':>5}",
         *rows,
         "",
-        "Normalised return, mean over games and seeds, 95% stratified bootstrap intervals over the seeds:",
-        "",
-        "| curriculum | test | train |",
-        "| --- | --- | --- |",
-        *(f"| {c} | {format_estimate(est['test'][c]['mean'])} | {format_estimate(est['train'][c]['mean'])} |"
-          for c in args.curricula),
+        "normalised return, mean over games and seeds [95% stratified bootstrap interval over the seeds]:",
+        *(f"{c:>10}: test {format_estimate(est['test'][c]['mean'])}, "
+          f"train {format_estimate(est['train'][c]['mean'])}" for c in args.curricula),
     ]
     if "plr" in args.curricula and "dr" in args.curricula and len(args.seeds) > 1:
         p = probability_of_improvement(np.array(scores["test"]["plr"]), np.array(scores["test"]["dr"]))
-        out += ["", f"Probability that a PLR run's normalised test return beats a DR run's: "
-                    f"{format_estimate(p)}."]
+        out.append(f"P(a PLR run's normalised test return > a DR run's): {format_estimate(p)}")
     return "\n".join(out)
 
 
@@ -500,6 +499,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                            epilog="Needs the Procgen virtualenv: bash benchmarks/_procgen_env.sh "
                                   ".venvs/procgen")
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    try:  # (the command line gives tuples as strings)
+        args = dataclasses.replace(args, seeds=tuple(int(s) for s in args.seeds))
+    except ValueError:
+        raise SystemExit(f"--seeds takes integers, got {' '.join(map(str, args.seeds))}") from None
     for name in (args.curriculum, *args.curricula):
         if name not in CURRICULA:
             raise SystemExit(f"unknown curriculum {name!r}; expected one of {CURRICULA}")
@@ -507,11 +510,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         from magister.examples import results
 
         results.check_section(results.RESULTS_PAGE, "procgen-plr")
-        markdown = compare(args)
-        print(markdown)
+        table = compare(args)
+        print(table)
         command = results.command_line(None if argv is None else ["ppo_plr", *argv], module=MODULE)
-        results.write_section(results.RESULTS_PAGE, "procgen-plr", markdown, command)
-        return {"markdown": markdown}
+        results.write_section(results.RESULTS_PAGE, "procgen-plr", results.text_block(table), command)
+        return {"table": table}
     result = train(args)
     ev = result["eval"]
     print(f"{result['global_step']} steps in {result['seconds']:.0f}s; normalised return: test "
