@@ -5,7 +5,8 @@
   one the curriculum handed out, for several episodes per env across Procgen's auto-reset; the curriculum
   hears of exactly the episodes played (tests/recipes_inside/procgen_levels_check.py);
 * the trainer runs end to end at a tiny budget, writes its TensorBoard log, checkpoint and result, feeds PLR
-  its scores, and resumes from the checkpoint to a larger budget.
+  its scores, keeps PLR⊥'s evaluation-only steps out of the update, and resumes from the checkpoint to a
+  larger budget.
 """
 
 from __future__ import annotations
@@ -37,14 +38,17 @@ def test_trainer_runs_checkpoints_and_resumes(tmp_path):
     common = ["-m", "magister.examples.procgen.ppo_plr", "--game", GAME, "--num-envs", "2",
               "--num-steps", "64", "--eval-levels", "2", "--eval-envs", "2", "--run-dir", str(tmp_path),
               "--run-name", "tiny",
-              "--checkpoint-every", "1", "--no-progress", "--curriculum", "plr"]
+              "--checkpoint-every", "1", "--no-progress", "--curriculum", "plr_perp"]
     run_in("procgen", [*common, "--total-steps", "256"], timeout=300)
     run = tmp_path / "tiny"
     assert list(run.glob("events.out.tfevents.*")), "no TensorBoard log"
     state = magister.load(run / "checkpoint.state")
     assert (state["update"], state["global_step"], len(state["history"])) == (2, 256, 2)
+    # PLR⊥: the first rollout plays only new levels (nothing is buffered before its scores arrive), which are
+    # evaluation-only: none of its steps reaches the gradients
+    assert state["history"][0]["train_fraction"] == 0.0
     first = json.loads((run / "result.json").read_text())
-    assert first["curriculum"]["curriculum/episodes"] > 0  # the sync wrappers' reports reached PLR
+    assert first["curriculum"]["curriculum/episodes"] > 0  # the sync wrappers' reports reached PLR⊥
     assert first["curriculum"]["plr/inserted"] > 0  # and the value-L1 scores from the rollouts
     for split in ("train", "test"):
         assert len(first["eval"][split]["levels"]) == 2
