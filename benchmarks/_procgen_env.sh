@@ -8,9 +8,9 @@
 # Then:   VENV_DIR/bin/python -m magister.examples.procgen.ppo_plr --help
 #
 # Versions checked together: procgen-mirror 0.10.7 + gym 0.26.2 + gym3 0.3.3 + numpy 1.26 + shimmy 2.0.1 +
-# gymnasium 1.4 (shimmy 2.x is the line for Gymnasium 1.x; its GymV21CompatibilityV0 wraps any object with
-# the old reset()/step() API, here gym3's ToGymEnv, and needs gym importable). Order matters: torch first,
-# then everything else constrained to that torch and to numpy<2.
+# gymnasium 1.4 (shimmy 2.x is the line released for Gymnasium 1.x; older lines were not tried). Its
+# GymV21CompatibilityV0 wraps any object with the old reset()/step() API, here gym3's ToGymEnv, and needs gym
+# importable. Order matters: torch first, then everything else constrained to that torch and to numpy<2.
 set -euo pipefail
 
 VENV="${1:-.venvs/procgen}"
