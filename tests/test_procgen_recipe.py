@@ -24,8 +24,9 @@ pytestmark = pytest.mark.slow
 GAME = "bossfight"  # episodes of a few dozen steps under a random policy
 
 
-def test_each_episode_plays_the_level_the_curriculum_chose():
-    proc = run_in("procgen", ["tests/recipes_inside/procgen_levels_check.py", "4"], timeout=300)
+@pytest.mark.parametrize("vector", ["sync", "async"])
+def test_each_episode_plays_the_level_the_curriculum_chose(vector):
+    proc = run_in("procgen", ["tests/recipes_inside/procgen_levels_check.py", "4", vector], timeout=300)
     counts = json.loads(proc.stdout.strip().splitlines()[-1])
     assert counts["episodes"] >= 8  # 2 envs x at least 4 finished episodes each
     assert counts["curriculum_episodes"] == counts["episodes"]

@@ -1,9 +1,10 @@
 """Run inside the Procgen virtualenv by tests/test_procgen_recipe.py: each episode plays the level the
 curriculum chose, as Procgen itself reports it.
 
-The recipe's own vector env (``SyncVectorEnv`` of ``GymnasiumSyncWrapper(ProcgenLevels)`` against
-``magister.serve``, ``SAME_STEP`` autoreset, the trainer's layout) plays random actions for several episodes
-per env, so every env crosses Procgen's internal auto-reset several times. For every episode:
+The recipe's own vector env (``SyncVectorEnv``, or ``AsyncVectorEnv`` with ``async`` as the second argument,
+of ``GymnasiumSyncWrapper(ProcgenLevels)`` against ``magister.serve``, ``SAME_STEP`` autoreset: the trainer's
+layout) plays random actions for several episodes per env, so every env crosses Procgen's internal
+auto-reset several times. For every episode:
 
 * Procgen's ``level_seed`` in the reset's info (for the first episode) or in the autoreset's info (later
   ones), and in every step's info up to the last, equals ``info["task"]``; at the last step Procgen's
@@ -32,6 +33,7 @@ from magister.examples.procgen.levels import ProcgenLevels, training_levels
 
 GAME = "bossfight"  # short episodes under random actions
 EPISODES_PER_ENV = int(sys.argv[1]) if len(sys.argv) > 1 else 4
+VECTOR = sys.argv[2] if len(sys.argv) > 2 else "sync"  # or "async": the envs in worker processes
 NUM_ENVS = 2
 
 
@@ -63,9 +65,12 @@ def main() -> None:
     space = training_levels(200)
     curriculum = Recording(space)
     server = serve(curriculum)
-    envs = gym.vector.SyncVectorEnv(
-        [lambda: GymnasiumSyncWrapper(ProcgenLevels(space, GAME), server.address) for _ in range(NUM_ENVS)],
-        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+    fns = [lambda: GymnasiumSyncWrapper(ProcgenLevels(space, GAME), server.address) for _ in range(NUM_ENVS)]
+    mode = gym.vector.AutoresetMode.SAME_STEP
+    if VECTOR == "async":
+        envs = gym.vector.AsyncVectorEnv(fns, autoreset_mode=mode, context="fork")
+    else:
+        envs = gym.vector.SyncVectorEnv(fns, autoreset_mode=mode)
     rng = np.random.default_rng(0)
     obs, info = envs.reset(seed=0)
     played: list[list[int]] = [[] for _ in range(NUM_ENVS)]
