@@ -134,9 +134,8 @@ class ProcgenLevels(TaskWrapper):
                              "ProcgenGym3Env options only")
         # the Procgen virtualenv's packages (benchmarks/_procgen_env.sh), imported once the arguments are good
         import gym3
-        from shimmy import GymV21CompatibilityV0
-
         from procgen import ProcgenGym3Env
+        from shimmy import GymV21CompatibilityV0
 
         RecordConstructorArgs.__init__(self, task_space=task_space, game=game,
                                        distribution_mode=distribution_mode, task_observation=task_observation,
