@@ -227,8 +227,9 @@ class CurriculumServer(LearnerCalls, ServedCurriculum):
         """Send ``msg`` now (numbered, and kept until acknowledged, for a sequenced env)."""
         peer = self._peers.get(identity)
         frames = P.encode(msg)
-        if peer is None or not peer.sequenced:
-            return self._write(identity, frames, msg)
+        if peer is None or not peer.sequenced:  # (an error for a sender gone since, e.g. a frame that
+            quiet = logging.DEBUG if peer is None and type(msg) is P.Error else None  # crossed its goodbye)
+            return self._write(identity, frames, msg, quiet)
         return self._write(identity, peer.stream.number(frames), msg, logging.DEBUG)  # (resent if lost)
 
     def _write(

@@ -7,6 +7,7 @@ import math
 import multiprocessing as mp
 import os
 import signal
+import threading
 import time
 
 import msgpack
@@ -494,3 +495,38 @@ def test_loopback_tcp_without_keys_says_every_local_user_can_connect(caplog):
     with serve(Recorder()):  # an ipc socket file: this user's only
         pass
     assert not any("every local user" in r.getMessage() for r in caplog.records)
+
+
+def test_an_error_for_a_sender_already_gone_is_not_a_warning(caplog):
+    """A frame that crossed its env's goodbye (a heartbeat, a resend request) gets an ``unknown_env`` error
+    that nobody is left to read: counted as undelivered, logged at debug level, not warned about. (The
+    server's socket is used here while its thread is certainly parked: it waits for the lock the test
+    holds.)"""
+    cur = Recorder()
+    with serve(cur) as server, caplog.at_level(logging.DEBUG, logger="magister"):
+        waiting = threading.Event()
+
+        class Watched:  # the server's lock, telling when the server thread waits for it
+            def __enter__(self):
+                if threading.current_thread() is server._thread:
+                    waiting.set()
+                return server.lock.__enter__()
+
+            def __exit__(self, *exc):
+                return server.lock.__exit__(*exc)
+
+        c = CurriculumClient(server.address, prefetch=0, timeout=10.0)
+        c._ensure()
+        server.core.lock = Watched()
+        try:
+            with server.lock:
+                c.transport.send([P.Report(c.env_id, request=1)])
+                assert waiting.wait(30), "the server thread never asked for the lock"
+                error = server.core.error("unknown_env", "send Hello again")
+                assert not server._send(b"\x00gone", error)  # no such peer (any more)
+        finally:
+            server.core.lock = server.lock
+        c.close()
+    undeliverable = [r for r in caplog.records if "could not deliver" in r.getMessage()]
+    assert len(undeliverable) == server.replies_undelivered == 1
+    assert undeliverable[0].levelno == logging.DEBUG and "Error" in undeliverable[0].getMessage()
