@@ -304,9 +304,15 @@ class ALPGMM(Curriculum):
                 f"state_dict holds {tasks.shape[-1]}-dimensional tasks, this space has {self.params.dims}"
             )
         tasks = tasks.reshape(-1, self.params.dims)
+        signals = np.asarray(state["signals"], dtype=np.float64)
+        if signals.shape != (len(tasks),) or not 0 <= int(state["indexed"]) <= len(tasks):
+            raise ValueError(
+                f"state_dict holds {len(tasks)} tasks, {signals.size} signals and a tree over "
+                f"{state['indexed']} of them; expected one signal per task and at most that many indexed"
+            )
         super().load_state_dict(state)
         self._refit.wait()  # a fit of the state being replaced is dropped
-        self._history.load(tasks, np.asarray(state["signals"], dtype=np.float64), int(state["indexed"]))
+        self._history.load(tasks, signals, int(state["indexed"]))
         self._window = deque(list(window), maxlen=self.fit_rate)
         self.mixture = Mixture.from_state(state["mixture"]) if state["mixture"] is not None else None
         self.fits = int(state["fits"])

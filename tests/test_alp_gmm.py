@@ -219,6 +219,10 @@ def test_a_state_for_another_dimension_is_refused():
     feed(a, 5)
     with pytest.raises(ValueError, match="2-dimensional tasks, this space has 3"):
         teacher(Box(0.0, 1.0, shape=(3,))).load_state_dict(a.state_dict())
+    state = a.state_dict()
+    state["signals"] = state["signals"][:-1]
+    with pytest.raises(ValueError, match="one signal per task"):
+        teacher(fit_rate=20).load_state_dict(state)
 
 
 # -- bad input --------------------------------------------------------------------------------------------
