@@ -18,6 +18,7 @@ from .plr import PLR, PLRPerp, RobustPLR
 from .self_play import SelfPlay
 from .sequential import Sequential
 from .sfl import SFL
+from .self_paced import SelfPaced
 from .stopping import Condition, ConditionSyntaxError, parse_condition
 from .task_filter import DTGThresholds, TaskFilter
 
@@ -52,6 +53,7 @@ __all__ = [
     "PLRPerp",
     "RobustPLR",
     "SFL",
+    "SelfPaced",
     "SelfPlay",
     "Sequential",
     "StepBatch",
