@@ -15,10 +15,10 @@ from .manual import Manual
 from .omni import OMNI
 from .pfsp import PFSP
 from .plr import PLR, PLRPerp, RobustPLR
+from .self_paced import SelfPaced
 from .self_play import SelfPlay
 from .sequential import Sequential
 from .sfl import SFL
-from .self_paced import SelfPaced
 from .stopping import Condition, ConditionSyntaxError, parse_condition
 from .task_filter import DTGThresholds, TaskFilter
 
