@@ -6,6 +6,10 @@
 The student is ``tests/simulated_student.py``: 200 tasks, 10% of them learnable (the rest are never solved),
 one-step episodes whose success probability grows each time the student trains on the task. Every run is
 seeded, so the figures are the same on every machine (up to matplotlib's rendering).
+
+The continuous-space teachers (SelfPaced, GoalGAN) are drawn on the teacher-only toy env of the ALP-GMM
+paper's code (examples/teacher_toy.py) instead, 20,000 episodes each; GoalGAN's figure trains its GAN about
+90 times and takes a few minutes.
 """
 
 from __future__ import annotations
