@@ -107,6 +107,25 @@ def test_generator_concentrates_on_the_intermediate_ring():
     assert ring_share(teacher.sample(600)) > 0.6
 
 
+def test_masters_more_toy_env_cells_than_uniform_sampling():
+    """The ALP-GMM paper's toy env, each episode a success with probability competence / 100; TeachMyAgent's
+    benchmark noise and replay share, small networks, 4,000 episodes, seed 0."""
+    from magister.curricula import DomainRandomization
+    from magister.examples.teacher_toy import ToyEnv
+
+    def mastered(curriculum) -> float:
+        env, rng = ToyEnv(dims=2), np.random.default_rng(0)
+        for _ in range(4000):
+            (task,) = curriculum.sample(1)
+            reward = env.play(task)
+            curriculum.update_on_episode(reward, 1, task, float(rng.random() < reward))
+        return env.mastered()
+
+    teacher = GoalGAN(UNIT2, **SMALL, update_size=50, gan_iterations=100, state_noise_level=0.1, p_old=0.1,
+                      background=False, seed=0)
+    assert mastered(teacher) >= mastered(DomainRandomization(UNIT2, seed=0)) + 0.03
+
+
 # -- the background training ----------------------------------------------------------------------------
 def test_background_training_never_blocks_sampling(monkeypatch):
     release, started = threading.Event(), threading.Event()
