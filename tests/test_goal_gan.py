@@ -151,6 +151,27 @@ def test_background_training_never_blocks_sampling(monkeypatch):
     assert teacher.trainings == 1
 
 
+def test_exit_with_a_training_in_flight_is_clean():
+    """The interpreter exits normally while a background training runs (it is finished at exit)."""
+    import subprocess
+    import textwrap
+
+    code = textwrap.dedent("""
+        from magister.curricula import GoalGAN
+        from magister.task_spaces import Box
+
+        teacher = GoalGAN(Box(0.0, 1.0, shape=(2,)), n_rollouts=1, update_size=4, goid_lb=0.0, goid_ub=1.0,
+                          gan_iterations=200, seed=0)
+        for i in range(4):
+            (task,) = teacher.sample(1)
+            teacher.update_on_episode(0.0, 1, task, float(i % 2))
+        assert teacher._refit.busy
+        print("exiting")
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and proc.stdout.strip() == "exiting", proc.stderr[-2000:]
+
+
 # -- sampling inside the bounds, checkpoints ----------------------------------------------------------------
 @settings(max_examples=10)
 @given(low=st.lists(st.floats(-50, 50), min_size=1, max_size=3), width=st.floats(0.01, 20),
