@@ -348,7 +348,8 @@ class SelfPaced(Curriculum):
 
         ``V``: the critic's values :math:`V(s_0, c_i)`, shape ``(n,)``; ``C``: the contexts, shape
         ``(n, d)`` in the space's units (default: :meth:`pending_contexts`, which must then hold ``n``);
-        ``J``: the mean performance for :math:`\\alpha` (default: the mean of ``V``). A dict without
+        ``J``: the mean performance for :math:`\\alpha` (default: the mean of ``V``). Every update clears
+        the remembered contexts (they were drawn from the distribution it replaces). A dict without
         ``"values"`` is ignored. Bad shapes or non-finite numbers raise ``ValueError`` naming the key and
         leave the teacher as it was.
         """

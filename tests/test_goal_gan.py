@@ -190,6 +190,20 @@ def test_samples_always_inside_the_bounds(low, width, noise, seed):
     assert all(space.contains(t) for t in teacher.sample(30))
 
 
+def test_config_space_axes_are_snapped():
+    from magister.task_spaces import ConfigSpace, Product
+
+    space = Product((Box(0.0, 1.0), ConfigSpace({"size": [4, 8, 16]})))
+    teacher = GoalGAN(space, **SMALL, n_rollouts=1, update_size=4, goid_lb=0.0, goid_ub=1.0, gan_iterations=3,
+                      background=False, seed=0)
+    for i in range(12):
+        (task,) = teacher.sample(1)
+        assert space.contains(space.decode(task))
+        teacher.update_on_episode(0.0, 1, task, float(i % 2))
+    assert teacher.trainings >= 1
+    assert all(space.contains(space.decode(t)) for t in teacher.sample(20))
+
+
 @settings(max_examples=6)
 @given(episodes=st.integers(0, 30), seed=st.integers(0, 99))
 def test_checkpoint_round_trip(tmp_path_factory, episodes, seed):
