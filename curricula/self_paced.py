@@ -19,9 +19,11 @@ last update, :meth:`SelfPaced.pending_contexts`, in that order). The update solv
     - \\alpha\\, \\mathrm{KL}(p_\\nu \\,\\|\\, \\mu)
     \\quad \\text{s.t.} \\quad \\mathrm{KL}(p_{old} \\,\\|\\, p_\\nu) \\le \\epsilon
 
-with ``scipy.optimize.minimize(method="trust-constr")`` (the SPDL code's solver), the mean free and the
-covariance parameterised by its Cholesky factor with a log diagonal (``covariance="full"``) or by log
-standard deviations (``covariance="diag"``), so that it stays positive definite.
+with ``scipy.optimize.minimize(method="trust-constr")`` (the solver of the SPDL repository's second
+teacher; its first took a conjugate-gradient step with a line search, as TeachMyAgent does), the mean free
+and the covariance parameterised by its Cholesky factor with a log diagonal (``covariance="full"``) or by
+log standard deviations (``covariance="diag"``), so that it stays positive definite. The step is taken in
+coordinates whitened by the old distribution, with exact gradients (see ``_values_update``).
 
 ``mode="returns"`` (SPRL, black box). Every ``update_every`` episodes, the contexts :math:`c_i` played and
 their returns :math:`R_i` (or final progress, ``signal="progress"``) weight the samples as
