@@ -12,6 +12,7 @@ from .domain_randomization import DomainRandomization
 from .dual import DualCurriculum
 from .expanding_box import ExpandingBox
 from .fsp import FSP
+from .goal_gan import GoalGAN
 from .interestingness import EmbeddingJudge, InterestingnessJudge, JudgeError, LLMJudge
 from .learning_progress import LearningProgress
 from .manual import Manual
@@ -19,6 +20,7 @@ from .omni import OMNI
 from .pfsp import PFSP
 from .plr import PLR, PLRPerp, RobustPLR
 from .riac import RIAC
+from .self_paced import SelfPaced
 from .self_play import SelfPlay
 from .sequential import Sequential
 from .sfl import SFL
@@ -42,6 +44,7 @@ __all__ = [
     "EmbeddingJudge",
     "ExpandingBox",
     "FSP",
+    "GoalGAN",
     "InterestingnessJudge",
     "JudgeError",
     "LLMJudge",
@@ -58,6 +61,7 @@ __all__ = [
     "RIAC",
     "RobustPLR",
     "SFL",
+    "SelfPaced",
     "SelfPlay",
     "Sequential",
     "StepBatch",

@@ -6,6 +6,10 @@
 The student is ``tests/simulated_student.py``: 200 tasks, 10% of them learnable (the rest are never solved),
 one-step episodes whose success probability grows each time the student trains on the task. Every run is
 seeded, so the figures are the same on every machine (up to matplotlib's rendering).
+
+The continuous-space teachers (SelfPaced, GoalGAN) are drawn on the teacher-only toy env of the ALP-GMM
+paper's code (examples/teacher_toy.py) instead, 20,000 episodes each; GoalGAN's figure trains its GAN about
+90 times and takes a few minutes.
 """
 
 from __future__ import annotations
@@ -41,10 +45,12 @@ from magister.curricula import (  # noqa: E402
     CovarGMM,
     DomainRandomization,
     ExpandingBox,
+    GoalGAN,
     LearningProgress,
     Manual,
     OpponentStore,
     RobustPLR,
+    SelfPaced,
     SelfPlay,
     Sequential,
     TaskFilter,
@@ -158,48 +164,6 @@ def expanding_box_figure(out: Path) -> None:
     plt.close(fig)
 
 
-def toy_teacher_figure(name: str, title: str, make: Callable[[], object], out: Path,
-                       episodes: int = 10_000, panels: tuple[int, ...] = (2000, 6000, 10_000)) -> None:
-    """A teacher on the toy env of ``examples/teacher_toy.py`` ([0, 1]^2, 10 x 10 cells, competence spreading
-    from the cell at the origin): where it sampled in the 1,000 episodes before each of ``panels`` (dots,
-    over the cells mastered by then), and the share of cells mastered against uniform sampling."""
-    from threadpoolctl import threadpool_limits
-
-    def loop(cur):
-        env, tasks, scores, grids = ToyEnv(2), [], [], {}
-        for n in range(1, episodes + 1):
-            (task,) = cur.sample(1)
-            reward = env.play(task)
-            cur.update_on_episode(reward, 1, task, reward)
-            tasks.append(task)
-            if n % 250 == 0:
-                scores.append((n, env.mastered()))
-            if n in panels:
-                grids[n] = env.competence > env.threshold
-        return np.array(tasks), np.array(scores), grids
-
-    with threadpool_limits(1):  # the fits are small: BLAS and OpenMP threads would only spin
-        tasks, scores, grids = loop(make())
-    _, base, _ = loop(DomainRandomization(_unit_square(), seed=SEED))
-    fig, axes = plt.subplots(1, len(panels) + 1, figsize=(3.1 * (len(panels) + 1), 3.2))
-    for a, end in zip(axes, panels):
-        a.imshow(grids[end].T, origin="lower", extent=(0, 1, 0, 1), cmap="Greys", vmin=0, vmax=2.5)
-        window = tasks[end - 1000:end]
-        a.scatter(window[:, 0], window[:, 1], s=2, color=COLORS["curriculum"])
-        a.set(xlim=(0, 1), ylim=(0, 1), xticks=[0, 1], yticks=[0, 1], aspect="equal")
-        a.set_title(f"episodes {end - 1000}-{end}", fontsize=9)
-    b = axes[-1]
-    b.plot(scores[:, 0], scores[:, 1], color=COLORS["curriculum"], label=title)
-    b.plot(base[:, 0], base[:, 1], color=COLORS["baseline"], label="DomainRandomization")
-    b.set(xlabel="episodes", ylabel="share of cells mastered", ylim=(0, 1))
-    b.legend(loc="upper left", fontsize=8)
-    fig.suptitle(f"{title} on the toy env (grey: mastered cells; dots: the last 1,000 tasks sampled)",
-                 fontsize=10)
-    fig.tight_layout()
-    fig.savefig(out / f"{name}.png", dpi=90)
-    plt.close(fig)
-
-
 def coplayer_figure(name: str, file: str, make: Callable[[OpponentStore], object], out: Path) -> None:
     """The learner's skill grows; each stored snapshot keeps the skill it had. Which opponents are drawn?"""
     with tempfile.TemporaryDirectory() as d:
@@ -234,36 +198,48 @@ TOY_EPISODES, TOY_WINDOWS = 20_000, ((1_000, 2_000), (9_000, 10_000), (19_000, 2
 
 
 def toy_figure(file: str, title: str, make: Callable[[], object], out: Path,
-               overlay: Callable[[object, object], None]) -> None:
+               overlay: Callable[[object, object], None] | None = None, success: str = "competence",
+               others: tuple[tuple[str, Callable[[], object]], ...] = ()) -> None:
     """A teacher on the teacher-only toy env ([0, 1]^2, 10 x 10 cells; examples/teacher_toy.py), 20,000
-    episodes. Left: the share of cells mastered, against uniform sampling. Then the tasks sampled in three
-    windows of 1,000 episodes, over the cells mastered by the window's end (grey) and ``overlay(curriculum,
-    axes)`` drawn at that moment (e.g. the teacher's boxes or bounds)."""
-    teachers = {"teacher": make(), "uniform": DomainRandomization(Box(0.0, 1.0, shape=(2,)), seed=SEED)}
+    episodes. Left: the share of cells mastered, against uniform sampling (and ``others``: label, maker).
+    Then the tasks sampled in three windows of 1,000 episodes, over the cells mastered by the window's end
+    (grey) and ``overlay(curriculum, axes)`` drawn at that moment (e.g. the teacher's boxes or bounds).
+    ``success="bernoulli"``: an episode's progress is 1 with probability competence/100, else 0 (the binary
+    signal GoalGAN needs); by default it is the competence itself."""
+    from threadpoolctl import threadpool_limits
+
+    teachers = {title: make(), **{label: mk() for label, mk in others},
+                "DomainRandomization": DomainRandomization(_unit_square(), seed=SEED)}
     curves: dict[str, list[float]] = {name: [] for name in teachers}
     fig, axes = plt.subplots(1, 4, figsize=(13, 3.4))
     for name, cur in teachers.items():
-        env, window = ToyEnv(2), []
-        for episode in range(1, TOY_EPISODES + 1):
-            (task,) = cur.sample(1)
-            reward = env.play(task)
-            cur.update_on_episode(reward, 1, task, reward)
-            if episode % 500 == 0:
-                curves[name].append(env.mastered())
-            if name == "uniform":
-                continue
-            for panel, (start, end) in enumerate(TOY_WINDOWS, start=1):
-                if start < episode <= end:
-                    window.append(task)
-                if episode == end:
-                    _toy_panel(axes[panel], env, np.array(window), f"episodes {start:,}-{end:,}")
-                    overlay(cur, axes[panel])
-                    window = []
-    xs = np.arange(1, len(curves["teacher"]) + 1) * 500
-    axes[0].plot(xs, curves["teacher"], color=COLORS["curriculum"], label=title)
-    axes[0].plot(xs, curves["uniform"], color=COLORS["baseline"], label="DomainRandomization")
+        env, window, rng = ToyEnv(2), [], np.random.default_rng(SEED)
+        with threadpool_limits(1):  # the fits are small: BLAS and OpenMP threads would only spin
+            for episode in range(1, TOY_EPISODES + 1):
+                (task,) = cur.sample(1)
+                reward = env.play(task)
+                progress = float(rng.random() < reward) if success == "bernoulli" else reward
+                cur.update_on_episode(reward, 1, task, progress)
+                if episode % 500 == 0:
+                    curves[name].append(env.mastered())
+                if name != title:
+                    continue
+                for panel, (start, end) in enumerate(TOY_WINDOWS, start=1):
+                    if start < episode <= end:
+                        window.append(task)
+                    if episode == end:
+                        _toy_panel(axes[panel], env, np.array(window), f"episodes {start:,}-{end:,}")
+                        if overlay is not None:
+                            overlay(cur, axes[panel])
+                        window = []
+        print(f"{file}: {name} mastered {curves[name][-1]:.3f} of the cells")
+    xs = np.arange(1, TOY_EPISODES // 500 + 1) * 500
+    for name, curve in curves.items():
+        color = COLORS["baseline"] if name == "DomainRandomization" else COLORS["curriculum"]
+        axes[0].plot(xs, curve, color=color, ls="-" if name in (title, "DomainRandomization") else "--",
+                     label=name)
     axes[0].set(xlabel="episodes", ylabel="share of cells mastered", ylim=(0, 1))
-    axes[0].legend(loc="upper left", fontsize=8)
+    axes[0].legend(loc="upper left", fontsize=7)
     fig.suptitle(f"{title} on the teacher-only toy env (10 x 10 cells, seed {SEED})", fontsize=10)
     fig.tight_layout()
     fig.savefig(out / f"{file}.png", dpi=90)
@@ -291,8 +267,24 @@ def _adr_bounds(cur, ax) -> None:
 def _adr_toy() -> ADR:
     # on the toy env: progress = the played cell's competence / 100; start on the origin cell, widen a bound
     # once its cells average half the cap, narrow it when they stay at (almost) nothing
-    return ADR(Box(0.0, 1.0, shape=(2,)), initial=[0.0, 0.0], queue_length=20, step=0.05,
+    return ADR(_unit_square(), initial=[0.0, 0.0], queue_length=20, step=0.05,
                low_threshold=0.05, high_threshold=0.5, signal="progress", seed=SEED)
+def _self_paced_toy() -> SelfPaced:
+    # returns mode, started at the easy corner, the target at the far one
+    return SelfPaced(_unit_square(), target_mean=[0.95, 0.95], target_std=0.05, init_mean=[0.05, 0.05],
+                     init_std=0.1, mode="returns", update_every=100, seed=SEED)
+
+
+def _self_paced_mean(cur, ax) -> None:
+    ax.scatter(*cur.mean, marker="o", s=30, color="#e65100")  # p_ν's mean then
+    ax.scatter([0.95], [0.95], marker="*", s=60, color="#e65100")  # the target's
+
+
+def _goal_gan_toy(**kwargs) -> GoalGAN:
+    import torch
+
+    torch.set_num_threads(1)  # small networks: one thread is fastest
+    return GoalGAN(_unit_square(), background=False, seed=SEED, **kwargs)
 
 
 def _space() -> Discrete:
@@ -341,7 +333,7 @@ FIGURES: dict[str, Callable[[Path], None]] = {
     "task-filter": lambda out: student_figure(
         "task-filter", "TaskFilter", lambda: TaskFilter(_space(), num_episodes=4, seed=SEED), out),
     "expanding-box": expanding_box_figure,
-    "riac": lambda out: toy_figure("riac", "RIAC", lambda: RIAC(Box(0.0, 1.0, shape=(2,)), seed=SEED), out,
+    "riac": lambda out: toy_figure("riac", "RIAC", lambda: RIAC(_unit_square(), seed=SEED), out,
                                    _riac_boxes),
     "adr": lambda out: toy_figure("adr", "ADR", _adr_toy, out, _adr_bounds),
     "self-play": lambda out: coplayer_figure("SelfPlay", "self-play", lambda st: SelfPlay(st, seed=SEED),
@@ -350,10 +342,16 @@ FIGURES: dict[str, Callable[[Path], None]] = {
                                        out),
     "pfsp": lambda out: coplayer_figure("PFSP", "pfsp", lambda st: PFSP(st, checkpoint_interval=5, seed=SEED),
                                         out),
-    "alp-gmm": lambda out: toy_teacher_figure(
+    "alp-gmm": lambda out: toy_figure(
         "alp-gmm", "ALPGMM", lambda: ALPGMM(_unit_square(), background=False, seed=SEED), out),
-    "covar-gmm": lambda out: toy_teacher_figure(
+    "covar-gmm": lambda out: toy_figure(
         "covar-gmm", "CovarGMM", lambda: CovarGMM(_unit_square(), background=False, seed=SEED), out),
+    "self-paced": lambda out: toy_figure("self-paced", "SelfPaced (returns mode)", _self_paced_toy, out,
+                                         _self_paced_mean),
+    "goal-gan": lambda out: toy_figure(
+        "goal-gan", "GoalGAN (noise 0.1, p_old 0.1)",
+        lambda: _goal_gan_toy(state_noise_level=0.1, p_old=0.1), out, success="bernoulli",
+        others=(("GoalGAN (defaults)", _goal_gan_toy),)),
 }
 
 
