@@ -9,8 +9,8 @@ under the checkout (ignored by git). A test asks for its interpreter with :func:
   a failure fails the test, with the script's output); elsewhere the test is skipped, naming the command.
 
 So ``.ci/run`` runs every virtualenv-bound test, and a developer's plain ``pytest`` stays fast until they
-build the stacks they work on. ``python tests/venvs.py NAME ...`` builds stacks ahead of the tests (what
-``.ci/setup`` does on CI, so that no test's time limit includes a build).
+build the stacks they work on. ``python tests/venvs.py NAME ...`` builds stacks ahead of the tests, side by
+side (what ``.ci/setup`` does on CI, so that no test's time limit includes a build).
 """
 
 from __future__ import annotations
@@ -90,17 +90,21 @@ __all__ = ["venv_python", "run_in", "build", "REPO", "VENVS"]
 if __name__ == "__main__":
     import sys
     import time
+    from concurrent.futures import ThreadPoolExecutor
 
-    failed = []
-    for name in sys.argv[1:]:
+    def timed(name: str) -> tuple[str, int, float]:
         if _built(name):
-            print(f"{name}: already built in .venvs/{name}", flush=True)
-            continue
+            return name, 0, 0.0
         t0 = time.monotonic()
-        code, log = build(name)
-        print(f"{name}: {'built' if code == 0 else f'FAILED (exit {code})'} in {time.monotonic() - t0:.0f} s "
-              f"(log: {log})", flush=True)
+        code, _ = build(name)
+        return name, code, time.monotonic() - t0
+
+    names = sys.argv[1:]
+    with ThreadPoolExecutor(max_workers=max(1, len(names))) as pool:  # mostly downloads and unpacking
+        results = list(pool.map(timed, names))
+    for name, code, took in results:
+        state = "already built" if took == 0.0 and code == 0 else "built" if code == 0 else f"FAILED ({code})"
+        print(f"{name}: {state} in .venvs/{name} ({took:.0f} s; log .venvs/{name}.log)", flush=True)
         if code != 0:
-            print(log.read_text()[-4000:], flush=True)
-            failed.append(name)
-    sys.exit(1 if failed else 0)
+            print((VENVS / f"{name}.log").read_text()[-4000:], flush=True)
+    sys.exit(1 if any(code for _, code, _ in results) else 0)
