@@ -250,14 +250,71 @@ def oracle_mastered(suite: Suite, episodes: int = 3, seed: int = 0) -> np.ndarra
 
 
 # -- the teachers -----------------------------------------------------------------------------------
+#: Gymnasium's own CartPole (gravity 9.8, force 10 N): the calibrated, easy point ADR starts from and the
+#: centre of SelfPaced's initial distribution.
+NOMINAL = (9.8, 1.0)
+
+
+def _width() -> np.ndarray:
+    return np.array(HIGH) - np.array(LOW)
+
+
 def _random(space: Box, seed: int) -> Curriculum:
     from magister.curricula import DomainRandomization
 
     return DomainRandomization(space, seed=seed)
 
 
-#: name -> ``factory(space, seed)``; every teacher is built over the same box with its defaults.
-FACTORIES: dict[str, Callable[[Box, int], Curriculum]] = {"random": _random}
+def _alpgmm(space: Box, seed: int) -> Curriculum:
+    from magister.curricula import ALPGMM
+
+    return ALPGMM(space, seed=seed)
+
+
+def _covargmm(space: Box, seed: int) -> Curriculum:
+    from magister.curricula import CovarGMM
+
+    return CovarGMM(space, seed=seed)
+
+
+def _riac(space: Box, seed: int) -> Curriculum:
+    from magister.curricula import RIAC
+
+    return RIAC(space, seed=seed)
+
+
+def _adr(space: Box, seed: int) -> Curriculum:
+    from magister.curricula import ADR
+
+    # TeachMyAgent's benchmark settings for the queue and the boundary share (the paper's queue of 240
+    # would move a bound a handful of times in a run's few thousand episodes); a bound widens when its
+    # boundary episodes last 90% of the 200 steps on average and narrows below 10%
+    return ADR(space, initial=NOMINAL, low_threshold=20.0, high_threshold=180.0, queue_length=10,
+               boundary_prob=0.7, step=0.05, seed=seed)
+
+
+def _selfpaced(space: Box, seed: int) -> Curriculum:
+    from magister.curricula import SelfPaced
+
+    # returns mode (SPRL): from a narrow Gaussian at the nominal CartPole towards the whole box (a
+    # Gaussian with the uniform distribution's mean and standard deviation)
+    centre = (np.array(LOW) + np.array(HIGH)) / 2
+    return SelfPaced(space, target_mean=centre, target_std=_width() / np.sqrt(12.0), init_mean=NOMINAL,
+                     init_std=_width() / 10, mode="returns", seed=seed)
+
+
+def _goalgan(space: Box, seed: int) -> Curriculum:
+    from magister.curricula import GoalGAN
+
+    # the success signal: the final progress, 1.0 exactly when the pole stayed up for the whole episode
+    return GoalGAN(space, signal="progress", seed=seed)
+
+
+#: name -> ``factory(space, seed)``; every teacher is built over the same box.
+FACTORIES: dict[str, Callable[[Box, int], Curriculum]] = {
+    "random": _random, "alpgmm": _alpgmm, "covargmm": _covargmm, "riac": _riac, "adr": _adr,
+    "selfpaced": _selfpaced, "goalgan": _goalgan,
+}
 
 
 def make_teacher(name: str, space: Box, seed: int) -> Curriculum:
@@ -497,9 +554,8 @@ def _log(writer: Any, stats: dict[str, float], server: Any, episodes: list, step
 # -- all runs and their statistics -----------------------------------------------------------------
 def run_all(args: Args) -> dict[str, list[dict[str, Any]]]:
     """Every teacher x seed, in a process pool of ``args.jobs`` (one per core by default)."""
-    for name in args.teachers:
-        if name not in FACTORIES:
-            raise ValueError(f"unknown teacher {name!r}; expected one of {sorted(FACTORIES)}")
+    for name in args.teachers:  # every teacher builds (its class and extras are there) before any run
+        make_teacher(name, task_space(0), 0)
     jobs = [(t, s) for s in range(args.seeds) for t in args.teachers]
     n = args.jobs or os.cpu_count() or 1
     results: dict[str, list[dict[str, Any]]] = {t: [] for t in args.teachers}

@@ -139,3 +139,18 @@ def test_an_interrupted_run_resumes_from_its_checkpoint(tmp_path):
     assert result["teacher_episodes"] == len(result["episodes"]) > before
     assert result["sync"]["episodes_applied"] == len(result["episodes"]) - before
     assert T.main(args)["random"][0] == result  # finished: not run again
+
+
+@pytest.mark.parametrize("teacher", T.TEACHERS[1:])
+def test_every_teacher_trains_through_the_sync_layer(teacher, tmp_path):
+    try:
+        T.make_teacher(teacher, T.task_space(0), 0)
+    except ImportError as exc:  # its branch or its extra is not there
+        pytest.skip(f"{teacher}: {exc}")
+    args = T.parse_args([*TINY, "--out", str(tmp_path), "--no-tensorboard", "--evals", "1"])
+    result = T.run_one(teacher, 0, args)
+    eps = np.array(result["episodes"])
+    assert len(eps) > 0 and result["teacher_episodes"] == len(eps) == result["sync"]["episodes_applied"]
+    assert np.all((eps[:, :2] >= T.LOW) & (eps[:, :2] <= T.HIGH))  # the teacher's tasks, inside the box
+    np.testing.assert_allclose(10.0 ** eps[:, 1], eps[:, 4], rtol=1e-12)  # ... played by the env
+    assert len(result["curve"]) == 1 and result["mastered"] == result["curve"][0]["mastered"]
