@@ -66,6 +66,7 @@ from magister.evaluation import Suite, evaluate
 from magister.examples._checkpoint import read_checkpoint, write_checkpoint
 from magister.examples._cli import parse_dataclass
 from magister.examples.cleanrl_ppo_plain import Agent
+from magister.examples.cleanrl_ppo_plain import Args as PPOArgs
 from magister.task_spaces.base import EncodedTask
 from magister.task_spaces.box import Box
 
@@ -86,28 +87,19 @@ TEACHERS = ("random", "alpgmm", "covargmm", "riac", "adr", "selfpaced", "goalgan
 
 
 @dataclass
-class Args:
-    """Options (each is a ``--flag``)."""
+class Args(PPOArgs):
+    """Options (each is a ``--flag``): CleanRL's PPO settings of
+    :class:`magister.examples.cleanrl_ppo_plain.Args` and the benchmark's own."""
 
+    total_timesteps: int = 200_000
+    """env steps per run (every teacher gets the same)"""
+    num_envs: int = 8
+    seed: int = 0
+    """the first training seed (a teacher's runs use seed .. seed + seeds - 1)"""
     teachers: tuple[str, ...] = TEACHERS
     """teachers to compare (random is the baseline)"""
     seeds: int = 5
-    """training seeds per teacher (0 .. seeds-1)"""
-    total_timesteps: int = 150_000
-    """env steps per run (every teacher gets the same)"""
-    num_envs: int = 8
-    num_steps: int = 128
-    learning_rate: float = 2.5e-4
-    anneal_lr: bool = True
-    gamma: float = 0.99
-    gae_lambda: float = 0.95
-    num_minibatches: int = 4
-    update_epochs: int = 4
-    clip_coef: float = 0.2
-    ent_coef: float = 0.01
-    vf_coef: float = 0.5
-    max_grad_norm: float = 0.5
-    hidden: int = 64
+    """training seeds per teacher"""
     grid: int = 8
     """the held-out set: the centres of a grid x grid grid over the box"""
     eval_episodes: int = 3
@@ -346,13 +338,16 @@ def ppo_update(agent: Agent, optimizer: torch.optim.Optimizer, batch: dict[str, 
             _, logprob, entropy, value = agent.get_action_and_value(batch["obs"][mb], batch["actions"][mb])
             ratio = (logprob - batch["logprobs"][mb]).exp()
             adv = batch["advantages"][mb]
-            adv = (adv - adv.mean()) / (adv.std() + 1e-8) if len(mb) > 1 else adv
+            if args.norm_adv and len(mb) > 1:
+                adv = (adv - adv.mean()) / (adv.std() + 1e-8)
             clip = args.clip_coef
             pg_loss = torch.max(-adv * ratio, -adv * ratio.clamp(1 - clip, 1 + clip)).mean()
             value = value.view(-1)
-            clipped = batch["values"][mb] + (value - batch["values"][mb]).clamp(-clip, clip)
-            v_loss = 0.5 * torch.max((value - batch["returns"][mb]) ** 2,
-                                     (clipped - batch["returns"][mb]) ** 2).mean()
+            v_loss = 0.5 * (value - batch["returns"][mb]) ** 2
+            if args.clip_vloss:
+                clipped = batch["values"][mb] + (value - batch["values"][mb]).clamp(-clip, clip)
+                v_loss = torch.max(v_loss, 0.5 * (clipped - batch["returns"][mb]) ** 2)
+            v_loss = v_loss.mean()
             loss = pg_loss - args.ent_coef * entropy.mean() + args.vf_coef * v_loss
             optimizer.zero_grad()
             loss.backward()
@@ -449,7 +444,7 @@ def run_one(teacher: str, seed: int, args: Args) -> dict[str, Any]:
     if (run_dir / "result.json").exists():
         return json.loads((run_dir / "result.json").read_text())
     run_dir.mkdir(parents=True, exist_ok=True)
-    torch.set_num_threads(1)
+    torch.set_num_threads(max(1, args.torch_threads))
     torch.manual_seed(seed)
     space = task_space(seed)
     server = magister.serve(make_teacher(teacher, space, seed))
@@ -556,7 +551,7 @@ def run_all(args: Args) -> dict[str, list[dict[str, Any]]]:
     """Every teacher x seed, in a process pool of ``args.jobs`` (one per core by default)."""
     for name in args.teachers:  # every teacher builds (its class and extras are there) before any run
         make_teacher(name, task_space(0), 0)
-    jobs = [(t, s) for s in range(args.seeds) for t in args.teachers]
+    jobs = [(t, s) for s in range(args.seed, args.seed + args.seeds) for t in args.teachers]
     n = args.jobs or os.cpu_count() or 1
     results: dict[str, list[dict[str, Any]]] = {t: [] for t in args.teachers}
     bar = tqdm(total=len(jobs), disable=not args.progress, unit="run", desc="teachers")
