@@ -298,8 +298,8 @@ def _selfpaced(space: Box, seed: int) -> Curriculum:
 def _goalgan(space: Box, seed: int) -> Curriculum:
     from magister.curricula import GoalGAN
 
-    # the success signal: the final progress, 1.0 exactly when the pole stayed up for the whole episode
-    return GoalGAN(space, signal="progress", seed=seed)
+    # the success signal: the final progress is 1.0 exactly when the pole stayed up for the whole episode
+    return GoalGAN(space, signal="progress", success_threshold=1.0, seed=seed)
 
 
 #: name -> ``factory(space, seed)``; every teacher is built over the same box.
