@@ -278,10 +278,10 @@ def _riac(space: Box, seed: int) -> Curriculum:
 def _adr(space: Box, seed: int) -> Curriculum:
     from magister.curricula import ADR
 
-    # TeachMyAgent's benchmark settings for the queue and the boundary share (the paper's queue of 240
-    # would move a bound a handful of times in a run's few thousand episodes); a bound widens when its
-    # boundary episodes last 90% of the 200 steps on average and narrows below 10%
-    return ADR(space, initial=NOMINAL, low_threshold=20.0, high_threshold=180.0, queue_length=10,
+    # TeachMyAgent's benchmark settings (the paper's queue of 240 would test a bound a handful of times in
+    # a run's few thousand episodes): queue 10, boundary share 0.7, t_L 0 (bounds never narrow), and t_H
+    # at TeachMyAgent's ratio to its mastery threshold (180 of 230), here 150 of 195
+    return ADR(space, initial=NOMINAL, low_threshold=0.0, high_threshold=150.0, queue_length=10,
                boundary_prob=0.7, step=0.05, seed=seed)
 
 
@@ -585,19 +585,20 @@ def statistics(results: dict[str, list[dict[str, Any]]], baseline: str = "random
     larger share at the end than a run of ``baseline``). Returns the table and the numbers as data."""
     from magister.evaluation import Estimate, format_table, interval_estimates, probability_of_improvement
 
-    mastered = {t: np.array([r["mastered"] for r in runs]) for t, runs in results.items()}
-    along = {t: np.array([np.mean([c["mastered"] for c in r["curve"]], axis=0) for r in runs])
+    # one number per run (a seeds x 1 matrix): the bootstrap resamples whole runs, so the intervals are
+    # over the seeds (resampling the runs within each held-out task would ignore that a run's tasks go
+    # together)
+    share = {t: np.array([[np.mean(r["mastered"])] for r in runs]) for t, runs in results.items()}
+    along = {t: np.array([[np.mean([c["mastered"] for c in r["curve"]])] for r in runs])
              for t, runs in results.items()}
-    returns = {t: np.array([r["heldout_return"] for r in runs]) for t, runs in results.items()}
-    columns = {"share mastered": mastered, "over the run": along, "held-out return": returns}
+    returns = {t: np.array([[np.mean(r["heldout_return"])] for r in runs]) for t, runs in results.items()}
+    columns = {"share mastered": share, "over the run": along, "held-out return": returns}
     est = {name: interval_estimates(m, ("mean",), seed=seed) for name, m in columns.items()}
     rows: dict[str, dict[str, Estimate]] = {}
     for t in results:
         rows[t] = {name: e[t]["mean"] for name, e in est.items()}
         if t != baseline and baseline in results:
-            rows[t][f"P(> {baseline})"] = probability_of_improvement(
-                mastered[t].mean(axis=1, keepdims=True), mastered[baseline].mean(axis=1, keepdims=True),
-                seed=seed)
+            rows[t][f"P(> {baseline})"] = probability_of_improvement(share[t], share[baseline], seed=seed)
     numbers = {t: {k: list(e) for k, e in row.items()} for t, row in rows.items()}
     return format_table(rows, title="teacher"), numbers
 
@@ -613,6 +614,7 @@ def plot(results: dict[str, list[dict[str, Any]]], oracle: np.ndarray, grid: int
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.colors import LogNorm
 
     names = list(results)
     fig = plt.figure(figsize=(max(7.0, 2.2 * len(names)), 7.5))
@@ -620,8 +622,9 @@ def plot(results: dict[str, list[dict[str, Any]]], oracle: np.ndarray, grid: int
     ax = fig.add_subplot(gs[0, :])
     for t in names:
         steps = [c["step"] for c in results[t][0]["curve"]]
-        per_point = [interval_estimates({t: np.array([r["curve"][i]["mastered"] for r in results[t]])},
-                                        ("mean",), n_resamples=500)[t]["mean"] for i in range(len(steps))]
+        shares = np.array([[np.mean(c["mastered"]) for c in r["curve"]] for r in results[t]])  # runs x evals
+        per_point = [interval_estimates({t: shares[:, i:i + 1]}, ("mean",), n_resamples=500)[t]["mean"]
+                     for i in range(len(steps))]
         (line,) = ax.plot(steps, [e.value for e in per_point], marker="o", label=t)
         if len(results[t]) > 1:
             ax.fill_between(steps, [e.low for e in per_point], [e.high for e in per_point],
@@ -637,8 +640,8 @@ def plot(results: dict[str, list[dict[str, Any]]], oracle: np.ndarray, grid: int
         a1, a2 = fig.add_subplot(gs[1, j]), fig.add_subplot(gs[2, j])
         if eps.size:
             a1.hist2d(eps[:, 1], eps[:, 0], bins=20, range=[[LOW[1], HIGH[1]], [LOW[0], HIGH[0]]],
-                      cmap="Blues")
-        a1.set_title(f"{t}: training episodes", fontsize=8)
+                      cmap="Blues", norm=LogNorm(), cmin=1)
+        a1.set_title(f"{t}: training episodes (log)", fontsize=8)
         m = np.mean([r["mastered"] for r in results[t]], axis=0).reshape(grid, grid)
         a2.imshow(m, origin="lower", extent=extent, aspect="auto", vmin=0, vmax=1, cmap="Greens")
         a2.set_title(f"{t}: mastered at the end", fontsize=8)
@@ -669,13 +672,14 @@ def summary_text(results: dict[str, list[dict[str, Any]]], args: Args, oracle: n
         f"each ({args.num_envs} envs x {args.num_steps} steps per PPO update), tasks through magister.serve; "
         f"held-out evaluations at {', '.join(map(str, steps))} steps",
         f"LQR oracle (knows the parameters) masters {oracle.mean():.3f} of the held-out set",
-        "mean over seeds [95% stratified bootstrap interval]: share mastered at the end, its mean over the "
-        "evaluations (over the run), mean held-out return; P(> random): probability that a run of the "
+        "mean over seeds [95% bootstrap interval over the seeds]: share mastered at the end, its mean over "
+        "the evaluations (over the run), mean held-out return; P(> random): probability that a run of the "
         "teacher masters a larger share at the end than a random run",
         table,
         "per-run share mastered at the end: " + "; ".join(
             f"{t} " + " ".join(f"{np.mean(r['mastered']):.3f}" for r in rs) for t, rs in results.items()),
-        f"{len(runs)} runs in {seconds:.0f} s with {args.jobs or os.cpu_count()} jobs; one run: median "
+        f"this command: {seconds:.0f} s with {args.jobs or os.cpu_count()} jobs (finished runs are read "
+        "back); one run: median "
         f"{np.median([r['seconds'] for r in runs]):.0f} s, {np.median([r['cpu_seconds'] for r in runs]):.0f} "
         "CPU s (training and evaluations)",
     ]
