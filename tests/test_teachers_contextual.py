@@ -78,6 +78,13 @@ def test_unknown_teacher_is_refused_before_anything_runs(tmp_path):
 
 
 def test_two_teachers_end_to_end_through_the_sync_layer(tmp_path, monkeypatch):
+    from magister.examples import results as R
+
+    page, images = tmp_path / "results.md", tmp_path / "img"
+    images.mkdir()
+    page.write_text(f"# Results\n\n{R.open_marker(T.SECTION)}\n{R.close_marker(T.SECTION)}\n")
+    monkeypatch.setattr(R, "RESULTS_PAGE", page)
+    monkeypatch.setattr(R, "IMAGES", images)
     made = {}
 
     def recorder(space, seed):
@@ -85,7 +92,9 @@ def test_two_teachers_end_to_end_through_the_sync_layer(tmp_path, monkeypatch):
         return made[seed]
 
     monkeypatch.setitem(T.FACTORIES, "recorder", recorder)
-    results = T.main([*TINY, "--teachers", "random", "recorder", "--out", str(tmp_path)])
+    results = T.main([*TINY, "--teachers", "random", "recorder", "--out", str(tmp_path / "runs"),
+                      "--write-results"])
+    tmp_path = tmp_path / "runs"
     assert sorted(results) == ["random", "recorder"]
     for teacher, runs in results.items():
         assert [r["seed"] for r in runs] == [0, 1]
@@ -120,6 +129,13 @@ def test_two_teachers_end_to_end_through_the_sync_layer(tmp_path, monkeypatch):
     assert "P(> random)" not in numbers["random"]
     assert len(summary["oracle"]) == 4 and set(summary["oracle"]) <= {0.0, 1.0}
     assert (tmp_path / "teachers-contextual.png").stat().st_size > 0
+    # --write-results: the section holds the printed summary under its stamp, and the plot
+    section = R.read_section(page.read_text(), T.SECTION)
+    assert R.STAMP_RE.match(section)["command"].startswith("python -m magister.examples.teachers_contextual ")
+    assert summary["text"].splitlines()[0] in section
+    assert "![teachers-contextual](img/teachers-contextual.png)" in section
+    png = "teachers-contextual.png"
+    assert (images / png).read_bytes() == (tmp_path / png).read_bytes()
 
 
 def test_an_interrupted_run_resumes_from_its_checkpoint(tmp_path):
