@@ -20,10 +20,11 @@ Every run is one teacher and one seed: a :func:`magister.serve` server holding t
 tasks from it over ZeroMQ and report their episodes back (the sync layer, not direct calls), trained by a
 CleanRL-style PPO (:class:`magister.examples.cleanrl_ppo_plain.Agent`, GAE by
 :func:`magister.curricula.scoring.compute_advantages`). Every teacher gets the same budget of env steps.
-After training, :func:`magister.evaluation.evaluate` plays the greedy policy on the held-out set (envs
-without a sync wrapper: no teacher learns from evaluation episodes). Over the seeds,
-:mod:`magister.evaluation`'s stratified bootstrap gives each teacher's share mastered with its 95% interval
-and the probability that a run of the teacher masters more than a run of random sampling.
+:func:`magister.evaluation.evaluate` plays the greedy policy on the held-out set ``--evals`` times along
+the budget, the last at the end (envs without a sync wrapper: no teacher learns from evaluation episodes).
+Over the seeds, :mod:`magister.evaluation`'s bootstrap (one share per run) gives each teacher's share
+mastered with its 95% interval, and the probability that a run of the teacher masters more than a run of
+random sampling.
 
 Runs go to a process pool sized to the cores (``--jobs``). Each run writes TensorBoard events, a checkpoint
 every ``--checkpoint-every`` updates (``checkpoint.pt`` + ``checkpoint.state``, see
@@ -581,7 +582,7 @@ def statistics(results: dict[str, list[dict[str, Any]]], baseline: str = "random
                seed: int = 0) -> tuple[str, dict[str, Any]]:
     """The table: per teacher the share of the held-out set mastered at the end, its mean over the
     evaluations along the way (how early the teacher got there) and the mean held-out return, each the
-    mean over seeds with its 95% stratified bootstrap interval; and P(a run of the teacher masters a
+    mean over seeds with its 95% bootstrap interval over the seeds; and P(a run of the teacher masters a
     larger share at the end than a run of ``baseline``). Returns the table and the numbers as data."""
     from magister.evaluation import Estimate, format_table, interval_estimates, probability_of_improvement
 
