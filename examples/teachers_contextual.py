@@ -38,6 +38,7 @@ Run ``python -m magister.examples.teachers_contextual --help`` for the options.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -465,7 +466,9 @@ def run_one(teacher: str, seed: int, args: Args) -> dict[str, Any]:
     writer = _writer(run_dir) if args.tensorboard else None
     t0, cpu0 = time.time(), time.process_time()
     try:
-        stopped = _train(args, seed, agent, optimizer, envs, server, writer, state, num_updates, ckpt_path)
+        with _one_thread():  # one run per core: the teachers' numerics (BLAS) stay on it too
+            stopped = _train(args, seed, agent, optimizer, envs, server, writer, state, num_updates,
+                             ckpt_path)
     finally:
         envs.close()
         sync = server.metrics()
@@ -483,6 +486,16 @@ def run_one(teacher: str, seed: int, args: Args) -> dict[str, Any]:
            "episodes": state["episodes"]}
     (run_dir / "result.json").write_text(json.dumps(out))
     return out
+
+
+def _one_thread() -> Any:
+    """Limit the BLAS/OpenMP pools of this process to one thread (``threadpoolctl``, which scikit-learn
+    brings), or do nothing without it."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        return contextlib.nullcontext()
+    return threadpool_limits(1)
 
 
 def _writer(run_dir: Path) -> Any:
@@ -624,10 +637,10 @@ def plot(results: dict[str, list[dict[str, Any]]], oracle: np.ndarray, grid: int
     for t in names:
         steps = [c["step"] for c in results[t][0]["curve"]]
         shares = np.array([[np.mean(c["mastered"]) for c in r["curve"]] for r in results[t]])  # runs x evals
-        per_point = [interval_estimates({t: shares[:, i:i + 1]}, ("mean",), n_resamples=500)[t]["mean"]
-                     for i in range(len(steps))]
-        (line,) = ax.plot(steps, [e.value for e in per_point], marker="o", label=t)
-        if len(results[t]) > 1:
+        (line,) = ax.plot(steps, shares.mean(axis=0), marker="o", label=t)
+        if len(shares) > 1:  # (one run has no interval)
+            per_point = [interval_estimates({t: shares[:, i:i + 1]}, ("mean",), n_resamples=500)[t]["mean"]
+                         for i in range(len(steps))]
             ax.fill_between(steps, [e.low for e in per_point], [e.high for e in per_point],
                             color=line.get_color(), alpha=0.15)
     ax.axhline(float(oracle.mean()), color="grey", ls="--", lw=1, label="LQR oracle")
