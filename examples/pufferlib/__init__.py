@@ -1,0 +1,1 @@
+"""The PufferLib recipe: magister tasks and feedback through PufferLib's vector envs."""
