@@ -49,8 +49,9 @@ PYEOF
 )
 echo "pufferlib-core's requirements besides torch: ${REQS[*]}"
 "${PIP[@]}" install -c "$CONSTRAINTS" "${REQS[@]}"
-# 4. magister (core only), editable, and the test runner.
-"${PIP[@]}" install -c "$CONSTRAINTS" -e "$CHECKOUT" tqdm tensorboardX pytest
+# 4. magister (core only), editable; the recipe's MiniGrid, progress bar and TensorBoard writer; scipy for
+# magister.evaluation.
+"${PIP[@]}" install -c "$CONSTRAINTS" -e "$CHECKOUT" minigrid tqdm tensorboardX "scipy>=1.15"
 
 # Check: torch is still step 1's, pufferlib's vector module imports and steps a Gymnasium env under Serial
 # and Multiprocessing.
@@ -62,6 +63,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+import minigrid  # noqa: F401
 import magister  # noqa: F401
 import pufferlib
 import pufferlib.emulation
