@@ -4,8 +4,8 @@ The curriculum is served (:func:`magister.serve`) in the learner's process; ever
 built by :func:`.levels.puffer_env`, whose sync wrapper takes its level seed from the curriculum at each
 reset (PufferLib passes no reset options, so the task is chosen inside the env) and reports each episode
 back: the curriculum learns from that feedback alone. PLR's ``"learnability"`` score, ``p (1 - p)`` of the
-level's recent success rate (Tzannetos et al. 2023's learnability, as SFL uses it), needs no values from the
-learner. ``--curriculum dr`` draws levels uniformly (the baseline).
+level's recent success rate (the score SFL ranks levels by), needs no values from the learner.
+``--curriculum dr`` draws levels uniformly (the baseline).
 
 The loop is CleanRL's PPO (``ppo.py``: separate tanh MLPs, GAE, clipped surrogate and value) on
 ``pufferlib.vector.make(..., backend=Serial | Multiprocessing)``: ``async_reset`` once, then ``send`` /
