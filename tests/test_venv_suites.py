@@ -13,7 +13,7 @@ import re
 
 import pytest
 from test_docs import DOCS, _blocks
-from venvs import run_in
+from venvs import REPO, run_in
 
 
 @pytest.mark.slow
@@ -22,7 +22,8 @@ def test_the_maze_trainer_tests_pass_in_the_jaxued_venv() -> None:
                   timeout=1500)
     summary = proc.stdout.strip().splitlines()[-1]
     passed = re.search(r"(\d+) passed", summary)
-    assert passed and int(passed.group(1)) >= 10, proc.stdout[-3000:]
+    defined = len(re.findall(r"^def test_", (REPO / "tests" / "test_jax_maze.py").read_text(), re.M))
+    assert passed and int(passed.group(1)) >= defined > 0, proc.stdout[-3000:]
     assert "skipped" not in summary and "SKIPPED" not in proc.stdout, proc.stdout[-3000:]
 
 
