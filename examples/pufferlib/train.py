@@ -137,6 +137,8 @@ def _obs(x: np.ndarray) -> torch.Tensor:
 def make_vecenv(args: Args, address: str) -> Any:
     """PufferLib's vector env of ``args.num_envs`` level envs, each taking tasks from ``address``."""
     pufferlib = V.require_pufferlib()
+    if args.backend not in ("Serial", "Multiprocessing"):
+        raise ValueError(f"backend must be 'Serial' or 'Multiprocessing', got {args.backend!r}")
     backend = getattr(pufferlib.vector, args.backend)
     creator = partial(V.puffer_env, address, args.num_levels, args.env_id, args.max_steps or None)
     extra = {"num_workers": args.num_workers, "overwork": True} if args.backend == "Multiprocessing" else {}
