@@ -80,7 +80,8 @@ def creator(buf=None, seed=0):
 
 if __name__ == "__main__":
     for backend in (pufferlib.vector.Serial, pufferlib.vector.Multiprocessing):
-        vec = pufferlib.vector.make(creator, backend=backend, num_envs=2, num_workers=2, batch_size=2)
+        extra = {"num_workers": 2, "batch_size": 2, "overwork": True} if backend is not pufferlib.vector.Serial else {}
+        vec = pufferlib.vector.make(creator, backend=backend, num_envs=2, **extra)
         vec.async_reset(0)
         obs = vec.recv()[0]
         for _ in range(5):
