@@ -3,8 +3,10 @@
 # (xminigrid 0.9.3) with the same jax/jaxlib (0.10.2) and optax as magister's development environment, so
 # both sides of the comparison run the same XLA. xminigrid never goes into the development environment.
 #
-# Usage:  bash benchmarks/_xminigrid_env.sh [VENV_DIR]        (default: /work/bench-venv-xmg)
+# Usage:  bash benchmarks/_xminigrid_env.sh [VENV_DIR] [MAGISTER_CHECKOUT]   (default: /work/bench-venv-xmg, .)
 # Then:   python benchmarks/jax_minigrid_rm.py --xmg-python VENV_DIR/bin/python
+# magister (core only) is installed editable from the checkout too, so that the JAX guide's xminigrid
+# snippet runs there (tests/test_venv_suites.py runs it).
 #
 # What xminigrid 0.9.3 pulls in (read from its wheel METADATA before installing): jax>=0.4.27,
 # jaxlib>=0.4.27, flax>=0.8.0, chex, rich, tqdm, imageio, imageio-ffmpeg. jax/jaxlib/optax are pinned by a
@@ -12,6 +14,7 @@
 set -euo pipefail
 
 VENV="${1:-/work/bench-venv-xmg}"
+CHECKOUT="${2:-.}"
 JAX_VERSION="${JAX_VERSION:-0.10.2}"
 OPTAX_VERSION="${OPTAX_VERSION:-0.2.8}"
 PY="${PYTHON:-python3}"
@@ -27,6 +30,7 @@ printf 'jax==%s\njaxlib==%s\noptax==%s\n' "$JAX_VERSION" "$JAX_VERSION" "$OPTAX_
 
 "${PIP[@]}" install -c "$CONSTRAINTS" "jax==${JAX_VERSION}" "jaxlib==${JAX_VERSION}" "optax==${OPTAX_VERSION}"
 "${PIP[@]}" install -c "$CONSTRAINTS" "xminigrid==0.9.3"
+"${PIP[@]}" install -c "$CONSTRAINTS" -e "$CHECKOUT"
 
 "$VENV/bin/python" - "$JAX_VERSION" <<'PYEOF'
 import sys
@@ -34,6 +38,8 @@ from importlib.metadata import version
 
 import jax
 import xminigrid
+
+import magister.curricula.jax  # noqa: F401
 
 want = sys.argv[1]
 if jax.__version__ != want:
