@@ -205,17 +205,12 @@ def run_one(teacher: str, dims: int, cells: int, episodes: int, every: int, seed
 
 def _one_thread() -> None:
     """Pool initializer: one BLAS / OpenMP / torch thread per worker process (the pool fills the cores)."""
+    os.environ["OMP_NUM_THREADS"] = "1"  # read by torch when GoalGAN first imports it
     try:
         from threadpoolctl import threadpool_limits
 
         threadpool_limits(1)
     except ImportError:  # pragma: no cover - threadpoolctl comes with scikit-learn
-        pass
-    try:
-        import torch
-
-        torch.set_num_threads(1)
-    except ImportError:
         pass
 
 
@@ -232,7 +227,6 @@ def run_all(jobs: list[tuple[str, int, int, int, int, int]], workers: int, progr
     runs: list[Run] = []
     try:
         if workers == 1:
-            _one_thread()
             for job in jobs:
                 runs.append(run_one(*job))
                 bar.update()
