@@ -60,6 +60,18 @@ The calls, per algorithm (configured alike: the settings below are the same on b
 
 The reference samples with the global ``np.random`` (seeded here); magister with its own generator.
 Rates are calls per second on this machine; compare the ratios (magister / reference), measured in one run.
+
+**Teachers on a 2-D Box** (a section of its own: the reference library has none of them). Every teacher
+for continuous parameters (ALP-GMM, Covar-GMM, RIAC, ADR, self-paced, GoalGAN where torch is installed)
+and domain randomisation over ``Box(0, 1, shape=(2,))``, built as :mod:`magister.examples.teacher_toy`
+builds them (the papers' defaults) but with ``background=False``, so that a refit's whole cost lands in the
+episode update that triggers it. The feedback is the toy env's reward for each task
+(:class:`magister.examples.teacher_toy.ToyEnv`, computed outside the timed calls). Warm-up (untimed):
+``--box-episodes`` (10^5) episodes of ``sample(1)`` + its update, so every history the teacher keeps holds
+10^5 episodes. Timed: blocks of ``M = 1000`` rounds (a multiple of every teacher's refit period, so each
+block holds the same refits), median of ``--repeats`` blocks; the update column is the amortised cost of
+an episode update *with* its share of refits (in a served run, ``background=True`` moves the refits to a
+worker thread: see ``benchmarks/teacher_refit.py``).
 """
 
 from __future__ import annotations
@@ -402,6 +414,79 @@ def calls_for(n: int, args: argparse.Namespace) -> int:
     return 100 if n <= 10_000 else 50
 
 
+# -- teachers on a 2-D Box -------------------------------------------------------------------------------
+BOX_ROUNDS = 1000  # rounds per timed block: a multiple of every teacher's refit period
+
+
+def box_teachers() -> list[str]:
+    """The toy command's teachers whose modules are installed (``random`` = DomainRandomization)."""
+    from magister.examples import teacher_toy
+
+    return [t for t, (_, needs) in teacher_toy.TEACHERS.items() if teacher_toy._has(needs)]
+
+
+@dataclass
+class BoxRow:
+    name: str
+    episodes: int
+    warm_s: float
+    rates: list[tuple[float, float, float]]
+
+
+def box_block(cur: Any, env: Any, m: int) -> tuple[float, float, float]:
+    """``m`` rounds of ``sample(1)`` + the toy env's reward as its update; (samples/s, updates/s, rounds/s)
+    (rounds/s: the block's whole time, the toy env's play included)."""
+    t_sample = t_update = 0.0
+    clock = time.perf_counter
+    start = clock()
+    for _ in range(m):
+        t0 = clock()
+        task = cur.sample(1)[0]
+        t1 = clock()
+        reward = env.play(task)
+        t2 = clock()
+        cur.update_on_episode(reward, 1, task, reward)
+        t3 = clock()
+        t_sample += t1 - t0
+        t_update += t3 - t2
+    return m / t_sample, m / t_update, m / (clock() - start)
+
+
+def measure_box(name: str, episodes: int, repeats: int) -> BoxRow:
+    from magister.examples.teacher_toy import ToyEnv, make_teacher
+
+    cur, env = make_teacher(name, 2, seed=0), ToyEnv(dims=2)
+    t0 = time.perf_counter()
+    box_block(cur, env, episodes)  # warm-up: the histories fill to `episodes`
+    warm = time.perf_counter() - t0
+    logger.info("%s: %d warm-up episodes in %.1f s", name, episodes, warm)
+    return BoxRow(name, episodes, warm, [box_block(cur, env, BOX_ROUNDS) for _ in range(repeats)])
+
+
+def box_table(rows: list[BoxRow]) -> str:
+    head = ("teacher", "episodes", "sample/s", "update/s", "round/s", "us/sample", "us/update", "warm-up s")
+    lines = []
+    for r in rows:
+        s, u, rr = (float(np.median(col)) for col in zip(*r.rates))
+        lines.append((r.name, f"{r.episodes:,}", _fmt_rate(s), _fmt_rate(u), _fmt_rate(rr), f"{1e6 / s:,.1f}",
+                      f"{1e6 / u:,.1f}", f"{r.warm_s:,.1f}"))
+    widths = [max(len(x) for x in col) for col in zip(head, *lines)]
+    fmt = lambda row: "  ".join(x.ljust(w) if i == 0 else x.rjust(w)  # noqa: E731
+                                for i, (x, w) in enumerate(zip(row, widths)))
+    return "\n".join([fmt(head), "  ".join("-" * w for w in widths), *map(fmt, lines)])
+
+
+def run_box(args: argparse.Namespace) -> None:
+    names = args.box_teachers or box_teachers()
+    rows = [measure_box(name, args.box_episodes, args.repeats) for name in names]
+    print(f"Teachers on a 2-D Box: {args.box_episodes:,} episodes of warm-up, then blocks of {BOX_ROUNDS} "
+          f"rounds of sample(1) + episode update (the toy env's reward), median of {args.repeats} blocks; "
+          f"teachers built with background=False (refits in line, their cost inside update/s); random = "
+          f"DomainRandomization")
+    print(box_table(rows))
+    print("warm-up s: the warm-up's sample + update rounds, refits included")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="smoke run: small n, few calls")
@@ -410,6 +495,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=3, help="timed blocks per library (median shown)")
     parser.add_argument("--algos", nargs="+", default=list(MAGISTER), choices=list(MAGISTER))
     parser.add_argument("--no-reference", action="store_true", help="time magister only")
+    parser.add_argument("--only", choices=["discrete", "box"], default=None,
+                        help="run one section: the discrete curricula against the reference, or the teachers "
+                             "on a 2-D Box")
+    parser.add_argument("--box-episodes", type=lambda s: int(float(s)), default=100_000,
+                        help="teachers' warm-up episodes before the timed blocks")
+    parser.add_argument("--box-teachers", nargs="+", default=None, help="teachers to time (default: all)")
     parser.add_argument("--write-results", action="store_true",
                         help="write the output into docs/results.md and benchmarks/README.md")
     args = parser.parse_args(argv)
@@ -422,6 +513,12 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     warnings.filterwarnings("ignore")  # the reference warns on every large-space construction
 
+    if args.only != "discrete":
+        with recording("curricula-speed-teachers", enabled=args.write_results,
+                       pages=(RESULTS_PAGE, BENCHMARKS_README)):
+            run_box(args)
+    if args.only == "box":
+        return
     with recording("curricula-speed", enabled=args.write_results, pages=(RESULTS_PAGE, BENCHMARKS_README)):
         rows = []
         for algo in args.algos:
