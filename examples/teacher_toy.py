@@ -136,28 +136,41 @@ def _random(space: Any, seed: int) -> Any:
 
 
 def _teacher(module: str, name: str, **kwargs: Any) -> Callable[[Any, int], Any]:
-    """A factory of ``magister.curricula.<module>.<name>(space, background=False, seed=seed, **kwargs)``."""
+    """A factory of ``magister.curricula.<module>.<name>(space, seed=seed, **kwargs)``, with
+    ``background=False`` for a teacher that refits in the background; a callable value in ``kwargs`` is
+    called with the number of dimensions (for settings given per dimension)."""
 
     def build(space: Any, seed: int) -> Any:
         import importlib
+        import inspect
 
         cls = getattr(importlib.import_module(f"magister.curricula.{module}"), name)
-        return cls(space, background=False, seed=seed, **kwargs)
+        dims = int(np.prod(space.shape))
+        settings = {k: v(dims) if callable(v) else v for k, v in kwargs.items()}
+        if "background" in inspect.signature(cls).parameters:
+            settings["background"] = False
+        return cls(space, seed=seed, **settings)
 
     build.__qualname__ = f"build_{name}"
     return build
 
 
 #: The teachers the command compares, by their command-line names: a factory ``(Box, seed) -> curriculum``
-#: each (their defaults are the papers' or reference code's, unless set here for the toy env's scale),
-#: and the modules a teacher needs beyond the core install.
+#: each, and the modules a teacher needs beyond the core install. The teachers keep their defaults (the
+#: papers' or their reference code's) except where the toy env needs prior knowledge they do not default:
+#: ADR's calibrated point is the origin cell and its thresholds are on the toy's reward (competence / cap):
+#: a bound moves out once its boundary episodes average a mastered cell (0.75) and in when they never
+#: learn (0), with TeachMyAgent's queue of 10, boundary share 0.7 and step of 0.1; the self-paced teacher
+#: (black-box form, from returns) starts on the origin cell and targets the whole cube.
 TEACHERS: dict[str, tuple[Callable[[Any, int], Any], tuple[str, ...]]] = {
     "random": (_random, ()),
     "alpgmm": (_teacher("alp_gmm", "ALPGMM"), ("sklearn", "scipy")),
     "covargmm": (_teacher("covar_gmm", "CovarGMM"), ("sklearn", "scipy")),
-    "riac": (_teacher("riac", "RIAC"), ("scipy",)),
-    "adr": (_teacher("adr", "ADR"), ("scipy",)),
-    "selfpaced": (_teacher("self_paced", "SelfPaced"), ("scipy",)),
+    "riac": (_teacher("riac", "RIAC"), ()),
+    "adr": (_teacher("adr", "ADR", initial=0.0, low_threshold=0.0, high_threshold=0.75, queue_length=10,
+                     boundary_prob=0.7, step=0.1), ()),
+    "selfpaced": (_teacher("self_paced", "SelfPaced", mode="returns", init_mean=lambda d: [0.05] * d,
+                           init_std=0.05, target_mean=lambda d: [0.5] * d, target_std=0.3), ("scipy",)),
     "goalgan": (_teacher("goal_gan", "GoalGAN"), ("torch",)),
 }
 
