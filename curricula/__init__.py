@@ -2,6 +2,7 @@
 
 from ..opponents import CURRENT_AGENT, CorruptSnapshotError, OpponentLoader, OpponentStore
 from .accel import ACCEL
+from .adr import ADR
 from .base import AgentCurriculum, Curriculum, Episode, StepBatch, TaskSample
 from .constant import Constant
 from .coplayer import OpponentCurriculum, OutcomeRule
@@ -15,6 +16,7 @@ from .manual import Manual
 from .omni import OMNI
 from .pfsp import PFSP
 from .plr import PLR, PLRPerp, RobustPLR
+from .riac import RIAC
 from .self_play import SelfPlay
 from .sequential import Sequential
 from .sfl import SFL
@@ -23,6 +25,7 @@ from .task_filter import DTGThresholds, TaskFilter
 
 __all__ = [
     "ACCEL",
+    "ADR",
     "AgentCurriculum",
     "CURRENT_AGENT",
     "Condition",
@@ -50,6 +53,7 @@ __all__ = [
     "PFSP",
     "PLR",
     "PLRPerp",
+    "RIAC",
     "RobustPLR",
     "SFL",
     "SelfPlay",
