@@ -17,6 +17,7 @@ from .omni import OMNI
 from .pfsp import PFSP
 from .plr import PLR, PLRPerp, RobustPLR
 from .riac import RIAC
+from .self_paced import SelfPaced
 from .self_play import SelfPlay
 from .sequential import Sequential
 from .sfl import SFL
@@ -56,6 +57,7 @@ __all__ = [
     "RIAC",
     "RobustPLR",
     "SFL",
+    "SelfPaced",
     "SelfPlay",
     "Sequential",
     "StepBatch",
