@@ -8,8 +8,9 @@ and plays episodes of 2-6 steps. Each cell asserts
 (a) every step's ``info["task"]`` is the task the observation shows (under ``NEXT_STEP`` autoreset);
 (b) after the envs are closed, the curriculum received exactly the episodes the env side finished, task by
     task (counted by a subclass of the teacher, read through the server's ``metrics()`` on every route);
-(c) the teacher's refit ran (its :class:`~magister.curricula._continuous.Refit` finished at least one fit,
-    with a small fit period), for the teachers that refit a model.
+(c) the teacher updated its model from those episodes: a refit finished (ALP-GMM, Covar-GMM, GoalGAN: their
+    :class:`~magister.curricula._continuous.Refit`'s fit count, with a small fit period), a region split
+    (RIAC), a bound widened (ADR), a KL-bounded step taken (the self-paced teacher).
 
 One Ray session serves every Ray cell (conftest's module-scoped ``ray_session``); the Ray cells run last.
 """
@@ -44,14 +45,18 @@ STEPS = 80  # vector steps per cell
 MIN_LEN, MAX_LEN = 2, 6
 SETTLE_TIMEOUT = 30.0  # seconds the server's counts, and a background refit, may take to settle
 
-#: teacher -> (module, class, constructor settings small enough for a refit within a cell's ~50 episodes)
-TEACHERS: dict[str, tuple[str, str, dict[str, Any]]] = {
-    "alpgmm": ("alp_gmm", "ALPGMM", {"fit_rate": 10}),
-    "covargmm": ("covar_gmm", "CovarGMM", {"fit_rate": 10}),
-    "riac": ("riac", "RIAC", {"max_region_size": 10}),
-    "adr": ("adr", "ADR", {}),
-    "selfpaced": ("self_paced", "SelfPaced", {}),
-    "goalgan": ("goal_gan", "GoalGAN", {}),
+#: teacher -> (module, class, constructor settings small enough that the teacher updates its model within a
+#: cell's ~50 episodes, the metric that shows the update and the value it must exceed). ``conf/fits``: the
+#: fits its :class:`Refit` finished (a background fit counts once it has finished, swapped in or not).
+TEACHERS: dict[str, tuple[str, str, dict[str, Any], str, float]] = {
+    "alpgmm": ("alp_gmm", "ALPGMM", {"fit_rate": 10}, "conf/fits", 0),
+    "covargmm": ("covar_gmm", "CovarGMM", {"fit_rate": 10}, "conf/fits", 0),
+    "riac": ("riac", "RIAC", {"max_region_size": 10}, "riac/boxes", 1),
+    "adr": ("adr", "ADR", {"initial": 0.25, "low_threshold": 0.2, "high_threshold": 0.8, "queue_length": 2,
+                           "boundary_prob": 1.0, "step": 0.1, "signal": "progress"}, "adr/widened", 0),
+    "selfpaced": ("self_paced", "SelfPaced", {"target_mean": [0.9, 0.9], "target_std": 0.05,
+                                              "mode": "returns", "update_every": 10}, "selfpaced/updates", 0),
+    "goalgan": ("goal_gan", "GoalGAN", {}, "conf/fits", 0),
 }
 TRANSPORTS = ("curriculum", "ipc", "tcp", "ray")
 
@@ -109,9 +114,9 @@ def _key(task: Any) -> str:
 
 def counting(teacher: str) -> Any:
     """The teacher ``teacher`` (a key of :data:`TEACHERS`), subclassed to count the episodes it is told of,
-    per task, and its finished fits, in ``metrics()`` (``conf/episodes``, ``conf/task(...)``, ``conf/fits``;
-    -1 fits: the teacher holds no :class:`Refit`)."""
-    module, name, kwargs = TEACHERS[teacher]
+    per task, and its finished fits, in ``metrics()`` (``conf/episodes``, ``conf/task(...)``, ``conf/fits``:
+    the fits of the :class:`Refit` objects it holds)."""
+    module, name, kwargs, _, _ = TEACHERS[teacher]
     cls = getattr(importlib.import_module(f"magister.curricula.{module}"), name)
 
     class Counting(cls):  # type: ignore[misc, valid-type]
@@ -123,8 +128,7 @@ def counting(teacher: str) -> Any:
             out = dict(super().metrics())
             out["conf/episodes"] = float(sum(self.conf_counts.values()))
             out.update({k: float(v) for k, v in self.conf_counts.items()})
-            refits = [v for v in vars(self).values() if isinstance(v, Refit)]
-            out["conf/fits"] = float(sum(r.fits for r in refits)) if refits else -1.0
+            out["conf/fits"] = float(sum(v.fits for v in vars(self).values() if isinstance(v, Refit)))
             return out
 
     Counting.__name__ = Counting.__qualname__ = f"Counting{name}"
@@ -141,6 +145,7 @@ class Route:
 
     def __init__(self, teacher: str, transport: str) -> None:
         self.curriculum = counting(teacher)
+        self.key, self.least = TEACHERS[teacher][3:]
         self.server: Any = None
         if transport == "curriculum":
             self.source: Any = self.curriculum
@@ -158,11 +163,12 @@ class Route:
         return (self.server or self.curriculum).metrics()
 
     def settled(self, episodes: int) -> dict[str, float]:
-        """The metrics once the curriculum counted ``episodes`` episodes and a refit (if any) finished."""
+        """The metrics once the curriculum counted ``episodes`` episodes and its model was updated (bounded
+        wait)."""
         deadline = time.monotonic() + SETTLE_TIMEOUT
         while True:
             m = self.metrics()
-            if (m["conf/episodes"] >= episodes and m["conf/fits"] != 0) or time.monotonic() > deadline:
+            if (m["conf/episodes"] >= episodes and m[self.key] > self.least) or time.monotonic() > deadline:
                 return m
             time.sleep(0.05)
 
@@ -209,8 +215,7 @@ def run_cell(teacher: str, transport: str) -> None:
         assert (int(m["conf/episodes"]), got) == (n, finished), (
             f"the env side finished {n} episodes, the curriculum received {int(m['conf/episodes'])}; "
             f"tasks only one side saw: {set(got) ^ set(finished)}")
-        if m["conf/fits"] != -1:
-            assert m["conf/fits"] > 0, f"{teacher} never finished a refit in {n} episodes"
+        assert m[route.key] > route.least, f"{teacher}: {route.key} = {m[route.key]} after {n} episodes"
     finally:
         route.close()
 
