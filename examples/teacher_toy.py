@@ -413,8 +413,9 @@ def main(argv: list[str] | None = None) -> list[Run]:
     blocks = [table([r for r in runs if (r.dims, r.cells) == (d, c)]) for d, c in zip(ns.dims, ns.cells)]
     text = "\n\n".join(blocks) + (
         f"\n\nteachers built with background=False (refits in line: exact, reproducible); random = "
-        f"DomainRandomization; {len(runs)} runs in {time.perf_counter() - t0:.0f} s on {workers} worker "
-        f"processes ({results_page.machine()} at the end)")
+        f"DomainRandomization; {len(runs)} runs in {time.perf_counter() - t0:.0f} s "
+        f"{'in one process' if workers == 1 else f'on {workers} worker processes'} "
+        f"({results_page.machine()} at the end)")
     if skipped:
         text += f"\nnot run (a module they need is not installed): {', '.join(skipped)}"
     print(text)
