@@ -312,3 +312,33 @@ def test_masters_more_toy_cells_than_domain_randomization():
     uniform = play(DomainRandomization(space, seed=0), ToyEnv(2), 4000, every=4000)[-1]
     assert taught >= uniform + 0.04, (taught, uniform)
     assert adr.metrics()["adr/coverage"] > 0.1
+
+
+# -- through the sync layer -----------------------------------------------------------------------------
+@pytest.mark.timeout(60)
+def test_boundary_tasks_come_back_through_a_served_env():
+    """Over ipc, every episode on a boundary task reaches its bound's queue (tasks cross the wire exactly)."""
+    import gymnasium as gym
+
+    from magister import GymnasiumSyncWrapper, serve
+    from magister.examples.cartpole import CartPoleTask
+
+    space = Box(0.01, 0.2, shape=(1,))
+    # every task a boundary task, every return (>= 1) counts as success: each full queue widens
+    adr = ADR(space, initial=[0.1], boundary_prob=1.0, queue_length=2, step=0.1, low_threshold=-1.0,
+              high_threshold=0.0, seed=0)
+    with serve(adr) as server:
+        env = GymnasiumSyncWrapper(CartPoleTask(gym.make("CartPole-v1"), space), server.address)
+        env.reset(seed=0)
+        episodes = 0
+        while episodes < 12:
+            _, _, term, trunc, _ = env.step(0)
+            if term or trunc:
+                episodes += 1
+                env.reset()
+        env.close()
+    applied = adr.num_episodes  # (the server has stopped: everything sent is applied)
+    assert applied >= 12 and adr.boundary_episodes == applied
+    # each credited episode sits in a queue or was one of a full queue of two, tested (and widened)
+    assert 2 * adr.widened + sum(len(q) for q in adr.state_dict()["queues"][0]) == applied
+    assert adr.widened > 0 and adr.narrowed == 0

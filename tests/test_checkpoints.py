@@ -32,10 +32,12 @@ import magister
 from magister import checkpoint
 from magister.curricula import (
     ACCEL,
+    ADR,
     FSP,
     OMNI,
     PFSP,
     PLR,
+    RIAC,
     SFL,
     Constant,
     DomainRandomization,
@@ -95,6 +97,9 @@ def _factories() -> dict[str, Callable[[int, Any], Any]]:
         "SelfPlay": lambda s, d: SelfPlay(_store(d), checkpoint_interval=3, seed=s),
         "Dual": lambda s, d: DualCurriculum(PLR(SPACE, score="return", seed=s),
                                          PFSP(_store(d), checkpoint_interval=2, seed=s), seed=s),
+        "RIAC": lambda s, d: RIAC(BOX, max_region_size=10, nb_split_attempts=5, seed=s),
+        "ADR": lambda s, d: ADR(BOX, initial=[0.5, 0.0], low_threshold=0.3, high_threshold=0.6,
+                                queue_length=3, step=0.1, seed=s),
     }
 
 

@@ -250,3 +250,27 @@ def test_masters_more_toy_cells_than_domain_randomization():
     riac = play(RIAC(space, seed=0), ToyEnv(2), 4000, every=4000)[-1]
     uniform = play(DomainRandomization(space, seed=0), ToyEnv(2), 4000, every=4000)[-1]
     assert riac >= uniform + 0.04, (riac, uniform)
+
+
+# -- through the sync layer -----------------------------------------------------------------------------
+@pytest.mark.timeout(60)
+def test_served_over_ipc():
+    import gymnasium as gym
+
+    from magister import GymnasiumSyncWrapper, serve
+    from magister.examples.cartpole import CartPoleTask
+
+    space = Box(0.01, 0.2, shape=(1,))
+    cur = RIAC(space, max_region_size=4, seed=0)
+    with serve(cur) as server:
+        env = GymnasiumSyncWrapper(CartPoleTask(gym.make("CartPole-v1"), space), server.address)
+        env.reset(seed=0)
+        played = []
+        while len(played) < 12:
+            _, _, term, trunc, info = env.step(0)
+            if term or trunc:
+                played.append(info["task"])
+                env.reset()
+        env.close()
+    assert cur.num_episodes == 12 and cur.num_leaves >= 2
+    assert sorted(cur.state_dict()["tasks"][0][:, 0].tolist()) == sorted(t[0] for t in played[-5:])

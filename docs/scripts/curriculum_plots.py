@@ -29,10 +29,12 @@ from simulated_student import SimulatedStudent  # noqa: E402
 
 from magister.curricula import (  # noqa: E402
     ACCEL,
+    ADR,
     FSP,
     OMNI,
     PFSP,
     PLR,
+    RIAC,
     SFL,
     Constant,
     DomainRandomization,
@@ -46,6 +48,7 @@ from magister.curricula import (  # noqa: E402
     TaskFilter,
 )
 from magister.curricula.interestingness import InterestingnessJudge  # noqa: E402
+from magister.examples.teacher_toy import ToyEnv  # noqa: E402
 from magister.task_spaces import Box, Discrete  # noqa: E402
 
 N_TASKS, BUDGET, BATCH, SEED = 200, 4000, 16, 0
@@ -183,6 +186,71 @@ def coplayer_figure(name: str, file: str, make: Callable[[OpponentStore], object
     plt.close(fig)
 
 
+TOY_EPISODES, TOY_WINDOWS = 20_000, ((1_000, 2_000), (9_000, 10_000), (19_000, 20_000))
+
+
+def toy_figure(file: str, title: str, make: Callable[[], object], out: Path,
+               overlay: Callable[[object, object], None]) -> None:
+    """A teacher on the teacher-only toy env ([0, 1]^2, 10 x 10 cells; examples/teacher_toy.py), 20,000
+    episodes. Left: the share of cells mastered, against uniform sampling. Then the tasks sampled in three
+    windows of 1,000 episodes, over the cells mastered by the window's end (grey) and ``overlay(curriculum,
+    axes)`` drawn at that moment (e.g. the teacher's boxes or bounds)."""
+    teachers = {"teacher": make(), "uniform": DomainRandomization(Box(0.0, 1.0, shape=(2,)), seed=SEED)}
+    curves: dict[str, list[float]] = {name: [] for name in teachers}
+    fig, axes = plt.subplots(1, 4, figsize=(13, 3.4))
+    for name, cur in teachers.items():
+        env, window = ToyEnv(2), []
+        for episode in range(1, TOY_EPISODES + 1):
+            (task,) = cur.sample(1)
+            reward = env.play(task)
+            cur.update_on_episode(reward, 1, task, reward)
+            if episode % 500 == 0:
+                curves[name].append(env.mastered())
+            if name == "uniform":
+                continue
+            for panel, (start, end) in enumerate(TOY_WINDOWS, start=1):
+                if start < episode <= end:
+                    window.append(task)
+                if episode == end:
+                    _toy_panel(axes[panel], env, np.array(window), f"episodes {start:,}-{end:,}")
+                    overlay(cur, axes[panel])
+                    window = []
+    xs = np.arange(1, len(curves["teacher"]) + 1) * 500
+    axes[0].plot(xs, curves["teacher"], color=COLORS["curriculum"], label=title)
+    axes[0].plot(xs, curves["uniform"], color=COLORS["baseline"], label="DomainRandomization")
+    axes[0].set(xlabel="episodes", ylabel="share of cells mastered", ylim=(0, 1))
+    axes[0].legend(loc="upper left", fontsize=8)
+    fig.suptitle(f"{title} on the teacher-only toy env (10 x 10 cells, seed {SEED})", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(out / f"{file}.png", dpi=90)
+    plt.close(fig)
+
+
+def _toy_panel(ax, env: ToyEnv, tasks: np.ndarray, label: str) -> None:
+    mastered = (env.competence > env.threshold).T  # rows: the second dimension
+    ax.imshow(mastered, origin="lower", extent=(0, 1, 0, 1), cmap="Greys", vmin=0, vmax=2.5)
+    ax.scatter(tasks[:, 0], tasks[:, 1], s=2, color=COLORS["curriculum"], alpha=0.6)
+    ax.set(xlim=(0, 1), ylim=(0, 1), xticks=[0, 0.5, 1], yticks=[0, 0.5, 1], aspect="equal")
+    ax.set_title(label, fontsize=9)
+
+
+def _riac_boxes(cur, ax) -> None:
+    for low, high, _ in cur.boxes():
+        ax.add_patch(plt.Rectangle(low, *(high - low), fill=False, lw=0.6, color="black"))
+
+
+def _adr_bounds(cur, ax) -> None:
+    lower, upper = (np.array(b) for b in cur.bounds())
+    ax.add_patch(plt.Rectangle(lower, *np.maximum(upper - lower, 0.005), fill=False, lw=1.2, color="#c62828"))
+
+
+def _adr_toy() -> ADR:
+    # on the toy env: progress = the played cell's competence / 100; start on the origin cell, widen a bound
+    # once its cells average half the cap, narrow it when they stay at (almost) nothing
+    return ADR(Box(0.0, 1.0, shape=(2,)), initial=[0.0, 0.0], queue_length=20, step=0.05,
+               low_threshold=0.05, high_threshold=0.5, signal="progress", seed=SEED)
+
+
 def _space() -> Discrete:
     return Discrete(N_TASKS, seed=SEED)
 
@@ -225,6 +293,9 @@ FIGURES: dict[str, Callable[[Path], None]] = {
     "task-filter": lambda out: student_figure(
         "task-filter", "TaskFilter", lambda: TaskFilter(_space(), num_episodes=4, seed=SEED), out),
     "expanding-box": expanding_box_figure,
+    "riac": lambda out: toy_figure("riac", "RIAC", lambda: RIAC(Box(0.0, 1.0, shape=(2,)), seed=SEED), out,
+                                   _riac_boxes),
+    "adr": lambda out: toy_figure("adr", "ADR", _adr_toy, out, _adr_bounds),
     "self-play": lambda out: coplayer_figure("SelfPlay", "self-play", lambda st: SelfPlay(st, seed=SEED),
                                              out),
     "fsp": lambda out: coplayer_figure("FSP", "fsp", lambda st: FSP(st, checkpoint_interval=5, seed=SEED),
