@@ -130,6 +130,26 @@ def _kl(m0: np.ndarray, l0: np.ndarray, m1: np.ndarray, l1: np.ndarray) -> float
     return float(0.5 * ((a * a).sum() + (b * b).sum() - m0.size + logdet))
 
 
+def _sprl_weights(signals: np.ndarray, log_mu: np.ndarray, log_q: np.ndarray, alpha: float,
+                  epsilon: float) -> tuple[np.ndarray, float]:
+    """SPRL's sample weights (normalised) and the η that minimises the dual (module docstring)."""
+    from scipy.optimize import minimize_scalar
+    from scipy.special import logsumexp, softmax
+
+    a = signals + alpha * (log_mu - log_q)
+    n = a.size
+
+    def dual(log_eta: float) -> float:
+        eta = np.exp(log_eta)
+        return float(eta * epsilon + (alpha + eta) * (logsumexp(a / (alpha + eta)) - np.log(n)))
+
+    scale = max(float(np.ptp(a)), 1e-8)
+    res = minimize_scalar(dual, bounds=(np.log(scale * 1e-6), np.log(scale * 1e6)), method="bounded",
+                          options={"xatol": 1e-8})
+    eta = float(np.exp(res.x))
+    return softmax(a / (alpha + eta)), eta
+
+
 def _cholesky(cov: np.ndarray, what: str) -> np.ndarray:
     cov = np.asarray(cov, dtype=np.float64)
     try:
@@ -450,27 +470,13 @@ class SelfPaced(Curriculum):
         logger.debug("SelfPaced: update %d (values), alpha %.4g, %s", self.updates, alpha, res.message)
 
     def _returns_update(self, contexts: np.ndarray, signals: np.ndarray) -> None:
-        from scipy.optimize import minimize_scalar
-        from scipy.special import logsumexp, softmax
-
         m0, l0 = self.mean_n, self.chol_n
         alpha = self._next_alpha(float(signals.mean()))
-        log_ratio = _logpdf(contexts, self.target_mean, self.target_chol) - _logpdf(contexts, m0, l0)
-        a = signals + alpha * log_ratio
-        n, eps = a.size, self.epsilon
-
-        def dual(log_eta: float) -> float:
-            t = alpha + np.exp(log_eta)
-            return float(np.exp(log_eta) * eps + t * (logsumexp(a / t) - np.log(n)))
-
-        scale = max(float(np.ptp(a)), 1e-8)
-        res = minimize_scalar(dual, bounds=(np.log(scale * 1e-6), np.log(scale * 1e6)), method="bounded")
-        eta = float(np.exp(res.x))
-        w = softmax(a / (alpha + eta))
+        log_mu = _logpdf(contexts, self.target_mean, self.target_chol)
+        w, eta = _sprl_weights(signals, log_mu, _logpdf(contexts, m0, l0), alpha, self.epsilon)
         m1 = w @ contexts
         diff = contexts - m1
-        cov = (w[:, None] * diff).T @ diff
-        self._accept(m1, cov)
+        self._accept(m1, (w[:, None] * diff).T @ diff)
         logger.debug("SelfPaced: update %d (returns), alpha %.4g, eta %.4g", self.updates, alpha, eta)
 
     def _accept(self, mean: np.ndarray, cov: np.ndarray) -> None:
