@@ -104,4 +104,4 @@ def test_the_learning_teachers_master_clearly_more_than_random(teacher, random_f
     with threadpool_limits(1):  # small mixtures fit several times faster on one BLAS thread
         finals = [_final(teacher, s) for s in range(SEEDS)]
     assert min(finals) > max(random_finals), (finals, random_finals)  # every seed beats every random seed
-    assert np.mean(finals) >= 3 * np.mean(random_finals) + 0.02, (finals, random_finals)
+    assert np.mean(finals) >= 4 * np.mean(random_finals), (finals, random_finals)  # and 4 times as many
