@@ -10,6 +10,7 @@ from .domain_randomization import DomainRandomization
 from .dual import DualCurriculum
 from .expanding_box import ExpandingBox
 from .fsp import FSP
+from .goal_gan import GoalGAN
 from .interestingness import EmbeddingJudge, InterestingnessJudge, JudgeError, LLMJudge
 from .learning_progress import LearningProgress
 from .manual import Manual
@@ -41,6 +42,7 @@ __all__ = [
     "EmbeddingJudge",
     "ExpandingBox",
     "FSP",
+    "GoalGAN",
     "InterestingnessJudge",
     "JudgeError",
     "LLMJudge",
