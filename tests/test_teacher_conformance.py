@@ -56,7 +56,8 @@ TEACHERS: dict[str, tuple[str, str, dict[str, Any], str, float]] = {
                            "boundary_prob": 1.0, "step": 0.1, "signal": "progress"}, "adr/widened", 0),
     "selfpaced": ("self_paced", "SelfPaced", {"target_mean": [0.9, 0.9], "target_std": 0.05,
                                               "mode": "returns", "update_every": 10}, "selfpaced/updates", 0),
-    "goalgan": ("goal_gan", "GoalGAN", {}, "conf/fits", 0),
+    "goalgan": ("goal_gan", "GoalGAN", {"update_size": 10, "gan_iterations": 10, "generator_layers": (16,),
+                                        "discriminator_layers": (16,)}, "conf/fits", 0),
 }
 TRANSPORTS = ("curriculum", "ipc", "tcp", "ray")
 
@@ -70,7 +71,7 @@ def make_space() -> Box:
 
 class ShowBox(gym.Env):
     """Observation ``[*task, t]``; an episode lasts 2-6 steps; each step pays ``task[0]``; the last step's
-    ``info["success"]`` is 1 when ``task[0] < 0.5``."""
+    ``info["success"]`` is 1 with probability ``1 - task[0]``, else 0."""
 
     metadata: dict[str, Any] = {"render_modes": []}
     observation_space = spaces.Box(-np.inf, np.inf, shape=(DIMS + 1,), dtype=np.float64)
@@ -92,7 +93,7 @@ class ShowBox(gym.Env):
     def step(self, action: Any):
         self.t += 1
         end = self.t >= self.length
-        info = {"success": float(self.task[0] < 0.5)} if end else {}
+        info = {"success": float(self.np_random.random() < 1.0 - self.task[0])} if end else {}
         return self._obs(), float(self.task[0]), end, False, info
 
 
