@@ -66,7 +66,8 @@ for continuous parameters (ALP-GMM, Covar-GMM, RIAC, ADR, self-paced, GoalGAN wh
 and domain randomisation over ``Box(0, 1, shape=(2,))``, built as :mod:`magister.examples.teacher_toy`
 builds them (the papers' defaults) but with ``background=False``, so that a refit's whole cost lands in the
 episode update that triggers it. The feedback is the toy env's reward for each task
-(:class:`magister.examples.teacher_toy.ToyEnv`, computed outside the timed calls). Warm-up (untimed):
+(:class:`magister.examples.teacher_toy.ToyEnv`, computed outside the timed calls) as the return, and a
+success drawn with that probability as the progress (as the toy command feeds them). Warm-up (untimed):
 ``--box-episodes`` (10^5) episodes of ``sample(1)`` + its update, so every history the teacher keeps holds
 10^5 episodes. Timed: blocks of ``M = 1000`` rounds (a multiple of every teacher's refit period, so each
 block holds the same refits), median of ``--repeats`` blocks; the update column is the amortised cost of
@@ -433,7 +434,7 @@ class BoxRow:
     rates: list[tuple[float, float, float]]
 
 
-def box_block(cur: Any, env: Any, m: int) -> tuple[float, float, float]:
+def box_block(cur: Any, env: Any, m: int, rng: np.random.Generator) -> tuple[float, float, float]:
     """``m`` rounds of ``sample(1)`` + the toy env's reward as its update; (samples/s, updates/s, rounds/s)
     (rounds/s: the block's whole time, the toy env's play included)."""
     t_sample = t_update = 0.0
@@ -444,8 +445,9 @@ def box_block(cur: Any, env: Any, m: int) -> tuple[float, float, float]:
         task = cur.sample(1)[0]
         t1 = clock()
         reward = env.play(task)
+        success = float(rng.random() < reward)
         t2 = clock()
-        cur.update_on_episode(reward, 1, task, reward)
+        cur.update_on_episode(reward, 1, task, success)
         t3 = clock()
         t_sample += t1 - t0
         t_update += t3 - t2
@@ -455,12 +457,12 @@ def box_block(cur: Any, env: Any, m: int) -> tuple[float, float, float]:
 def measure_box(name: str, episodes: int, repeats: int) -> BoxRow:
     from magister.examples.teacher_toy import ToyEnv, make_teacher
 
-    cur, env = make_teacher(name, 2, seed=0), ToyEnv(dims=2)
+    cur, env, rng = make_teacher(name, 2, seed=0), ToyEnv(dims=2), np.random.default_rng(1)
     t0 = time.perf_counter()
-    box_block(cur, env, episodes)  # warm-up: the histories fill to `episodes`
+    box_block(cur, env, episodes, rng)  # warm-up: the histories fill to `episodes`
     warm = time.perf_counter() - t0
     logger.info("%s: %d warm-up episodes in %.1f s", name, episodes, warm)
-    return BoxRow(name, episodes, warm, [box_block(cur, env, BOX_ROUNDS) for _ in range(repeats)])
+    return BoxRow(name, episodes, warm, [box_block(cur, env, BOX_ROUNDS, rng) for _ in range(repeats)])
 
 
 def box_table(rows: list[BoxRow]) -> str:

@@ -18,7 +18,9 @@ The command compares every teacher for continuous spaces with uniform sampling o
 
 Every run (teacher, dimensions, seed) plays its own toy env with its own teacher, built with
 ``background=False`` (each refit runs in line, so a run is exact and reproducible); runs go to a process
-pool as wide as the machine's cores. The command prints, per number of dimensions, the mastered share at
+pool as wide as the machine's cores. An episode's return is the cell's competence over the cap; its
+progress is a success drawn with that probability (:func:`play` with a generator), which only GoalGAN
+reads by default. The command prints, per number of dimensions, the mastered share at
 the end for each teacher with a 95% stratified bootstrap interval over the seeds
 (:func:`magister.evaluation.interval_estimates`), the difference from uniform sampling (``random``,
 :class:`~magister.curricula.DomainRandomization`) with its interval (:func:`magister.evaluation.difference`),
@@ -103,17 +105,21 @@ class ToyEnv:
         return float((self.competence > self.threshold).mean())
 
 
-def play(curriculum: Any, env: ToyEnv, episodes: int, every: int = 1000) -> list[float]:
+def play(curriculum: Any, env: ToyEnv, episodes: int, every: int = 1000,
+         success: np.random.Generator | None = None) -> list[float]:
     """Let ``curriculum`` (over a ``Box`` of ``env.dims`` dimensions in [0, 1]) teach ``env`` for
     ``episodes`` episodes, one task at a time; returns the mastered share after every ``every`` episodes.
 
     Each episode is one task from ``curriculum.sample()``, played once; its reward goes back as the
-    episode's return and progress (length 1)."""
+    episode's return (length 1), and as its progress, or, with a generator ``success``, a success (1.0)
+    drawn with probability the reward, else 0.0: the binary signal a teacher such as GoalGAN needs (the
+    competence itself is the same for every play of a cell, so two plays of one goal would always agree)."""
     scores = []
     for n in range(1, episodes + 1):
         task = curriculum.sample(1)[0]
         reward = env.play(task)
-        curriculum.update_on_episode(reward, 1, task, reward)
+        progress = reward if success is None else float(success.random() < reward)
+        curriculum.update_on_episode(reward, 1, task, progress)
         if n % every == 0:
             scores.append(env.mastered())
     return scores
@@ -213,7 +219,8 @@ def run_one(teacher: str, dims: int, cells: int, episodes: int, every: int, seed
     """``teacher`` teaches a fresh :class:`ToyEnv` (``dims`` x ``cells``) for ``episodes`` episodes."""
     t0 = time.perf_counter()
     env = ToyEnv(dims=dims, cells=cells)
-    scores = [env.mastered()] + play(make_teacher(teacher, dims, seed), env, episodes, every)
+    success = np.random.default_rng([seed, 1])  # the progress signal's draws, apart from the teacher's
+    scores = [env.mastered()] + play(make_teacher(teacher, dims, seed), env, episodes, every, success)
     return Run(teacher, dims, cells, seed, every, scores, time.perf_counter() - t0)
 
 
