@@ -3,9 +3,11 @@
 from ..opponents import CURRENT_AGENT, CorruptSnapshotError, OpponentLoader, OpponentStore
 from .accel import ACCEL
 from .adr import ADR
+from .alp_gmm import ALPGMM
 from .base import AgentCurriculum, Curriculum, Episode, StepBatch, TaskSample
 from .constant import Constant
 from .coplayer import OpponentCurriculum, OutcomeRule
+from .covar_gmm import CovarGMM
 from .domain_randomization import DomainRandomization
 from .dual import DualCurriculum
 from .expanding_box import ExpandingBox
@@ -66,4 +68,6 @@ __all__ = [
     "TaskFilter",
     "TaskSample",
     "parse_condition",
+    "ALPGMM",
+    "CovarGMM",
 ]

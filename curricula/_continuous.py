@@ -11,6 +11,9 @@
 * :class:`Refit`: a model fitted on a snapshot in a worker thread, so that a slow fit (a Gaussian mixture
   over k = 2..10) never holds up the thread that hands out tasks; the curriculum keeps sampling from its
   current model and swaps the new one in when it is ready.
+* :func:`fit_by_aic`, :class:`Mixture` and :func:`draw`: what ALP-GMM and Covar-GMM share, a Gaussian
+  mixture chosen by AIC over a range of component counts (scikit-learn), kept as plain arrays, and the
+  draw of tasks from it (a uniform share, else a component in proportion to a per-component interest).
 
 >>> from magister.task_spaces import Box, ConfigSpace, Product
 >>> params = ParamBox(Product((Box(0.0, 1.0, shape=(2,)), ConfigSpace({"size": [4, 8, 16]}))), "ALPGMM")
@@ -27,7 +30,7 @@ from __future__ import annotations
 import importlib
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
@@ -36,10 +39,23 @@ from ..task_spaces.base import EncodedTask, TaskSpace
 from ..task_spaces.box import Box
 from ..task_spaces.config import ConfigSpace
 from ..task_spaces.product import Product
+from .base import check_finite
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ParamBox", "Refit", "require"]
+__all__ = [
+    "Mixture",
+    "ParamBox",
+    "Refit",
+    "check_int",
+    "check_ks",
+    "check_ratio",
+    "draw",
+    "fit_by_aic",
+    "fit_seed",
+    "require",
+    "task_vector",
+]
 
 #: What a teacher for continuous parameters takes, for error messages.
 TAKES = "a Box, a ConfigSpace whose axes all hold numbers, or a Product of those"
@@ -295,3 +311,147 @@ class Refit:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._cond = threading.Condition()
+
+
+# -- Gaussian mixtures (ALP-GMM and Covar-GMM) --------------------------------------------------------------
+class Mixture:
+    """A fitted Gaussian mixture as plain arrays: what a teacher samples from and checkpoints.
+
+    Attributes:
+        weights: the mixture weights, shape ``(k,)``.
+        means: the component means, shape ``(k, n)``.
+        covariances: the full covariance matrices, shape ``(k, n, n)``.
+        aic: the Akaike information criterion of the fit on its data.
+    """
+
+    def __init__(self, weights: Any, means: Any, covariances: Any, aic: float) -> None:
+        self.weights = np.asarray(weights, dtype=np.float64)
+        self.means = np.asarray(means, dtype=np.float64)
+        self.covariances = np.asarray(covariances, dtype=np.float64)
+        self.aic = float(aic)
+        k, n = self.means.shape
+        if self.weights.shape != (k,) or self.covariances.shape != (k, n, n):
+            raise ValueError(
+                f"a mixture of {k} components over {n} dimensions needs weights of shape ({k},) and "
+                f"covariances of shape ({k}, {n}, {n}), got {self.weights.shape} and {self.covariances.shape}"
+            )
+
+    @property
+    def components(self) -> int:
+        return int(self.weights.size)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"weights": self.weights.copy(), "means": self.means.copy(),
+                "covariances": self.covariances.copy(), "aic": self.aic}
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> Mixture:
+        return cls(state["weights"], state["means"], state["covariances"], state["aic"])
+
+
+def fit_seed(root: int, fit: int) -> int:
+    """The ``random_state`` of fit number ``fit`` of a teacher whose seed's entropy is ``root``: the same
+    seed and the same fit number give the same mixture, run to run."""
+    return int(np.random.SeedSequence([int(root), int(fit), 0x6D6978]).generate_state(1)[0])
+
+
+def fit_by_aic(snapshot: tuple[np.ndarray, int], *, ks: tuple[int, ...]) -> Mixture:
+    """Fit a full-covariance :class:`sklearn.mixture.GaussianMixture` with ``k`` components for each ``k``
+    in ``ks`` on ``snapshot = (data, random_state)`` and keep the one of lowest AIC (Portelas et al. 2019).
+
+    >>> rng = np.random.default_rng(0)
+    >>> data = np.concatenate([rng.normal(0.0, 0.1, (100, 2)), rng.normal(5.0, 0.1, (100, 2))])
+    >>> fit_by_aic((data, 0), ks=(1, 2)).components
+    2
+    """
+    from sklearn.mixture import GaussianMixture
+
+    data, random_state = snapshot
+    best: Mixture | None = None
+    for k in ks:
+        gmm = GaussianMixture(n_components=k, covariance_type="full", random_state=random_state).fit(data)
+        aic = float(gmm.aic(data))
+        if best is None or aic < best.aic:
+            best = Mixture(gmm.weights_, gmm.means_, gmm.covariances_, aic)
+    if best is None:
+        raise ValueError("fit_by_aic needs at least one candidate number of components")
+    return best
+
+
+def draw(
+    rng: np.random.Generator,
+    box: ParamBox,
+    mixture: Mixture | None,
+    interest: np.ndarray,
+    random_share: float,
+    k: int,
+) -> np.ndarray:
+    """``k`` parameter vectors, shape ``(k, box.dims)``: each uniform over ``box`` with probability
+    ``random_share`` (always, while there is no mixture); otherwise from component ``i`` of ``mixture``
+    with probability ``interest[i] / sum(interest)`` (uniform over the components when every interest is
+    0), drawn from :math:`N(\\mu_i, \\Sigma_i)` and cut to its first ``box.dims`` coordinates (the task).
+    Not yet clipped: :meth:`ParamBox.task` does that.
+
+    >>> box = ParamBox(Box(0.0, 1.0, shape=(1,)), "doc")
+    >>> mix = Mixture([0.5, 0.5], [[0.2, 9.0], [0.8, 0.0]], [np.eye(2) * 1e-8] * 2, 0.0)
+    >>> draw(np.random.default_rng(0), box, mix, np.array([1.0, 0.0]), 0.0, 3).round(3).tolist()
+    [[0.2], [0.2], [0.2]]
+    """
+    out = box.uniform(rng, k)
+    if mixture is None:
+        return out
+    guided = np.flatnonzero(rng.random(k) >= random_share)
+    interest = np.maximum(np.asarray(interest, dtype=np.float64), 0.0)
+    total = interest.sum()
+    p = interest / total if total > 0 else np.full(mixture.components, 1.0 / mixture.components)
+    which = rng.choice(mixture.components, size=guided.size, p=p)
+    for i in np.unique(which):
+        rows = guided[which == i]
+        x = rng.multivariate_normal(mixture.means[i], mixture.covariances[i], size=rows.size)
+        out[rows] = x[:, : box.dims]
+    return out
+
+
+def check_int(name: str, value: Any, least: int) -> int:
+    """``value`` as an int ``>= least``, or ``ValueError`` naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least:
+        raise ValueError(f"{name} must be an int >= {least}, got {value!r}")
+    return int(value)
+
+
+def check_ks(potential_ks: Iterable[int], fit_rate: int, who: str) -> tuple[int, ...]:
+    """The candidate numbers of components as a tuple of ints in ``[1, fit_rate]``, or ``ValueError``."""
+    ks = tuple(potential_ks)
+    if not ks:
+        raise ValueError(f"{who}: potential_ks is empty; expected numbers of components such as range(2, 11)")
+    for k in ks:
+        check_int("each of potential_ks", k, 1)
+    if max(ks) > fit_rate:
+        raise ValueError(
+            f"{who}: potential_ks goes up to {max(ks)} components, but a fit sees only fit_rate={fit_rate} "
+            "points; expected every k <= fit_rate"
+        )
+    return tuple(int(k) for k in ks)
+
+
+def check_ratio(value: Any) -> float:
+    """``random_task_ratio`` as a float in ``[0, 1]``, or ``ValueError``."""
+    v = check_finite("random_task_ratio", value)
+    if not 0.0 <= v <= 1.0:
+        raise ValueError(f"random_task_ratio must be in [0, 1], got {value!r}")
+    return v
+
+
+def task_vector(box: ParamBox, task: EncodedTask) -> np.ndarray:
+    """The parameter vector of an encoded task fed back to a teacher, or ``ValueError`` naming the task and
+    the space when it is not one of the space's tasks (wrong length, wrong type, not finite)."""
+    try:
+        x = box.vector(task)
+    except (TypeError, ValueError, IndexError, KeyError) as exc:
+        raise ValueError(f"{task!r} is not a task of {box.task_space!r}: {exc}") from exc
+    if x.shape != (box.dims,) or not np.isfinite(x).all():
+        raise ValueError(
+            f"{task!r} is not a task of {box.task_space!r}: its parameters are {x.tolist()}, expected "
+            f"{box.dims} finite numbers"
+        )
+    return x
