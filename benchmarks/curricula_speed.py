@@ -64,15 +64,19 @@ Rates are calls per second on this machine; compare the ratios (magister / refer
 **Teachers on a 2-D Box** (a section of its own: the reference library has none of them). Every teacher
 for continuous parameters (ALP-GMM, Covar-GMM, RIAC, ADR, self-paced, GoalGAN where torch is installed)
 and domain randomisation over ``Box(0, 1, shape=(2,))``, built as :mod:`magister.examples.teacher_toy`
-builds them (the papers' defaults) but with ``background=False``, so that a refit's whole cost lands in the
-episode update that triggers it. The feedback is the toy env's reward for each task
+builds them (the papers' defaults). The feedback is the toy env's reward for each task
 (:class:`magister.examples.teacher_toy.ToyEnv`, computed outside the timed calls) as the return, and a
 success drawn with that probability as the progress (as the toy command feeds them). Warm-up (untimed):
-``--box-episodes`` (10^5) episodes of ``sample(1)`` + its update, so every history the teacher keeps holds
-10^5 episodes. Timed: blocks of ``M = 1000`` rounds (a multiple of every teacher's refit period, so each
-block holds the same refits), median of ``--repeats`` blocks; the update column is the amortised cost of
-an episode update *with* its share of refits (in a served run, ``background=True`` moves the refits to a
-worker thread: see ``benchmarks/teacher_refit.py``).
+``--box-episodes`` (10^5) episodes of ``sample(1)`` + its update with the refits in the background (their
+default: refits that come due while one runs merge into the next, so the warm-up takes minutes, not
+hours), so every history the teacher keeps holds 10^5 episodes. Then the refits run in line (the
+teacher's :class:`~magister.curricula._continuous.Refit` switched to ``background=False``), so that a
+call's whole cost is timed in the call. Timed: ``--repeats`` blocks of ``M = 1000`` rounds (a multiple of
+every teacher's refit period), each ``sample(1)`` and each update timed alone: the mean cost of a sample,
+the median cost of an update (an update that triggers no refit: a k-d tree rebuilt, a region split, a
+bound moved, a self-paced step included) and its mean (refits included, amortised), the refits in the
+timed blocks and the median seconds of one. A served teacher runs its refits in a worker thread instead
+(what that costs the workers is ``benchmarks/teacher_refit.py``'s question).
 """
 
 from __future__ import annotations
@@ -431,16 +435,39 @@ class BoxRow:
     name: str
     episodes: int
     warm_s: float
-    rates: list[tuple[float, float, float]]
+    samples: np.ndarray  # seconds of each timed sample(1)
+    updates: np.ndarray  # seconds of each timed update
+    fits: list[float]  # seconds of each refit in the timed blocks
 
 
-def box_block(cur: Any, env: Any, m: int, rng: np.random.Generator) -> tuple[float, float, float]:
-    """``m`` rounds of ``sample(1)`` + the toy env's reward as its update; (samples/s, updates/s, rounds/s)
-    (rounds/s: the block's whole time, the toy env's play included)."""
-    t_sample = t_update = 0.0
+def refits_of(cur: Any) -> list[Any]:
+    from magister.curricula._continuous import Refit
+
+    return [v for v in vars(cur).values() if isinstance(v, Refit)]
+
+
+def time_fits(cur: Any) -> list[tuple[float, float]]:
+    """Wrap the fit of every :class:`Refit` the curriculum holds, so each fit's (start, end) is kept."""
+    spans: list[tuple[float, float]] = []
+    for refit in refits_of(cur):
+        fit = refit.fit
+
+        def timed(snapshot: Any, fit: Any = fit) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return fit(snapshot)
+            finally:
+                spans.append((t0, time.perf_counter()))
+
+        refit.fit = timed
+    return spans
+
+
+def box_rounds(cur: Any, env: Any, m: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """``m`` rounds of ``sample(1)`` + the toy env's reward as its update; the seconds of each call."""
+    samples, updates = np.empty(m), np.empty(m)
     clock = time.perf_counter
-    start = clock()
-    for _ in range(m):
+    for i in range(m):
         t0 = clock()
         task = cur.sample(1)[0]
         t1 = clock()
@@ -449,29 +476,37 @@ def box_block(cur: Any, env: Any, m: int, rng: np.random.Generator) -> tuple[flo
         t2 = clock()
         cur.update_on_episode(reward, 1, task, success)
         t3 = clock()
-        t_sample += t1 - t0
-        t_update += t3 - t2
-    return m / t_sample, m / t_update, m / (clock() - start)
+        samples[i], updates[i] = t1 - t0, t3 - t2
+    return samples, updates
 
 
 def measure_box(name: str, episodes: int, repeats: int) -> BoxRow:
     from magister.examples.teacher_toy import ToyEnv, make_teacher
 
-    cur, env, rng = make_teacher(name, 2, seed=0), ToyEnv(dims=2), np.random.default_rng(1)
+    cur, env, rng = make_teacher(name, 2, seed=0, background=True), ToyEnv(dims=2), np.random.default_rng(1)
+    spans = time_fits(cur)
     t0 = time.perf_counter()
-    box_block(cur, env, episodes, rng)  # warm-up: the histories fill to `episodes`
+    box_rounds(cur, env, episodes, rng)  # warm-up: the histories fill to `episodes`
+    for refit in refits_of(cur):  # the fit in flight finishes; from now on refits run in line
+        refit.wait(600)
+        refit.background = False
     warm = time.perf_counter() - t0
     logger.info("%s: %d warm-up episodes in %.1f s", name, episodes, warm)
-    return BoxRow(name, episodes, warm, [box_block(cur, env, BOX_ROUNDS, rng) for _ in range(repeats)])
+    n_warm = len(spans)
+    blocks = [box_rounds(cur, env, BOX_ROUNDS, rng) for _ in range(repeats)]
+    samples = np.concatenate([b[0] for b in blocks])
+    updates = np.concatenate([b[1] for b in blocks])
+    return BoxRow(name, episodes, warm, samples, updates, [b - a for a, b in spans[n_warm:]])
 
 
 def box_table(rows: list[BoxRow]) -> str:
-    head = ("teacher", "episodes", "sample/s", "update/s", "round/s", "us/sample", "us/update", "warm-up s")
+    head = ("teacher", "episodes", "us/sample", "us/update p50", "us/update mean", "refits", "s/refit",
+            "warm-up s")
     lines = []
     for r in rows:
-        s, u, rr = (float(np.median(col)) for col in zip(*r.rates))
-        lines.append((r.name, f"{r.episodes:,}", _fmt_rate(s), _fmt_rate(u), _fmt_rate(rr), f"{1e6 / s:,.1f}",
-                      f"{1e6 / u:,.1f}", f"{r.warm_s:,.1f}"))
+        lines.append((r.name, f"{r.episodes:,}", f"{1e6 * r.samples.mean():,.1f}",
+                      f"{1e6 * np.median(r.updates):,.1f}", f"{1e6 * r.updates.mean():,.1f}",
+                      str(len(r.fits)), f"{np.median(r.fits):.2f}" if r.fits else "-", f"{r.warm_s:,.1f}"))
     widths = [max(len(x) for x in col) for col in zip(head, *lines)]
     fmt = lambda row: "  ".join(x.ljust(w) if i == 0 else x.rjust(w)  # noqa: E731
                                 for i, (x, w) in enumerate(zip(row, widths)))
@@ -479,14 +514,16 @@ def box_table(rows: list[BoxRow]) -> str:
 
 
 def run_box(args: argparse.Namespace) -> None:
+    logging.getLogger("magister.curricula").setLevel(logging.WARNING)  # (each refit logs at INFO)
     names = args.box_teachers or box_teachers()
     rows = [measure_box(name, args.box_episodes, args.repeats) for name in names]
-    print(f"Teachers on a 2-D Box: {args.box_episodes:,} episodes of warm-up, then blocks of {BOX_ROUNDS} "
-          f"rounds of sample(1) + episode update (the toy env's reward), median of {args.repeats} blocks; "
-          f"teachers built with background=False (refits in line, their cost inside update/s); random = "
-          f"DomainRandomization")
+    print(f"Teachers on a 2-D Box: {args.box_episodes:,} episodes of warm-up, then {args.repeats} blocks of "
+          f"{BOX_ROUNDS} rounds of sample(1) + episode update (the toy env's reward), every call timed; "
+          f"refits in line during the timed blocks; random = DomainRandomization")
     print(box_table(rows))
-    print("warm-up s: the warm-up's sample + update rounds, refits included")
+    print("us/sample: mean; us/update p50: an update without a refit; us/update mean: refits included "
+          "(amortised); refits: in the timed blocks, s/refit: the median seconds of one; warm-up s: the "
+          "warm-up's rounds, refits in the background")
 
 
 def main(argv: list[str] | None = None) -> None:

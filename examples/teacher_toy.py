@@ -136,18 +136,18 @@ RESAMPLES = 2000
 STATS_SEED = 0
 
 
-def _random(space: Any, seed: int) -> Any:
+def _random(space: Any, seed: int, background: bool = False) -> Any:
     from magister.curricula import DomainRandomization
 
     return DomainRandomization(space, seed=seed)
 
 
-def _teacher(module: str, name: str, **kwargs: Any) -> Callable[[Any, int], Any]:
+def _teacher(module: str, name: str, **kwargs: Any) -> Callable[..., Any]:
     """A factory of ``magister.curricula.<module>.<name>(space, seed=seed, **kwargs)``, with
-    ``background=False`` for a teacher that refits in the background; a callable value in ``kwargs`` is
+    ``background`` passed to a teacher that can refit in the background; a callable value in ``kwargs`` is
     called with the number of dimensions (for settings given per dimension)."""
 
-    def build(space: Any, seed: int) -> Any:
+    def build(space: Any, seed: int, background: bool = False) -> Any:
         import importlib
         import inspect
 
@@ -155,21 +155,22 @@ def _teacher(module: str, name: str, **kwargs: Any) -> Callable[[Any, int], Any]
         dims = int(np.prod(space.shape))
         settings = {k: v(dims) if callable(v) else v for k, v in kwargs.items()}
         if "background" in inspect.signature(cls).parameters:
-            settings["background"] = False
+            settings["background"] = background
         return cls(space, seed=seed, **settings)
 
     build.__qualname__ = f"build_{name}"
     return build
 
 
-#: The teachers the command compares, by their command-line names: a factory ``(Box, seed) -> curriculum``
+#: The teachers the command compares, by their command-line names: a factory
+#: ``(Box, seed, background=False) -> curriculum``
 #: each, and the modules a teacher needs beyond the core install. The teachers keep their defaults (the
 #: papers' or their reference code's) except where the toy env needs prior knowledge they do not default:
 #: ADR's calibrated point is the origin cell and its thresholds are on the toy's reward (competence / cap):
 #: a bound moves out once its boundary episodes average a mastered cell (0.75) and in when they never
 #: learn (0), with TeachMyAgent's queue of 10, boundary share 0.7 and step of 0.1; the self-paced teacher
 #: (black-box form, from returns) starts on the origin cell and targets the whole cube.
-TEACHERS: dict[str, tuple[Callable[[Any, int], Any], tuple[str, ...]]] = {
+TEACHERS: dict[str, tuple[Callable[..., Any], tuple[str, ...]]] = {
     "random": (_random, ()),
     "alpgmm": (_teacher("alp_gmm", "ALPGMM"), ("sklearn", "scipy")),
     "covargmm": (_teacher("covar_gmm", "CovarGMM"), ("sklearn", "scipy")),
@@ -188,13 +189,14 @@ def _has(modules: Sequence[str]) -> bool:
     return all(importlib.util.find_spec(m) is not None for m in modules)
 
 
-def make_teacher(name: str, dims: int, seed: int) -> Any:
-    """Teacher ``name`` (a key of :data:`TEACHERS`) over the unit box of ``dims`` dimensions."""
+def make_teacher(name: str, dims: int, seed: int, background: bool = False) -> Any:
+    """Teacher ``name`` (a key of :data:`TEACHERS`) over the unit box of ``dims`` dimensions (refitting in
+    line unless ``background``)."""
     from magister.task_spaces import Box
 
     if name not in TEACHERS:
         raise ValueError(f"unknown teacher {name!r}; expected one of {sorted(TEACHERS)}")
-    return TEACHERS[name][0](Box(0.0, 1.0, shape=(dims,)), seed)
+    return TEACHERS[name][0](Box(0.0, 1.0, shape=(dims,)), seed, background)
 
 
 @dataclass
