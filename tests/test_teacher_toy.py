@@ -28,20 +28,20 @@ def _teachers() -> list[str]:
 
 def test_the_command_prints_a_row_per_teacher_with_intervals_around_the_means(tmp_path, capsys):
     teachers = _teachers()
-    runs = toy.main(["--seeds", "3", "--episodes", "300", "--every", "100", "--dims", "2", "3",
+    runs = toy.main(["--seeds", "3", "--episodes", "200", "--every", "100", "--dims", "2", "3",
                      "--cells", "4", "3", "--teachers", *teachers, "--workers", "1", "--no-progress",
                      "--out", str(tmp_path)])
     out = capsys.readouterr().out
     assert len(runs) == len(teachers) * 3 * 2
-    assert all(len(r.scores) == 4 and r.episodes == 300 for r in runs)  # episode 0, then every 100
+    assert all(len(r.scores) == 3 and r.episodes == 200 for r in runs)  # episode 0, then every 100
     blocks = out.split("\n\n")
     for block, (dims, cells) in zip(blocks, ((2, 4), (3, 3))):
-        assert block.startswith(f"{dims}-D ({cells}^{dims} = {cells ** dims} cells), 300 episodes, 3 seeds")
+        assert block.startswith(f"{dims}-D ({cells}^{dims} = {cells ** dims} cells), 200 episodes, 3 seeds")
         rows = _rows(block)
         assert list(rows) == teachers  # one row per teacher, in the order asked
         for name, (mean, low, high) in rows.items():
             finals = [r.scores[-1] for r in runs if (r.teacher, r.dims) == (name, dims)]
-            assert mean == pytest.approx(np.mean(finals), abs=5e-4)  # the printed mean is the runs' mean
+            assert mean == pytest.approx(np.mean(finals), abs=6e-4)  # the runs' mean, to 3 decimals
             assert low <= mean <= high, (name, mean, low, high)
     assert (tmp_path / "teacher-toy.png").stat().st_size > 1000
 
