@@ -98,7 +98,7 @@ import numpy as np
 from magister.curricula.learning_progress import LearningProgress
 from magister.curricula.plr import PLR
 from magister.curricula.sfl import SFL
-from magister.examples.results import BENCHMARKS_README, RESULTS_PAGE, recording
+from magister.examples.results import BENCHMARKS_README, RESULTS_PAGE, machine, recording
 from magister.integrations.scores import feed_scores
 from magister.task_spaces.discrete import Discrete
 
@@ -524,6 +524,7 @@ def run_box(args: argparse.Namespace) -> None:
     print("us/sample: mean; us/update p50: an update without a refit; us/update mean: refits included "
           "(amortised); refits: in the timed blocks, s/refit: the median seconds of one; warm-up s: the "
           "warm-up's rounds, refits in the background")
+    print(f"end: {machine()}")
 
 
 def main(argv: list[str] | None = None) -> None:
