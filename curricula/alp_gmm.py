@@ -297,15 +297,22 @@ class ALPGMM(Curriculum):
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        tasks = np.asarray(state["tasks"], dtype=np.float64).reshape(-1, self.params.dims)
+        tasks = np.asarray(state["tasks"], dtype=np.float64)
         window = np.asarray(state["window"], dtype=np.float64)
-        if window.size and window.shape[1] != self.params.dims + 1:
+        if tasks.ndim != 2 or (tasks.size and tasks.shape[1] != self.params.dims):
             raise ValueError(
-                f"state_dict holds {window.shape[1] - 1}-dimensional tasks, this space has {self.params.dims}"
+                f"state_dict holds {tasks.shape[-1]}-dimensional tasks, this space has {self.params.dims}"
+            )
+        tasks = tasks.reshape(-1, self.params.dims)
+        signals = np.asarray(state["signals"], dtype=np.float64)
+        if signals.shape != (len(tasks),) or not 0 <= int(state["indexed"]) <= len(tasks):
+            raise ValueError(
+                f"state_dict holds {len(tasks)} tasks, {signals.size} signals and a tree over "
+                f"{state['indexed']} of them; expected one signal per task and at most that many indexed"
             )
         super().load_state_dict(state)
         self._refit.wait()  # a fit of the state being replaced is dropped
-        self._history.load(tasks, np.asarray(state["signals"], dtype=np.float64), int(state["indexed"]))
+        self._history.load(tasks, signals, int(state["indexed"]))
         self._window = deque(list(window), maxlen=self.fit_rate)
         self.mixture = Mixture.from_state(state["mixture"]) if state["mixture"] is not None else None
         self.fits = int(state["fits"])

@@ -23,10 +23,10 @@ UNIT = Box(0.0, 1.0, shape=(2,))
 
 
 @pytest.fixture(autouse=True, scope="module")
-def _one_blas_thread():
-    """A fit sees a few hundred rows: OpenBLAS's worker threads only spin (on a loaded 2-core machine
-    they make each fit many times slower)."""
-    with threadpool_limits(1, user_api="blas"):
+def _one_native_thread():
+    """A fit sees a few hundred rows: the worker threads of OpenBLAS and of scikit-learn's OpenMP only spin
+    (on a loaded 2-core machine they make each fit tens of times slower)."""
+    with threadpool_limits(1):
         yield
 
 
@@ -237,4 +237,4 @@ def test_it_masters_more_of_the_toy_env_than_random_sampling():
     t = CovarGMM(UNIT, fit_rate=100, potential_ks=range(2, 6), background=False, seed=0)
     covar = play(t, ToyEnv(2), 4000, every=4000)[-1]
     uniform = play(DomainRandomization(UNIT, seed=0), ToyEnv(2), 4000, every=4000)[-1]
-    assert covar >= uniform + 0.05, (covar, uniform)
+    assert covar >= uniform + 0.08, (covar, uniform)

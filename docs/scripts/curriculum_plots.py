@@ -30,6 +30,7 @@ from simulated_student import SimulatedStudent  # noqa: E402
 from magister.curricula import (  # noqa: E402
     ACCEL,
     ADR,
+    ALPGMM,
     FSP,
     OMNI,
     PFSP,
@@ -37,6 +38,7 @@ from magister.curricula import (  # noqa: E402
     RIAC,
     SFL,
     Constant,
+    CovarGMM,
     DomainRandomization,
     ExpandingBox,
     LearningProgress,
@@ -156,6 +158,48 @@ def expanding_box_figure(out: Path) -> None:
     plt.close(fig)
 
 
+def toy_teacher_figure(name: str, title: str, make: Callable[[], object], out: Path,
+                       episodes: int = 10_000, panels: tuple[int, ...] = (2000, 6000, 10_000)) -> None:
+    """A teacher on the toy env of ``examples/teacher_toy.py`` ([0, 1]^2, 10 x 10 cells, competence spreading
+    from the cell at the origin): where it sampled in the 1,000 episodes before each of ``panels`` (dots,
+    over the cells mastered by then), and the share of cells mastered against uniform sampling."""
+    from threadpoolctl import threadpool_limits
+
+    def loop(cur):
+        env, tasks, scores, grids = ToyEnv(2), [], [], {}
+        for n in range(1, episodes + 1):
+            (task,) = cur.sample(1)
+            reward = env.play(task)
+            cur.update_on_episode(reward, 1, task, reward)
+            tasks.append(task)
+            if n % 250 == 0:
+                scores.append((n, env.mastered()))
+            if n in panels:
+                grids[n] = env.competence > env.threshold
+        return np.array(tasks), np.array(scores), grids
+
+    with threadpool_limits(1):  # the fits are small: BLAS and OpenMP threads would only spin
+        tasks, scores, grids = loop(make())
+    _, base, _ = loop(DomainRandomization(_unit_square(), seed=SEED))
+    fig, axes = plt.subplots(1, len(panels) + 1, figsize=(3.1 * (len(panels) + 1), 3.2))
+    for a, end in zip(axes, panels):
+        a.imshow(grids[end].T, origin="lower", extent=(0, 1, 0, 1), cmap="Greys", vmin=0, vmax=2.5)
+        window = tasks[end - 1000:end]
+        a.scatter(window[:, 0], window[:, 1], s=2, color=COLORS["curriculum"])
+        a.set(xlim=(0, 1), ylim=(0, 1), xticks=[0, 1], yticks=[0, 1], aspect="equal")
+        a.set_title(f"episodes {end - 1000}-{end}", fontsize=9)
+    b = axes[-1]
+    b.plot(scores[:, 0], scores[:, 1], color=COLORS["curriculum"], label=title)
+    b.plot(base[:, 0], base[:, 1], color=COLORS["baseline"], label="DomainRandomization")
+    b.set(xlabel="episodes", ylabel="share of cells mastered", ylim=(0, 1))
+    b.legend(loc="upper left", fontsize=8)
+    fig.suptitle(f"{title} on the toy env (grey: mastered cells; dots: the last 1,000 tasks sampled)",
+                 fontsize=10)
+    fig.tight_layout()
+    fig.savefig(out / f"{name}.png", dpi=90)
+    plt.close(fig)
+
+
 def coplayer_figure(name: str, file: str, make: Callable[[OpponentStore], object], out: Path) -> None:
     """The learner's skill grows; each stored snapshot keeps the skill it had. Which opponents are drawn?"""
     with tempfile.TemporaryDirectory() as d:
@@ -255,6 +299,10 @@ def _space() -> Discrete:
     return Discrete(N_TASKS, seed=SEED)
 
 
+def _unit_square() -> Box:
+    return Box(0.0, 1.0, shape=(2,))
+
+
 def _omni() -> OMNI:
     space = _space()
     return OMNI(space, base=SFL(space, seed=SEED), judge=NearCopyJudge(), seed=SEED)
@@ -302,6 +350,10 @@ FIGURES: dict[str, Callable[[Path], None]] = {
                                        out),
     "pfsp": lambda out: coplayer_figure("PFSP", "pfsp", lambda st: PFSP(st, checkpoint_interval=5, seed=SEED),
                                         out),
+    "alp-gmm": lambda out: toy_teacher_figure(
+        "alp-gmm", "ALPGMM", lambda: ALPGMM(_unit_square(), background=False, seed=SEED), out),
+    "covar-gmm": lambda out: toy_teacher_figure(
+        "covar-gmm", "CovarGMM", lambda: CovarGMM(_unit_square(), background=False, seed=SEED), out),
 }
 
 
