@@ -69,7 +69,9 @@ a GoalGAN is built.
 
 from __future__ import annotations
 
+import atexit
 import logging
+import weakref
 from collections import deque
 from collections.abc import Sequence
 from typing import Any
@@ -89,6 +91,17 @@ LSGAN_A, LSGAN_B, LSGAN_C = -1.0, 1.0, 0.0
 _SIGNALS = ("progress", "return")
 #: most goals waiting for their rollouts; past it the oldest is dropped (logged and counted)
 _MAX_PENDING = 10_000
+#: trainings that have run in a worker thread, finished at exit (a thread killed inside torch aborts Python)
+_TRAINING: weakref.WeakSet[Refit] = weakref.WeakSet()
+
+
+@atexit.register
+def _finish_trainings() -> None:
+    for refit in list(_TRAINING):
+        try:
+            refit.wait(timeout=120)
+        except Exception:  # (a failed or endless training must not hold up the exit)
+            logger.warning("GoalGAN: a training still running at exit was left behind")
 
 
 # -- the networks (torch is imported inside the functions only) ------------------------------------------
@@ -420,6 +433,7 @@ class GoalGAN(Curriculum):
             self.skipped_trainings += 1
             logger.info("GoalGAN: no intermediate goal among %d labelled; training skipped", len(labels))
             return
+        _TRAINING.add(self._refit)
         self._refit.start({"goals": goals, "labels": labels, "weights": self.weights,
                            "optimisers": self.optimisers, "config": self.config,
                            "seed": int(self.rng.integers(2**63))})

@@ -19,9 +19,11 @@ last update, :meth:`SelfPaced.pending_contexts`, in that order). The update solv
     - \\alpha\\, \\mathrm{KL}(p_\\nu \\,\\|\\, \\mu)
     \\quad \\text{s.t.} \\quad \\mathrm{KL}(p_{old} \\,\\|\\, p_\\nu) \\le \\epsilon
 
-with ``scipy.optimize.minimize(method="trust-constr")`` (the SPDL code's solver), the mean free and the
-covariance parameterised by its Cholesky factor with a log diagonal (``covariance="full"``) or by log
-standard deviations (``covariance="diag"``), so that it stays positive definite.
+with ``scipy.optimize.minimize(method="trust-constr")`` (the solver of the SPDL repository's second
+teacher; its first took a conjugate-gradient step with a line search, as TeachMyAgent does), the mean free
+and the covariance parameterised by its Cholesky factor with a log diagonal (``covariance="full"``) or by
+log standard deviations (``covariance="diag"``), so that it stays positive definite. The step is taken in
+coordinates whitened by the old distribution, with exact gradients (see ``_values_update``).
 
 ``mode="returns"`` (SPRL, black box). Every ``update_every`` episodes, the contexts :math:`c_i` played and
 their returns :math:`R_i` (or final progress, ``signal="progress"``) weight the samples as
@@ -348,7 +350,8 @@ class SelfPaced(Curriculum):
 
         ``V``: the critic's values :math:`V(s_0, c_i)`, shape ``(n,)``; ``C``: the contexts, shape
         ``(n, d)`` in the space's units (default: :meth:`pending_contexts`, which must then hold ``n``);
-        ``J``: the mean performance for :math:`\\alpha` (default: the mean of ``V``). A dict without
+        ``J``: the mean performance for :math:`\\alpha` (default: the mean of ``V``). Every update clears
+        the remembered contexts (they were drawn from the distribution it replaces). A dict without
         ``"values"`` is ignored. Bad shapes or non-finite numbers raise ``ValueError`` naming the key and
         leave the teacher as it was.
         """

@@ -107,6 +107,25 @@ def test_generator_concentrates_on_the_intermediate_ring():
     assert ring_share(teacher.sample(600)) > 0.6
 
 
+def test_masters_more_toy_env_cells_than_uniform_sampling():
+    """The ALP-GMM paper's toy env, each episode a success with probability competence / 100; TeachMyAgent's
+    benchmark noise and replay share, small networks, 4,000 episodes, seed 0."""
+    from magister.curricula import DomainRandomization
+    from magister.examples.teacher_toy import ToyEnv
+
+    def mastered(curriculum) -> float:
+        env, rng = ToyEnv(dims=2), np.random.default_rng(0)
+        for _ in range(4000):
+            (task,) = curriculum.sample(1)
+            reward = env.play(task)
+            curriculum.update_on_episode(reward, 1, task, float(rng.random() < reward))
+        return env.mastered()
+
+    teacher = GoalGAN(UNIT2, **SMALL, update_size=50, gan_iterations=100, state_noise_level=0.1, p_old=0.1,
+                      background=False, seed=0)
+    assert mastered(teacher) >= mastered(DomainRandomization(UNIT2, seed=0)) + 0.03
+
+
 # -- the background training ----------------------------------------------------------------------------
 def test_background_training_never_blocks_sampling(monkeypatch):
     release, started = threading.Event(), threading.Event()
@@ -132,6 +151,27 @@ def test_background_training_never_blocks_sampling(monkeypatch):
     assert teacher.trainings == 1
 
 
+def test_exit_with_a_training_in_flight_is_clean():
+    """The interpreter exits normally while a background training runs (it is finished at exit)."""
+    import subprocess
+    import textwrap
+
+    code = textwrap.dedent("""
+        from magister.curricula import GoalGAN
+        from magister.task_spaces import Box
+
+        teacher = GoalGAN(Box(0.0, 1.0, shape=(2,)), n_rollouts=1, update_size=4, goid_lb=0.0, goid_ub=1.0,
+                          gan_iterations=200, seed=0)
+        for i in range(4):
+            (task,) = teacher.sample(1)
+            teacher.update_on_episode(0.0, 1, task, float(i % 2))
+        assert teacher._refit.busy
+        print("exiting")
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and proc.stdout.strip() == "exiting", proc.stderr[-2000:]
+
+
 # -- sampling inside the bounds, checkpoints ----------------------------------------------------------------
 @settings(max_examples=10)
 @given(low=st.lists(st.floats(-50, 50), min_size=1, max_size=3), width=st.floats(0.01, 20),
@@ -148,6 +188,20 @@ def test_samples_always_inside_the_bounds(low, width, noise, seed):
         teacher.update_on_episode(0.0, 1, task, float(i % 2))
     assert teacher.trainings >= 1
     assert all(space.contains(t) for t in teacher.sample(30))
+
+
+def test_config_space_axes_are_snapped():
+    from magister.task_spaces import ConfigSpace, Product
+
+    space = Product((Box(0.0, 1.0), ConfigSpace({"size": [4, 8, 16]})))
+    teacher = GoalGAN(space, **SMALL, n_rollouts=1, update_size=4, goid_lb=0.0, goid_ub=1.0, gan_iterations=3,
+                      background=False, seed=0)
+    for i in range(12):
+        (task,) = teacher.sample(1)
+        assert space.contains(space.decode(task))
+        teacher.update_on_episode(0.0, 1, task, float(i % 2))
+    assert teacher.trainings >= 1
+    assert all(space.contains(space.decode(t)) for t in teacher.sample(20))
 
 
 @settings(max_examples=6)

@@ -6,6 +6,10 @@
 The student is ``tests/simulated_student.py``: 200 tasks, 10% of them learnable (the rest are never solved),
 one-step episodes whose success probability grows each time the student trains on the task. Every run is
 seeded, so the figures are the same on every machine (up to matplotlib's rendering).
+
+The continuous-space teachers (SelfPaced, GoalGAN) are drawn on the teacher-only toy env of the ALP-GMM
+paper's code (examples/teacher_toy.py) instead, 20,000 episodes each; GoalGAN's figure trains its GAN about
+90 times and takes a few minutes.
 """
 
 from __future__ import annotations
@@ -41,10 +45,12 @@ from magister.curricula import (  # noqa: E402
     CovarGMM,
     DomainRandomization,
     ExpandingBox,
+    GoalGAN,
     LearningProgress,
     Manual,
     OpponentStore,
     RobustPLR,
+    SelfPaced,
     SelfPlay,
     Sequential,
     TaskFilter,
@@ -293,6 +299,92 @@ def _adr_toy() -> ADR:
     # once its cells average half the cap, narrow it when they stay at (almost) nothing
     return ADR(Box(0.0, 1.0, shape=(2,)), initial=[0.0, 0.0], queue_length=20, step=0.05,
                low_threshold=0.05, high_threshold=0.5, signal="progress", seed=SEED)
+def toy_run(curriculum, episodes: int, every: int, success: str = "competence") -> dict:
+    """Teach the ALP-GMM paper's toy env (examples/teacher_toy.py, [0, 1]^2 in 10x10 cells); record the
+    mastered share every ``every`` episodes and the tasks sampled. ``success="bernoulli"``: the episode's
+    progress is 1 with probability competence/100, else 0 (a binary signal for GoalGAN)."""
+    env, rng = ToyEnv(dims=2), np.random.default_rng(SEED)
+    xs, mastered, tasks = [], [], []
+    for n in range(1, episodes + 1):
+        (task,) = curriculum.sample(1)
+        reward = env.play(task)
+        progress = float(rng.random() < reward) if success == "bernoulli" else reward
+        curriculum.update_on_episode(reward, 1, task, progress)
+        tasks.append(task)
+        if n % every == 0:
+            xs.append(n)
+            mastered.append(env.mastered())
+    return {"x": xs, "mastered": mastered, "tasks": np.array(tasks), "competence": env.competence.copy()}
+
+
+def toy_run_figure(name: str, title: str, run: dict, base: dict, out: Path, extra=None, others=()) -> None:
+    """Left: mastered share against DomainRandomization (and ``others``: (label, run) pairs). Right: the
+    tasks sampled in three periods over the final competence map."""
+    fig, (a, b) = plt.subplots(1, 2, figsize=(9.5, 3.8))
+    a.plot(run["x"], run["mastered"], color=COLORS["curriculum"], label=title)
+    for label, other in others:
+        a.plot(other["x"], other["mastered"], color=COLORS["curriculum"], ls="--", label=label)
+    a.plot(base["x"], base["mastered"], color=COLORS["baseline"], label="DomainRandomization")
+    a.set(xlabel="episodes", ylabel="share of cells mastered (competence > 75)")
+    a.legend(loc="upper left", fontsize=8)
+    b.imshow(run["competence"].T, origin="lower", extent=(0, 1, 0, 1), cmap="Greys", vmin=0, vmax=200)
+    n = len(run["tasks"])
+    for (lo, hi), color in zip(((0, n // 10), (n // 2 - n // 20, n // 2 + n // 20), (n - n // 10, n)),
+                               ("#90caf9", "#1e88e5", "#0d47a1")):
+        pts = run["tasks"][lo:hi:max(1, (hi - lo) // 400)]
+        b.scatter(pts[:, 0], pts[:, 1], s=4, color=color, label=f"episodes {lo}-{hi}")
+    if extra is not None:
+        extra(b)
+    b.set(xlabel="parameter 0", ylabel="parameter 1", xlim=(0, 1), ylim=(0, 1))
+    b.legend(loc="upper right", fontsize=7)
+    fig.suptitle(f"{title} on the toy env (grey: final competence per cell)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(out / f"{name}.png", dpi=90)
+    plt.close(fig)
+
+
+def self_paced_figure(out: Path) -> None:
+    episodes, space = 20_000, Box(0.0, 1.0, shape=(2,))
+    cur = SelfPaced(space, target_mean=[0.95, 0.95], target_std=0.05, init_mean=[0.05, 0.05], init_std=0.1,
+                    mode="returns", update_every=100, seed=SEED)
+    means = []
+    orig = cur._accept
+
+    def record(mean, cov):  # the mean after each update, for the plot
+        orig(mean, cov)
+        means.append(cur.mean.copy())
+
+    cur._accept = record
+    run = toy_run(cur, episodes, 1000)
+    base = toy_run(DomainRandomization(space, seed=SEED), episodes, 1000)
+    path = np.array(means)
+
+    def extra(ax):
+        ax.plot(path[:, 0], path[:, 1], color="#e65100", lw=1, label="mean of p_ν per update")
+        ax.scatter([0.95], [0.95], marker="*", s=40, color="#e65100", label="target mean")
+
+    toy_run_figure("self-paced", "SelfPaced (returns mode)", run, base, out, extra)
+    print(f"self-paced: mastered {run['mastered'][-1]:.3f} (DR {base['mastered'][-1]:.3f}); final mean "
+          f"{cur.mean.round(3).tolist()}, std {np.sqrt(np.diag(cur.cov)).round(3).tolist()}, "
+          f"KL to target {cur.kl_to_target():.2f}, alpha {cur.alpha:.3g}")
+
+
+def goal_gan_figure(out: Path) -> None:
+    import torch
+
+    torch.set_num_threads(1)  # small networks: one thread is fastest
+    episodes, space = 20_000, Box(0.0, 1.0, shape=(2,))
+    cur = GoalGAN(space, state_noise_level=0.1, p_old=0.1, background=False, seed=SEED)  # TMA's benchmark
+    run = toy_run(cur, episodes, 1000, success="bernoulli")
+    default = GoalGAN(space, background=False, seed=SEED)
+    run_default = toy_run(default, episodes, 1000, success="bernoulli")
+    base = toy_run(DomainRandomization(space, seed=SEED), episodes, 1000, success="bernoulli")
+    toy_run_figure("goal-gan", "GoalGAN (noise 0.1, p_old 0.1)", run, base, out,
+               others=[("GoalGAN (defaults: noise 0.01, p_old 0.2)", run_default)])
+    for label, c, r in (("noise 0.1, p_old 0.1", cur, run), ("defaults", default, run_default)):
+        m = c.metrics()
+        print(f"goal-gan ({label}): mastered {r['mastered'][-1]:.3f} (DR {base['mastered'][-1]:.3f}); "
+              f"trainings {m['goalgan/trainings']:.0f}, skipped {m['goalgan/skipped_trainings']:.0f}")
 
 
 def _space() -> Discrete:
@@ -354,6 +446,8 @@ FIGURES: dict[str, Callable[[Path], None]] = {
         "alp-gmm", "ALPGMM", lambda: ALPGMM(_unit_square(), background=False, seed=SEED), out),
     "covar-gmm": lambda out: toy_teacher_figure(
         "covar-gmm", "CovarGMM", lambda: CovarGMM(_unit_square(), background=False, seed=SEED), out),
+    "self-paced": self_paced_figure,
+    "goal-gan": goal_gan_figure,
 }
 
 
