@@ -20,8 +20,8 @@ Every run (teacher, dimensions, seed) plays its own toy env with its own teacher
 ``background=False`` (each refit runs in line, so a run is exact and reproducible); runs go to a process
 pool as wide as the machine's cores. An episode's return is the cell's competence over the cap; its
 progress is a success drawn with that probability (:func:`play` with a generator), which only GoalGAN
-reads by default. The command prints, per number of dimensions, the mastered share at
-the end for each teacher with a 95% stratified bootstrap interval over the seeds
+reads by default. The command prints, per number of dimensions, the mastered share at the end for each
+teacher with a 95% stratified bootstrap interval over the seeds
 (:func:`magister.evaluation.interval_estimates`), the difference from uniform sampling (``random``,
 :class:`~magister.curricula.DomainRandomization`) with its interval (:func:`magister.evaluation.difference`),
 and every seed's final share. In more dimensions the grid has fewer cells per dimension
@@ -162,9 +162,8 @@ def _teacher(module: str, name: str, **kwargs: Any) -> Callable[..., Any]:
     return build
 
 
-#: The teachers the command compares, by their command-line names: a factory
-#: ``(Box, seed, background=False) -> curriculum``
-#: each, and the modules a teacher needs beyond the core install. The teachers keep their defaults (the
+#: The teachers the command compares, by their command-line names: a factory ``(Box, seed,
+#: background=False) -> curriculum`` each, and the modules a teacher needs beyond the core install. The teachers keep their defaults (the
 #: papers' or their reference code's) except where the toy env needs prior knowledge they do not default:
 #: ADR's calibrated point is the origin cell and its thresholds are on the toy's reward (competence / cap):
 #: a bound moves out once its boundary episodes average a mastered cell (0.75) and in when they never
