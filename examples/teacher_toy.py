@@ -163,12 +163,13 @@ def _teacher(module: str, name: str, **kwargs: Any) -> Callable[..., Any]:
 
 
 #: The teachers the command compares, by their command-line names: a factory ``(Box, seed,
-#: background=False) -> curriculum`` each, and the modules a teacher needs beyond the core install. The teachers keep their defaults (the
-#: papers' or their reference code's) except where the toy env needs prior knowledge they do not default:
-#: ADR's calibrated point is the origin cell and its thresholds are on the toy's reward (competence / cap):
-#: a bound moves out once its boundary episodes average a mastered cell (0.75) and in when they never
-#: learn (0), with TeachMyAgent's queue of 10, boundary share 0.7 and step of 0.1; the self-paced teacher
-#: (black-box form, from returns) starts on the origin cell and targets the whole cube.
+#: background=False) -> curriculum`` each, and the modules a teacher needs beyond the core install. The
+#: teachers keep their defaults (the papers' or their reference code's) except where the toy env needs
+#: prior knowledge they do not default: ADR's calibrated point is the origin cell and its thresholds are on
+#: the toy's reward (competence / cap): a bound moves out once its boundary episodes average a mastered
+#: cell (0.75) and in when they never learn (0), with TeachMyAgent's queue of 10, boundary share 0.7 and
+#: step of 0.1; the self-paced teacher (black-box form, from returns) starts on the origin cell and targets
+#: the whole cube.
 TEACHERS: dict[str, tuple[Callable[..., Any], tuple[str, ...]]] = {
     "random": (_random, ()),
     "alpgmm": (_teacher("alp_gmm", "ALPGMM"), ("sklearn", "scipy")),
