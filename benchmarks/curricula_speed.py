@@ -60,6 +60,23 @@ The calls, per algorithm (configured alike: the settings below are the same on b
 
 The reference samples with the global ``np.random`` (seeded here); magister with its own generator.
 Rates are calls per second on this machine; compare the ratios (magister / reference), measured in one run.
+
+**Teachers on a 2-D Box** (a section of its own: the reference library has none of them). Every teacher
+for continuous parameters (ALP-GMM, Covar-GMM, RIAC, ADR, self-paced, GoalGAN where torch is installed)
+and domain randomisation over ``Box(0, 1, shape=(2,))``, built as :mod:`magister.examples.teacher_toy`
+builds them (the papers' defaults). The feedback is the toy env's reward for each task
+(:class:`magister.examples.teacher_toy.ToyEnv`, computed outside the timed calls) as the return, and a
+success drawn with that probability as the progress (as the toy command feeds them). Warm-up (untimed):
+``--box-episodes`` (10^5) episodes of ``sample(1)`` + its update with the refits in the background (their
+default: refits that come due while one runs merge into the next, so the warm-up takes minutes, not
+hours), so every history the teacher keeps holds 10^5 episodes. Then the refits run in line (the
+teacher's :class:`~magister.curricula._continuous.Refit` switched to ``background=False``), so that a
+call's whole cost is timed in the call. Timed: ``--repeats`` blocks of ``M = 1000`` rounds (a multiple of
+every teacher's refit period), each ``sample(1)`` and each update timed alone: the mean cost of a sample,
+the median cost of an update (an update that triggers no refit: a k-d tree rebuilt, a region split, a
+bound moved, a self-paced step included) and its mean (refits included, amortised), the refits in the
+timed blocks and the median seconds of one. A served teacher runs its refits in a worker thread instead
+(what that costs the workers is ``benchmarks/teacher_refit.py``'s question).
 """
 
 from __future__ import annotations
@@ -81,7 +98,7 @@ import numpy as np
 from magister.curricula.learning_progress import LearningProgress
 from magister.curricula.plr import PLR
 from magister.curricula.sfl import SFL
-from magister.examples.results import BENCHMARKS_README, RESULTS_PAGE, recording
+from magister.examples.results import BENCHMARKS_README, RESULTS_PAGE, machine, recording
 from magister.integrations.scores import feed_scores
 from magister.task_spaces.discrete import Discrete
 
@@ -402,6 +419,114 @@ def calls_for(n: int, args: argparse.Namespace) -> int:
     return 100 if n <= 10_000 else 50
 
 
+# -- teachers on a 2-D Box -------------------------------------------------------------------------------
+BOX_ROUNDS = 1000  # rounds per timed block: a multiple of every teacher's refit period
+
+
+def box_teachers() -> list[str]:
+    """The toy command's teachers whose modules are installed (``random`` = DomainRandomization)."""
+    from magister.examples import teacher_toy
+
+    return [t for t, (_, needs) in teacher_toy.TEACHERS.items() if teacher_toy._has(needs)]
+
+
+@dataclass
+class BoxRow:
+    name: str
+    episodes: int
+    warm_s: float
+    samples: np.ndarray  # seconds of each timed sample(1)
+    updates: np.ndarray  # seconds of each timed update
+    fits: list[float]  # seconds of each refit in the timed blocks
+
+
+def refits_of(cur: Any) -> list[Any]:
+    from magister.curricula._continuous import Refit
+
+    return [v for v in vars(cur).values() if isinstance(v, Refit)]
+
+
+def time_fits(cur: Any) -> list[tuple[float, float]]:
+    """Wrap the fit of every :class:`Refit` the curriculum holds, so each fit's (start, end) is kept."""
+    spans: list[tuple[float, float]] = []
+    for refit in refits_of(cur):
+        fit = refit.fit
+
+        def timed(snapshot: Any, fit: Any = fit) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return fit(snapshot)
+            finally:
+                spans.append((t0, time.perf_counter()))
+
+        refit.fit = timed
+    return spans
+
+
+def box_rounds(cur: Any, env: Any, m: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """``m`` rounds of ``sample(1)`` + the toy env's reward as its update; the seconds of each call."""
+    samples, updates = np.empty(m), np.empty(m)
+    clock = time.perf_counter
+    for i in range(m):
+        t0 = clock()
+        task = cur.sample(1)[0]
+        t1 = clock()
+        reward = env.play(task)
+        success = float(rng.random() < reward)
+        t2 = clock()
+        cur.update_on_episode(reward, 1, task, success)
+        t3 = clock()
+        samples[i], updates[i] = t1 - t0, t3 - t2
+    return samples, updates
+
+
+def measure_box(name: str, episodes: int, repeats: int) -> BoxRow:
+    from magister.examples.teacher_toy import ToyEnv, make_teacher
+
+    cur, env, rng = make_teacher(name, 2, seed=0, background=True), ToyEnv(dims=2), np.random.default_rng(1)
+    spans = time_fits(cur)
+    t0 = time.perf_counter()
+    box_rounds(cur, env, episodes, rng)  # warm-up: the histories fill to `episodes`
+    for refit in refits_of(cur):  # the fit in flight finishes; from now on refits run in line
+        refit.wait(600)
+        refit.background = False
+    warm = time.perf_counter() - t0
+    logger.info("%s: %d warm-up episodes in %.1f s", name, episodes, warm)
+    n_warm = len(spans)
+    blocks = [box_rounds(cur, env, BOX_ROUNDS, rng) for _ in range(repeats)]
+    samples = np.concatenate([b[0] for b in blocks])
+    updates = np.concatenate([b[1] for b in blocks])
+    return BoxRow(name, episodes, warm, samples, updates, [b - a for a, b in spans[n_warm:]])
+
+
+def box_table(rows: list[BoxRow]) -> str:
+    head = ("teacher", "episodes", "us/sample", "us/update p50", "us/update mean", "refits", "s/refit",
+            "warm-up s")
+    lines = []
+    for r in rows:
+        lines.append((r.name, f"{r.episodes:,}", f"{1e6 * r.samples.mean():,.1f}",
+                      f"{1e6 * np.median(r.updates):,.1f}", f"{1e6 * r.updates.mean():,.1f}",
+                      str(len(r.fits)), f"{np.median(r.fits):.2f}" if r.fits else "-", f"{r.warm_s:,.1f}"))
+    widths = [max(len(x) for x in col) for col in zip(head, *lines)]
+    fmt = lambda row: "  ".join(x.ljust(w) if i == 0 else x.rjust(w)  # noqa: E731
+                                for i, (x, w) in enumerate(zip(row, widths)))
+    return "\n".join([fmt(head), "  ".join("-" * w for w in widths), *map(fmt, lines)])
+
+
+def run_box(args: argparse.Namespace) -> None:
+    logging.getLogger("magister.curricula").setLevel(logging.WARNING)  # (each refit logs at INFO)
+    names = args.box_teachers or box_teachers()
+    rows = [measure_box(name, args.box_episodes, args.repeats) for name in names]
+    print(f"Teachers on a 2-D Box: {args.box_episodes:,} episodes of warm-up, then {args.repeats} blocks of "
+          f"{BOX_ROUNDS} rounds of sample(1) + episode update (the toy env's reward), every call timed; "
+          f"refits in line during the timed blocks; random = DomainRandomization")
+    print(box_table(rows))
+    print("us/sample: mean; us/update p50: an update without a refit; us/update mean: refits included "
+          "(amortised); refits: in the timed blocks, s/refit: the median seconds of one; warm-up s: the "
+          "warm-up's rounds, refits in the background")
+    print(f"end: {machine()}")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="smoke run: small n, few calls")
@@ -410,6 +535,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=3, help="timed blocks per library (median shown)")
     parser.add_argument("--algos", nargs="+", default=list(MAGISTER), choices=list(MAGISTER))
     parser.add_argument("--no-reference", action="store_true", help="time magister only")
+    parser.add_argument("--only", choices=["discrete", "box"], default=None,
+                        help="run one section: the discrete curricula against the reference, or the teachers "
+                             "on a 2-D Box")
+    parser.add_argument("--box-episodes", type=lambda s: int(float(s)), default=100_000,
+                        help="teachers' warm-up episodes before the timed blocks")
+    parser.add_argument("--box-teachers", nargs="+", default=None, help="teachers to time (default: all)")
     parser.add_argument("--write-results", action="store_true",
                         help="write the output into docs/results.md and benchmarks/README.md")
     args = parser.parse_args(argv)
@@ -422,6 +553,12 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     warnings.filterwarnings("ignore")  # the reference warns on every large-space construction
 
+    if args.only != "discrete":
+        with recording("curricula-speed-teachers", enabled=args.write_results,
+                       pages=(RESULTS_PAGE, BENCHMARKS_README)):
+            run_box(args)
+    if args.only == "box":
+        return
     with recording("curricula-speed", enabled=args.write_results, pages=(RESULTS_PAGE, BENCHMARKS_README)):
         rows = []
         for algo in args.algos:
