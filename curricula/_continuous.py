@@ -455,3 +455,19 @@ def task_vector(box: ParamBox, task: EncodedTask) -> np.ndarray:
             f"{box.dims} finite numbers"
         )
     return x
+
+
+def feedback(teacher: Any, task: EncodedTask, episode_return: float, length: int, progress: float,
+             signal: str) -> tuple[np.ndarray, float]:
+    """What a teacher learns from one episode, checked: the task's parameter vector (``ValueError`` naming a
+    task that is not one of the space's) and the episode's ``signal``, its return or its progress (a return
+    or progress that is not finite is refused, ``ValueError``, whichever the teacher reads); the teacher's
+    episode and step counts are advanced."""
+    ret, prog = check_finite("episode_return", episode_return), check_finite("progress", progress)
+    value = ret if signal == "return" else prog
+    x = task_vector(teacher.params, task)
+    teacher.task_space.check_encoded(task)  # (inside the bounds, a sampleable config)
+    teacher.num_steps += check_int("length", length, 0)
+    teacher.num_episodes += 1
+    return x, value
+

@@ -77,7 +77,7 @@ from typing import Any
 import numpy as np
 
 from ..task_spaces.base import EncodedTask, TaskSpace
-from ._continuous import ParamBox
+from ._continuous import ParamBox, feedback
 from .base import Curriculum, check_finite
 
 logger = logging.getLogger(__name__)
@@ -242,11 +242,7 @@ class ADR(Curriculum):
         env_id: int | None = None,
     ) -> None:
         """Credit a boundary episode's performance to its bound's queue; test the queue when full."""
-        value = episode_return if self.signal == "return" else progress
-        y = check_finite("episode_return" if self.signal == "return" else "progress", value)
-        self.task_space.check_encoded(task)
-        self.num_episodes += 1
-        self.num_steps += int(length)
+        _, y = feedback(self, task, episode_return, length, progress, self.signal)
         entry = self._forget(self._key(task))
         if entry is None:
             return

@@ -88,12 +88,12 @@ from ._continuous import (
     check_ks,
     check_ratio,
     draw,
+    feedback,
     fit_by_aic,
     fit_seed,
     require,
-    task_vector,
 )
-from .base import Curriculum, check_finite
+from .base import Curriculum
 
 logger = logging.getLogger(__name__)
 
@@ -250,17 +250,12 @@ class ALPGMM(Curriculum):
         env_id: int | None = None,
     ) -> None:
         """Store the task with its signal and ALP; every ``fit_rate`` episodes, fit a new mixture."""
-        x = task_vector(self.params, task)
-        value = episode_return if self.signal == "return" else progress
-        r = check_finite(f"the episode's {self.signal}", value)
-        check_int("length", length, 0)
+        x, r = feedback(self, task, episode_return, length, progress, self.signal)
         alp = 0.0
         if self._history.size > _MIN_HISTORY:
             alp = abs(r - float(self._history.signals[self._history.nearest(x)]))
         self._history.add(x, r)
         self._window.append(np.append(x, alp))
-        self.num_episodes += 1
-        self.num_steps += int(length)
         if self.num_episodes % self.fit_rate == 0:
             snapshot = np.array(self._window)
             self._refit.start((snapshot, fit_seed(self._stream_root, self._fits_started)))

@@ -79,7 +79,7 @@ from typing import Any
 import numpy as np
 
 from ..task_spaces.base import EncodedTask, TaskSpace
-from ._continuous import ParamBox, Refit, require
+from ._continuous import ParamBox, Refit, feedback, require
 from .base import Curriculum, check_finite
 
 logger = logging.getLogger(__name__)
@@ -402,17 +402,14 @@ class GoalGAN(Curriculum):
         env_id: int | None = None,
     ) -> None:
         """Collect the episode's success for its goal; label the goal once its rollouts are in."""
-        ret = check_finite("episode_return", episode_return)
-        prog = check_finite("progress", progress)
-        key = tuple(self.params.vector(task).tolist())
-        self.num_episodes += 1
-        self.num_steps += int(length)
+        x, value = feedback(self, task, episode_return, length, progress, self.signal)
+        key = tuple(x.tolist())
         self._swap()
         entry = self._pending.get(key)
         if entry is None:
             self.unlabelled_episodes += 1
             return
-        entry[2].append((prog if self.signal == "progress" else ret) >= self.success_threshold)
+        entry[2].append(value >= self.success_threshold)
         if len(entry[2]) < entry[1]:
             return
         del self._pending[key]

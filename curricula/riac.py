@@ -66,8 +66,8 @@ from typing import Any
 import numpy as np
 
 from ..task_spaces.base import EncodedTask, TaskSpace
-from ._continuous import ParamBox
-from .base import Curriculum, check_finite
+from ._continuous import ParamBox, feedback
+from .base import Curriculum
 
 logger = logging.getLogger(__name__)
 
@@ -292,12 +292,8 @@ class RIAC(Curriculum):
         env_id: int | None = None,
     ) -> None:
         """Add the episode's (task, signal) pair to the boxes containing the task."""
-        value = episode_return if self.signal == "return" else progress
-        y = check_finite("episode_return" if self.signal == "return" else "progress", value)
-        self.task_space.check_encoded(task)
-        self.num_episodes += 1
-        self.num_steps += int(length)
-        self._add(self.params.vector(task), y)
+        x, y = feedback(self, task, episode_return, length, progress, self.signal)
+        self._add(x, y)
 
     # -- introspection and checkpointing ------------------------------------------------------------
     def metrics(self) -> dict[str, float]:

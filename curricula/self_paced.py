@@ -99,7 +99,7 @@ from typing import Any
 import numpy as np
 
 from ..task_spaces.base import EncodedTask, TaskSpace
-from ._continuous import ParamBox, require
+from ._continuous import ParamBox, feedback, require
 from .base import Curriculum, check_finite
 
 logger = logging.getLogger(__name__)
@@ -330,15 +330,11 @@ class SelfPaced(Curriculum):
     ) -> None:
         """Remember the episode's context (and, in returns mode, its performance); in returns mode,
         update every ``update_every`` episodes."""
-        ret = check_finite("episode_return", episode_return)
-        prog = check_finite("progress", progress)
-        x = (self.params.vector(task) - self.params.low) / self.params.width
-        self.num_episodes += 1
-        self.num_steps += int(length)
-        self._contexts.append(x)
+        x, value = feedback(self, task, episode_return, length, progress, self.signal)
+        self._contexts.append((x - self.params.low) / self.params.width)
         if self.mode == "values":
             return
-        self._signals.append(ret if self.signal == "return" else prog)
+        self._signals.append(value)
         if len(self._signals) == self.update_every:
             contexts, signals = np.array(self._contexts), np.array(self._signals)
             self._contexts.clear()
