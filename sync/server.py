@@ -227,22 +227,23 @@ class CurriculumServer(LearnerCalls, ServedCurriculum):
         """Send ``msg`` now (numbered, and kept until acknowledged, for a sequenced env)."""
         peer = self._peers.get(identity)
         frames = P.encode(msg)
-        if peer is None or not peer.sequenced:  # (an error for a sender gone since, e.g. a frame that
-            quiet = logging.DEBUG if peer is None and type(msg) is P.Error else None  # crossed its goodbye)
-            return self._write(identity, frames, msg, quiet)
+        if peer is None or not peer.sequenced:  # (an error for a sender gone since, such as a frame that
+            gone = logging.DEBUG if peer is None and type(msg) is P.Error else None  # crossed its goodbye)
+            return self._write(identity, frames, msg, gone=gone)
         return self._write(identity, peer.stream.number(frames), msg, logging.DEBUG)  # (resent if lost)
 
-    def _write(
-        self, identity: bytes, frames: list[Any], msg: P.Message | None = None, level: int | None = None
-    ) -> bool:
+    def _write(self, identity: bytes, frames: list[Any], msg: P.Message | None = None,
+               level: int | None = None, gone: int | None = None) -> bool:
         """Send ``frames`` to ``identity`` now; False when it cannot take them (logged at ``level``, by
-        default a warning)."""
+        default a warning; at ``gone``, when given, if the peer is gone rather than its queue full)."""
         try:
             self._sock.send_multipart([identity, *frames], zmq.NOBLOCK)
             return True
         except (zmq.Again, zmq.ZMQError) as exc:  # peer gone (ROUTER_MANDATORY) or its queue is full
             self.replies_undelivered += 1
             what = type(msg).__name__ if msg is not None else "a message"
+            if gone is not None and not isinstance(exc, zmq.Again):
+                level = gone
             self._log.log(logging.WARNING if level is None else level, "undeliverable",
                           "curriculum server: could not deliver %s to env %s: %s", what,
                           getattr(msg, "env_id", "?"), exc)
