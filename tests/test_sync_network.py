@@ -441,7 +441,8 @@ def test_an_idle_env_stays_alive_by_its_heartbeats():
 
 
 def _pausable(address: str, out, resumed) -> None:
-    c = CurriculumClient(address, timeout=10.0, prefetch=2)
+    # (no prefetch: its next task must come from the server, which tells it it was declared gone)
+    c = CurriculumClient(address, timeout=10.0, prefetch=0)
     a = c.next_task()
     out.put("holding")
     assert resumed.wait(60)  # SIGSTOPped, then SIGCONTed, meanwhile
