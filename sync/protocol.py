@@ -47,7 +47,7 @@ __all__ = [
     "PROTOCOL_VERSION", "ProtocolError", "ProtocolVersionError", "Message", "Hello", "Welcome", "Tasks",
     "Report", "Steps", "STEPS", "PROGRESS", "EPISODE", "StackedObs", "Error", "Goodbye", "MESSAGE_TYPES",
     "encode", "decode", "pack_value", "unpack_value", "DATA", "PING", "PONG", "pack_envelope",
-    "unpack_envelope", "Stream", "rebase", "episodes_in",
+    "unpack_envelope", "Stream", "rebase",
 ]
 
 #: Bumped whenever a message layout changes or a kind is added; both ends must agree.
@@ -229,8 +229,7 @@ class _Rows:
             out.append(tuple(check(f"{name}[{i}].{f}", x) for (f, check), x in zip(self.fields, row)))
         return tuple(out)
 
-    def fits(self, col: tuple) -> bool:
-        """Whether every value of ``col`` is an empty tuple (the common case: no per-agent rows)."""
+    def fits(self, col: tuple) -> bool:  # (every value an empty tuple: no per-agent rows, the common case)
         return all(type(x) is tuple and not x for x in col)
 
 
@@ -714,12 +713,6 @@ class Stream:
         return "deliver", [], None
 
 
-def episodes_in(update: tuple) -> int:
-    """The episodes an update reports: one per agent row of an episode update (one without rows), none for
-    the other kinds."""
-    return max(1, len(update[8])) if update[0] == EPISODE else 0
-
-
 def rejoin_hello(hello: Hello, unacknowledged: Sequence[Message]) -> Hello:
     """``hello`` of a returning env, with what its ``unacknowledged`` reports (to be sent again) name: their
     lease ids added to ``holds``, their episodes taken out of ``reported``.
@@ -732,7 +725,7 @@ def rejoin_hello(hello: Hello, unacknowledged: Sequence[Message]) -> Hello:
     updates = [u for m in unacknowledged if isinstance(m, Report) for u in m.updates]
     ids = [int(i) for u in updates for i in (u[1].task_ids if u[0] == STEPS else (u[1],))]
     holds = (*hello.holds, *(i for i in ids if i >= 0))
-    reported = hello.reported - sum(episodes_in(u) for u in updates)
+    reported = hello.reported - sum(max(1, len(u[8])) for u in updates if u[0] == EPISODE)  # (one per agent)
     return replace(hello, holds=holds, reported=max(0, reported))
 
 
