@@ -34,7 +34,7 @@ import secrets
 import time
 from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Hashable, Iterable
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, ClassVar
 
 import numpy as np
@@ -70,7 +70,12 @@ class SyncRejected(ValueError):
 @dataclass
 class EnvCounters:
     """Per-env accounting: monotone counts (``tasks_sent`` and ``tasks_in_flight`` are derived from them;
-    the metrics add ``connected``, 1 while the env is served)."""
+    the metrics add ``connected``, 1 while the env is served). Reports dropped and counted: ``reports_late``
+    (for leases that ended otherwise: abandoned while the env was away, returned), ``reports_orphaned`` (for
+    leases another server instance issued: before a restart, after its last checkpoint).
+    ``episodes_reported``: episode reports processed (applied, cut short, late, orphaned or refused; repeats
+    not counted); ``episodes_lost_to_restore``: those a server instance that died after its checkpoint
+    took (the restored curriculum lacks them)."""
 
     tasks_sampled: int = 0
     tasks_unsent: int = 0
@@ -87,13 +92,9 @@ class EnvCounters:
     malformed_frames: int = 0
     tasks_abandoned: int = 0
     duplicates_dropped: int = 0
-    #: Reports for leases that had ended otherwise (abandoned while the env was away, returned): dropped.
     reports_late: int = 0
-    #: Reports for leases another server instance issued (before a restart, after its last checkpoint).
     reports_orphaned: int = 0
-    #: Episode reports processed (applied, cut short, late, orphaned or refused; repeats not counted).
     episodes_reported: int = 0
-    #: Episodes a server instance that died after its checkpoint took: the restored curriculum lacks them.
     episodes_lost_to_restore: int = 0
     #: Listed with the counts (in the metrics, and in the ledgers of earlier versions) but derived.
     DERIVED: ClassVar[tuple[str, ...]] = ("tasks_sent", "tasks_in_flight", "connected")
@@ -139,6 +140,10 @@ class _Env:
         """1 while the env is served (live, and back if it was restored), else 0."""
         return int(self.live and self.restored is None)
 
+    def silent(self, since: float) -> bool:
+        """Whether it was last heard from before ``since``, or restored before it and not back."""
+        return any(t is not None and t < since for t in (self.heard, self.restored))
+
 
 def _check_progress(name: str, value: Any) -> None:
     """Progress must be finite and in [0, 1]: one number, or an array of them (a step update's)."""
@@ -165,11 +170,9 @@ def _all_equal(tasks: tuple) -> bool:
 
 
 class SyncCore:
-    """Curriculum + lock + leases and accounting, without any transport (see the module docstring).
-
-    One record per env, by env id, holds its counters, open leases, random stream, liveness and what its
-    endpoint keeps of it (its *contact*); an env that left keeps its counters (the last ``keep_departed``
-    one by one, the rest in the totals). Endpoints call :meth:`sweep` on their timers.
+    """Curriculum + lock + leases and accounting, without any transport (see the module docstring): one
+    record per env holds its counters, leases, stream, liveness and what its endpoint keeps of it (its
+    *contact*); one that left keeps its counters. Endpoints call :meth:`sweep` on their timers.
 
     Args:
         curriculum: The curriculum to serve.
@@ -201,12 +204,10 @@ class SyncCore:
         # lease ids are unique across server instances (each core numbers from a random base), so a
         # returning env's report names a lease this core holds, ended, or never issued
         self._first_task = self._next_task = secrets.randbits(40) << 16
-        #: How the last ``KEEP_ENDED`` leases ended, by id: a later report for one is dropped and counted.
-        self._ended: OrderedDict[int, str] = OrderedDict()
+        self._ended: OrderedDict[int, str] = OrderedDict()  # how the last KEEP_ENDED leases ended, by id
         self.log = RateLimitedLogger(logger, LOG_INTERVAL)
         space = getattr(curriculum, "task_space", None)
-        #: The fingerprint of the curriculum's task space (``""``: it has none), sent in every Welcome and
-        #: compared with the env's at connect.
+        # the curriculum's task space's ("": none), sent in every Welcome and compared with the env's
         self.task_space_fingerprint = space.fingerprint() if isinstance(space, TaskSpace) else ""
 
     @property
@@ -224,17 +225,6 @@ class SyncCore:
                 live (an env coming back to its slot is admitted).
         """
         hello = hello or P.Hello(os.getpid())
-        self._check_task_space(hello)
-        with self.lock:
-            env_id, resumed = self._admit(hello)
-            env = self._envs[env_id]
-            env.returned = env.returned or hello.rejoin >= 0
-            if hello.stream >= 0:
-                env.stream = hello.stream
-        return self._welcome(env_id, resumed)
-
-    def _check_task_space(self, hello: P.Hello) -> None:
-        """Refuse an env whose task space would decode the curriculum's tasks to other tasks."""
         theirs, ours = hello.task_space, self.task_space_fingerprint
         if theirs and ours and fingerprint_digest(theirs) != fingerprint_digest(ours):
             raise SyncRejected(
@@ -243,10 +233,23 @@ class SyncCore:
                 "decode the curriculum's tasks to other tasks. Build the env's task wrapper with the "
                 "same space as the curriculum (same kind, size, parameters and order)",
             )
+        with self.lock:
+            env_id, resumed = self._admit(hello)
+            env = self._envs[env_id]
+            env.returned = env.returned or hello.rejoin >= 0
+            env.stream = hello.stream if hello.stream >= 0 else env.stream
+        cur = self.curriculum
+        return P.Welcome(
+            env_id=env_id, step_batch_size=self.options.step_batch_size,
+            requires_step_updates=bool(cur.requires_step_updates),
+            requires_episode_updates=bool(cur.requires_episode_updates),
+            step_obs=bool(cur.requires_step_observations), step_infos=bool(cur.requires_step_infos),
+            task_space=self.task_space_fingerprint, heartbeat=float(self.heartbeat), server_token=self.token,
+            resumed=resumed,
+        )
 
     def _admit(self, hello: P.Hello) -> tuple[int, bool]:
-        """The env's slot (its own when it comes back to one, else a new one) and whether it resumes leases
-        restored from a checkpoint."""
+        """The env's slot (its own when it comes back to one) and whether it resumes restored leases."""
         back = self._envs.get(hello.rejoin)
         if back is not None and back.connected:  # its id is served (to another env, or to it already)
             back = None
@@ -259,33 +262,18 @@ class SyncCore:
             self._next_env += 1
             self._envs[self._next_env - 1] = _Env()
             return self._next_env - 1, False
-        if back.live:
-            self._resume(hello.rejoin, back, hello)
-            return hello.rejoin, True
-        self._left.remove(hello.rejoin)  # back under its identity
-        self._envs[hello.rejoin] = _Env(back.counters)
-        return hello.rejoin, False
-
-    def _resume(self, env_id: int, env: _Env, hello: P.Hello) -> None:
-        """An env restored from a checkpoint is back: the leases it no longer holds, and the episodes it
-        reported beyond the checkpoint's count, went to the instance that died after the checkpoint."""
-        c = env.counters
-        env.restored = None
+        if not back.live:  # back under its identity
+            self._left.remove(hello.rejoin)
+            self._envs[hello.rejoin] = _Env(back.counters)
+            return hello.rejoin, False
+        # restored from a checkpoint: the leases it no longer holds, and the episodes it reported beyond the
+        # checkpoint's count, went to the instance that died after the checkpoint
+        c, back.restored = back.counters, None
         c.episodes_lost_to_restore += max(0, hello.reported - c.episodes_reported)
         c.episodes_reported = max(c.episodes_reported, hello.reported)
         holds = set(hello.holds)
-        self._abandon(env_id, c, {i: env.leases.pop(i) for i in list(env.leases) if i not in holds})
-
-    def _welcome(self, env_id: int, resumed: bool) -> P.Welcome:
-        cur = self.curriculum
-        return P.Welcome(
-            env_id=env_id, step_batch_size=self.options.step_batch_size,
-            requires_step_updates=bool(cur.requires_step_updates),
-            requires_episode_updates=bool(cur.requires_episode_updates),
-            step_obs=bool(cur.requires_step_observations), step_infos=bool(cur.requires_step_infos),
-            task_space=self.task_space_fingerprint, heartbeat=float(self.heartbeat), server_token=self.token,
-            resumed=resumed,
-        )
+        self._abandon(hello.rejoin, c, {i: back.leases.pop(i) for i in list(back.leases) if i not in holds})
+        return hello.rejoin, True
 
     def counters(self, env_id: int) -> EnvCounters:
         """The counters of ``env_id``, live or among the last that left (``KeyError`` otherwise)."""
@@ -295,11 +283,10 @@ class SyncCore:
         return env.counters
 
     def attach(self, env_id: int, contact: Any, key: Hashable | None = None) -> None:
-        """Keep ``contact``, what an endpoint knows of live env ``env_id``, in its record: it is found by
-        ``key`` (:meth:`contact`) and shown to :meth:`sweep`'s check until the env departs."""
+        """Keep ``contact``, what an endpoint knows of live env ``env_id`` (once, after it registered): it is
+        found by ``key`` (:meth:`contact`) and shown to :meth:`sweep`'s check until the env departs."""
         with self.lock:
             env = self._live(env_id)
-            self._keys.pop(env.key, None)
             if key is not None and self._keys.setdefault(key, env_id) != env_id:
                 raise ValueError(f"contact key {key!r} is live env {self._keys[key]}'s, not {env_id}'s")
             env.contact, env.key = contact, key
@@ -346,8 +333,8 @@ class SyncCore:
         c.tasks_abandoned += len(leases)
 
     def heard(self, env_id: int) -> None:
-        """Env ``env_id`` gave a sign of life: an endpoint that declares silent envs gone calls this for each
-        message of its envs (in-process envs are never watched)."""
+        """Env ``env_id`` gave a sign of life (an endpoint calls this for each message; in-process envs are
+        never watched)."""
         env = self._envs.get(env_id)
         if env is not None and env.live:
             env.heard = time.monotonic()
@@ -361,19 +348,14 @@ class SyncCore:
             live = [(env_id, env) for env_id, env in self._envs.items() if env.live]
         watched = [(env_id, env.contact, env.heard) for env_id, env in live if env.contact is not None]
         named = set() if dead is None else set(dead(watched))
-        silent = [env_id for env_id, env in live if env_id not in named and self._silent(env)]
+        timeout = self.options.env_timeout
+        since = -math.inf if timeout is None else time.monotonic() - timeout
+        silent = [env_id for env_id, env in live if env_id not in named and env.silent(since)]
         with self.lock:
             gone = [env_id for env_id in [*named, *silent] if self.is_live(env_id)]
             for env_id in gone:
                 self.depart(env_id, reason if env_id in named else "timeout")
         return gone
-
-    def _silent(self, env: _Env) -> bool:
-        """Whether ``env`` is past ``env_timeout``: silent since last heard, or restored and not back."""
-        if self.options.env_timeout is None:
-            return False
-        since = time.monotonic() - self.options.env_timeout
-        return any(t is not None and t < since for t in (env.heard, env.restored))
 
     def unknown_env(self, env_id: int = -1, why: str = "") -> SyncRejected:
         """Refusing a message from an env this core does not serve (``why``: what the endpoint knows)."""
@@ -388,15 +370,11 @@ class SyncCore:
     def ledger_state(self) -> dict[str, Any]:
         """The live envs' counters and open leases, and the last ended leases, as plain data."""
         with self.lock:
-            envs = {
-                env_id: {
-                    "counters": {f.name: getattr(env.counters, f.name) for f in fields(env.counters)},
-                    "leases": [[i, s.task, s.train, s.control, s.variant] for i, (_, s) in
-                               env.leases.items()],
-                    "stream": env.stream,
-                }
-                for env_id, env in self._envs.items() if env.live
-            }
+            envs = {}
+            for env_id, env in self._envs.items():
+                if env.live:
+                    leases = [[i, s.task, s.train, s.control, s.variant] for i, (_, s) in env.leases.items()]
+                    envs[env_id] = {"counters": asdict(env.counters), "leases": leases, "stream": env.stream}
             ended = [[i, outcome] for i, outcome in self._ended.items()]
             return {"envs": envs, "ended": ended, "next_env": self._next_env}
 
@@ -434,7 +412,7 @@ class SyncCore:
         """Why a returning env's report for ``task_id`` is dropped (counted; the lease's first outcome
         stands): ``"repeat"`` (consumed), ``"late"`` (abandoned or returned) or ``"orphaned"`` (another server
         instance issued it); ``None``: it is not (other envs' reports for leases they lack are refused)."""
-        if not self._envs[env_id].returned or task_id == -1 or task_id in self._leases(env_id):
+        if not self._envs[env_id].returned or task_id == -1 or task_id in self._envs[env_id].leases:
             return None
         ended = self._ended.get(task_id)
         if ended == "consumed":
@@ -465,11 +443,6 @@ class SyncCore:
             raise self.unknown_env(env_id)
         return env
 
-    def _env(self, env_id: int) -> EnvCounters:
-        return self._live(env_id).counters
-
-    def _leases(self, env_id: int) -> dict[int, tuple[Hashable, TaskSample]]:
-        return self._envs[env_id].leases
 
     # -- tasks --------------------------------------------------------------------------------------
     def assign_tasks(self, env_id: int, count: int) -> P.Tasks:
@@ -487,30 +460,24 @@ class SyncCore:
                     f"env {env_id} asked for {count} tasks holding {held}: the server allows {most} in "
                     "flight per env (max_tasks_in_flight; a feed holds at most prefetch + 1)",
                 )
-            samples = self._sample(env.stream, count)
+            cur = self.curriculum
+            try:
+                rng = None if env.stream is None else cur.stream_rng(env.stream)
+                samples = cur.sample_tasks(count) if rng is None else cur.sample_tasks_with(rng, count)
+            except Exception as exc:
+                self.log.exception("sample_failed", "%s.sample_tasks(%d) failed", type(cur).__name__, count)
+                raise SyncRejected("sample_failed", f"curriculum.sample_tasks failed: {exc!r}") from exc
+            if len(samples) != count or not all(isinstance(s, TaskSample) for s in samples):
+                raise SyncRejected(
+                    "sample_failed",
+                    f"{type(cur).__name__}.sample_tasks({count}) must return {count} TaskSamples",
+                )
             first = self._next_task
             self._next_task = first + count
             ids = tuple(range(first, first + count))
             env.leases.update((i, (task_key(s.task), s)) for i, s in zip(ids, samples))
             env.counters.tasks_sampled += count
         return P.Tasks(env_id, ids, *zip(*((s.task, s.train, s.control, s.variant) for s in samples)))
-
-    def _sample(self, stream: int | None, count: int) -> list[TaskSample]:
-        """``count`` samples of the curriculum, from the env's random ``stream`` when it has one."""
-        cur = self.curriculum
-        try:
-            if stream is None:
-                samples = cur.sample_tasks(count)
-            else:
-                samples = cur.sample_tasks_with(cur.stream_rng(stream), count)
-        except Exception as exc:
-            self.log.exception("sample_failed", "%s.sample_tasks(%d) failed", type(cur).__name__, count)
-            raise SyncRejected("sample_failed", f"curriculum.sample_tasks failed: {exc!r}") from exc
-        if len(samples) != count or not all(isinstance(s, TaskSample) for s in samples):
-            raise SyncRejected(
-                "sample_failed", f"{type(cur).__name__}.sample_tasks({count}) must return {count} TaskSamples"
-            )
-        return samples
 
     def mark_unsent(self, msg: P.Tasks) -> None:
         """The tasks of ``msg`` could not be delivered (the env is gone): their leases end unsent."""
@@ -541,7 +508,7 @@ class SyncCore:
                     f"task {task!r:.200} is not an encoded task of {self.curriculum.task_space!r}",
                 )
             return TaskSample(task)
-        entry = self._leases(env_id).get(task_id)
+        entry = self._envs[env_id].leases.get(task_id)
         if entry is None:
             raise SyncRejected(
                 "unknown_task",
@@ -576,7 +543,7 @@ class SyncCore:
                 else:
                     self.malformed_frames += 1
             raise SyncRejected("bad_request", f"an env may not send {type(msg).__name__} messages")
-        c = self._env(env_id)
+        c = self._live(env_id).counters
         with self.lock:
             refused = []
             for update in msg.updates:
@@ -669,7 +636,7 @@ class SyncCore:
     def _consume(self, c: EnvCounters, env_id: int, task_id: int) -> None:
         """Lease ``task_id`` ends consumed (a no-op for a task the env chose)."""
         if task_id != -1:
-            del self._leases(env_id)[task_id]
+            del self._envs[env_id].leases[task_id]
             self._end(task_id, "consumed")
             c.tasks_consumed += 1
 
@@ -729,10 +696,10 @@ class SyncCore:
     def _goodbye(self, msg: P.Goodbye) -> P.Goodbye:
         """The env leaves, returning the tasks it did not start (one update); echoed as the ack."""
         env_id = msg.env_id
-        c = self._env(env_id)
+        c = self._live(env_id).counters
         with self.lock:
             c.updates_received += 1
-            flight = self._leases(env_id)
+            flight = self._envs[env_id].leases
             returned = [i for i in msg.returned_task_ids if not self._stale(env_id, c, i)]
             unknown = [i for i in returned if i not in flight]
             if unknown:
@@ -759,8 +726,7 @@ class SyncCore:
         ``_rejoined``)."""
         out: dict[str, float] = {}
         with self.lock:
-            totals = EnvCounters()
-            totals.add(self._evicted)
+            totals = replace(self._evicted)
             for env_id, env in sorted(self._envs.items()):
                 out.update(env.counters.metrics(f"sync/env{env_id}", env.connected))
                 totals.add(env.counters)

@@ -48,26 +48,20 @@ LIVENESS_QUIET = 2.0
 Checkpoint = str | os.PathLike | Callable[[], dict[str, Any] | None]
 
 
-def _live_workers() -> set[str] | None:
-    """Ids of Ray's live worker processes (no public call reads Ray's worker table without the dashboard);
-    ``None`` when this Ray cannot tell (envs are then declared gone by node or silence)."""
-    try:
-        from ray._private.state import workers
-        return set(workers())
-    except Exception:  # pragma: no cover - depends on the Ray version
-        return None
-
-
 def _dead(envs: list[tuple[int, tuple[str, str], float | None]]) -> list[int]:
-    """The envs quiet for a while (one that calls is alive) whose node or worker Ray reports dead: the
-    actor's check for :meth:`~magister.sync.core.SyncCore.sweep`, given ``(env id, (node, worker), last
-    heard)``."""
+    """The envs quiet for a while (one that calls is alive) whose node or worker Ray reports dead (the
+    actor's check for :meth:`~magister.sync.core.SyncCore.sweep`)."""
     quiet = time.monotonic() - LIVENESS_QUIET
     where = [(env_id, contact) for env_id, contact, heard in envs if heard is None or heard <= quiet]
     if not where:
         return []
     nodes = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
-    workers = _live_workers() if any(w for _, (_, w) in where) else None
+    workers = None  # Ray's live worker processes (None: this Ray cannot tell; envs gone by node or silence)
+    try:  # (no public call reads Ray's worker table without the dashboard)
+        from ray._private.state import workers as worker_table
+        workers = set(worker_table()) if any(w for _, (_, w) in where) else None
+    except Exception:  # pragma: no cover - depends on the Ray version
+        pass
     return [e for e, (node, worker) in where
             if node not in nodes or (workers is not None and worker and worker not in workers)]
 
@@ -88,10 +82,8 @@ class CurriculumActor(LearnerCalls):
         threading.Thread(target=self._watch, name="magister-liveness", daemon=True).start()
 
     def _restore(self, checkpoint: Checkpoint | None) -> None:
-        if callable(checkpoint):
-            state = checkpoint()
-        else:
-            state = load(checkpoint) if checkpoint is not None and os.path.exists(checkpoint) else None
+        exists = checkpoint is not None and not callable(checkpoint) and os.path.exists(checkpoint)
+        state = checkpoint() if callable(checkpoint) else load(checkpoint) if exists else None
         if state is None:
             logger.warning("curriculum actor restarted with no checkpoint (%r): the curriculum starts again "
                            "from the state it was served with", checkpoint)
@@ -101,8 +93,7 @@ class CurriculumActor(LearnerCalls):
         logger.warning("curriculum actor restarted; curriculum restored from %r", checkpoint)
 
     def _watch(self) -> None:
-        """Sweep the envs on a timer: those whose Ray node or worker died, and those silent past
-        ``env_timeout`` are declared gone."""
+        """Sweep the envs on a timer: those whose Ray node or worker died, or silent past ``env_timeout``."""
         while True:
             time.sleep(min(LIVENESS_PERIOD, self.core.heartbeat or LIVENESS_PERIOD))
             try:
@@ -112,8 +103,7 @@ class CurriculumActor(LearnerCalls):
 
     def _replies(self, frame: Any, where: tuple[str, str] | None = None) -> list[P.Message]:
         """The replies to one encoded message: usually none or one (a refused update that asked for tasks
-        gets the Error, then the Tasks). Never raises. ``where``: a hello's Ray node and worker ids, kept as
-        the env's contact."""
+        gets the Error, then the Tasks). Never raises. ``where``: a hello's Ray node and worker ids."""
         try:
             msg = _unpack(frame)
         except P.ProtocolError as exc:
@@ -127,10 +117,9 @@ class CurriculumActor(LearnerCalls):
     @ray.method(enable_task_events=False)  # called several times per episode per env: no per-call events
     def handle_batch(self, frames: list[Any], token: str = "", where: tuple[str, str] | None = None
                      ) -> list[bytes] | None:
-        """Apply encoded messages from one env, in order and whole (no env is declared gone halfway);
-        their encoded replies in order, or ``None`` when there are none. ``token``: the welcome's (another
-        actor's, before a restart, gets one ``unknown_env`` error and nothing is applied); ``where``: the Ray
-        node and worker ids a hello comes from. Never raises."""
+        """Apply encoded messages from one env, in order and whole (no env is declared gone halfway); their
+        encoded replies in order, or ``None``. ``token``: the welcome's (an older actor's gets one
+        ``unknown_env`` error); ``where``: the Ray node and worker ids a hello comes from. Never raises."""
         if not isinstance(frames, (list, tuple)):
             self.core.note_malformed()
             got = type(frames).__name__
@@ -184,9 +173,7 @@ class RayCurriculumServer(ServedCurriculum):
 
     def __init__(self, actor: Any, name: str, namespace: str | None, *, owner: bool,
                  timeout: float = 30.0) -> None:
-        self.actor = actor
-        self.name = name
-        self.namespace = namespace
+        self.actor, self.name, self.namespace = actor, name, namespace
         self.timeout = float(timeout)
         self.closed = False
         self._owner = bool(owner)

@@ -18,6 +18,7 @@ True
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import math
 import os
@@ -54,15 +55,6 @@ class _Peer:
     stream: P.Stream = field(default_factory=lambda: P.Stream(MAX_UNACKED_REPLIES))
     sequenced: bool = False  # it sends envelopes (so replies carry them)
 
-    @property
-    def env_id(self) -> int:
-        return self.welcome.env_id
-
-
-def _disconnected(peers: list[tuple[int, _Peer, float | None]]) -> list[int]:
-    """The envs whose connection ZeroMQ reported closed (a check for :meth:`SyncCore.sweep`)."""
-    return [env_id for env_id, peer, _ in peers if peer.fd == -1]
-
 
 #: Most replies a server keeps per env for a resend (a client further behind is gone).
 MAX_UNACKED_REPLIES = 1024
@@ -78,6 +70,10 @@ class CurriculumServer(LearnerCalls, ServedCurriculum):
         core: The :class:`SyncCore` holding the accounting, and each env's peer (its contact).
         options: Its settings (:class:`~magister.sync.options.ServerOptions`).
         closed: Whether :meth:`close` has run.
+        duplicates_dropped: Sequenced messages dropped as repeats (resent after a reconnect, already applied).
+        replies_resent: Replies sent again to envs that missed them (after a reconnect).
+        replies_undelivered: Replies the server could not hand to ZeroMQ (the peer gone or its queue full).
+        clients_refused: CURVE handshakes refused (the client's key is not in ``curve_allowed_clients``).
     """
 
     def __init__(
@@ -87,14 +83,7 @@ class CurriculumServer(LearnerCalls, ServedCurriculum):
         self.core = SyncCore(curriculum, options, **overrides)
         self._pid = os.getpid()
         self.closed = False
-        #: Sequenced messages dropped as repeats (resent after a reconnect, already applied).
-        self.duplicates_dropped = 0
-        #: Replies sent again to envs that missed them (after a reconnect).
-        self.replies_resent = 0
-        #: Replies the server could not hand to ZeroMQ (the peer was gone or its queue full).
-        self.replies_undelivered = 0
-        #: CURVE handshakes refused because the client's key is not in ``curve_allowed_clients``.
-        self.clients_refused = 0
+        self.duplicates_dropped = self.replies_resent = self.replies_undelivered = self.clients_refused = 0
         self._log = RateLimitedLogger(logger, LOG_INTERVAL)  # one rate limit for all it logs about its peers
         self.lock = self.core.lock
         self._tmpdir: str | None = None
@@ -120,9 +109,8 @@ class CurriculumServer(LearnerCalls, ServedCurriculum):
     options = property(lambda self: self.core.options)
 
     def _bind(self, address: str) -> str:
-        """Make the sockets: the ZAP handler's with ``curve_allowed_clients`` (first, so no handshake goes
-        unchecked), the ROUTER socket bound to ``address`` and its monitor, and the pair that :meth:`close`
-        wakes the thread through; returns the bound address."""
+        """Make the sockets (the ZAP handler's first, so no handshake goes unchecked; the ROUTER socket bound
+        to ``address`` and its monitor; the pair that :meth:`close` wakes the thread through): its address."""
         self._ctx = zmq.Context()
         self._zap: zmq.Socket | None = None  # the ZAP handler's socket (RFC 27)
         self._sock = sock = self._ctx.socket(zmq.ROUTER)
@@ -136,7 +124,8 @@ class CurriculumServer(LearnerCalls, ServedCurriculum):
             sock.setsockopt(zmq.ROUTER_HANDOVER, 1)
             sock.setsockopt(zmq.LINGER, 0)
             sock.setsockopt(zmq.MAXMSGSIZE, self.options.max_message_bytes)
-            configure_server_socket(sock, self.options.curve_secret_key, authenticate_clients=bool(self._zap))
+            zap = self._zap is not None
+            configure_server_socket(sock, self.options.curve_secret_key, authenticate_clients=zap)
             sock.bind(address)
             self._monitor = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
         except Exception:
@@ -259,13 +248,13 @@ class CurriculumServer(LearnerCalls, ServedCurriculum):
             self._write(identity, [peer.stream.control(control)])
         if verdict == "repeat":  # already applied (a resend after a reconnect)
             self.duplicates_dropped += 1
-            self.core.counters(peer.env_id).duplicates_dropped += 1
+            self.core.counters(peer.welcome.env_id).duplicates_dropped += 1
         return verdict == "deliver"
 
     def _handle(self, frames: list[Any]) -> None:
         identity = frames[0].bytes
         peer = self.core.contact(identity)
-        env_id = -1 if peer is None else peer.env_id
+        env_id = -1 if peer is None else peer.welcome.env_id
         if peer is not None:
             self.core.heard(env_id)
             peer.fd = frames[-1].get(zmq.SRCFD)
@@ -295,7 +284,7 @@ class CurriculumServer(LearnerCalls, ServedCurriculum):
         """Welcome an env (a repeated hello, a client's retry, gets the same answer)."""
         if peer is None:
             if self.core.live_envs >= self.options.max_envs:  # a full server makes room first
-                self.core.sweep(_disconnected, "disconnected")
+                self.core.sweep(lambda peers: [e for e, peer, _ in peers if peer.fd == -1], "disconnected")
             (welcome,) = self.core.answer(hello)
             if not isinstance(welcome, P.Welcome):  # (refused)
                 self._send(identity, welcome)
@@ -327,10 +316,8 @@ class CurriculumServer(LearnerCalls, ServedCurriculum):
         if self.closed or os.getpid() != self._pid:
             return
         self.closed = True
-        try:
+        with contextlib.suppress(zmq.ZMQError):  # (else the thread wakes at its poll interval)
             self._wake_tx.send(b"", zmq.NOBLOCK)
-        except zmq.ZMQError:  # pragma: no cover - the thread then wakes at its poll interval
-            pass
         self._wake_tx.close(0)
         self._thread.join(self.options.join_timeout)
         if self._thread.is_alive():  # pragma: no cover - only if the curriculum blocks forever
@@ -359,10 +346,8 @@ _live_servers: weakref.WeakSet[CurriculumServer] = weakref.WeakSet()
 @atexit.register
 def _close_live_servers() -> None:  # pragma: no cover - interpreter shutdown
     for server in list(_live_servers):
-        try:
+        with contextlib.suppress(Exception):
             server.close()
-        except Exception:
-            pass
 
 
 def serve(
