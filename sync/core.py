@@ -70,12 +70,11 @@ class SyncRejected(ValueError):
 @dataclass
 class EnvCounters:
     """Per-env accounting: monotone counts (``tasks_sent`` and ``tasks_in_flight`` are derived from them;
-    the metrics add ``connected``, 1 while the env is served). Reports dropped and counted: ``reports_late``
-    (for leases that ended otherwise: abandoned while the env was away, returned), ``reports_orphaned`` (for
-    leases another server instance issued: before a restart, after its last checkpoint).
-    ``episodes_reported``: episode reports processed (applied, cut short, late, orphaned or refused; repeats
-    not counted); ``episodes_lost_to_restore``: those a server instance that died after its checkpoint
-    took (the restored curriculum lacks them)."""
+    the metrics add ``connected``, 1 while the env is served). Dropped and counted: ``reports_late`` (leases
+    that ended otherwise: abandoned while the env was away, returned), ``reports_orphaned`` (leases of another
+    server instance: before a restart, after its checkpoint). ``episodes_reported``: episode reports
+    processed (repeats not counted); ``episodes_lost_to_restore``: taken by an instance that died after its
+    checkpoint (the restored curriculum lacks them)."""
 
     tasks_sampled: int = 0
     tasks_unsent: int = 0
@@ -116,9 +115,8 @@ class EnvCounters:
 
     def metrics(self, prefix: str, connected: int) -> dict[str, float]:
         """``<prefix>/<counter>`` for every count, the derived ones and ``connected``."""
-        out = {f"{prefix}/{f.name}": float(getattr(self, f.name)) for f in fields(self)}
-        derived = (self.tasks_sent, self.tasks_in_flight, connected)
-        return {**out, **{f"{prefix}/{name}": float(v) for name, v in zip(self.DERIVED, derived)}}
+        counts = {**asdict(self), "tasks_sent": self.tasks_sent, "tasks_in_flight": self.tasks_in_flight}
+        return {f"{prefix}/{name}": float(v) for name, v in {**counts, "connected": connected}.items()}
 
 
 @dataclass(eq=False)
@@ -293,8 +291,8 @@ class SyncCore:
 
     def contact(self, key: Hashable) -> Any:
         """The contact of the live env registered with ``key`` (``None``: no such env)."""
-        env_id = self._keys.get(key)
-        return None if env_id is None else self._envs[env_id].contact
+        env = self._envs.get(self._keys.get(key))  # (None: no such key, or its env left meanwhile)
+        return None if env is None else env.contact
 
     def contacts(self) -> list[Any]:
         """The contacts of the live envs (those given one)."""
@@ -335,9 +333,8 @@ class SyncCore:
     def heard(self, env_id: int) -> None:
         """Env ``env_id`` gave a sign of life (an endpoint calls this for each message; in-process envs are
         never watched)."""
-        env = self._envs.get(env_id)
-        if env is not None and env.live:
-            env.heard = time.monotonic()
+        if self.is_live(env_id):
+            self._envs[env_id].heard = time.monotonic()
 
     def sweep(self, dead: Callable[[list], Iterable[int]] | None = None, reason: str = "dead") -> list[int]:
         """Declare gone (:meth:`depart`) the envs an endpoint's check names (``reason``; ``dead`` is given
@@ -428,8 +425,7 @@ class SyncCore:
 
     def is_live(self, env_id: int) -> bool:
         """Whether ``env_id`` is registered and has not departed."""
-        env = self._envs.get(env_id)
-        return env is not None and env.live
+        return env_id in self._envs and self._envs[env_id].live
 
     @property
     def live_envs(self) -> int:
@@ -591,8 +587,7 @@ class SyncCore:
         return [] if reply is None else [reply]
 
     def malformed(self, exc: P.ProtocolError, env_id: int = -1) -> P.Error:
-        """The error reply to a frame that is no message of this protocol (counted, as ``env_id``'s when the
-        sender is known)."""
+        """The error reply to a frame not of this protocol (counted, as ``env_id``'s when known)."""
         self.note_malformed(env_id)
         code = "version" if isinstance(exc, P.ProtocolVersionError) else "malformed"
         return self.error(code, str(exc), env_id)
@@ -721,9 +716,8 @@ class SyncCore:
         return sorted(self._envs)
 
     def sync_metrics(self) -> dict[str, float]:
-        """``sync/env<i>/<counter>`` per env listed in :attr:`env_ids`, ``sync/total/<counter>`` over every
-        env that ever connected, and the counts of envs (``sync/envs``, ``_live``, ``_departed``,
-        ``_rejoined``)."""
+        """``sync/env<i>/<counter>`` per env of :attr:`env_ids`, ``sync/total/<counter>`` over every env that
+        ever connected, and the counts of envs (``sync/envs``, ``_live``, ``_departed``, ``_rejoined``)."""
         out: dict[str, float] = {}
         with self.lock:
             totals = replace(self._evicted)
@@ -763,8 +757,7 @@ class LearnerCalls:
             self.core.curriculum.update_on_demand(metrics)
 
     def metrics(self) -> dict[str, float]:
-        """The curriculum's metrics, the sync accounting (:meth:`SyncCore.sync_metrics`) and the
-        endpoint's own counts."""
+        """The curriculum's metrics, the sync accounting (:meth:`SyncCore.sync_metrics`), the endpoint's."""
         with self.core.lock:
             out = dict(self.core.curriculum.metrics())
             out.update(self.core.sync_metrics())
@@ -792,8 +785,7 @@ class LearnerCalls:
                 self.core.load_ledger(ledger)
 
     def in_flight(self, env_id: int) -> dict[int, EncodedTask]:
-        """Tasks sent to ``env_id`` and not yet consumed, returned or abandoned, by task id (``{}`` for an
-        env that left)."""
+        """Tasks sent to ``env_id`` and not yet consumed, returned or abandoned, by task id (``{}``: none)."""
         with self.core.lock:
             env = self.core._envs.get(env_id)
             return {} if env is None else {i: entry[1].task for i, entry in env.leases.items()}
@@ -809,8 +801,7 @@ class ServedCurriculum:
     address: str
 
     def local_core(self) -> SyncCore | None:
-        """The core to feed directly when the caller is in this endpoint's process (``None``: connect to
-        :attr:`address`)."""
+        """The core to feed directly from this endpoint's process (``None``: connect to :attr:`address`)."""
         return None
 
     def close(self) -> None:  # pragma: no cover - interface

@@ -56,12 +56,11 @@ def _dead(envs: list[tuple[int, tuple[str, str], float | None]]) -> list[int]:
     if not where:
         return []
     nodes = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
-    workers = None  # Ray's live worker processes (None: this Ray cannot tell; envs gone by node or silence)
-    try:  # (no public call reads Ray's worker table without the dashboard)
+    try:  # Ray's live worker processes (no public call reads its worker table without the dashboard)
         from ray._private.state import workers as worker_table
         workers = set(worker_table()) if any(w for _, (_, w) in where) else None
-    except Exception:  # pragma: no cover - depends on the Ray version
-        pass
+    except Exception:  # pragma: no cover - this Ray cannot tell: envs are declared gone by node or silence
+        workers = None
     return [e for e, (node, worker) in where
             if node not in nodes or (workers is not None and worker and worker not in workers)]
 

@@ -134,7 +134,6 @@ class CurriculumServer(LearnerCalls, ServedCurriculum):
                     s.close(0)
             self._ctx.term()
             raise
-        # (the thread waits on its sockets without a short timeout, so an idle server costs nothing)
         wake = f"inproc://magister-wake-{id(self)}"
         self._wake_rx = self._ctx.socket(zmq.PAIR)  # the thread's end
         self._wake_rx.bind(wake)
