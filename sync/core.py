@@ -356,8 +356,8 @@ class SyncCore:
 
     def unknown_env(self, env_id: int = -1, why: str = "") -> SyncRejected:
         """Refusing a message from an env this core does not serve (``why``: what the endpoint knows)."""
-        who = "a sender that never said hello" if env_id < 0 else f"env id {env_id}"
-        return SyncRejected("unknown_env", f"{who} is not an env this server serves{why}; send Hello again")
+        who = "this sender" if env_id < 0 else f"env id {env_id}"
+        return SyncRejected("unknown_env", f"{who} is unknown to this server{why}; send Hello again")
 
     def refuse(self, exc: SyncRejected, env_id: int = -1) -> P.Error:
         """The error reply for ``exc`` (counted, see :meth:`error`)."""

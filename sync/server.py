@@ -236,7 +236,7 @@ class CurriculumServer(LearnerCalls, ServedCurriculum):
         kind, seq, ack = envelope
         if peer is None:  # a restarted server, or an env declared gone: it must say hello again
             self.core.note_malformed(-1)
-            self._send(identity, self.core.refuse(self.core.unknown_env(why=" (restarted, or it left)")))
+            self._send(identity, self.core.refuse(self.core.unknown_env(why=" (restarted, or its env left)")))
             return False
         peer.sequenced = True
         verdict, resend, control = peer.stream.answer(kind, seq, ack)
@@ -272,7 +272,7 @@ class CurriculumServer(LearnerCalls, ServedCurriculum):
         elif peer is None or msg.env_id != env_id:  # type: ignore[attr-defined]
             self.core.note_malformed(env_id)
             why = f" (it sent a {type(msg).__name__} as env {msg.env_id})"  # type: ignore[attr-defined]
-            self._send(identity, self.core.refuse(self.core.unknown_env(env_id, why), env_id), peer)
+            self._send(identity, self.core.refuse(self.core.unknown_env(why=why), env_id), peer)
         else:
             for reply in self.core.answer(msg):  # (a goodbye's ack is numbered: the peer is known here)
                 sent = self._send(identity, reply, peer)
