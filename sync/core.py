@@ -372,8 +372,8 @@ class SyncCore:
                 if env.live:
                     leases = [[i, s.task, s.train, s.control, s.variant] for i, (_, s) in env.leases.items()]
                     envs[env_id] = {"counters": asdict(env.counters), "leases": leases, "stream": env.stream}
-            ended = [[i, outcome] for i, outcome in self._ended.items()]
-            return {"envs": envs, "ended": ended, "next_env": self._next_env}
+            return {"envs": envs, "ended": [[i, outcome] for i, outcome in self._ended.items()],
+                    "next_env": self._next_env}
 
     def load_ledger(self, state: dict[str, Any]) -> None:
         """Restore :meth:`ledger_state` (a restart under live workers): its envs are expected back under
