@@ -205,7 +205,7 @@ class SyncCore:
         self._ended: OrderedDict[int, str] = OrderedDict()  # how the last KEEP_ENDED leases ended, by id
         self.log = RateLimitedLogger(logger, LOG_INTERVAL)
         space = getattr(curriculum, "task_space", None)
-        # the curriculum's task space's ("": none), sent in every Welcome and compared with the env's
+        # its task space's fingerprint ("": none), sent in every Welcome and compared with the env's
         self.task_space_fingerprint = space.fingerprint() if isinstance(space, TaskSpace) else ""
 
     @property
