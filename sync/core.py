@@ -32,10 +32,10 @@ import math
 import os
 import secrets
 import time
-from collections import OrderedDict
-from collections.abc import Hashable
-from dataclasses import dataclass, fields
-from typing import Any
+from collections import Counter, OrderedDict, deque
+from collections.abc import Callable, Hashable, Iterable
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -53,6 +53,8 @@ __all__ = ["EnvCounters", "LearnerCalls", "ServedCurriculum", "ServerHandle", "S
 MAX_TASKS_PER_REQUEST = 4096
 #: Seconds between two log records of one kind of fault (the rest are counted): no peer floods the log.
 LOG_INTERVAL = 10.0
+#: How many ended leases a core remembers (a report for one of them is dropped and counted).
+KEEP_ENDED = 1 << 16
 
 
 class SyncRejected(ValueError):
@@ -67,10 +69,14 @@ class SyncRejected(ValueError):
 
 @dataclass
 class EnvCounters:
-    """Per-env accounting (all monotone counts except ``connected``)."""
+    """Per-env accounting: monotone counts (``tasks_sent`` and ``tasks_in_flight`` are derived from them;
+    the metrics add ``connected``, 1 while the env is served). Dropped and counted: ``reports_late`` (leases
+    that ended otherwise: abandoned while the env was away, returned), ``reports_orphaned`` (leases of another
+    server instance: before a restart, after its checkpoint). ``episodes_reported``: episode reports
+    processed (repeats not counted); ``episodes_lost_to_restore``: taken by an instance that died after its
+    checkpoint (the restored curriculum lacks them)."""
 
     tasks_sampled: int = 0
-    tasks_sent: int = 0
     tasks_unsent: int = 0
     tasks_consumed: int = 0
     tasks_returned: int = 0
@@ -85,15 +91,17 @@ class EnvCounters:
     malformed_frames: int = 0
     tasks_abandoned: int = 0
     duplicates_dropped: int = 0
-    #: Reports for leases that had ended otherwise (abandoned while the env was away, returned): dropped.
     reports_late: int = 0
-    #: Reports for leases another server instance issued (before a restart, after its last checkpoint).
     reports_orphaned: int = 0
-    #: Episode reports processed (applied, cut short, late, orphaned or refused; repeats not counted).
     episodes_reported: int = 0
-    #: Episodes a server instance that died after its checkpoint took: the restored curriculum lacks them.
     episodes_lost_to_restore: int = 0
-    connected: int = 1
+    #: Listed with the counts (in the metrics, and in the ledgers of earlier versions) but derived.
+    DERIVED: ClassVar[tuple[str, ...]] = ("tasks_sent", "tasks_in_flight", "connected")
+
+    @property
+    def tasks_sent(self) -> int:
+        """Tasks handed out to the env (sampled, and not found undeliverable)."""
+        return self.tasks_sampled - self.tasks_unsent
 
     @property
     def tasks_in_flight(self) -> int:
@@ -104,6 +112,35 @@ class EnvCounters:
         """Add ``other``'s counts to these (the totals of envs no longer listed one by one)."""
         for f in fields(self):
             setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+
+    def metrics(self, prefix: str, connected: int) -> dict[str, float]:
+        """``<prefix>/<counter>`` for every count, the derived ones and ``connected``."""
+        counts = {**asdict(self), "tasks_sent": self.tasks_sent, "tasks_in_flight": self.tasks_in_flight}
+        return {f"{prefix}/{name}": float(v) for name, v in {**counts, "connected": connected}.items()}
+
+
+@dataclass(eq=False)
+class _Env:
+    """What the core knows of one env (one that left keeps only its counters)."""
+
+    counters: EnvCounters = field(default_factory=EnvCounters)
+    leases: dict[int, tuple[Hashable, TaskSample]] = field(default_factory=dict)  # id -> (task key, sample)
+    stream: int | None = None  # its random stream (Curriculum.stream_rng): its tasks ignore others' timing
+    heard: float | None = None  # when last heard from (None: not watched, as in-process envs)
+    returned: bool = False  # it registered again: it may report ended leases, or another server's
+    restored: float | None = None  # restored from a checkpoint and not back yet: since when
+    contact: Any = None  # what its endpoint keeps of it (a ZeroMQ peer, a Ray node and worker) ...
+    key: Hashable | None = None  # ... found by this key (SyncCore.contact)
+    live: bool = True
+
+    @property
+    def connected(self) -> int:
+        """1 while the env is served (live, and back if it was restored), else 0."""
+        return int(self.live and self.restored is None)
+
+    def silent(self, since: float) -> bool:
+        """Whether it was last heard from before ``since``, or restored before it and not back."""
+        return any(t is not None and t < since for t in (self.heard, self.restored))
 
 
 def _check_progress(name: str, value: Any) -> None:
@@ -131,7 +168,9 @@ def _all_equal(tasks: tuple) -> bool:
 
 
 class SyncCore:
-    """Curriculum + lock + leases and accounting, without any transport (see the module docstring).
+    """Curriculum + lock + leases and accounting, without any transport (see the module docstring): one
+    record per env holds its counters, leases, stream, liveness and what its endpoint keeps of it (its
+    *contact*); one that left keeps its counters. Endpoints call :meth:`sweep` on their timers.
 
     Args:
         curriculum: The curriculum to serve.
@@ -146,44 +185,33 @@ class SyncCore:
                  **overrides: Any) -> None:
         if not isinstance(curriculum, Curriculum):
             raise TypeError(f"curriculum must be a magister Curriculum, got {type(curriculum).__name__}")
-        self.options = opts = ServerOptions.of(options, **overrides)
+        self.options = ServerOptions.of(options, **overrides)
         self.curriculum = curriculum
         self.lock = lock if lock is not None else curriculum.lock
-        self._counters: dict[int, EnvCounters] = {}  # live envs
-        self._departed: OrderedDict[int, EnvCounters] = OrderedDict()  # the last envs that left
-        self._evicted = EnvCounters(connected=0)  # the totals of envs that left before those
-        self.departed_envs = 0
-        #: Registrations of envs that had registered before (after a restart, or after being declared gone).
-        self.rejoined_envs = 0
-        #: Updates returning envs could not keep while the server was away (reported in their hellos).
-        self.updates_lost_away = 0
-        #: Seconds between heartbeats asked of idle envs (0: none).
-        self.heartbeat = 0.0 if opts.env_timeout is None else opts.env_timeout / 4
-        #: When each env an endpoint watches (see :meth:`heard`) was last heard from.
-        self.last_heard: dict[int, float] = {}
-        #: Error replies made (:meth:`error`).
-        self.errors_sent = 0
-        #: Names this core in every welcome (a client that registers again compares it).
-        self.token = secrets.token_hex(8)
-        #: The open leases: per env, by task id, the task's key and the sample handed out.
-        self._in_flight: dict[int, dict[int, tuple[Hashable, TaskSample]]] = {}
+        self._envs: dict[int, _Env] = {}  # every env served, and the last ones that left
+        self._left: deque[int] = deque()  # those that left, the oldest first
+        self._keys: dict[Hashable, int] = {}  # the live envs by their contacts' keys
+        self._evicted, self._evicted_envs = EnvCounters(), 0  # the totals and number of envs left before
+        self.departures: Counter[str] = Counter()  # envs that left, by reason ("goodbye", "timeout" ...)
+        self.rejoined_envs = 0  # registrations of envs that had registered before
+        self.updates_lost_away = 0  # updates returning envs could not keep (reported in their hellos)
+        self.errors_sent = 0  # error replies made (:meth:`error`)
+        self.malformed_frames = 0  # frames from peers that never said hello
+        self.token = secrets.token_hex(8)  # names this core in every welcome
         self._next_env = 0
         # lease ids are unique across server instances (each core numbers from a random base), so a
         # returning env's report names a lease this core holds, ended, or never issued
         self._first_task = self._next_task = secrets.randbits(40) << 16
-        #: How the last ``keep_ended`` leases ended, by id: a later report for one is dropped and counted.
-        self._ended: OrderedDict[int, str] = OrderedDict()
-        self.keep_ended = 1 << 16
-        self._returned: set[int] = set()  # envs that registered again: they may report other servers' leases
-        self._restored: dict[int, float] = {}  # envs restored from a checkpoint, not yet back: since when
-        self.malformed_frames = 0  # frames from peers that never said hello
+        self._ended: OrderedDict[int, str] = OrderedDict()  # how the last KEEP_ENDED leases ended, by id
         self.log = RateLimitedLogger(logger, LOG_INTERVAL)
         space = getattr(curriculum, "task_space", None)
-        #: The fingerprint of the curriculum's task space (``""``: it has none), sent in every Welcome and
-        #: compared with the env's at connect.
+        # its task space's fingerprint ("": none), sent in every Welcome and compared with the env's
         self.task_space_fingerprint = space.fingerprint() if isinstance(space, TaskSpace) else ""
-        # per-env random streams (Curriculum.stream_rng): an env's tasks do not depend on the others' timing
-        self._streams: dict[int, int] = {}
+
+    @property
+    def heartbeat(self) -> float:
+        """Seconds between heartbeats asked of idle envs (0: none)."""
+        return 0.0 if self.options.env_timeout is None else self.options.env_timeout / 4
 
     # -- envs ---------------------------------------------------------------------------------------
     def register_env(self, hello: P.Hello | None = None) -> P.Welcome:
@@ -195,90 +223,101 @@ class SyncCore:
                 live (an env coming back to its slot is admitted).
         """
         hello = hello or P.Hello(os.getpid())
-        if hello.task_space and self.task_space_fingerprint:
-            theirs, ours = hello.task_space, self.task_space_fingerprint
-            if fingerprint_digest(theirs) != fingerprint_digest(ours):
-                raise SyncRejected(
-                    "task_space_mismatch",
-                    f"the env's task space {theirs} is not the curriculum's task space {ours}: it would "
-                    "decode the curriculum's tasks to other tasks. Build the env's task wrapper with the "
-                    "same space as the curriculum (same kind, size, parameters and order)",
-                )
+        theirs, ours = hello.task_space, self.task_space_fingerprint
+        if theirs and ours and fingerprint_digest(theirs) != fingerprint_digest(ours):
+            raise SyncRejected(
+                "task_space_mismatch",
+                f"the env's task space {theirs} is not the curriculum's task space {ours}: it would "
+                "decode the curriculum's tasks to other tasks. Build the env's task wrapper with the "
+                "same space as the curriculum (same kind, size, parameters and order)",
+            )
         with self.lock:
-            back = hello.rejoin in self._departed or hello.rejoin in self._restored  # to its own slot
-            if len(self._counters) >= self.options.max_envs and not back:
-                raise SyncRejected("too_many_envs", f"at most {self.options.max_envs} live envs are served")
-            resumed = hello.rejoin in self._restored  # its leases restored from a checkpoint
-            if hello.rejoin >= 0:
-                self.rejoined_envs += 1
-                self.updates_lost_away += hello.lost
-            if resumed:
-                env_id = hello.rejoin
-                del self._restored[env_id]
-                c = self._counters[env_id]
-                c.connected = 1
-                c.episodes_lost_to_restore += max(0, hello.reported - c.episodes_reported)
-                c.episodes_reported = max(c.episodes_reported, hello.reported)
-                # the leases it no longer holds were completed by the instance that died after the checkpoint
-                flight, holds = self._in_flight[env_id], set(hello.holds)
-                self._abandon(env_id, c, {i: flight.pop(i) for i in list(flight) if i not in holds})
-            elif hello.rejoin in self._departed:  # back under its identity
-                env_id = hello.rejoin
-                self._counters[env_id] = self._departed.pop(env_id)
-                self._counters[env_id].connected = 1
-                self.departed_envs -= 1
-            else:
-                env_id = self._next_env
-                self._next_env += 1
-                self._counters[env_id] = EnvCounters()
-            if hello.rejoin >= 0:
-                self._returned.add(env_id)
-            self._in_flight.setdefault(env_id, {})
-            if hello.stream >= 0:
-                self._streams[env_id] = hello.stream
+            env_id, resumed = self._admit(hello)
+            env = self._envs[env_id]
+            env.returned = env.returned or hello.rejoin >= 0
+            env.stream = hello.stream if hello.stream >= 0 else env.stream
         cur = self.curriculum
         return P.Welcome(
-            env_id=env_id,
+            env_id=env_id, step_batch_size=self.options.step_batch_size,
             requires_step_updates=bool(cur.requires_step_updates),
             requires_episode_updates=bool(cur.requires_episode_updates),
-            step_batch_size=self.options.step_batch_size,
-            step_obs=bool(cur.requires_step_observations),
-            step_infos=bool(cur.requires_step_infos),
-            task_space=self.task_space_fingerprint,
-            heartbeat=float(self.heartbeat),
-            server_token=self.token,
+            step_obs=bool(cur.requires_step_observations), step_infos=bool(cur.requires_step_infos),
+            task_space=self.task_space_fingerprint, heartbeat=float(self.heartbeat), server_token=self.token,
             resumed=resumed,
         )
 
+    def _admit(self, hello: P.Hello) -> tuple[int, bool]:
+        """The env's slot (its own when it comes back to one) and whether it resumes restored leases."""
+        back = self._envs.get(hello.rejoin)
+        if back is not None and back.connected:  # its id is served (to another env, or to it already)
+            back = None
+        if back is None and self.live_envs >= self.options.max_envs:
+            raise SyncRejected("too_many_envs", f"at most {self.options.max_envs} live envs are served")
+        if hello.rejoin >= 0:
+            self.rejoined_envs += 1
+            self.updates_lost_away += hello.lost
+        if back is None:
+            self._next_env += 1
+            self._envs[self._next_env - 1] = _Env()
+            return self._next_env - 1, False
+        if not back.live:  # back under its identity
+            self._left.remove(hello.rejoin)
+            self._envs[hello.rejoin] = _Env(back.counters)
+            return hello.rejoin, False
+        # restored from a checkpoint: the leases it no longer holds, and the episodes it reported beyond the
+        # checkpoint's count, went to the instance that died after the checkpoint
+        c, back.restored = back.counters, None
+        c.episodes_lost_to_restore += max(0, hello.reported - c.episodes_reported)
+        c.episodes_reported = max(c.episodes_reported, hello.reported)
+        holds = set(hello.holds)
+        self._abandon(hello.rejoin, c, {i: back.leases.pop(i) for i in list(back.leases) if i not in holds})
+        return hello.rejoin, True
+
     def counters(self, env_id: int) -> EnvCounters:
         """The counters of ``env_id``, live or among the last that left (``KeyError`` otherwise)."""
-        c = self._counters.get(env_id) or self._departed.get(env_id)
-        if c is None:
+        env = self._envs.get(env_id)
+        if env is None:
             raise KeyError(f"unknown env id {env_id!r}; known: {self.env_ids}")
-        return c
+        return env.counters
+
+    def attach(self, env_id: int, contact: Any, key: Hashable | None = None) -> None:
+        """Keep ``contact``, what an endpoint knows of live env ``env_id`` (once, after it registered): it is
+        found by ``key`` (:meth:`contact`) and shown to :meth:`sweep`'s check until the env departs."""
+        with self.lock:
+            env = self._live(env_id)
+            if key is not None and self._keys.setdefault(key, env_id) != env_id:
+                raise ValueError(f"contact key {key!r} is live env {self._keys[key]}'s, not {env_id}'s")
+            env.contact, env.key = contact, key
+
+    def contact(self, key: Hashable) -> Any:
+        """The contact of the live env registered with ``key`` (``None``: no such env)."""
+        env = self._envs.get(self._keys.get(key))  # (None: no such key, or its env left meanwhile)
+        return None if env is None else env.contact
+
+    def contacts(self) -> list[Any]:
+        """The contacts of the live envs (those given one)."""
+        with self.lock:
+            return [env.contact for env in self._envs.values() if env.live and env.contact is not None]
 
     def depart(self, env_id: int, reason: str = "goodbye") -> int:
         """Env ``env_id`` left (``reason``: ``"goodbye"``, ``"timeout"`` ...): the tasks it held are abandoned
-        (counted, and passed to ``curriculum.on_task_abandoned``), its state freed but for its counters.
+        (counted, and passed to ``curriculum.on_task_abandoned``), its record reduced to its counters.
         Returns the number of tasks abandoned (0 for an env that is not live)."""
         with self.lock:
-            self.last_heard.pop(env_id, None)
-            c = self._counters.pop(env_id, None)
-            if c is None:
+            env = self._envs.get(env_id)
+            if env is None or not env.live:
                 return 0
-            flight = self._in_flight.pop(env_id, {})
-            self._streams.pop(env_id, None)
-            if reason == "goodbye":
-                self._returned.discard(env_id)
-            self._abandon(env_id, c, flight)
-            c.connected = 0
-            self.departed_envs += 1
-            self._departed[env_id] = c
-            while len(self._departed) > self.options.keep_departed:
-                self._evicted.add(self._departed.popitem(last=False)[1])
-        if flight or reason != "goodbye":
-            logger.info("env %d left (%s); %d tasks it held abandoned", env_id, reason, len(flight))
-        return len(flight)
+            self._abandon(env_id, env.counters, env.leases)
+            self._keys.pop(env.key, None)
+            self._envs[env_id] = _Env(env.counters, live=False)
+            self._left.append(env_id)
+            self.departures[reason] += 1
+            while len(self._left) > self.options.keep_departed:
+                self._evicted.add(self._envs.pop(self._left.popleft()).counters)
+                self._evicted_envs += 1
+        if env.leases or reason != "goodbye":
+            logger.info("env %d left (%s); %d tasks it held abandoned", env_id, reason, len(env.leases))
+        return len(env.leases)
 
     def _abandon(self, env_id: int, c: EnvCounters, leases: dict[int, tuple[Hashable, TaskSample]]) -> None:
         """End ``leases`` abandoned: counted, and each passed to ``curriculum.on_task_abandoned``."""
@@ -292,39 +331,49 @@ class SyncCore:
         c.tasks_abandoned += len(leases)
 
     def heard(self, env_id: int) -> None:
-        """Env ``env_id`` gave a sign of life: an endpoint that declares silent envs gone calls this for each
-        message of its envs (in-process envs are never watched)."""
-        if env_id in self._counters:
-            self.last_heard[env_id] = time.monotonic()
+        """Env ``env_id`` gave a sign of life (an endpoint calls this for each message; in-process envs are
+        never watched)."""
+        if self.is_live(env_id):
+            self._envs[env_id].heard = time.monotonic()
 
-    def sweep(self) -> list[int]:
-        """Declare gone the watched envs silent past ``env_timeout``, and the envs restored from a
-        checkpoint that did not come back within it; returns their ids."""
-        if self.options.env_timeout is None:
-            return []
-        since = time.monotonic() - self.options.env_timeout
+    def sweep(self, dead: Callable[[list], Iterable[int]] | None = None, reason: str = "dead") -> list[int]:
+        """Declare gone (:meth:`depart`) the envs an endpoint's check names (``reason``; ``dead`` is given
+        ``(env id, contact, last heard)`` per live env with a contact, without the lock), then, with
+        ``env_timeout``, those silent past it or restored and not back within it (``"timeout"``); returns
+        their ids. Each endpoint calls this on its timer."""
         with self.lock:
-            gone = [e for e, t in [*self.last_heard.items(), *self._restored.items()] if t < since]
+            live = [(env_id, env) for env_id, env in self._envs.items() if env.live]
+        watched = [(env_id, env.contact, env.heard) for env_id, env in live if env.contact is not None]
+        named = set() if dead is None else set(dead(watched))
+        timeout = self.options.env_timeout
+        since = -math.inf if timeout is None else time.monotonic() - timeout
+        silent = [env_id for env_id, env in live if env_id not in named and env.silent(since)]
+        with self.lock:
+            gone = [env_id for env_id in [*named, *silent] if self.is_live(env_id)]
             for env_id in gone:
-                self._restored.pop(env_id, None)
-                self.depart(env_id, "timeout")
+                self.depart(env_id, reason if env_id in named else "timeout")
         return gone
+
+    def unknown_env(self, env_id: int = -1, why: str = "") -> SyncRejected:
+        """Refusing a message from an env this core does not serve (``why``: what the endpoint knows)."""
+        who = "this sender" if env_id < 0 else f"env id {env_id}"
+        return SyncRejected("unknown_env", f"{who} is unknown to this server{why}; send Hello again")
+
+    def refuse(self, exc: SyncRejected, env_id: int = -1) -> P.Error:
+        """The error reply for ``exc`` (counted, see :meth:`error`)."""
+        return self.error(exc.code, str(exc), env_id)
 
     # -- the ledger in checkpoints ------------------------------------------------------------------
     def ledger_state(self) -> dict[str, Any]:
         """The live envs' counters and open leases, and the last ended leases, as plain data."""
         with self.lock:
-            envs = {
-                env_id: {
-                    "counters": {f.name: getattr(c, f.name) for f in fields(c)},
-                    "leases": [[i, s.task, s.train, s.control, s.variant] for i, (_, s) in
-                               self._in_flight[env_id].items()],
-                    "stream": self._streams.get(env_id),
-                }
-                for env_id, c in self._counters.items()
-            }
-            ended = [[i, outcome] for i, outcome in self._ended.items()]
-            return {"envs": envs, "ended": ended, "next_env": self._next_env}
+            envs = {}
+            for env_id, env in self._envs.items():
+                if env.live:
+                    leases = [[i, s.task, s.train, s.control, s.variant] for i, (_, s) in env.leases.items()]
+                    envs[env_id] = {"counters": asdict(env.counters), "leases": leases, "stream": env.stream}
+            return {"envs": envs, "ended": [[i, outcome] for i, outcome in self._ended.items()],
+                    "next_env": self._next_env}
 
     def load_ledger(self, state: dict[str, Any]) -> None:
         """Restore :meth:`ledger_state` (a restart under live workers): its envs are expected back under
@@ -332,35 +381,35 @@ class SyncCore:
         again; a report for a lease that ended before the checkpoint is a repeat, one for a lease the dead
         instance issued after it is orphaned."""
         with self.lock:
-            for env_id in list(self._counters):
+            for env_id in [e for e, env in self._envs.items() if env.live]:
                 self.depart(env_id, "restore")
-            now = time.monotonic()
-            for key, env in state["envs"].items():
+            for key, saved in state["envs"].items():
                 env_id = int(key)
-                self._counters[env_id] = EnvCounters(**{**env["counters"], "connected": 0})
-                self._in_flight[env_id] = {
-                    int(i): (task_key(t), TaskSample(t, train, control, variant))
-                    for i, t, train, control, variant in env["leases"]
-                }
-                if env["stream"] is not None:
-                    self._streams[env_id] = int(env["stream"])
-                self._restored[env_id] = now
-                self._returned.add(env_id)
+                if env_id in self._left:  # (this instance's env that left, under the same id: in the totals)
+                    self._left.remove(env_id)
+                    self._evicted.add(self._envs[env_id].counters)
+                    self._evicted_envs += 1
+                leases = {int(i): (task_key(t), TaskSample(t, train, control, variant))
+                          for i, t, train, control, variant in saved["leases"]}
+                stream = None if saved["stream"] is None else int(saved["stream"])
+                counts = {k: v for k, v in saved["counters"].items() if k not in EnvCounters.DERIVED}
+                self._envs[env_id] = _Env(EnvCounters(**counts), leases, stream, returned=True,
+                                          restored=time.monotonic())
             for i, outcome in state["ended"]:
                 self._end(int(i), outcome)
             self._next_env = max(self._next_env, int(state["next_env"]))
 
     def _end(self, task_id: int, outcome: str) -> None:
-        """Record how lease ``task_id`` ended (the last ``keep_ended`` are kept)."""
+        """Record how lease ``task_id`` ended (the last ``KEEP_ENDED`` are kept)."""
         self._ended[task_id] = outcome
-        if len(self._ended) > self.keep_ended:
+        if len(self._ended) > KEEP_ENDED:
             self._ended.popitem(last=False)
 
     def _stale(self, env_id: int, c: EnvCounters, task_id: int) -> str | None:
         """Why a returning env's report for ``task_id`` is dropped (counted; the lease's first outcome
         stands): ``"repeat"`` (consumed), ``"late"`` (abandoned or returned) or ``"orphaned"`` (another server
         instance issued it); ``None``: it is not (other envs' reports for leases they lack are refused)."""
-        if env_id not in self._returned or task_id == P.ENV_TASK or task_id in self._in_flight[env_id]:
+        if not self._envs[env_id].returned or task_id == P.ENV_TASK or task_id in self._envs[env_id].leases:
             return None
         ended = self._ended.get(task_id)
         if ended == "consumed":
@@ -376,29 +425,31 @@ class SyncCore:
 
     def is_live(self, env_id: int) -> bool:
         """Whether ``env_id`` is registered and has not departed."""
-        return env_id in self._counters
+        return env_id in self._envs and self._envs[env_id].live
 
     @property
     def live_envs(self) -> int:
         """Envs registered and not departed."""
-        return len(self._counters)
+        return len(self._envs) - len(self._left)
 
-    def _env(self, env_id: int) -> EnvCounters:
-        c = self._counters.get(env_id)
-        if c is None:
-            raise SyncRejected("unknown_env", f"env id {env_id} never said hello to this server")
-        return c
+    def _live(self, env_id: int) -> _Env:
+        """The record of live env ``env_id`` (``unknown_env`` refused otherwise)."""
+        env = self._envs.get(env_id)
+        if env is None or not env.live:
+            raise self.unknown_env(env_id)
+        return env
+
 
     # -- tasks --------------------------------------------------------------------------------------
     def assign_tasks(self, env_id: int, count: int) -> P.Tasks:
         """Sample ``count`` tasks for ``env_id`` and open a lease for each."""
-        c = self._env(env_id)
+        env = self._live(env_id)
         if not 1 <= count <= MAX_TASKS_PER_REQUEST:
             raise SyncRejected(
                 "bad_request", f"task request for {count} tasks; expected 1..{MAX_TASKS_PER_REQUEST}"
             )
         with self.lock:
-            held, most = len(self._in_flight[env_id]), self.options.max_tasks_in_flight
+            held, most = len(env.leases), self.options.max_tasks_in_flight
             if held + count > most:
                 raise SyncRejected(
                     "too_many_tasks",
@@ -407,11 +458,8 @@ class SyncCore:
                 )
             cur = self.curriculum
             try:
-                stream = self._streams.get(env_id)
-                if stream is None:
-                    samples = cur.sample_tasks(count)
-                else:
-                    samples = cur.sample_tasks_with(cur.stream_rng(stream), count)
+                rng = None if env.stream is None else cur.stream_rng(env.stream)
+                samples = cur.sample_tasks(count) if rng is None else cur.sample_tasks_with(rng, count)
             except Exception as exc:
                 self.log.exception("sample_failed", "%s.sample_tasks(%d) failed", type(cur).__name__, count)
                 raise SyncRejected("sample_failed", f"curriculum.sample_tasks failed: {exc!r}") from exc
@@ -423,31 +471,26 @@ class SyncCore:
             first = self._next_task
             self._next_task = first + count
             ids = tuple(range(first, first + count))
-            flight = self._in_flight[env_id]
-            for i, s in zip(ids, samples):
-                flight[i] = (task_key(s.task), s)
-            c.tasks_sampled += count
-            c.tasks_sent += count
+            env.leases.update((i, (task_key(s.task), s)) for i, s in zip(ids, samples))
+            env.counters.tasks_sampled += count
         return P.Tasks(env_id, ids, *zip(*((s.task, s.train, s.control, s.variant) for s in samples)))
 
     def mark_unsent(self, msg: P.Tasks) -> None:
         """The tasks of ``msg`` could not be delivered (the env is gone): their leases end unsent."""
         with self.lock:
-            c = self._counters.get(msg.env_id)
-            flight = self._in_flight.get(msg.env_id)
-            if c is None or flight is None:  # the env left meanwhile: its tasks were abandoned with it
+            if not self.is_live(msg.env_id):  # the env left meanwhile: its tasks were abandoned with it
                 return
+            env = self._envs[msg.env_id]
             for i in msg.task_ids:
-                flight.pop(i, None)
+                env.leases.pop(i, None)
                 self._end(i, "unsent")
-            c.tasks_sent -= len(msg.task_ids)
-            c.tasks_unsent += len(msg.task_ids)
+            env.counters.tasks_unsent += len(msg.task_ids)
 
     def note_malformed(self, env_id: int = -1) -> None:
         """Count one malformed frame (attributed to ``env_id`` when the sender is known)."""
         with self.lock:
-            if env_id in self._counters:
-                self._counters[env_id].malformed_frames += 1
+            if self.is_live(env_id):
+                self._envs[env_id].counters.malformed_frames += 1
             else:
                 self.malformed_frames += 1
 
@@ -461,7 +504,7 @@ class SyncCore:
                     f"task {task!r:.200} is not an encoded task of {self.curriculum.task_space!r}",
                 )
             return TaskSample(task)
-        entry = self._in_flight[env_id].get(task_id)
+        entry = self._envs[env_id].leases.get(task_id)
         if entry is None:
             raise SyncRejected(
                 "unknown_task",
@@ -490,13 +533,13 @@ class SyncCore:
         env_id = getattr(msg, "env_id", -1)
         if type(msg) is not P.Report:  # a refused update of a known env, else a malformed frame
             with self.lock:
-                if env_id in self._counters:
-                    self._counters[env_id].updates_received += 1
-                    self._counters[env_id].updates_rejected += 1
+                if self.is_live(env_id):
+                    self._envs[env_id].counters.updates_received += 1
+                    self._envs[env_id].counters.updates_rejected += 1
                 else:
                     self.malformed_frames += 1
             raise SyncRejected("bad_request", f"an env may not send {type(msg).__name__} messages")
-        c = self._env(env_id)
+        c = self._live(env_id).counters
         with self.lock:
             refused = []
             for update in msg.updates:
@@ -544,8 +587,7 @@ class SyncCore:
         return [] if reply is None else [reply]
 
     def malformed(self, exc: P.ProtocolError, env_id: int = -1) -> P.Error:
-        """The error reply to a frame that is no message of this protocol (counted, as ``env_id``'s when the
-        sender is known)."""
+        """The error reply to a frame not of this protocol (counted, as ``env_id``'s when known)."""
         self.note_malformed(env_id)
         code = "version" if isinstance(exc, P.ProtocolVersionError) else "malformed"
         return self.error(code, str(exc), env_id)
@@ -588,7 +630,7 @@ class SyncCore:
     def _consume(self, c: EnvCounters, env_id: int, task_id: int) -> None:
         """Lease ``task_id`` ends consumed (a no-op for a task the env chose)."""
         if task_id != P.ENV_TASK:
-            del self._in_flight[env_id][task_id]
+            del self._envs[env_id].leases[task_id]
             self._end(task_id, "consumed")
             c.tasks_consumed += 1
 
@@ -647,10 +689,10 @@ class SyncCore:
     def _goodbye(self, msg: P.Goodbye) -> P.Goodbye:
         """The env leaves, returning the tasks it did not start (one update); echoed as the ack."""
         env_id = msg.env_id
-        c = self._env(env_id)
+        c = self._live(env_id).counters
         with self.lock:
             c.updates_received += 1
-            flight = self._in_flight[env_id]
+            flight = self._envs[env_id].leases
             returned = [i for i in msg.returned_task_ids if not self._stale(env_id, c, i)]
             unknown = [i for i in returned if i not in flight]
             if unknown:
@@ -669,27 +711,22 @@ class SyncCore:
     @property
     def env_ids(self) -> list[int]:
         """Ids of the live envs and of the last ones that left (see ``keep_departed``)."""
-        return sorted((*self._counters, *self._departed))
+        return sorted(self._envs)
 
     def sync_metrics(self) -> dict[str, float]:
-        """``sync/env<i>/<counter>`` per env listed in :attr:`env_ids`, ``sync/total/<counter>`` over every
-        env that ever connected, and the counts of envs (``sync/envs``, ``_live``, ``_departed``,
-        ``_rejoined``)."""
+        """``sync/env<i>/<counter>`` per env of :attr:`env_ids`, ``sync/total/<counter>`` over every env that
+        ever connected, and the counts of envs (``sync/envs``, ``_live``, ``_departed``, ``_rejoined``)."""
         out: dict[str, float] = {}
         with self.lock:
-            totals = EnvCounters(connected=0)
-            totals.add(self._evicted)
-            for env_id, c in sorted((*self._counters.items(), *self._departed.items())):
-                for f in fields(c):
-                    out[f"sync/env{env_id}/{f.name}"] = float(getattr(c, f.name))
-                out[f"sync/env{env_id}/tasks_in_flight"] = float(c.tasks_in_flight)
-                totals.add(c)
-            for f in fields(totals):
-                out[f"sync/total/{f.name}"] = float(getattr(totals, f.name))
-            out["sync/total/tasks_in_flight"] = float(totals.tasks_in_flight)
-            out["sync/envs"] = float(len(self._counters) + self.departed_envs)  # ever registered
-            out["sync/envs_live"] = float(len(self._counters))
-            out["sync/envs_departed"] = float(self.departed_envs)
+            totals = replace(self._evicted)
+            for env_id, env in sorted(self._envs.items()):
+                out.update(env.counters.metrics(f"sync/env{env_id}", env.connected))
+                totals.add(env.counters)
+            out.update(totals.metrics("sync/total", sum(env.connected for env in self._envs.values())))
+            departed = len(self._left) + self._evicted_envs  # (and not back)
+            out["sync/envs"] = float(self.live_envs + departed)  # ever registered
+            out["sync/envs_live"] = float(self.live_envs)
+            out["sync/envs_departed"] = float(departed)
             out["sync/envs_rejoined"] = float(self.rejoined_envs)
             out["sync/updates_lost_away"] = float(self.updates_lost_away)
             out["sync/malformed_frames_unattributed"] = float(self.malformed_frames)
@@ -718,8 +755,7 @@ class LearnerCalls:
             self.core.curriculum.update_on_demand(metrics)
 
     def metrics(self) -> dict[str, float]:
-        """The curriculum's metrics, the sync accounting (:meth:`SyncCore.sync_metrics`) and the
-        endpoint's own counts."""
+        """The curriculum's metrics, the sync accounting (:meth:`SyncCore.sync_metrics`), the endpoint's."""
         with self.core.lock:
             out = dict(self.core.curriculum.metrics())
             out.update(self.core.sync_metrics())
@@ -747,10 +783,10 @@ class LearnerCalls:
                 self.core.load_ledger(ledger)
 
     def in_flight(self, env_id: int) -> dict[int, EncodedTask]:
-        """Tasks sent to ``env_id`` and not yet consumed, returned or abandoned, by task id (``{}`` for an
-        env that left)."""
+        """Tasks sent to ``env_id`` and not yet consumed, returned or abandoned, by task id (``{}``: none)."""
         with self.core.lock:
-            return {i: entry[1].task for i, entry in self.core._in_flight.get(env_id, {}).items()}
+            env = self.core._envs.get(env_id)
+            return {} if env is None else {i: entry[1].task for i, entry in env.leases.items()}
 
 
 class ServedCurriculum:
@@ -763,8 +799,7 @@ class ServedCurriculum:
     address: str
 
     def local_core(self) -> SyncCore | None:
-        """The core to feed directly when the caller is in this endpoint's process (``None``: connect to
-        :attr:`address`)."""
+        """The core to feed directly from this endpoint's process (``None``: connect to :attr:`address`)."""
         return None
 
     def close(self) -> None:  # pragma: no cover - interface

@@ -48,14 +48,21 @@ LIVENESS_QUIET = 2.0
 Checkpoint = str | os.PathLike | Callable[[], dict[str, Any] | None]
 
 
-def _live_workers() -> set[str] | None:
-    """Ids of Ray's live worker processes (no public call reads Ray's worker table without the dashboard);
-    ``None`` when this Ray cannot tell (envs are then declared gone by node or silence)."""
-    try:
-        from ray._private.state import workers
-        return set(workers())
-    except Exception:  # pragma: no cover - depends on the Ray version
-        return None
+def _dead(envs: list[tuple[int, tuple[str, str], float | None]]) -> list[int]:
+    """The envs quiet for a while (one that calls is alive) whose node or worker Ray reports dead (the
+    actor's check for :meth:`~magister.sync.core.SyncCore.sweep`)."""
+    quiet = time.monotonic() - LIVENESS_QUIET
+    where = [(env_id, contact) for env_id, contact, heard in envs if heard is None or heard <= quiet]
+    if not where:
+        return []
+    nodes = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
+    try:  # Ray's live worker processes (no public call reads its worker table without the dashboard)
+        from ray._private.state import workers as worker_table
+        workers = set(worker_table()) if any(w for _, (_, w) in where) else None
+    except Exception:  # pragma: no cover - this Ray cannot tell: envs are declared gone by node or silence
+        workers = None
+    return [e for e, (node, worker) in where
+            if node not in nodes or (workers is not None and worker and worker not in workers)]
 
 
 class CurriculumActor(LearnerCalls):
@@ -68,18 +75,14 @@ class CurriculumActor(LearnerCalls):
         # Ray hands an actor numpy arrays as read-only views: the curriculum, which writes into its arrays,
         # gets writable copies (as does every argument of `call` and `load_state_dict`)
         self.core = SyncCore(copy.deepcopy(curriculum), ServerOptions.of(options))
-        self.where: dict[int, tuple[str, str]] = {}  # live env -> (Ray node id, worker id or "")
-        self.gone = {"dead": 0, "timeout": 0}  # envs declared gone, by reason
         self.restored = 0.0
         if ray.get_runtime_context().was_current_actor_reconstructed:
             self._restore(checkpoint)
         threading.Thread(target=self._watch, name="magister-liveness", daemon=True).start()
 
     def _restore(self, checkpoint: Checkpoint | None) -> None:
-        if callable(checkpoint):
-            state = checkpoint()
-        else:
-            state = load(checkpoint) if checkpoint is not None and os.path.exists(checkpoint) else None
+        exists = checkpoint is not None and not callable(checkpoint) and os.path.exists(checkpoint)
+        state = checkpoint() if callable(checkpoint) else load(checkpoint) if exists else None
         if state is None:
             logger.warning("curriculum actor restarted with no checkpoint (%r): the curriculum starts again "
                            "from the state it was served with", checkpoint)
@@ -89,32 +92,13 @@ class CurriculumActor(LearnerCalls):
         logger.warning("curriculum actor restarted; curriculum restored from %r", checkpoint)
 
     def _watch(self) -> None:
-        """Declare gone the envs whose Ray node or worker died, then those silent past ``env_timeout``."""
+        """Sweep the envs on a timer: those whose Ray node or worker died, or silent past ``env_timeout``."""
         while True:
             time.sleep(min(LIVENESS_PERIOD, self.core.heartbeat or LIVENESS_PERIOD))
             try:
-                for env_id in self._dead():
-                    with self.core.lock:
-                        if self.core.is_live(env_id):
-                            self.core.depart(env_id, "dead")
-                            self.gone["dead"] += 1
-                self.gone["timeout"] += len(self.core.sweep())
+                self.core.sweep(_dead, "dead")
             except Exception:  # the thread must not die
                 self.core.log.exception("liveness", "curriculum actor: liveness check failed")
-
-    def _dead(self) -> list[int]:
-        """The live envs, quiet for a while, whose node or worker Ray reports dead."""
-        for env_id in [e for e in list(self.where) if not self.core.is_live(e)]:  # left, or declared gone
-            self.where.pop(env_id, None)
-        quiet = time.monotonic() - LIVENESS_QUIET  # an env that calls is alive: only quiet ones are looked up
-        heard = self.core.last_heard
-        where = [(e, w) for e, w in list(self.where.items()) if heard.get(e, quiet) <= quiet]
-        if not where:
-            return []
-        nodes = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
-        workers = _live_workers() if any(w for _, (_, w) in where) else None
-        return [e for e, (node, worker) in where
-                if node not in nodes or (workers is not None and worker and worker not in workers)]
 
     def _replies(self, frame: Any, where: tuple[str, str] | None = None) -> list[P.Message]:
         """The replies to one encoded message: usually none or one (a refused update that asked for tasks
@@ -126,23 +110,21 @@ class CurriculumActor(LearnerCalls):
         self.core.heard(getattr(msg, "env_id", -1))
         replies = self.core.answer(msg)
         if type(msg) is P.Hello and where is not None and isinstance(replies[0], P.Welcome):
-            self.where[replies[0].env_id] = (str(where[0]), str(where[1]))
+            self.core.attach(replies[0].env_id, (str(where[0]), str(where[1])))
         return replies
 
     @ray.method(enable_task_events=False)  # called several times per episode per env: no per-call events
     def handle_batch(self, frames: list[Any], token: str = "", where: tuple[str, str] | None = None
                      ) -> list[bytes] | None:
-        """Apply encoded messages from one env, in order and whole (no env is declared gone halfway);
-        their encoded replies in order, or ``None`` when there are none. ``token``: the welcome's (another
-        actor's, before a restart, gets one ``unknown_env`` error and nothing is applied); ``where``: the Ray
-        node and worker ids a hello comes from. Never raises."""
+        """Apply encoded messages from one env, in order and whole (no env is declared gone halfway); their
+        encoded replies in order, or ``None``. ``token``: the welcome's (an older actor's gets one
+        ``unknown_env`` error); ``where``: the Ray node and worker ids a hello comes from. Never raises."""
         if not isinstance(frames, (list, tuple)):
             self.core.note_malformed()
             got = type(frames).__name__
             error = self.core.error("malformed", f"expected a list of encoded messages, got {got}")
         elif token and token != self.core.token:
-            why = "the curriculum actor restarted and no longer knows this env; send Hello again"
-            error = self.core.error("unknown_env", why)
+            error = self.core.refuse(self.core.unknown_env(why=" (the curriculum actor restarted)"))
         else:
             with self.core.lock:
                 return [_pack(reply) for frame in frames for reply in self._replies(frame, where)] or None
@@ -159,8 +141,9 @@ class CurriculumActor(LearnerCalls):
         return os.getpid()
 
     def endpoint_metrics(self) -> dict[str, float]:
-        return {"sync/errors_sent": float(self.core.errors_sent), "sync/envs_dead": float(self.gone["dead"]),
-                "sync/envs_timed_out": float(self.gone["timeout"]), "sync/actor_restored": self.restored}
+        gone = self.core.departures
+        return {"sync/errors_sent": float(self.core.errors_sent), "sync/envs_dead": float(gone["dead"]),
+                "sync/envs_timed_out": float(gone["timeout"]), "sync/actor_restored": self.restored}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(copy.deepcopy(state))
@@ -189,9 +172,7 @@ class RayCurriculumServer(ServedCurriculum):
 
     def __init__(self, actor: Any, name: str, namespace: str | None, *, owner: bool,
                  timeout: float = 30.0) -> None:
-        self.actor = actor
-        self.name = name
-        self.namespace = namespace
+        self.actor, self.name, self.namespace = actor, name, namespace
         self.timeout = float(timeout)
         self.closed = False
         self._owner = bool(owner)
@@ -266,6 +247,25 @@ class RayCurriculumServer(ServedCurriculum):
         return f"RayCurriculumServer({self.address!r}, {'closed' if self.closed else 'serving'})"
 
 
+def _check_actor_settings(opts: ServerOptions, max_restarts: int, checkpoint: Checkpoint | None,
+                          actor_options: dict[str, Any]) -> None:
+    """Refuse what :func:`serve_ray` cannot honour (see its ``Raises``)."""
+    zeromq_only = [f for f in ServerOptions.ZEROMQ_ONLY if getattr(opts, f) != getattr(ServerOptions, f)]
+    if zeromq_only:
+        raise ValueError(f"{zeromq_only} apply to the ZeroMQ server (serve()); the Ray actor travels over "
+                         "Ray's own transport (secure the Ray cluster instead)")
+    if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < -1:
+        raise ValueError(f"max_restarts must be an int >= -1 (-1: always restart), got {max_restarts!r}")
+    if checkpoint is not None and not (callable(checkpoint) or isinstance(checkpoint, (str, os.PathLike))):
+        raise TypeError(f"checkpoint must be a path or a callable returning the state, got {checkpoint!r}")
+    if checkpoint is not None and max_restarts == 0:
+        raise ValueError("checkpoint is read when the actor restarts: set max_restarts as well")
+    reserved = {"name", "namespace", "lifetime", "max_concurrency", "get_if_exists", "max_restarts"}
+    reserved &= set(actor_options)
+    if reserved:
+        raise ValueError(f"actor_options may not set {sorted(reserved)}; they are serve_ray's arguments")
+
+
 def serve_ray(
     curriculum: Curriculum, name: str = "magister_curriculum", namespace: str | None = None,
     options: ServerOptions | None = None, *, detached: bool = False,
@@ -304,20 +304,7 @@ def serve_ray(
         raise TypeError(f"curriculum must be a magister Curriculum, got {type(curriculum).__name__}")
     ray_address(name, namespace)  # validates both
     opts = ServerOptions.of(options, **overrides)
-    zeromq_only = [f for f in ServerOptions.ZEROMQ_ONLY if getattr(opts, f) != getattr(ServerOptions, f)]
-    if zeromq_only:
-        raise ValueError(f"{zeromq_only} apply to the ZeroMQ server (serve()); the Ray actor travels over "
-                         "Ray's own transport (secure the Ray cluster instead)")
-    if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < -1:
-        raise ValueError(f"max_restarts must be an int >= -1 (-1: always restart), got {max_restarts!r}")
-    if checkpoint is not None and not (callable(checkpoint) or isinstance(checkpoint, (str, os.PathLike))):
-        raise TypeError(f"checkpoint must be a path or a callable returning the state, got {checkpoint!r}")
-    if checkpoint is not None and max_restarts == 0:
-        raise ValueError("checkpoint is read when the actor restarts: set max_restarts as well")
-    reserved = {"name", "namespace", "lifetime", "max_concurrency", "get_if_exists", "max_restarts"}
-    reserved &= set(actor_options or {})
-    if reserved:
-        raise ValueError(f"actor_options may not set {sorted(reserved)}; they are serve_ray's arguments")
+    _check_actor_settings(opts, max_restarts, checkpoint, actor_options or {})
     peer = describe_actor(name, namespace)
     try:
         ray.get_actor(name, namespace=namespace)

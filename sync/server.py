@@ -18,6 +18,7 @@ True
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import math
 import os
@@ -47,16 +48,12 @@ __all__ = ["CurriculumServer", "serve"]
 
 @dataclass(eq=False)
 class _Peer:
-    """What the server keeps of one connected env."""
+    """What the server keeps of one env it serves: its contact in the core, found by its routing id."""
 
     welcome: P.Welcome
     fd: int  # the connection its last message came on (-1: ZeroMQ reported it closed)
     stream: P.Stream = field(default_factory=lambda: P.Stream(MAX_UNACKED_REPLIES))
     sequenced: bool = False  # it sends envelopes (so replies carry them)
-
-    @property
-    def env_id(self) -> int:
-        return self.welcome.env_id
 
 
 #: Most replies a server keeps per env for a resend (a client further behind is gone).
@@ -70,53 +67,55 @@ class CurriculumServer(LearnerCalls, ServedCurriculum):
         address: The bound address (a plain ``str``, safe to send to worker processes).
         curriculum: The served curriculum. Touch it only while holding :attr:`lock`, or use the proxies.
         lock: The lock shared by the server thread and the learner-side proxy methods.
-        core: The :class:`SyncCore` holding the accounting.
+        core: The :class:`SyncCore` holding the accounting, and each env's peer (its contact).
         options: Its settings (:class:`~magister.sync.options.ServerOptions`).
+        closed: Whether :meth:`close` has run.
+        duplicates_dropped: Sequenced messages dropped as repeats (resent after a reconnect, already applied).
+        replies_resent: Replies sent again to envs that missed them (after a reconnect).
+        replies_undelivered: Replies the server could not hand to ZeroMQ (the peer gone or its queue full).
+        clients_refused: CURVE handshakes refused (the client's key is not in ``curve_allowed_clients``).
     """
 
     def __init__(
         self, curriculum: Curriculum, address: str | None = None, options: ServerOptions | None = None,
         **overrides: Any,
     ) -> None:
-        opts = self.options = ServerOptions.of(options, **overrides)
-        self.core = SyncCore(curriculum, opts)
-        self.curriculum = curriculum
-        self.lock = self.core.lock
+        self.core = SyncCore(curriculum, options, **overrides)
         self._pid = os.getpid()
-        # the liveness check runs at least every quarter of env_timeout
-        self._poll_ms = max(1, int(min(opts.poll_interval, self.core.heartbeat or math.inf) * 1000))
-        self._next_sweep = time.monotonic() + self.core.heartbeat if self.core.heartbeat else math.inf
-        self._max_header = min(opts.max_message_bytes, P.DEFAULT_MAX_HEADER_BYTES)
-        self._tmpdir: str | None = None
-        #: Whether :meth:`close` has run.
         self.closed = False
-        self._stop = threading.Event()
-        self._peers: dict[bytes, _Peer] = {}  # live envs, by routing id
-        #: Sequenced messages dropped as repeats (resent after a reconnect, already applied).
-        self.duplicates_dropped = 0
-        #: Replies sent again to envs that missed them (after a reconnect).
-        self.replies_resent = 0
-        #: Replies the server could not hand to ZeroMQ (the peer was gone or its queue full).
-        self.replies_undelivered = 0
-        #: CURVE handshakes refused because the client's key is not in ``curve_allowed_clients``.
-        self.clients_refused = 0
+        self.duplicates_dropped = self.replies_resent = self.replies_undelivered = self.clients_refused = 0
         self._log = RateLimitedLogger(logger, LOG_INTERVAL)  # one rate limit for all it logs about its peers
+        self.lock = self.core.lock
+        self._tmpdir: str | None = None
         if address is None:
             self._tmpdir = tempfile.mkdtemp(prefix="magister-")  # mode 0700
             address = f"ipc://{os.path.join(self._tmpdir, 'curriculum.sock')}"
         try:
+            opts = self.options
             check_address(address, bind=True)
             check_bind_address(address, opts.curve_secret_key, opts.insecure, opts.curve_allowed_clients)
             allowed = opts.curve_allowed_clients
             self._allowed = None if allowed is None else ClientAllowList(allowed)
+            self.address: str = self._bind(address)
         except Exception:
             self._remove_tmpdir()
             raise
+        self._thread = threading.Thread(target=self._run, name=f"magister-server-{self.address}", daemon=True)
+        self._thread.start()
+        _live_servers.add(self)
+        logger.info("curriculum server for %s listening on %s", type(curriculum).__name__, self.address)
+
+    curriculum = property(lambda self: self.core.curriculum)
+    options = property(lambda self: self.core.options)
+
+    def _bind(self, address: str) -> str:
+        """Make the sockets (the ZAP handler's first, so no handshake goes unchecked; the ROUTER socket bound
+        to ``address`` and its monitor; the pair that :meth:`close` wakes the thread through): its address."""
         self._ctx = zmq.Context()
-        self._zap: zmq.Socket | None = None  # the ZAP handler's socket (RFC 27), with curve_allowed_clients
-        sock = self._ctx.socket(zmq.ROUTER)
+        self._zap: zmq.Socket | None = None  # the ZAP handler's socket (RFC 27)
+        self._sock = sock = self._ctx.socket(zmq.ROUTER)
         try:
-            if self._allowed is not None:  # (bound before the server socket: no handshake goes unchecked)
+            if self._allowed is not None:
                 self._zap = self._ctx.socket(zmq.REP)
                 self._zap.bind("inproc://zeromq.zap.01")
             sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
@@ -124,44 +123,41 @@ class CurriculumServer(LearnerCalls, ServedCurriculum):
             # server still holds its old connection (a half-open TCP connection after a network cut)
             sock.setsockopt(zmq.ROUTER_HANDOVER, 1)
             sock.setsockopt(zmq.LINGER, 0)
-            sock.setsockopt(zmq.MAXMSGSIZE, opts.max_message_bytes)
-            configure_server_socket(sock, opts.curve_secret_key, authenticate_clients=self._zap is not None)
+            sock.setsockopt(zmq.MAXMSGSIZE, self.options.max_message_bytes)
+            zap = self._zap is not None
+            configure_server_socket(sock, self.options.curve_secret_key, authenticate_clients=zap)
             sock.bind(address)
-            self.address: str = sock.getsockopt_string(zmq.LAST_ENDPOINT)
             self._monitor = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
         except Exception:
-            sock.close(0)
-            if self._zap is not None:
-                self._zap.close(0)
+            for s in (sock, self._zap):
+                if s is not None:
+                    s.close(0)
             self._ctx.term()
-            self._remove_tmpdir()
             raise
-        self._sock = sock
-        # close() wakes the thread through this pair (it waits on the socket without a short timeout, so an
-        # idle server costs nothing); the thread owns the receiving end, close() the sending one
         wake = f"inproc://magister-wake-{id(self)}"
-        self._wake_rx = self._ctx.socket(zmq.PAIR)
+        self._wake_rx = self._ctx.socket(zmq.PAIR)  # the thread's end
         self._wake_rx.bind(wake)
-        self._wake_tx = self._ctx.socket(zmq.PAIR)
+        self._wake_tx = self._ctx.socket(zmq.PAIR)  # close()'s end
         self._wake_tx.setsockopt(zmq.LINGER, 0)
         self._wake_tx.connect(wake)
-        self._thread = threading.Thread(target=self._run, name=f"magister-server-{self.address}", daemon=True)
-        self._thread.start()
-        _live_servers.add(self)
-        logger.info("curriculum server for %s listening on %s", type(curriculum).__name__, self.address)
+        return sock.getsockopt_string(zmq.LAST_ENDPOINT)
 
     # -- the thread ---------------------------------------------------------------------------------
     def _run(self) -> None:
-        sock = self._sock
+        sock, heartbeat = self._sock, self.core.heartbeat
+        # liveness is swept every quarter of env_timeout (the poll wakes up at least that often)
+        poll_ms = max(1, int(min(self.options.poll_interval, heartbeat or math.inf) * 1000))
+        next_sweep = time.monotonic() + heartbeat if heartbeat else math.inf
         poller = zmq.Poller()
         for s in (sock, self._wake_rx, self._monitor, self._zap):
             if s is not None:
                 poller.register(s, zmq.POLLIN)
         try:
-            while not self._stop.is_set():
-                if time.monotonic() >= self._next_sweep:
-                    self._sweep()
-                ready = dict(poller.poll(self._poll_ms))
+            while not self.closed:
+                if time.monotonic() >= next_sweep:
+                    next_sweep = time.monotonic() + heartbeat
+                    self.core.sweep()
+                ready = dict(poller.poll(poll_ms))
                 if self._monitor in ready:
                     self._read_monitor()
                 if self._zap in ready:
@@ -206,26 +202,12 @@ class CurriculumServer(LearnerCalls, ServedCurriculum):
         """Note the peers whose connection ZeroMQ reports closed (their slots are freed when needed)."""
         while self._monitor.poll(0):
             fd = recv_monitor_message(self._monitor)["value"]
-            for peer in self._peers.values():
+            for peer in self.core.contacts():
                 if peer.fd == fd:
                     peer.fd = -1
 
-    def _free_disconnected(self) -> None:
-        """Declare gone the envs whose connection closed: a full server makes room for a newcomer."""
-        for identity, peer in list(self._peers.items()):
-            if peer.fd == -1:
-                del self._peers[identity]
-                self.core.depart(peer.env_id, "disconnected")
-
-    def _sweep(self) -> None:
-        """Declare gone the envs silent for longer than ``env_timeout`` (their tasks are abandoned)."""
-        self._next_sweep = time.monotonic() + self.core.heartbeat
-        if self.core.sweep():
-            self._peers = {i: p for i, p in self._peers.items() if self.core.is_live(p.env_id)}
-
-    def _send(self, identity: bytes, msg: P.Message) -> bool:
-        """Send ``msg`` now (numbered, and kept until acknowledged, for a sequenced env)."""
-        peer = self._peers.get(identity)
+    def _send(self, identity: bytes, msg: P.Message, peer: _Peer | None = None) -> bool:
+        """Send ``msg`` now (numbered, and kept until acknowledged, for a sequenced ``peer``)."""
         frames = P.encode(msg)
         if peer is None or not peer.sequenced:  # (an error for a sender gone since, such as a frame that
             gone = logging.DEBUG if peer is None and type(msg) is P.Error else None  # crossed its goodbye)
@@ -254,8 +236,7 @@ class CurriculumServer(LearnerCalls, ServedCurriculum):
         kind, seq, ack = envelope
         if peer is None:  # a restarted server, or an env declared gone: it must say hello again
             self.core.note_malformed(-1)
-            why = "this server does not know this env (restarted, or it declared it gone); send Hello again"
-            self._send(identity, self.core.error("unknown_env", why))
+            self._send(identity, self.core.refuse(self.core.unknown_env(why=" (restarted, or its env left)")))
             return False
         peer.sequenced = True
         verdict, resend, control = peer.stream.answer(kind, seq, ack)
@@ -266,13 +247,13 @@ class CurriculumServer(LearnerCalls, ServedCurriculum):
             self._write(identity, [peer.stream.control(control)])
         if verdict == "repeat":  # already applied (a resend after a reconnect)
             self.duplicates_dropped += 1
-            self.core.counters(peer.env_id).duplicates_dropped += 1
+            self.core.counters(peer.welcome.env_id).duplicates_dropped += 1
         return verdict == "deliver"
 
     def _handle(self, frames: list[Any]) -> None:
         identity = frames[0].bytes
-        peer = self._peers.get(identity)
-        env_id = -1 if peer is None else peer.env_id
+        peer = self.core.contact(identity)
+        env_id = -1 if peer is None else peer.welcome.env_id
         if peer is not None:
             self.core.heard(env_id)
             peer.fd = frames[-1].get(zmq.SRCFD)
@@ -281,34 +262,34 @@ class CurriculumServer(LearnerCalls, ServedCurriculum):
             if envelope is not None and not self._sequence(identity, peer, envelope):
                 return
             body = frames[1:] if envelope is None else [frames[1].buffer[P.ENVELOPE_SIZE:], *frames[2:]]
-            msg = P.decode(body, max_header_bytes=self._max_header)
+            limit = min(self.options.max_message_bytes, P.DEFAULT_MAX_HEADER_BYTES)
+            msg = P.decode(body, max_header_bytes=limit)
         except P.ProtocolError as exc:
-            self._send(identity, self.core.malformed(exc, env_id))
+            self._send(identity, self.core.malformed(exc, env_id), peer)
             return
         if isinstance(msg, P.Hello):
             self._hello(identity, peer, msg, frames[-1].get(zmq.SRCFD))
-            return
-        if peer is None or msg.env_id != env_id:  # type: ignore[attr-defined]
+        elif peer is None or msg.env_id != env_id:  # type: ignore[attr-defined]
             self.core.note_malformed(env_id)
-            what = f"{type(msg).__name__} from a peer that is not env {msg.env_id}; send Hello first"  # type: ignore
-            self._send(identity, self.core.error("unknown_env", what, env_id))
-            return
-        for reply in self.core.answer(msg):
-            if not self._send(identity, reply) and isinstance(reply, P.Tasks) and not peer.sequenced:
-                self.core.mark_unsent(reply)  # (a sequenced env gets it again when it reconnects)
-        if isinstance(msg, P.Goodbye) and not self.core.is_live(env_id):  # it left: its slot is freed
-            self._peers.pop(identity, None)
+            why = f" (it sent a {type(msg).__name__} as env {msg.env_id})"  # type: ignore[attr-defined]
+            self._send(identity, self.core.refuse(self.core.unknown_env(why=why), env_id), peer)
+        else:
+            for reply in self.core.answer(msg):  # (a goodbye's ack is numbered: the peer is known here)
+                sent = self._send(identity, reply, peer)
+                if not sent and isinstance(reply, P.Tasks) and not peer.sequenced:
+                    self.core.mark_unsent(reply)  # (a sequenced env gets it again when it reconnects)
 
     def _hello(self, identity: bytes, peer: _Peer | None, hello: P.Hello, fd: int) -> None:
         """Welcome an env (a repeated hello, a client's retry, gets the same answer)."""
         if peer is None:
-            if self.core.live_envs >= self.options.max_envs:
-                self._free_disconnected()  # (a full server makes room first)
+            if self.core.live_envs >= self.options.max_envs:  # a full server makes room first
+                self.core.sweep(lambda peers: [e for e, peer, _ in peers if peer.fd == -1], "disconnected")
             (welcome,) = self.core.answer(hello)
             if not isinstance(welcome, P.Welcome):  # (refused)
                 self._send(identity, welcome)
                 return
-            peer = self._peers[identity] = _Peer(welcome, fd)
+            peer = _Peer(welcome, fd)
+            self.core.attach(welcome.env_id, peer, identity)
             logger.debug("env %d joined (pid %d, %r)", welcome.env_id, hello.pid, hello.name)
             if hello.rejoin >= 0:
                 logger.info("env %d joined again (it was env %d)", welcome.env_id, hello.rejoin)
@@ -334,11 +315,8 @@ class CurriculumServer(LearnerCalls, ServedCurriculum):
         if self.closed or os.getpid() != self._pid:
             return
         self.closed = True
-        self._stop.set()
-        try:
+        with contextlib.suppress(zmq.ZMQError):  # (else the thread wakes at its poll interval)
             self._wake_tx.send(b"", zmq.NOBLOCK)
-        except zmq.ZMQError:  # pragma: no cover - the thread then wakes at its poll interval
-            pass
         self._wake_tx.close(0)
         self._thread.join(self.options.join_timeout)
         if self._thread.is_alive():  # pragma: no cover - only if the curriculum blocks forever
@@ -367,10 +345,8 @@ _live_servers: weakref.WeakSet[CurriculumServer] = weakref.WeakSet()
 @atexit.register
 def _close_live_servers() -> None:  # pragma: no cover - interpreter shutdown
     for server in list(_live_servers):
-        try:
+        with contextlib.suppress(Exception):
             server.close()
-        except Exception:
-            pass
 
 
 def serve(

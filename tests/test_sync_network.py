@@ -402,7 +402,8 @@ def test_churn_under_max_envs_frees_every_slot_and_reclaims_every_task():
         assert sent == m["sync/total/tasks_abandoned"] == len(cur.abandoned) and sent >= 100
         assert m["sync/total/tasks_in_flight"] == 0
         core = server.core
-        assert core.live_envs == 0 and not core._in_flight and len(core.env_ids) == 8
+        assert core.live_envs == 0 and len(core.env_ids) == 8 and not core._keys  # (no index left to prune)
+        assert not any(env.leases or env.contact for env in core._envs.values())
         # a fresh worker is served at once
         c = CurriculumClient(server.address, timeout=5.0)
         a = c.next_task()

@@ -9,6 +9,8 @@ import os
 import stat
 import threading
 import time
+from dataclasses import asdict
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -1075,3 +1077,48 @@ def test_registrations_of_returning_envs_are_counted_as_rejoins():
     m = core.sync_metrics()
     assert again == first and m["sync/envs"] == 1 and m["sync/envs_rejoined"] == 1  # back under its id
     assert core.is_live(first) and core.register_env(P.Hello(1, rejoin=first)).env_id != first
+
+
+def test_one_sweep_declares_gone_the_envs_an_endpoint_names_or_that_fell_silent(monkeypatch):
+    """The core's one liveness sweep: the envs an endpoint's check names leave with its reason, a silent
+    watched env leaves by timeout; each takes its contact (and its key in the core's index) with it."""
+    from magister.sync import core as core_module
+    from magister.sync.core import SyncCore, SyncRejected
+
+    core = SyncCore(Recorder(), env_timeout=5.0)
+    a, b, c = (core.register_env(P.Hello(1)).env_id for _ in range(3))
+    for env_id, key in ((a, b"a"), (b, b"b"), (c, b"c")):
+        core.attach(env_id, f"peer-{key.decode()}", key)
+    with pytest.raises(ValueError, match="contact key b'a'"):
+        core.attach(c, "peer-c", b"a")  # a key names one live env
+    core.assign_tasks(a, 2)
+    core.heard(b)
+    shown = []
+    later = time.monotonic() + 10.0  # past env_timeout for b, which was heard before it
+    monkeypatch.setattr(core_module, "time", SimpleNamespace(monotonic=lambda: later))  # (the core's clock)
+    core.heard(c)  # c speaks up: not silent
+    gone = core.sweep(lambda envs: shown.extend(envs) or [a], "dead")
+    assert gone == [a, b] and sorted(e for e, _, _ in shown) == [a, b, c]
+    assert core.departures == {"dead": 1, "timeout": 1} and core.counters(a).tasks_abandoned == 2
+    assert (core.contact(b"a"), core.contact(b"b"), core.contact(b"c")) == (None, None, "peer-c")
+    m = core.sync_metrics()
+    assert [m[f"sync/env{e}/connected"] for e in (a, b, c)] == [0, 0, 1] and m["sync/envs_departed"] == 2
+    assert m["sync/total/tasks_sent"] == 2 == m["sync/total/tasks_abandoned"]
+    with pytest.raises(SyncRejected) as refused:
+        core.assign_tasks(a, 1)
+    assert refused.value.code == "unknown_env"
+
+
+def test_a_ledger_listing_derived_counts_loads():
+    """Ledgers of earlier versions list ``tasks_sent`` and ``connected`` with the counts; both are derived."""
+    from magister.sync.core import EnvCounters, SyncCore
+
+    counts = {**asdict(EnvCounters(tasks_sampled=3, tasks_consumed=1)), "tasks_sent": 3, "connected": 1}
+    core = SyncCore(Recorder())
+    core.load_ledger({"envs": {"4": {"counters": counts, "leases": [], "stream": None}}, "ended": [],
+                      "next_env": 5})
+    assert core.counters(4).tasks_sent == 3 and core.counters(4).tasks_in_flight == 2
+    assert core.sync_metrics()["sync/env4/connected"] == 0  # restored, not back yet
+    with pytest.raises(TypeError):
+        core.load_ledger({"envs": {"4": {"counters": {"no_such_count": 1}, "leases": [], "stream": None}},
+                          "ended": [], "next_env": 5})
