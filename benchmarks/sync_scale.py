@@ -493,6 +493,7 @@ def _series(rows: list[Row]) -> dict[tuple[str, str], list[Row]]:
 def shape(rows: list[Row], rate: float, env_timeout: float = 60.0) -> str:
     """The curve's shape in words, from the measured rows (``rate``: episodes per second in all)."""
     parts = []
+    small, large = min(r.envs for r in rows), max(r.envs for r in rows)
     for (transport, mode), rs in _series(rows).items():
         lo, hi = rs[0], rs[-1]
         ratio = hi.cpu_per_episode / lo.cpu_per_episode
@@ -506,10 +507,10 @@ def shape(rows: list[Row], rate: float, env_timeout: float = 60.0) -> str:
             f"{hi.rss_per_env / 1024:.1f} KB per env at {hi.envs:,} envs; task round trip p50/p99 "
             f"{rtt[0]:.1f}/{rtt[1]:.1f} ms at {lo.envs:,}, {rtt[2]:.1f}/{rtt[3]:.1f} ms at {hi.envs:,}.")
     parts.append(
-        f"At a fixed {rate:,.0f} episodes per second in all, an env of {rows[0].envs:,} plays "
-        f"{rate / rows[0].envs:,.1f} episodes per second and one of {rows[-1].envs:,} plays "
-        f"{rate / rows[-1].envs:,.2f}: the feed holds updates and asks for tasks for what its env plays "
-        f"in max_update_delay, so few envs send many episodes per message and many envs one or more messages "
+        f"At a fixed {rate:,.0f} episodes per second in all, an env of {small:,} plays "
+        f"{rate / small:,.1f} episodes per second and one of {large:,} plays {rate / large:,.2f}: the "
+        "feed holds updates and asks for tasks for what its env plays in max_update_delay, so few envs "
+        "send many episodes per message and many envs one or more messages "
         "per episode. Where messages per episode stay the same at every size (the unbatched rows: one "
         "report asking for one task per episode), the CPU per episode shows the work per message.")
     sweeps = [r for r in rows if r.sweep_s is not None]
@@ -520,19 +521,19 @@ def shape(rows: list[Row], rate: float, env_timeout: float = 60.0) -> str:
             f"({big.sweep_s * 1e3:.2f} ms at {big.envs:,} envs), once every quarter of env_timeout "
             f"({env_timeout / 4:g} s by default): {big.sweep_s / (env_timeout / 4):.1e} of a core at "
             f"{big.envs:,} envs.")
-    leave = [r for r in rows if r.envs == rows[-1].envs]
+    leave = [r for r in rows if r.envs == large]
     parts.append(
         "All envs leaving at once (closing their feeds) took " + ", ".join(
             f"{r.leave_s:.1f} s ({r.transport} {r.mode}, {r.leave_errors} error replies)" for r in leave)
-        + f" at {rows[-1].envs:,} envs; the storm admitted " + ", ".join(
+        + f" at {large:,} envs; the storm admitted " + ", ".join(
             f"{r.envs / r.storm_s:,.0f}" for r in leave) + " envs per second.")
     busiest = max(rows, key=lambda r: r.cpu_s / r.play_s)
     parts.append(
         f"The endpoint applies everything in one thread under one lock: it saturates when busy reaches 1.0 "
         f"(here at most {busiest.cpu_s / busiest.play_s:.2f}, {busiest.transport} {busiest.mode} at "
         f"{busiest.envs:,} envs); its capacity is about one core over the CPU per episode: "
-        + ", ".join(f"{t} {m} {1 / rs[-1].cpu_per_episode:,.0f} episodes/s" for (t, m), rs in
-                    _series(rows).items()) + f" at {rows[-1].envs:,} envs.")
+        + ", ".join(f"{t} {m} {1 / rs[-1].cpu_per_episode:,.0f} episodes/s at {rs[-1].envs:,} envs"
+                    for (t, m), rs in _series(rows).items()) + ".")
     return "\n\n".join(parts)
 
 
@@ -570,6 +571,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[10, 100, 1000, 10000])
     parser.add_argument("--ray-sizes", type=int, nargs="*", default=None,
                         help="sizes for the Ray actor (default: --sizes)")
+    parser.add_argument("--ray-largest-modes", nargs="*", default=["episodic"], choices=MODES,
+                        help="the modes run on Ray at its largest size (each takes minutes there)")
     parser.add_argument("--transports", nargs="+", default=["ZeroMQ", "Ray"], choices=["ZeroMQ", "Ray"])
     parser.add_argument("--modes", nargs="+", default=MODES, choices=MODES)
     parser.add_argument("--episodes", type=int, default=10000, help="episodes per run (at least 2 per env)")
@@ -582,10 +585,11 @@ def main(argv: list[str] | None = None) -> None:
                         help="write the output into docs/results.md and benchmarks/README.md")
     args = parser.parse_args(argv)
     if args.quick:
-        args.sizes, args.episodes = [10, 100], 1000
+        args.sizes, args.episodes, args.ray_largest_modes = [10, 100], 1000, args.modes
     ray_sizes = args.sizes if args.ray_sizes is None else args.ray_sizes
     plan = [(t, m, n) for t in args.transports for m in args.modes
-            for n in (args.sizes if t == "ZeroMQ" else ray_sizes)]
+            for n in (args.sizes if t == "ZeroMQ" else ray_sizes)
+            if t == "ZeroMQ" or n < max(ray_sizes) or m in args.ray_largest_modes]
     with recording("sync-scale", enabled=args.write_results, pages=PAGES) as rec:
         print(f"start: {machine()}")
         rows = []
