@@ -40,6 +40,7 @@ import math
 import multiprocessing as mp
 import os
 import statistics
+import sys
 import tempfile
 import threading
 import time
@@ -383,6 +384,7 @@ class Row:
     sweep_s: float | None = None
     leave_s: float = 0.0  # all envs closing their feeds (goodbyes), at once
     leave_errors: int = 0  # error replies the endpoint sent while they did
+    total_applied: int = 0  # the endpoint's sync/total/episodes_applied at the end
     round_trips: list[float] = field(default_factory=list)
 
     @property
@@ -447,7 +449,7 @@ def run(transport: str, mode: str, n: int, args: argparse.Namespace, index: int)
         row.errors = sum(s["errors"] + s["dropped"] for s in stats)
         after = endpoint.metrics()
         row.leave_errors = int(after["sync/errors_sent"] - before["sync/errors_sent"])
-        total = int(after["sync/total/episodes_applied"])
+        total = row.total_applied = int(after["sync/total/episodes_applied"])
         if total != row.episodes or row.errors or before["sync/errors_sent"]:
             raise AssertionError(f"{transport} {mode} {n} envs: episodes reported {row.episodes}, applied "
                                  f"{total}; errors seen by envs {row.errors}, sent by the endpoint before "
@@ -565,7 +567,7 @@ def plot(rows: list[Row], path: str) -> None:
     plt.close(fig)
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> list[Row]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="10 and 100 envs, few episodes (seconds)")
     parser.add_argument("--sizes", type=int, nargs="+", default=[10, 100, 1000, 10000])
@@ -585,7 +587,7 @@ def main(argv: list[str] | None = None) -> None:
                         help="write the output into docs/results.md and benchmarks/README.md")
     args = parser.parse_args(argv)
     if args.quick:
-        args.sizes, args.episodes, args.ray_largest_modes = [10, 100], 1000, args.modes
+        args.sizes, args.episodes, args.ray_largest_modes = [10, 100], 500, args.modes
     ray_sizes = args.sizes if args.ray_sizes is None else args.ray_sizes
     plan = [(t, m, n) for t in args.transports for m in args.modes
             for n in (args.sizes if t == "ZeroMQ" else ray_sizes)
@@ -594,17 +596,23 @@ def main(argv: list[str] | None = None) -> None:
         print(f"start: {machine()}")
         rows = []
         t0 = time.monotonic()
+        own_ray = False
         if "Ray" in args.transports:
             import ray
 
-            ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
+            if __name__ != "__main__":  # (imported by a test: Ray's workers cannot import this module)
+                ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+            if not ray.is_initialized():
+                ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False,
+                         log_to_driver=False)
+                own_ray = True
         try:
             for i, (transport, mode, n) in enumerate(plan):
                 rows.append(run(transport, mode, n, args, i))
                 print(f"{transport} {mode} {n} envs: {rows[-1].applied} episodes applied, "
                       f"{time.monotonic() - t0:.0f} s", flush=True)
         finally:
-            if "Ray" in args.transports:
+            if own_ray:
                 ray.shutdown()
         print(f"{args.steps} steps per episode, {args.episodes} episodes per run (at least 2 per env) at "
               f"{args.rate:g} episodes/s in all, at most {args.per_process} envs per load process, default "
@@ -625,6 +633,7 @@ def main(argv: list[str] | None = None) -> None:
                 rec.add_image(path, "sync-scale.png")
         else:
             print(rec.after)
+    return rows
 
 
 if __name__ == "__main__":
