@@ -143,7 +143,7 @@ class ZmqEndpoint:
     name = "ZeroMQ"
 
     def __init__(self, step_updates: bool, index: int) -> None:
-        ctx = mp.get_context("fork")
+        ctx = mp.get_context("spawn")
         self.conn, child = ctx.Pipe()
         self.proc = ctx.Process(target=_zmq_endpoint, args=(child, step_updates), daemon=True)
         self.proc.start()
@@ -308,10 +308,11 @@ def _holder_process(conn: Any, args: tuple) -> None:
 
 
 class ProcessHolder:
-    """A :class:`Holder` in a forked process; ``call`` starts a method, ``result`` waits for it."""
+    """A :class:`Holder` in a process of its own (spawned: a process forked after ``ray.init`` may crash);
+    ``call`` starts a method, ``result`` waits for it."""
 
     def __init__(self, *args: Any) -> None:
-        ctx = mp.get_context("fork")
+        ctx = mp.get_context("spawn")
         self.conn, child = ctx.Pipe()
         self.proc = ctx.Process(target=_holder_process, args=(child, args), daemon=True)
         self.proc.start()
@@ -567,6 +568,18 @@ def plot(rows: list[Row], path: str) -> None:
     plt.close(fig)
 
 
+def _start_ray() -> bool:
+    """Start a local Ray instance unless one is running (a test's); whether this started it."""
+    import ray
+
+    if __name__ != "__main__":  # (imported by a test: Ray's workers cannot import this module)
+        ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    if ray.is_initialized():
+        return False
+    ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
+    return True
+
+
 def main(argv: list[str] | None = None) -> list[Row]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="10 and 100 envs, few episodes (seconds)")
@@ -596,23 +609,18 @@ def main(argv: list[str] | None = None) -> list[Row]:
         print(f"start: {machine()}")
         rows = []
         t0 = time.monotonic()
-        own_ray = False
-        if "Ray" in args.transports:
-            import ray
-
-            if __name__ != "__main__":  # (imported by a test: Ray's workers cannot import this module)
-                ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
-            if not ray.is_initialized():
-                ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False,
-                         log_to_driver=False)
-                own_ray = True
+        own_ray: bool | None = None  # (None: Ray not needed yet)
         try:
             for i, (transport, mode, n) in enumerate(plan):
+                if transport == "Ray" and own_ray is None:
+                    own_ray = _start_ray()
                 rows.append(run(transport, mode, n, args, i))
                 print(f"{transport} {mode} {n} envs: {rows[-1].applied} episodes applied, "
                       f"{time.monotonic() - t0:.0f} s", flush=True)
         finally:
             if own_ray:
+                import ray
+
                 ray.shutdown()
         print(f"{args.steps} steps per episode, {args.episodes} episodes per run (at least 2 per env) at "
               f"{args.rate:g} episodes/s in all, at most {args.per_process} envs per load process, default "

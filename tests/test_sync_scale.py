@@ -3,20 +3,19 @@ once by the endpoint, and no env sees an error (its timings are the benchmark's 
 
 from __future__ import annotations
 
-import importlib.util
-import sys
+import importlib
 
 import pytest
 
 from magister.examples import results as R
 
 
-def _bench():
-    spec = importlib.util.spec_from_file_location("sync_scale", R.ROOT / "benchmarks" / "sync_scale.py")
-    bench = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = bench  # (its dataclasses look their module up)
-    spec.loader.exec_module(bench)
-    return bench
+@pytest.fixture
+def bench(monkeypatch):
+    """The benchmark's module, imported by name from benchmarks/ (its load processes are spawned: they
+    import it again)."""
+    monkeypatch.syspath_prepend(str(R.ROOT / "benchmarks"))
+    return importlib.import_module("sync_scale")
 
 
 def _check(rows, plan):
@@ -29,8 +28,8 @@ def _check(rows, plan):
         assert r.messages > 0 and len(r.round_trips) > 0, r
 
 
-def test_the_quick_zeromq_run_applies_every_episode_once():
-    rows = _bench().main(["--quick", "--transports", "ZeroMQ", "--modes", "episodic", "step"])
+def test_the_quick_zeromq_run_applies_every_episode_once(bench):
+    rows = bench.main(["--quick", "--transports", "ZeroMQ", "--modes", "episodic", "step"])
     _check(rows, [("ZeroMQ", m, n) for m in ("episodic", "step") for n in (10, 100)])
 
 
@@ -40,7 +39,7 @@ def ray_or_skip(request):
     return request.getfixturevalue("ray_session")
 
 
-def test_a_small_ray_run_applies_every_episode_once(ray_or_skip):
-    rows = _bench().main(["--transports", "Ray", "--sizes", "10", "--modes", "episodic", "step",
+def test_a_small_ray_run_applies_every_episode_once(bench, ray_or_skip):
+    rows = bench.main(["--transports", "Ray", "--sizes", "10", "--modes", "episodic", "step",
                           "--ray-largest-modes", "episodic", "step", "--episodes", "200"])
     _check(rows, [("Ray", "episodic", 10), ("Ray", "step", 10)])
