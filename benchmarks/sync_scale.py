@@ -316,7 +316,11 @@ class ProcessHolder:
         self.conn, child = ctx.Pipe()
         self.proc = ctx.Process(target=_holder_process, args=(child, args), daemon=True)
         self.proc.start()
-        self._wait(60)
+
+    def ready(self) -> ProcessHolder:
+        """Wait until it has made its feeds."""
+        self._wait(120)
+        return self
 
     def _wait(self, timeout: float) -> Any:
         if not self.conn.poll(timeout):
@@ -348,7 +352,12 @@ class RayHolder:
 
         self.actor = ray.remote(Holder).options(num_cpus=0, max_concurrency=2).remote(*args)
         self.ref = None
+
+    def ready(self) -> RayHolder:
+        import ray
+
         ray.get(self.actor.pid.remote(), timeout=120)
+        return self
 
     def call(self, method: str, *args: Any) -> RayHolder:
         self.ref = getattr(self.actor, method).remote(*args)
@@ -413,6 +422,7 @@ def run(transport: str, mode: str, n: int, args: argparse.Namespace, index: int)
         sizes = [n // k + (i < n % k) for i in range(k)]
         probe = make(endpoint.address, PROBES, True)
         holders = [make(endpoint.address, s, False, mode == "unbatched") for s in sizes] + [probe]
+        holders = [h.ready() for h in holders]
         probe.call("register", 0.0, PROBES).result()
         time.sleep(0.5)
         rss0 = rss_bytes(endpoint.pid)
@@ -518,25 +528,43 @@ def shape(rows: list[Row], rate: float, env_timeout: float = 60.0) -> str:
         "report asking for one task per episode), the CPU per episode shows the work per message.")
     sweeps = [r for r in rows if r.sweep_s is not None]
     if sweeps:
-        big = max(sweeps, key=lambda r: r.envs)
+        most = max(r.envs for r in sweeps)
+        sweep = statistics.median(r.sweep_s for r in sweeps if r.envs == most)
         parts.append(
-            f"The liveness sweep looks at every live env: {big.sweep_s / big.envs * 1e9:,.0f} ns per env "
-            f"({big.sweep_s * 1e3:.2f} ms at {big.envs:,} envs), once every quarter of env_timeout "
-            f"({env_timeout / 4:g} s by default): {big.sweep_s / (env_timeout / 4):.1e} of a core at "
-            f"{big.envs:,} envs.")
+            f"The liveness sweep looks at every live env: {sweep / most * 1e9:,.0f} ns per env "
+            f"({sweep * 1e3:.2f} ms at {most:,} envs, the median over its rows), once every quarter of "
+            f"env_timeout ({env_timeout / 4:g} s by default): {sweep / (env_timeout / 4):.1e} of a core at "
+            f"{most:,} envs.")
     leave = [r for r in rows if r.envs == large]
     parts.append(
         "All envs leaving at once (closing their feeds) took " + ", ".join(
             f"{r.leave_s:.1f} s ({r.transport} {r.mode}, {r.leave_errors} error replies)" for r in leave)
         + f" at {large:,} envs; the storm admitted " + ", ".join(
             f"{r.envs / r.storm_s:,.0f}" for r in leave) + " envs per second.")
-    busiest = max(rows, key=lambda r: r.cpu_s / r.play_s)
+    series = _series(rows)
+    per_msg = {k: rs[-1].cpu_per_message / rs[0].cpu_per_message for k, rs in series.items()}
+    grows = [f"{t} {m}" for (t, m), x in per_msg.items() if x > 1.5]
     parts.append(
-        f"The endpoint applies everything in one thread under one lock: it saturates when busy reaches 1.0 "
-        f"(here at most {busiest.cpu_s / busiest.play_s:.2f}, {busiest.transport} {busiest.mode} at "
-        f"{busiest.envs:,} envs); its capacity is about one core over the CPU per episode: "
-        + ", ".join(f"{t} {m} {1 / rs[-1].cpu_per_episode:,.0f} episodes/s at {rs[-1].envs:,} envs"
-                    for (t, m), rs in _series(rows).items()) + ".")
+        f"Per message, the largest size costs the endpoint {min(per_msg.values()):.2f}x to "
+        f"{max(per_msg.values()):.2f}x what the smallest does: "
+        + (f"work per message grows with the number of envs in {', '.join(grows)}." if grows else
+           "no work per message grows with the number of envs; what grows per episode is the number of "
+           "messages."))
+    saturated = []
+    for (t, m), rs in series.items():
+        for r in rs:
+            if 1 / r.cpu_per_episode < rate or (r.round_trips and np.median(r.round_trips) > 0.1):
+                saturated.append(
+                    f"{t} {m} at {r.envs:,} envs (one core's worth: {1 / r.cpu_per_episode:,.0f} episodes/s; "
+                    f"round trip p50 {np.median(r.round_trips) * 1e3:,.0f} ms)")
+                break
+    capacity = ", ".join(f"{t} {m} {1 / rs[-1].cpu_per_episode:,.0f} at {rs[-1].envs:,} envs"
+                         for (t, m), rs in series.items())
+    parts.append(
+        f"The endpoint applies everything in one thread under one lock; its capacity is about one core over "
+        f"its CPU per episode ({capacity}, in episodes per second). It falls behind the offered "
+        f"{rate:,.0f} episodes/s (one core's worth below it, or the round trip's median past 100 ms as "
+        f"requests queue) in: " + ("; ".join(saturated) if saturated else "none of these runs") + ".")
     return "\n\n".join(parts)
 
 
@@ -560,8 +588,10 @@ def plot(rows: list[Row], path: str) -> None:
         ax.set_xscale("log")
         ax.set_xlabel("live envs")
         ax.set_title(title)
-        ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
+    axes[0].set_ylim(bottom=0)
+    axes[1].set_ylim(bottom=0)
+    axes[2].set_yscale("log")
     axes[0].legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
