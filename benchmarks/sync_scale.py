@@ -5,13 +5,15 @@ Run: ``OMP_NUM_THREADS=1 python benchmarks/sync_scale.py [--quick] [--write-resu
 docs/results.md and benchmarks/README.md).
 
 For each transport (ZeroMQ: :func:`magister.serve` in a process of its own, over ``ipc://``; Ray: the
-curriculum actor of :func:`magister.sync.ray_backend.serve_ray`), each update mode (``episodic``: one
-episode update per episode; ``step``: a curriculum whose ``requires_step_updates`` is true, each episode's
-steps recorded through the feed's step recorder, then the episode) and each number of envs ``n``, a fresh
-endpoint serves a uniform curriculum over 100 tasks that counts the episodes it applies. The ``n`` envs are
-real feeds (:func:`magister.sync.connect`, the library's own client and transport, default settings), many
-per load process (at most ``--per-process``, under ZeroMQ's 1,024 sockets per context; on Ray, load
-actors), each driven by a tiny loop: ``next_task()``, ``--steps`` steps, ``record_episode``. Measured:
+curriculum actor of :func:`magister.sync.ray_backend.serve_ray`), each update mode (``episodic``: one episode
+update per episode; ``step``: a curriculum whose ``requires_step_updates`` is true, each episode's steps
+recorded through the feed's step recorder, then the episode; ``unbatched``: episode updates with
+``prefetch=1, update_batch=1``, one report asking for one task per episode) and each number of envs ``n``, a
+fresh endpoint serves a uniform curriculum over 100 tasks that counts the episodes it applies. The ``n`` envs
+are real feeds (:func:`magister.sync.connect`, the library's own client and transport, default settings),
+many per load process (at most ``--per-process``, under ZeroMQ's 1,024 sockets per context; on Ray, load
+actors), each driven by a tiny loop: ``next_task()``, ``--steps`` steps, ``record_episode``, the feeds of a
+process in turn, all processes together at ``--rate`` episodes per second. Measured:
 
 * **storm**: all ``n`` envs register at once (their first ``next_task()``, from ``--threads`` threads per
   load process, all released at one instant): envs admitted per second (``n`` / time to the last welcome)
@@ -25,7 +27,8 @@ actors), each driven by a tiny loop: ``next_task()``, ``--steps`` steps, ``recor
 * **busy**: that CPU time over the wall time of play: near 1.0 the endpoint (one thread under one lock)
   is saturated; its capacity is then about one episode per CPU-per-episode;
 * **round trip**: a few probe envs with ``prefetch=0`` (nothing kept ready) ask for each task while the
-  others play: the time from ``next_task()`` asking to the task arriving, p50 and p99.
+  others play: the time from ``next_task()`` asking to the task arriving, p50 and p99;
+* **leave**: all envs closing their feeds at once, and the error replies the endpoint sent meanwhile.
 
 Each run ends with the invariants: the endpoint's ``sync/total/episodes_applied`` equals the episodes the
 envs (and probes) reported, and no env saw an error. The load processes run at a lower priority than the
