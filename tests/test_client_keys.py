@@ -48,7 +48,7 @@ class Recorder(Curriculum):
 def _play(client: CurriculumClient, episodes: int = 2) -> None:
     for _ in range(episodes):
         a = client.next_task()
-        client.record_step(a, np.zeros(2, np.float32), 1.0, True, False, {}, 1.0)
+        client.step_recorder()(a, np.zeros(2, np.float32), 1.0, True, False, {}, 1.0)
         client.record_episode(a, 1.0, 1, 1.0)
 
 

@@ -205,7 +205,7 @@ def test_client_rejects_bad_types():
 def test_connect_dispatches_ray_addresses_and_client_pickles():
     feed = connect("ray://team/cur", prefetch=3, timeout=1.5, strip_keys=("x",))
     assert isinstance(feed, RayClient)
-    assert (feed.actor_name, feed.namespace, feed.prefetch, feed.timeout) == ("cur", "team", 3, 1.5)
+    assert (feed.actor_name, feed.namespace, feed.prefetch, feed.options.timeout) == ("cur", "team", 3, 1.5)
     clone = pickle.loads(pickle.dumps(feed))
     assert (clone.address, clone.prefetch, frozenset(clone.options.strip_keys), clone.env_id) == (
         "ray://team/cur",
@@ -738,7 +738,7 @@ def test_step_observations_arrive_intact_through_the_actor(ray_session):
         sums = []
         for t in range(10):
             frame[:] = t % 7  # overwritten in place, as NetHack does
-            client.record_step(a, {"frame": frame}, 0.0, t == 9, False, {}, 0.0)
+            client.step_recorder()(a, {"frame": frame}, 0.0, t == 9, False, {}, 0.0)
             sums.append(int(frame.sum()))
         client.record_episode(a, 0.0, 10, 0.0)
         client.close()
