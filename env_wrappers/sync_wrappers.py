@@ -401,8 +401,8 @@ class GymnasiumSyncWrapper(gym.Wrapper):
 
         The common step only writes the task fields into the env's info, adds the reward to the episode's
         return and counts the step; the end of an episode, a progress the env reports, step records and a
-        step before any reset take :meth:`EpisodeTracker.end_step`. The return is checked once, when the episode is
-        reported (a sum is finite only if every reward was).
+        step before any reset take :meth:`EpisodeTracker.end_step`. The return is checked once, when the
+        episode is reported (a sum is finite only if every reward was).
         """
         out = self.env.step(action)
         episode = self._episode

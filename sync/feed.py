@@ -13,7 +13,7 @@ import time
 import weakref
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import numpy as np
 
@@ -115,16 +115,8 @@ class TaskFeed:
 
     env_id: int | None
 
-    def __init__(
-        self,
-        transport: type[Transport],
-        target: str | SyncCore,
-        options: FeedOptions | None = None,
-        *,
-        task_space: TaskSpace | None = None,
-        stream: int | None = None,
-        **overrides: Any,
-    ) -> None:
+    def __init__(self, transport: type[Transport], target: str | SyncCore, options: FeedOptions | None = None,
+                 *, task_space: TaskSpace | None = None, stream: int | None = None, **overrides: Any) -> None:
         opts = FeedOptions.of(options, **overrides)
         self.options = FeedOptions.of(  # the transport's defaults where none is set
             opts, prefetch=transport.prefetch if opts.prefetch is None else opts.prefetch,
@@ -156,8 +148,8 @@ class TaskFeed:
         self._pace = _Pace()
         self._lock = threading.RLock()  # the env's thread and the background flusher
         self._issued: dict[int, Assignment] = {}  # tasks handed to the env and not yet reported, by id
-        keys = ("tasks_received", "updates_sent", "updates_dropped", "errors_received", "send_waits", "rejoins",
-                "episodes_reported", self._transport_class.unit)
+        keys = ("tasks_received", "updates_sent", "updates_dropped", "errors_received", "send_waits",
+                "rejoins", "episodes_reported", self._transport_class.unit)
         self.stats = dict.fromkeys(keys, 0)
 
     def __getstate__(self) -> dict[str, Any]:
@@ -450,7 +442,7 @@ class TaskFeed:
     def next_task(self) -> Assignment:
         """The next task: from the prefetch buffer, or requested and awaited (at most ``timeout``)."""
         if not (self._active() or self._ensure()):
-            (task,) = self.options.fallback_task_space.sample_encoded(1)  # type: ignore[union-attr]
+            (task,) = cast(TaskSpace, self.options.fallback_task_space).sample_encoded(1)  # (the fallback's)
             return Assignment(-1, task, True)
         transport = self._link()
         with self._lock:
@@ -515,27 +507,22 @@ class TaskFeed:
             with self._lock:
                 self._drain()  # error replies and tasks that arrived meanwhile
 
-    def record_episode(
-        self,
-        assignment: Assignment,
-        episode_return: float,
-        length: int,
-        progress: float,
-        ended: bool = True,
-        extras: dict | None = None,
-        refill: bool = True,
-        agents: Sequence[tuple[str, float, int, float]] = (),
-    ) -> None:
+    def _steps_sent(self) -> bool:
+        """Whether an update can be delivered (not closed, no fallback, not forked), once the buffered step
+        records went first (the flush may find the server gone)."""
+        if self._active() and self._steps is not None and len(self._steps):
+            self._flush_steps()
+        return self._active()
+
+    def record_episode(self, assignment: Assignment, episode_return: float, length: int, progress: float,
+                       ended: bool = True, extras: dict | None = None, refill: bool = True,
+                       agents: Sequence[tuple[str, float, int, float]] = ()) -> None:
         """An episode on ``assignment`` finished (``ended=False``: abandoned by an early reset); ``refill``:
         the env resets next, so the update may ask for tasks; ``agents``: for a multi-agent episode reported
         per agent, one ``(agent, return, length, progress)`` row each (each reaches the curriculum as an
         episode on ``assignment``, with its flags). ``extras`` that cannot travel raise here."""
-        if not self._active():  # (closed, fallback, forked)
+        if not self._steps_sent():
             return
-        if self._steps is not None and len(self._steps):
-            self._flush_steps()
-            if not self._active():  # the flush may have found the server gone
-                return
         if extras:
             self._link().check_travel(extras)  # raises TypeError naming a value that cannot travel
         self._issued.pop(assignment.task_id, None)
@@ -549,12 +536,8 @@ class TaskFeed:
     def record_progress(self, assignment: Assignment, progress: float, done: bool = False) -> None:
         """Progress on ``assignment`` mid-episode; ``done`` acknowledges the task as consumed (and may ask
         for the next one)."""
-        if not self._active():
+        if not self._steps_sent():
             return
-        if self._steps is not None and len(self._steps):
-            self._flush_steps()
-            if not self._active():
-                return
         if done:
             self._issued.pop(assignment.task_id, None)
         request = self._refill_request() if done else 0
@@ -607,7 +590,7 @@ class TaskFeed:
                 said = self.stats["rejoins"]
                 returned = tuple(a.task_id for a in self._buffer if a.task_id >= 0)
                 reports, updates, _ = self._take_held() if self._held.updates else ([], 0, 0)
-                if not self._send([*reports, P.Goodbye(self.env_id, returned)], updates, 0):  # type: ignore
+                if not self._send([*reports, P.Goodbye(cast(int, self.env_id), returned)], updates, 0):
                     return False
             if any(isinstance(m, P.Goodbye) for m in self._receive(until - time.monotonic())):
                 return True

@@ -417,7 +417,7 @@ def test_non_finite_values_never_reach_the_curriculum_through_the_client():
     with serve(Recorder(), step_batch_size=1) as server:
         c = CurriculumClient(server.address, prefetch=0)
         a = c.next_task()
-        c.step_recorder()(a, None, float("nan"), False, False, None, 0.0)  # a buggy sender: the server refuses
+        c.step_recorder()(a, None, float("nan"), False, False, None, 0.0)  # a buggy sender: refused
         c.record_episode(a, 1.0, 1, 1.0)
         c.close()
         cur = server.curriculum

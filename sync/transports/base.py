@@ -22,25 +22,28 @@ class Transport:
     """One env's connection to the curriculum, made in the process that uses it: it moves messages, and
     answers the feed's questions whose answer depends on what a send and a receive cost (the methods after
     :meth:`keep_waiting`; the answers here are a socket's, where replies are polled at no cost). A peer that
-    does not answer raises :class:`ServerUnavailableError`; a refused hello, :class:`SyncError`."""
+    does not answer raises :class:`ServerUnavailableError`; a refused hello, :class:`SyncError`.
 
-    #: The defaults of ``FeedOptions.prefetch`` and ``FeedOptions.update_batch``.
+    Attributes:
+        prefetch: The default of ``FeedOptions.prefetch`` (``update_batch``: of ``FeedOptions.update_batch``).
+        unit: The ``stats`` key counting sends; ``hint``: added to a :class:`ServerUnavailableError`.
+        peer: Who this transport talks to, for messages (``"curriculum server at ipc://..."``); ``timeout``:
+            the seconds it has to answer.
+        waits: Times a send waited for room (back-pressure).
+        heartbeat: Seconds of silence after which the feed's background thread sends a heartbeat (0: none);
+            ``last_send``: when the last message went out (monotonic).
+        lost: Messages that could not be kept for a resend while the peer was away (told when rejoining).
+    """
+
     prefetch: ClassVar[int] = 8
     update_batch: ClassVar[int] = 32
-    #: The ``stats`` key counting sends, and what a :class:`ServerUnavailableError` without the fallback adds.
     unit: ClassVar[str] = "sends"
     hint: ClassVar[str] = ""
-    #: Who this transport talks to, for messages (``"curriculum server at ipc://..."``).
     peer: str
-    #: Seconds the peer has to answer.
     timeout: float
-    #: Times a send waited for room (back-pressure).
     waits: int = 0
-    #: Seconds of silence after which the feed's background thread sends a heartbeat (0: none), and when
-    #: the last message went out (monotonic).
     heartbeat: float = 0.0
     last_send: float = 0.0
-    #: Messages that could not be kept for a resend while the peer was away (reported when rejoining).
     lost: int = 0
 
     def open(self, hello: P.Hello) -> P.Welcome:  # pragma: no cover - interface
@@ -48,8 +51,7 @@ class Transport:
         raise NotImplementedError
 
     def rejoin(self, hello: P.Hello) -> P.Welcome:
-        """Register again with a curriculum side that no longer knows this env, then send again what it did
-        not apply (here: register afresh)."""
+        """Register again where the env is no longer known; then send again what was not applied."""
         return self.open(hello)
 
     def send(self, items: list[P.Message]) -> None:  # pragma: no cover - interface
@@ -84,8 +86,7 @@ class Transport:
             self.ping()
 
     def keep_waiting(self, since: float) -> bool:
-        """Whether a wait for tasks begun at ``since``, past the timeout, goes on (the peer is away and may
-        come back); here: no."""
+        """Whether a wait for tasks begun at ``since`` goes on past the timeout (the peer is away)."""
         return False
 
     # -- the feed's questions -------------------------------------------------------------------------
@@ -94,8 +95,8 @@ class Transport:
         P.pack_value(value, [])
 
     def polls(self, awaiting: bool, holding: bool) -> bool:
-        """Whether the feed reads the replies that arrived, now: while tasks are on their way (``awaiting``)
-        or when it holds no updates (an error reply is then heard at the next step)."""
+        """Whether the feed reads the replies that arrived now: while tasks are on their way, or when it
+        holds no updates (an error reply is then heard at the next step)."""
         return awaiting or not holding
 
     def first_request(self, depth: int, holding: bool) -> int:
@@ -104,18 +105,18 @@ class Transport:
         return depth + int(holding) if depth else 0
 
     def ask_when_empty(self, awaiting: bool, size: int) -> int | None:
-        """Tasks to ask for when the env needs one and none is ready (``awaiting``: some are on their way;
-        ``size``: a request's at the env's pace), sending the held updates along; ``None``: send nothing."""
+        """Tasks to ask for, sending the held updates along, when the env needs one and none is ready
+        (``size``: a request's at the env's pace); ``None``: send nothing."""
         return 0 if awaiting else 1
 
     def refill(self, ready: int, depth: int, holding: bool) -> int:
-        """Tasks an episode (or completed task) update asks for, with ``ready`` ready, on their way or asked
-        for, to keep ``depth`` ready."""
+        """Tasks an episode (or completed task) update asks for, ``ready`` being ready, on their way or
+        asked for, to keep ``depth`` ready."""
         return 0 if holding and ready > 2 else max(0, depth + 1 - ready)
 
     def top_up(self, ready: int, depth: int, holding: bool, due: bool) -> int | None:
-        """Tasks to ask for after the env took one (see :meth:`refill`), sending the held updates along
-        (``due``: the oldest has waited long enough); ``None``: send nothing now."""
+        """Tasks to ask for after the env took one, sending the held updates along (``due``: the oldest is
+        due); ``None``: send nothing now."""
         if holding:
             return depth if depth and not ready else None
         return depth - ready if depth > ready else None

@@ -28,10 +28,8 @@ class InProcessTransport(Transport):
     def __init__(self, core: SyncCore, options: FeedOptions | None = None) -> None:
         self.core = core
         self.peer = f"curriculum {type(core.curriculum).__name__} (in-process)"
+        self.timeout = 0.0  # (every call answers at once)
         self.replies: list[P.Message] = []
-
-    def no_reply(self, what: str) -> str:  # pragma: no cover - every call answers at once
-        return f"no reply from the {self.peer} while waiting for {what}"
 
     def open(self, hello: P.Hello) -> P.Welcome:
         try:
