@@ -82,7 +82,6 @@ class _Pace:
         self.mean: float | None = None
 
     def tick(self, now: float) -> None:
-        """A task was taken at ``now``."""
         if self.last is not None:
             dt = now - self.last
             self.mean = dt if self.mean is None else 0.75 * self.mean + 0.25 * dt
@@ -286,8 +285,7 @@ class TaskFeed:
 
     # -- sending ------------------------------------------------------------------------------------
     def _send(self, items: list[Any], updates: int, asked: int) -> bool:
-        """One send of ``items`` (``updates`` of them updates, asking for ``asked`` tasks in all); a send of
-        neither (a goodbye alone) is not counted in ``stats``."""
+        """One send of ``items`` (``updates`` of them updates, asking for ``asked`` tasks in all)."""
         transport = self._link()
         try:
             transport.send(items)
@@ -297,8 +295,7 @@ class TaskFeed:
         finally:
             self.stats["send_waits"] = transport.waits
         self.stats["updates_sent"] += updates
-        if updates or asked:
-            self.stats[transport.unit] += 1
+        self.stats[transport.unit] += 1
         self._outstanding += asked
         return True
 
@@ -429,15 +426,12 @@ class TaskFeed:
         """Tasks to keep ready beyond the one the next reset takes (0 with ``prefetch=0``)."""
         return self.request_size if self.prefetch else 0
 
-    def _ready(self) -> int:
-        """Tasks ready, on their way, or asked for by held updates."""
-        return len(self._buffer) + self._outstanding + self._held.request
-
     def _refill_request(self) -> int:
         """Tasks an episode (or completed task) update asks for (:meth:`Transport.refill`)."""
         if self.env_id is None:
             return 0
-        return self._link().refill(self._ready(), self._depth(), self.holds_updates)
+        ready = len(self._buffer) + self._outstanding + self._held.request  # or on their way, or asked for
+        return self._link().refill(ready, self._depth(), self.holds_updates)
 
     def next_task(self) -> Assignment:
         """The next task: from the prefetch buffer, or requested and awaited (at most ``timeout``)."""
@@ -460,8 +454,8 @@ class TaskFeed:
             a = self._buffer.popleft()
             if a.task_id >= 0:
                 self._issued[a.task_id] = a
-            due = bool(self._held.updates) and now >= self._held.send_by
-            ask = self._link().top_up(self._ready(), self._depth(), holding, due)
+            ready, due = len(self._buffer) + self._outstanding + self._held.request, now >= self._held.send_by
+            ask = transport.top_up(ready, self._depth(), holding, due)
             if ask is not None:
                 self._send_held(ask)
             return a
@@ -581,9 +575,8 @@ class TaskFeed:
             self._closed = True
 
     def _say_goodbye(self, until: float) -> bool:
-        """Return the unused tasks with the goodbye (carrying the held updates where the transport says so)
-        and wait for its ack until ``until``; said again after a rejoin (the old registration's goodbye is
-        dropped with it). Whether it was acknowledged."""
+        """Return the unused tasks with the goodbye and wait for its ack until ``until`` (whether it came);
+        said again after a rejoin (the old registration's goodbye is dropped with it)."""
         said = -1  # the count of rejoins when it was last said
         while self._active() and time.monotonic() < until:
             if said != self.stats["rejoins"]:
@@ -732,10 +725,8 @@ def checked_source(source: Any) -> Source:
     return source
 
 
-def connect(
-    source: Source, options: FeedOptions | None = None, *, task_space: TaskSpace | None = None,
-    stream: int | None = None, **overrides: Any,
-) -> TaskFeed:
+def connect(source: Source, options: FeedOptions | None = None, *, task_space: TaskSpace | None = None,
+            stream: int | None = None, **overrides: Any) -> TaskFeed:
     """The feed for ``source`` (see :func:`checked_source`): a :class:`RayClient` for a ``"ray://..."``
     address, a :class:`CurriculumClient` for another address or a :class:`ServerHandle`, a
     :class:`LocalClient` for a :class:`~magister.curricula.base.Curriculum` or a server of this process, a

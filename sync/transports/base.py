@@ -24,15 +24,11 @@ class Transport:
     :meth:`keep_waiting`; the answers here are a socket's, where replies are polled at no cost). A peer that
     does not answer raises :class:`ServerUnavailableError`; a refused hello, :class:`SyncError`.
 
-    Attributes:
-        prefetch: The default of ``FeedOptions.prefetch`` (``update_batch``: of ``FeedOptions.update_batch``).
-        unit: The ``stats`` key counting sends; ``hint``: added to a :class:`ServerUnavailableError`.
-        peer: Who this transport talks to, for messages (``"curriculum server at ipc://..."``); ``timeout``:
-            the seconds it has to answer.
-        waits: Times a send waited for room (back-pressure).
-        heartbeat: Seconds of silence after which the feed's background thread sends a heartbeat (0: none);
-            ``last_send``: when the last message went out (monotonic).
-        lost: Messages that could not be kept for a resend while the peer was away (told when rejoining).
+    Attributes: ``prefetch`` and ``update_batch``, the defaults of those ``FeedOptions``; ``unit``, the
+    ``stats`` key counting sends; ``hint``, added to a :class:`ServerUnavailableError`; ``peer``, who it
+    talks to (for messages), within ``timeout`` seconds; ``waits``, sends that waited for room; ``heartbeat``,
+    the seconds of silence (since ``last_send``) after which the feed sends one (0: none); ``lost``, messages
+    that could not be kept for a resend while the peer was away (told when rejoining).
     """
 
     prefetch: ClassVar[int] = 8
@@ -95,13 +91,12 @@ class Transport:
         P.pack_value(value, [])
 
     def polls(self, awaiting: bool, holding: bool) -> bool:
-        """Whether the feed reads the replies that arrived now: while tasks are on their way, or when it
-        holds no updates (an error reply is then heard at the next step)."""
+        """Whether the feed reads the replies that arrived, now (while tasks are on their way, or holding
+        no updates: an error is heard at the next step)."""
         return awaiting or not holding
 
     def first_request(self, depth: int, holding: bool) -> int:
-        """Tasks to ask for at connect, for ``depth`` kept ready: one more when updates are held (they ask
-        for tasks only when few are left)."""
+        """Tasks to ask for at connect, to keep ``depth`` ready (one more if held updates ask for more)."""
         return depth + int(holding) if depth else 0
 
     def ask_when_empty(self, awaiting: bool, size: int) -> int | None:
@@ -115,8 +110,7 @@ class Transport:
         return 0 if holding and ready > 2 else max(0, depth + 1 - ready)
 
     def top_up(self, ready: int, depth: int, holding: bool, due: bool) -> int | None:
-        """Tasks to ask for after the env took one, sending the held updates along (``due``: the oldest is
-        due); ``None``: send nothing now."""
+        """Tasks to ask for, sending the held updates (``due``: the oldest is due), once the env took one."""
         if holding:
             return depth if depth and not ready else None
         return depth - ready if depth > ready else None
