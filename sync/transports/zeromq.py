@@ -77,6 +77,7 @@ class ZmqTransport(Transport):
         self.last_send = 0.0  # (monotonic) when the last frame went out: heartbeats fill silences
         self.last_heard = time.monotonic()  # when the last frame came in: a silent server is away
         self.next_away_log = 0.0
+        self.env_id = -1  # (the welcome's, for messages)
 
     def no_reply(self, what: str) -> str:
         said = super().no_reply(what)
@@ -129,7 +130,7 @@ class ZmqTransport(Transport):
         while True:
             reply = self._answer_to(hello, monitor)
             if isinstance(reply, P.Welcome):
-                self.heartbeat = reply.heartbeat
+                self.heartbeat, self.env_id = reply.heartbeat, reply.env_id
                 return reply
             if reply.code == "version":
                 raise P.ProtocolVersionError(reply.message)
@@ -199,8 +200,8 @@ class ZmqTransport(Transport):
             return False
         if now >= self.next_away_log:
             self.next_away_log = now + 60.0
-            logger.warning("%s silent for %.0f s; still trying, up to reconnect_timeout=%g s (the episodes "
-                           "played meanwhile are kept and sent when it answers)", self.peer,
+            logger.warning("env %s: %s silent for %.0f s; still trying, up to reconnect_timeout=%g s (the "
+                           "episodes played meanwhile are kept and sent when it answers)", self.env_id, self.peer,
                            now - self.last_heard, self.options.reconnect_timeout)
         return True
 
