@@ -201,8 +201,8 @@ class ZmqTransport(Transport):
         if now >= self.next_away_log:
             self.next_away_log = now + 60.0
             logger.warning("env %s: %s silent for %.0f s; still trying, up to reconnect_timeout=%g s (the "
-                           "episodes played meanwhile are kept and sent when it answers)", self.env_id, self.peer,
-                           now - self.last_heard, self.options.reconnect_timeout)
+                           "episodes played meanwhile are kept and sent when it answers)", self.env_id,
+                           self.peer, now - self.last_heard, self.options.reconnect_timeout)
         return True
 
     def _write(self, frames: list[Any], what: str) -> None:
