@@ -20,7 +20,7 @@ replies with an error.
 >>> tasks = core.apply(P.Report(env, request=2))
 >>> len(tasks.task_ids), core.counters(env).tasks_in_flight
 (2, 2)
->>> core.apply(P.Report(env, ((P.EPISODE, tasks.task_ids[0], tasks.tasks[0], 1.0, 10, 1.0, True, {}, ()),)))
+>>> core.apply(P.Report(env, (P.EpisodeEnd(tasks.task_ids[0], tasks.tasks[0], 1.0, 10, 1.0),)))
 >>> core.counters(env).tasks_consumed, core.counters(env).episodes_applied
 (1, 1)
 """
@@ -360,7 +360,7 @@ class SyncCore:
         """Why a returning env's report for ``task_id`` is dropped (counted; the lease's first outcome
         stands): ``"repeat"`` (consumed), ``"late"`` (abandoned or returned) or ``"orphaned"`` (another server
         instance issued it); ``None``: it is not (other envs' reports for leases they lack are refused)."""
-        if env_id not in self._returned or task_id == -1 or task_id in self._in_flight[env_id]:
+        if env_id not in self._returned or task_id == P.ENV_TASK or task_id in self._in_flight[env_id]:
             return None
         ended = self._ended.get(task_id)
         if ended == "consumed":
@@ -452,9 +452,9 @@ class SyncCore:
                 self.malformed_frames += 1
 
     def _resolve(self, env_id: int, task_id: int, task: EncodedTask) -> TaskSample:
-        """The sample handed out as ``task_id``, checked against the reported ``task`` (``-1``: a task the env
-        chose, checked against the task space)."""
-        if task_id == -1:
+        """The sample handed out as ``task_id``, checked against the reported ``task`` (``ENV_TASK``: a task
+        the env chose, checked against the task space)."""
+        if task_id == P.ENV_TASK:
             if self.options.validate_tasks and not self.curriculum.task_space.contains_encoded(task):
                 raise SyncRejected(
                     "invalid_task",
@@ -501,12 +501,12 @@ class SyncCore:
             refused = []
             for update in msg.updates:
                 try:
-                    if update[0] == P.EPISODE:
-                        self._episode(c, env_id, *update[1:])
-                    elif update[0] == P.STEPS:
-                        self._steps(c, env_id, update[1])
+                    if type(update) is P.EpisodeEnd:
+                        self._episode(c, env_id, update)
+                    elif type(update) is P.Steps:
+                        self._steps(c, env_id, update)
                     else:
-                        self._progress(c, env_id, *update[1:])
+                        self._progress(c, env_id, update)
                 except SyncRejected as exc:
                     refused.append(exc)
             n = len(msg.updates)
@@ -555,40 +555,39 @@ class SyncCore:
         self.errors_sent += 1
         return P.Error(code, message[:2000], max(-1, int(env_id)))
 
-    def _episode(self, c: EnvCounters, env_id: int, task_id: int, task: EncodedTask, episode_return: float,
-                 length: int, progress: float, ended: bool, extras: dict, agents: tuple) -> None:
-        """End the lease; a finished episode (``ended``) goes to ``curriculum.on_episode`` as an
-        :class:`~magister.curricula.base.Episode`, or one per row of ``agents`` (each agent's return, length
-        and progress, with the lease's flags)."""
-        rows = agents or ((None, episode_return, length, progress),)
-        for _, ret, _, prog in rows:
-            if not math.isfinite(ret):
-                raise SyncRejected("non_finite", f"episode return must be finite, got {ret!r}")
-            _check_progress("episode progress", prog)
-        stale = self._stale(env_id, c, task_id)
+    def _episode(self, c: EnvCounters, env_id: int, end: P.EpisodeEnd) -> None:
+        """End the lease; a finished episode (``end.ended``) goes to ``curriculum.on_episode`` as an
+        :class:`~magister.curricula.base.Episode`, or one per agent of ``end.agents`` (each with the lease's
+        flags)."""
+        parts = end.agents or (P.AgentPart(None, end.ret, end.length, end.progress),)
+        for part in parts:
+            if not math.isfinite(part.ret):
+                raise SyncRejected("non_finite", f"episode return must be finite, got {part.ret!r}")
+            _check_progress("episode progress", part.progress)
+        stale = self._stale(env_id, c, end.task_id)
         if stale != "repeat":
-            c.episodes_reported += len(rows)
+            c.episodes_reported += len(parts)
         if stale:
             return
-        sample = self._resolve(env_id, task_id, task)
+        sample = self._resolve(env_id, end.task_id, end.task)
         cur = self.curriculum
-        if ended and cur.requires_episode_updates:
-            for agent, ret, steps, prog in rows:
-                episode = Episode(sample.task, ret, steps, prog, env_id, sample.train, sample.control,
-                                  sample.variant, extras, agent)
+        if end.ended and cur.requires_episode_updates:
+            for part in parts:
+                episode = Episode(sample.task, part.ret, part.length, part.progress, env_id, sample.train,
+                                  sample.control, sample.variant, end.extras, part.agent)
                 try:
                     cur.on_episode(episode)
                 except Exception as exc:
                     raise self._curriculum_error(c, "on_episode", exc) from exc
-        self._consume(c, env_id, task_id)
-        if ended:
-            c.episodes_applied += len(rows)
+        self._consume(c, env_id, end.task_id)
+        if end.ended:
+            c.episodes_applied += len(parts)
         else:
-            c.episodes_abandoned += len(rows)
+            c.episodes_abandoned += len(parts)
 
     def _consume(self, c: EnvCounters, env_id: int, task_id: int) -> None:
         """Lease ``task_id`` ends consumed (a no-op for a task the env chose)."""
-        if task_id != -1:
+        if task_id != P.ENV_TASK:
             del self._in_flight[env_id][task_id]
             self._end(task_id, "consumed")
             c.tasks_consumed += 1
@@ -613,8 +612,8 @@ class SyncCore:
         starts = [0, *(np.flatnonzero(np.diff(ids)) + 1).tolist()]  # runs of steps on one task id
         for start, end in zip(starts, [*starts[1:], n]):
             tid, run = int(ids[start]), steps.tasks[start:end]
-            if tid == -1:  # tasks the env chose: each checked against the task space
-                tasks.extend(self._resolve(env_id, -1, t).task for t in run)
+            if tid == P.ENV_TASK:  # tasks the env chose: each checked against the task space
+                tasks.extend(self._resolve(env_id, tid, t).task for t in run)
                 continue
             sample = self._resolve(env_id, tid, run[0])
             if not _all_equal(run):  # one id reported with several tasks: refused, naming one
@@ -631,19 +630,18 @@ class SyncCore:
                 raise self._curriculum_error(c, "update_on_step_batch", exc) from exc
         c.steps_applied += n
 
-    def _progress(self, c: EnvCounters, env_id: int, task_id: int, task: EncodedTask, progress: float,
-                  done: bool) -> None:
+    def _progress(self, c: EnvCounters, env_id: int, update: P.Progress) -> None:
         """Apply one progress update; ``done`` ends the lease."""
-        _check_progress("task progress", progress)
-        if self._stale(env_id, c, task_id):
+        _check_progress("task progress", update.progress)
+        if self._stale(env_id, c, update.task_id):
             return
-        sample = self._resolve(env_id, task_id, task)
+        sample = self._resolve(env_id, update.task_id, update.task)
         try:
-            self.curriculum.update_task_progress(sample.task, progress, env_id)
+            self.curriculum.update_task_progress(sample.task, update.progress, env_id)
         except Exception as exc:
             raise self._curriculum_error(c, "update_task_progress", exc) from exc
-        if done:
-            self._consume(c, env_id, task_id)
+        if update.done:
+            self._consume(c, env_id, update.task_id)
         c.progress_applied += 1
 
     def _goodbye(self, msg: P.Goodbye) -> P.Goodbye:

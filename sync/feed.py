@@ -69,7 +69,7 @@ class _Held:
     tasks they ask for; when the oldest must go out (``math.inf``: none held)."""
 
     def __init__(self) -> None:
-        self.updates: list[tuple] = []
+        self.updates: list[P.Update] = []
         self.request = 0
         self.send_by = math.inf
 
@@ -299,7 +299,7 @@ class TaskFeed:
         self._outstanding += asked
         return True
 
-    def _deliver(self, update: tuple, request: int = 0) -> None:
+    def _deliver(self, update: P.Update, request: int = 0) -> None:
         """Hold an update for the next :class:`~magister.sync.protocol.Report`; send what is held when due:
         at once unless the feed holds updates, else once ``update_batch`` are held, the oldest has waited
         ``max_update_delay``, one asks for tasks, or step records carry large observations."""
@@ -310,7 +310,7 @@ class TaskFeed:
                 held.send_by = now + self.options.max_update_delay
             held.updates.append(update)
             held.request += request
-            large = update[0] == P.STEPS and observation_bytes(update[1].obs) >= P.DEFAULT_OOB_THRESHOLD
+            large = type(update) is P.Steps and observation_bytes(update.obs) >= P.DEFAULT_OOB_THRESHOLD
             full = len(held.updates) >= (self.options.update_batch or 1) or now >= held.send_by
             if not self.holds_updates or request or large or full:  # (the feed is active: see callers)
                 self._send(*self._take_held())
@@ -491,7 +491,7 @@ class TaskFeed:
             msg = steps.message()
             if msg.obs is not None or msg.infos is not None:
                 self._link().check_travel(msg._fields())  # what cannot travel raises here, in the env's step
-            self._deliver((P.STEPS, msg))
+            self._deliver(msg)
         except TypeError as exc:
             raise TypeError(
                 f"{exc}. Remove such entries from observations/infos with strip_keys=[...] or "
@@ -521,11 +521,11 @@ class TaskFeed:
             self._link().check_travel(extras)  # raises TypeError naming a value that cannot travel
         self._issued.pop(assignment.task_id, None)
         request = self._refill_request() if refill else 0
-        rows = tuple((str(a), float(r), int(n), float(p)) for a, r, n, p in agents)
-        update = (P.EPISODE, assignment.task_id, assignment.task, float(episode_return), int(length),
-                  float(progress), bool(ended), dict(extras) if extras else {}, rows)
-        self._deliver(update, request)
-        self.stats["episodes_reported"] += max(1, len(rows))
+        parts = tuple(P.AgentPart(str(a), float(r), int(n), float(p)) for a, r, n, p in agents)
+        end = P.EpisodeEnd(assignment.task_id, assignment.task, float(episode_return), int(length),
+                           float(progress), bool(ended), dict(extras) if extras else {}, parts)
+        self._deliver(end, request)
+        self.stats["episodes_reported"] += max(1, len(parts))
 
     def record_progress(self, assignment: Assignment, progress: float, done: bool = False) -> None:
         """Progress on ``assignment`` mid-episode; ``done`` acknowledges the task as consumed (and may ask
@@ -535,7 +535,7 @@ class TaskFeed:
         if done:
             self._issued.pop(assignment.task_id, None)
         request = self._refill_request() if done else 0
-        self._deliver((P.PROGRESS, assignment.task_id, assignment.task, float(progress), bool(done)), request)
+        self._deliver(P.Progress(assignment.task_id, assignment.task, float(progress), bool(done)), request)
 
     # -- closing ------------------------------------------------------------------------------------
     def close(self) -> None:

@@ -38,14 +38,15 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import MISSING, dataclass, fields, replace
 from functools import partial
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import msgpack
 import numpy as np
 
 __all__ = [
     "PROTOCOL_VERSION", "ProtocolError", "ProtocolVersionError", "Message", "Hello", "Welcome", "Tasks",
-    "Report", "Steps", "STEPS", "PROGRESS", "EPISODE", "StackedObs", "Error", "Goodbye", "MESSAGE_TYPES",
+    "Report", "Update", "Steps", "Progress", "EpisodeEnd", "AgentPart", "ENV_TASK", "STEPS", "PROGRESS",
+    "EPISODE", "StackedObs", "Error", "Goodbye", "MESSAGE_TYPES",
     "encode", "decode", "pack_value", "unpack_value", "DATA", "PING", "PONG", "pack_envelope",
     "unpack_envelope", "Stream", "rebase",
 ]
@@ -212,11 +213,20 @@ _DICT = _Type("a dict", dict, (dict,))
 _TUPLE = _Type("a tuple", tuple, (tuple, list))
 
 
+class _Extras(_Type):  # an episode's extras: a dict (``None`` made an empty one)
+    def __call__(self, name: str, v: Any) -> Any:
+        return {} if v is None else super().__call__(name, v)
+
+
+_EXTRAS = _Extras("a dict", dict, (dict,))
+
+
 @dataclass(frozen=True)
 class _Rows:
     """A field holding a tuple of rows, each a tuple of typed fields (an episode's per-agent part)."""
 
     fields: tuple[tuple[str, _Type], ...]
+    make: Callable[..., tuple]
 
     def __call__(self, name: str, v: Any) -> tuple:
         rows = _TUPLE(name, v)
@@ -226,7 +236,7 @@ class _Rows:
             if len(row) != len(self.fields):
                 names = ", ".join(f for f, _ in self.fields)
                 raise ProtocolError(f"field {name}[{i}] must be ({names}), got {len(row)} values")
-            out.append(tuple(check(f"{name}[{i}].{f}", x) for (f, check), x in zip(self.fields, row)))
+            out.append(self.make(*(check(f"{name}[{i}].{f}", x) for (f, check), x in zip(self.fields, row))))
         return tuple(out)
 
     def fits(self, col: tuple) -> bool:  # (every value an empty tuple: no per-agent rows, the common case)
@@ -451,85 +461,122 @@ class StackedObs(Sequence):
         return {k: v[i] for k, v in self.arrays.items()}
 
 
-#: The kinds of a report's updates. Each update is a tuple, its kind first: ``(STEPS, steps)`` (a
-#: :class:`Steps`), ``(PROGRESS, task_id, task, progress, done)``, ``(EPISODE, task_id, task, return,
-#: length, progress, ended, extras, agents)``; ``agents`` is empty, or for a multi-agent episode reported per
-#: agent one row ``(agent, return, length, progress)`` per agent (each reaches the curriculum as its own
-#: episode, with the task's flags; the lease is consumed once).
+class AgentPart(NamedTuple):
+    """One agent's part of an episode reported per agent (a single-agent episode is one, agent ``None``)."""
+
+    agent: str | None
+    ret: float
+    length: int
+    progress: float
+
+
+class Progress(NamedTuple):
+    """Update: progress in [0, 1] on lease ``task_id`` mid-episode; ``done``: the task is consumed."""
+
+    task_id: int
+    task: Any
+    progress: float
+    done: bool = False
+
+
+class EpisodeEnd(NamedTuple):
+    """Update: an episode, or its part played on one task, ended on lease ``task_id`` (``ended`` false: cut
+    short by an early reset, the task consumed but no return). ``agents`` is empty, or for a multi-agent
+    episode reported per agent one :class:`AgentPart` per agent: each reaches the curriculum as its own
+    episode, with the task's flags, and the lease is consumed once."""
+
+    task_id: int
+    task: Any
+    ret: float
+    length: int
+    progress: float
+    ended: bool = True
+    extras: dict | None = None
+    agents: tuple[AgentPart, ...] = ()
+
+
+#: A report's updates: step records, progress, an episode's end. On the wire each is its kind, then its
+#: fields in order: ``(STEPS, steps)``, ``(PROGRESS, *progress)``, ``(EPISODE, *episode_end)``.
+Update = Steps | Progress | EpisodeEnd
 STEPS, PROGRESS, EPISODE = 0, 1, 2
-#: The rows of an episode update's ``agents`` field.
-_AGENTS = _Rows((("agent", _STR), ("return", _FLOAT), ("length", _NAT), ("progress", _FLOAT)))
-#: The fields after the kind of a progress and an episode update, each with its type (``None``: any value).
-_FIELDS = {
-    PROGRESS: ("progress", (("task_id", _ID), ("task", None), ("progress", _FLOAT), ("done", _BOOL))),
-    EPISODE: ("episode", (("task_id", _ID), ("task", None), ("return", _FLOAT), ("length", _NAT),
-                          ("progress", _FLOAT), ("ended", _BOOL), ("extras", _DICT), ("agents", _AGENTS))),
+#: A lease id that names no lease: the env chose the task itself (checked against the task space).
+ENV_TASK = -1
+_KINDS: dict[type, int] = {Steps: STEPS, Progress: PROGRESS, EpisodeEnd: EPISODE}
+_RECORDS: dict[int | None, type] = {PROGRESS: Progress, EPISODE: EpisodeEnd}
+_AGENTS = _Rows((("agent", _STR), ("return", _FLOAT), ("length", _NAT), ("progress", _FLOAT)), AgentPart)
+#: Each record's fields with their types (``None``: any value), checked column by column over a report.
+_FIELDS: dict[type, tuple[str, tuple[tuple[str, Any], ...]]] = {
+    Progress: ("progress", (("task_id", _ID), ("task", None), ("progress", _FLOAT), ("done", _BOOL))),
+    EpisodeEnd: ("episode", (("task_id", _ID), ("task", None), ("return", _FLOAT), ("length", _NAT),
+                             ("progress", _FLOAT), ("ended", _BOOL), ("extras", _EXTRAS),
+                             ("agents", _AGENTS))),
 }
 
 
-def _updates(name: str, value: Any) -> tuple:
-    """A report's updates, checked: at most :data:`MAX_ROWS` tuples of a kind and its fields (the updates of
-    one kind checked column by column)."""
+def _record(i: int, u: Any) -> Update:
+    """Update ``i`` as its record: kept when it is one, else made from its wire form ``(kind, *fields)``."""
+    if type(u) in _KINDS:
+        return u
+    u = _TUPLE(f"updates[{i}]", u)
+    kind = u[0] if u and type(u[0]) is int else None
+    if kind == STEPS:
+        if len(u) != 2:
+            raise ProtocolError(f"updates[{i}] must be (STEPS, steps), got {len(u)} values")
+        return u[1] if type(u[1]) is Steps else Steps(*_TUPLE(f"updates[{i}].steps", u[1]))
+    cls = _RECORDS.get(kind)
+    if cls is None:
+        raise ProtocolError(f"updates[{i}] must start with its kind (STEPS, PROGRESS or EPISODE), got "
+                            f"{u!r:.100}")
+    what, columns = _FIELDS[cls]
+    if len(u) != 1 + len(columns):
+        raise ProtocolError(f"a {what} update must be ({what.upper()}, {', '.join(c for c, _ in columns)}), "
+                            f"got {u!r:.200}")
+    return cls(*u[1:])
+
+
+def _updates(name: str, value: Any) -> tuple[Update, ...]:
+    """A report's updates as records, checked: at most :data:`MAX_ROWS`, the records of one kind checked
+    column by column."""
     updates = _TUPLE(name, value)
     if len(updates) > MAX_ROWS:
         raise ProtocolError(f"field updates holds {len(updates)}, more than the limit of {MAX_ROWS}")
-    if set(map(type, updates)) != {tuple}:
-        updates = tuple(_TUPLE("updates[]", u) for u in updates)
-    out = list(updates)
-    rows: dict[int, list[int]] = {kind: [] for kind in _FIELDS}  # the updates of each kind, by index
-    for i, u in enumerate(updates):
-        if not u or type(u[0]) is not int or u[0] not in (STEPS, PROGRESS, EPISODE):
-            raise ProtocolError(f"updates[{i}] must start with its kind (STEPS, PROGRESS or EPISODE), got "
-                                f"{u!r:.100}")
-        if u[0] != STEPS:
-            rows[u[0]].append(i)
-        elif len(u) != 2:
-            raise ProtocolError(f"updates[{i}] must be (STEPS, steps), got {len(u)} values")
-        elif type(u[1]) is not Steps:
-            out[i] = (STEPS, Steps(*_TUPLE(f"updates[{i}].steps", u[1])))
-    for kind, at in rows.items():
+    out = [_record(i, u) for i, u in enumerate(updates)]
+    for cls, (what, columns) in _FIELDS.items():
+        at = [i for i, u in enumerate(out) if type(u) is cls]
         if not at:
             continue
-        what, columns = _FIELDS[kind]
-        bad = next((updates[i] for i in at if len(updates[i]) != 1 + len(columns)), None)
-        if bad is not None:
-            names = ", ".join(c for c, _ in columns)
-            raise ProtocolError(f"a {what} update must be ({what.upper()}, {names}), got {bad!r:.200}")
-        values = zip(*(updates[i][1:] for i in at))
+        values = zip(*(out[i] for i in at))
         checked = [_column(f"{what}.{c}", col, check) for (c, check), col in zip(columns, values)]
         for i, row in zip(at, zip(*checked)):
-            out[i] = (kind, *row)
+            out[i] = cls(*row)
     return tuple(out)
 
 
 @dataclass(frozen=True)
 class Report(Message):
-    """Client -> server: the updates an env made since its last send, in order, and the number of tasks it
-    asks for (answered with one :class:`Tasks`).
+    """Client -> server: the updates an env made since its last send, in order (:data:`Update` records),
+    and the number of tasks it asks for (answered with one :class:`Tasks`). The server applies them in
+    order, a refused one not stopping the others.
 
-    Updates (see :data:`STEPS`): step records (only for a curriculum that reads them); progress on a task
-    mid-episode (``done``: the task is consumed); an episode, or its part played on one task, finished
-    (``ended`` false: cut short by an early reset, the task consumed but no return). ``task_id`` ``-1``: a
-    task the env chose. The server applies them in order, a refused one not stopping the others.
-
-    >>> r = Report(0, ((EPISODE, 3, 1, 2.0, 10, 1.0, True, {}, ()),), request=2)
-    >>> decode(encode(r)) == r, r.episodes
-    (True, [(3, 1, 2.0, 10, 1.0, True, {}, ())])
+    >>> r = Report(0, (EpisodeEnd(3, 1, 2.0, 10, 1.0),), request=2)
+    >>> decode(encode(r)) == r, r.updates[0].ret
+    (True, 2.0)
     """
 
     KIND: ClassVar[int] = 3
     CHECKS: ClassVar[dict] = {"env_id": _NAT, "updates": _updates, "request": _NAT}
     env_id: int
-    updates: tuple[tuple, ...] = ()
+    updates: tuple[Update, ...] = ()
     request: int = 0
 
     @property
-    def episodes(self) -> list[tuple]:
-        """The fields of the episode updates, in order."""
-        return [u[1:] for u in self.updates if u[0] == EPISODE]
+    def episodes(self) -> list[EpisodeEnd]:
+        """The episode ends among the updates, in order."""
+        return [u for u in self.updates if type(u) is EpisodeEnd]
 
     def _fields(self) -> tuple:
-        updates = tuple((STEPS, u[1]._fields()) if u[0] == STEPS else u for u in self.updates)
+        updates = tuple((STEPS, u._fields()) if type(u) is Steps else (_KINDS[type(u)], *u)
+                        for u in self.updates)
         return (self.env_id, updates, self.request)
 
 
@@ -717,15 +764,15 @@ def rejoin_hello(hello: Hello, unacknowledged: Sequence[Message]) -> Hello:
     """``hello`` of a returning env, with what its ``unacknowledged`` reports (to be sent again) name: their
     lease ids added to ``holds``, their episodes taken out of ``reported``.
 
-    >>> sent = [Report(0, ((EPISODE, 7, 1, 1.0, 2, 1.0, True, {}, ()),), request=1), Goodbye(0, (9,))]
+    >>> sent = [Report(0, (EpisodeEnd(7, 1, 1.0, 2, 1.0),), request=1), Goodbye(0, (9,))]
     >>> h = rejoin_hello(Hello(1, rejoin=0, holds=(3,), reported=5), sent)
     >>> h.holds, h.reported
     ((3, 7), 4)
     """
     updates = [u for m in unacknowledged if isinstance(m, Report) for u in m.updates]
-    ids = [int(i) for u in updates for i in (u[1].task_ids if u[0] == STEPS else (u[1],))]
-    holds = (*hello.holds, *(i for i in ids if i >= 0))
-    reported = hello.reported - sum(max(1, len(u[8])) for u in updates if u[0] == EPISODE)  # (one per agent)
+    ids = [int(i) for u in updates for i in (u.task_ids if type(u) is Steps else (u.task_id,))]
+    holds = (*hello.holds, *(i for i in ids if i != ENV_TASK))
+    reported = hello.reported - sum(max(1, len(u.agents)) for u in updates if type(u) is EpisodeEnd)
     return replace(hello, holds=holds, reported=max(0, reported))
 
 
@@ -737,8 +784,8 @@ def rebase(msg: Message, env_id: int) -> Message | None:
     applies each report once, or counts it); task requests and a goodbye are dropped (the env asks the new
     registration for what it needs).
 
-    >>> m = rebase(Report(3, ((EPISODE, 17, 2, 1.0, 5, 1.0, True, {}, ()),), request=1), 0)
-    >>> m.env_id, m.episodes[0][0], m.request
+    >>> m = rebase(Report(3, (EpisodeEnd(17, 2, 1.0, 5, 1.0),), request=1), 0)
+    >>> m.env_id, m.updates[0].task_id, m.request
     (0, 17, 0)
     >>> rebase(Report(3, request=2), 0) is None
     True

@@ -234,7 +234,7 @@ def test_through_the_sync_core_unchanged(pfsp):
     assert len(tasks.tasks) == 3 and all(len(t) == 2 for t in tasks.tasks)
     for tid, task in zip(tasks.task_ids, tasks.tasks):
         extras = {"agent_returns": {"p0": 1.0, "p1": -1.0}}
-        msg = P.Report(env, ((P.EPISODE, tid, task, 0.0, 5, 1.0, True, extras, ()),))
+        msg = P.Report(env, (P.EpisodeEnd(tid, task, 0.0, 5, 1.0, True, extras),))
         core.apply(P.decode(P.encode(msg)))
     assert pfsp.num_results == 3 and dual.num_episodes == 3
     assert core.counters(env).tasks_in_flight == 0

@@ -216,13 +216,13 @@ def test_connect_dispatches_ray_addresses_and_client_pickles():
 
 
 def test_large_arrays_travel_out_of_band_and_small_messages_as_one_frame():
-    small = P.Report(0, ((P.EPISODE, 3, 7, 1.5, 10, 1.0, True, {}, ()),))
+    small = P.Report(0, (P.EpisodeEnd(3, 7, 1.5, 10, 1.0),))
     frame = ray_backend._pack(small)
     assert isinstance(frame, bytes) and ray_backend._unpack(frame) == small
     obs = {"glyphs": np.arange(3 * 40_000, dtype=np.int16).reshape(3, 40_000), "tiny": np.ones((3, 2))}
     flags = np.zeros(3, bool)
     part = P.Steps(np.array([1, 1, 1]), (7, 7, 7), np.ones(3), flags, flags, np.zeros(3), obs)
-    big = P.Report(0, ((P.STEPS, part),))
+    big = P.Report(0, (part,))
     frame = ray_backend._pack(big)
     # the 240 KB array rides next to the header as a flat uint8 view of the original (no copy)
     assert isinstance(frame, tuple) and len(frame) == 2 and isinstance(frame[0], bytes)

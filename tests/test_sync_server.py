@@ -872,9 +872,9 @@ def test_server_applies_a_report_in_order_and_answers_its_request_once():
         a = c.next_task()
         b = c.next_task()
         env = c.env_id
-        updates = ((P.EPISODE, a.task_id, a.task, 1.0, 3, 1.0, True, {}, ()),
-                   (P.EPISODE, 999, 5, 2.0, 3, 1.0, True, {}, ()),  # a task id it never held: refused
-                   (P.EPISODE, b.task_id, b.task, 3.0, 3, 1.0, True, {}, ()))
+        updates = (P.EpisodeEnd(a.task_id, a.task, 1.0, 3, 1.0),
+                   P.EpisodeEnd(999, 5, 2.0, 3, 1.0),  # a task id it never held: refused
+                   P.EpisodeEnd(b.task_id, b.task, 3.0, 3, 1.0))
         sock = c.transport.socket
         sock.send_multipart(P.encode(P.Report(env, updates, request=3)))
         replies = []
@@ -904,7 +904,7 @@ def test_server_applies_episode_rows_one_by_one():
         rows = ((a.task_id, a.task, 1.0, 3, 1.0, True, {}, ()), (999, 5, 2.0, 3, 1.0, True, {}, ()),
                 (b.task_id, b.task, 3.0, 4, 0.5, False, {}, ()),
                 (d.task_id, d.task, float("inf"), 5, 1.0, True, {}, ()))
-        msg = P.Report(env, tuple((P.EPISODE, *row) for row in rows), request=2)
+        msg = P.Report(env, tuple(P.EpisodeEnd(*row) for row in rows), request=2)
         sock = c.transport.socket
         sock.send_multipart(P.encode(msg))
         replies = []
@@ -985,7 +985,7 @@ def test_step_buffer_columns_match_the_steps_recorded(steps):
         if msg is None:  # the same steps again, through the wire
             for k, rew, term, trunc, prog in steps:
                 buf.add(assignments[k], None, rew, term, trunc, None, prog)
-            ((_, msg),) = P.decode(P.encode(P.Report(3, ((P.STEPS, buf.message()),)))).updates
+            (msg,) = P.decode(P.encode(P.Report(3, (buf.message(),)))).updates
         assert len(buf) == 0
         assert msg.task_ids.tolist() == [assignments[k].task_id for k, *_ in steps]
         assert list(msg.tasks) == [assignments[k].task for k, *_ in steps]

@@ -9,13 +9,12 @@ from magister.sync import protocol as P
 
 def episode(env, task_id, task, ret, length, progress, ended=True, extras=None, request=0) -> P.Report:
     """A report of one episode."""
-    update = (P.EPISODE, task_id, task, ret, length, progress, ended, extras or {}, ())
-    return P.Report(env, (update,), request)
+    return P.Report(env, (P.EpisodeEnd(task_id, task, ret, length, progress, ended, extras),), request)
 
 
 def progress(env, task_id, task, value, done=False, request=0) -> P.Report:
     """A report of progress on one task."""
-    return P.Report(env, ((P.PROGRESS, task_id, task, value, done),), request)
+    return P.Report(env, (P.Progress(task_id, task, value, done),), request)
 
 
 def steps(env, task_ids, tasks, rewards, terminated, truncated, progress, obs=None, infos=None) -> P.Report:
@@ -23,7 +22,7 @@ def steps(env, task_ids, tasks, rewards, terminated, truncated, progress, obs=No
     flags = np.asarray(terminated, bool), np.asarray(truncated, bool)
     part = P.Steps(np.asarray(task_ids), tuple(tasks), np.asarray(rewards, float), *flags,
                    np.asarray(progress, float), obs, infos)
-    return P.Report(env, ((P.STEPS, part),))
+    return P.Report(env, (part,))
 
 
 def request(env, count) -> P.Report:
