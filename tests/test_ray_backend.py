@@ -228,7 +228,7 @@ def test_large_arrays_travel_out_of_band_and_small_messages_as_one_frame():
     assert isinstance(frame, tuple) and len(frame) == 2 and isinstance(frame[0], bytes)
     assert frame[1].dtype == np.uint8 and frame[1].nbytes == obs["glyphs"].nbytes
     assert np.shares_memory(frame[1], obs["glyphs"])
-    ((_, back),) = ray_backend._unpack(frame).updates
+    (back,) = ray_backend._unpack(frame).updates
     np.testing.assert_array_equal(back.obs["glyphs"], obs["glyphs"])
     np.testing.assert_array_equal(back.obs["tiny"], obs["tiny"])
     with pytest.raises(P.ProtocolError, match="bytes or uint8 arrays"):
