@@ -123,7 +123,7 @@ def _client_steps(address: str, batch: int, steps: int, obs: bool) -> float:
     o = np.zeros(16, np.float32)
     t0 = time.time()
     for _ in range(steps):
-        c.record_step(a, o, 1.0, False, False, None, 0.0)
+        c.step_recorder()(a, o, 1.0, False, False, None, 0.0)
     c.close()  # flushes and waits until the server acknowledged everything before it
     return t0
 

@@ -631,7 +631,7 @@ def _nle_steps_client(address: str, n: int, max_steps: int, out: Any) -> None:
     out.put(("ready", 0, None))
     t0 = time.time()
     for _ in range(n):
-        client.record_step(a, obs, 0.0, False, False, info, 0.0)
+        client.step_recorder()(a, obs, 0.0, False, False, info, 0.0)
     client.record_episode(a, 0.0, n, 0.0)
     client.close()  # flushes and waits for the goodbye ack: everything before it was applied
     env.close()

@@ -79,19 +79,14 @@ from typing import Any, SupportsFloat
 import gymnasium as gym
 from pettingzoo.utils.wrappers import BaseParallelWrapper
 
-from ..curricula.base import Curriculum
-from ..sync.core import ServedCurriculum, ServerHandle
-from ..sync.feed import Assignment, TaskFeed, connect
+from ..sync.feed import Assignment, Source, TaskFeed, checked_source, connect
 from ..sync.options import FeedOptions
-from ..sync.security import check_address
 from ..task_spaces.base import TaskSpace, task_key
 from .task_wrapper import step_result_error
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["GymnasiumSyncWrapper", "PettingZooSyncWrapper", "EpisodeTracker"]
-
-Source = str | Curriculum | ServedCurriculum | ServerHandle | TaskFeed
 
 
 def finite(name: str, value: Any, task: Any) -> float:
@@ -145,21 +140,6 @@ def explicit_task(task: Any, task_space: TaskSpace) -> Any:
     )
 
 
-def _source(source: Any) -> Source:
-    """``source`` checked: a server sent to this process is its address; an address must be well formed
-    (and a ``ray://`` one needs Ray, imported now rather than on the first reset)."""
-    if isinstance(source, ServerHandle):
-        source = source.address
-    if not isinstance(source, (str, Curriculum, ServedCurriculum, TaskFeed)):
-        raise TypeError(
-            "source must be a server address (str), a Curriculum, a CurriculumServer (or the handle it "
-            f"becomes in another process) or a TaskFeed, got {type(source).__name__}"
-        )
-    if isinstance(source, str) and check_address(source).startswith("ray://"):
-        from ..sync.transports import ray_actor  # noqa: F401  (ImportError without ray)
-    return source
-
-
 class EpisodeTracker:
     """What the sync wrappers track between a reset and the end of an episode, and how they report it.
 
@@ -173,7 +153,7 @@ class EpisodeTracker:
     def __init__(
         self, source: Source, options: FeedOptions, task_space: TaskSpace, change_task_on_completion: bool
     ) -> None:
-        self.source = _source(source)
+        self.source = checked_source(source)
         self.options = options
         self.task_space = task_space
         self.change_task_on_completion = bool(change_task_on_completion)
@@ -281,14 +261,18 @@ class EpisodeTracker:
         self.feed.record_episode(a, self.ret, self.length, progress, ended, extras, refill, agents)
 
     def step(self, obs: Any, reward: float, term: bool, trunc: bool, info: Any, progress: float) -> bool:
-        """Record one step (the multi-agent wrappers' path); True when the task should be switched
-        (completed mid-episode)."""
+        """Count one step and record it (the multi-agent wrappers' path, see :meth:`end_step`)."""
+        self.ret += reward
+        self.length += 1
+        return self.end_step(obs, reward, term, trunc, info, progress)
+
+    def end_step(self, obs: Any, reward: float, term: bool, trunc: bool, info: Any, progress: float) -> bool:
+        """Record a counted step (its checked ``progress``; the step record; the episode report at its
+        end); True when the task should be switched (completed mid-episode)."""
         a = self.assignment
         if a is None:
             raise RuntimeError("step() called before reset()")
-        self.ret += reward
-        self.length += 1
-        self.progress = progress
+        self.note_progress(progress)
         if self.record is not None:
             self.record(a, obs, reward, term, trunc, info, progress)
         if term or trunc:
@@ -417,8 +401,8 @@ class GymnasiumSyncWrapper(gym.Wrapper):
 
         The common step only writes the task fields into the env's info, adds the reward to the episode's
         return and counts the step; the end of an episode, a progress the env reports, step records and a
-        step before any reset take :meth:`_step_more`. The return is checked once, when the episode is
-        reported (a sum is finite only if every reward was).
+        step before any reset take :meth:`EpisodeTracker.end_step`. The return is checked once, when the
+        episode is reported (a sum is finite only if every reward was).
         """
         out = self.env.step(action)
         episode = self._episode
@@ -432,39 +416,25 @@ class GymnasiumSyncWrapper(gym.Wrapper):
         except (TypeError, IndexError, KeyError):
             raise _bad_step(self.env, out, episode) from None
         episode.length += 1
-        if out[2] or out[3] or episode.watch or progress:
-            return self._step_more(out, info, episode)
+        if out[2] or out[3] or episode.watch or progress:  # the end, a progress, a record, or no reset yet
+            if progress or episode.progress:
+                progress = info["task_progress"] = checked_progress(progress, episode.info_task)
+            if episode.end_step(out[0], out[1], out[2], out[3], info, progress):
+                self._switch(info)
         return out
 
-    def _step_more(
-        self, out: Any, info: dict, episode: EpisodeTracker
-    ) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
-        """A step that ends the episode, reports a progress, is recorded, or comes before any reset."""
-        a = episode.assignment
-        if a is None:
-            raise RuntimeError("GymnasiumSyncWrapper.step() called before reset()")
-        obs, rew, term, trunc = out[0], out[1], out[2], out[3]
-        progress = info["task_progress"]
-        if progress or episode.progress:
-            progress = info["task_progress"] = checked_progress(progress, episode.info_task)
-            episode.note_progress(progress)
-        if episode.record is not None:
-            episode.record(a, obs, rew, term, trunc, info, progress)
-        if term or trunc:
-            episode.report(a, progress, ended=True)
-            episode.ended = True
-        elif episode.change_task_on_completion and progress >= 1.0:
-            new = episode.switch()
-            decoded = self.task_space.decode(episode.info_task)
-            try:
-                set_task = self.env.get_wrapper_attr("set_task")
-            except AttributeError:
-                set_task = self.env.get_wrapper_attr("change_task")
-            set_task(decoded)
-            info["next_task"] = episode.info_task
-            info["next_task_train"] = new.train
-            info["next_task_control"] = new.control
-        return out
+    def _switch(self, info: dict[str, Any]) -> None:
+        """Hand the env the next task mid-episode (its current one completed); ``info`` names it."""
+        new = self._episode.switch()
+        decoded = self.task_space.decode(self._episode.info_task)
+        try:
+            set_task = self.env.get_wrapper_attr("set_task")
+        except AttributeError:
+            set_task = self.env.get_wrapper_attr("change_task")
+        set_task(decoded)
+        info["next_task"] = self._episode.info_task
+        info["next_task_train"] = new.train
+        info["next_task_control"] = new.control
 
     def close(self) -> None:
         """Report an unfinished task, return unused ones, close the connection, then the env."""
@@ -605,7 +575,7 @@ class PettingZooSyncWrapper(BaseParallelWrapper):
         all_done = not live
         term_all = all_done and any(bool(v) for v in terms.values())
         trunc_all = all_done and not term_all
-        # the summed agent returns were already added above; _Episode.step adds the step total to ret
+        # the summed agent returns were only added per agent above: EpisodeTracker.step adds their total
         switch = ep.step(obs, total, term_all, trunc_all, {str(k): v for k, v in infos.items()}, progress)
         infos = self._annotate(infos, set(rewards) | set(infos), progress)
         if switch:

@@ -13,7 +13,7 @@ import time
 import weakref
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import numpy as np
 
@@ -32,10 +32,10 @@ from .transports.zeromq import ZmqTransport
 logger = logging.getLogger(__name__)
 
 __all__ = ["Assignment", "CurriculumClient", "DEFAULT_PREFETCH", "LocalClient", "RayClient",
-           "ServerUnavailableError", "SyncError", "TaskFeed", "connect"]
+           "ServerUnavailableError", "SyncError", "TaskFeed", "checked_source", "connect"]
 
 #: Most tasks an env keeps ready over sockets (:class:`~magister.sync.transports.zeromq.ZmqTransport`'s).
-DEFAULT_PREFETCH = ZmqTransport.caps.prefetch
+DEFAULT_PREFETCH = ZmqTransport.prefetch
 #: The clock of the feeds' time bounds (a module attribute, so tests can replace it).
 _now = time.monotonic
 #: Whether feeds register with the per-process background flusher (tests with a fake clock turn it off).
@@ -64,7 +64,31 @@ class Assignment(NamedTuple):
     variant: Any = None
 
 
-_PROCESS_STATE = ("_pid", "transport", "_buffer", "_steps", "_held", "_lock", "_issued")
+class _Held:
+    """Updates waiting for the next send (of one :class:`~magister.sync.protocol.Report`), in order; the
+    tasks they ask for; when the oldest must go out (``math.inf``: none held)."""
+
+    def __init__(self) -> None:
+        self.updates: list[P.Update] = []
+        self.request = 0
+        self.send_by = math.inf
+
+
+class _Pace:
+    """The env's pace: the running mean of the seconds between two tasks (``None`` until known)."""
+
+    def __init__(self) -> None:
+        self.last: float | None = None
+        self.mean: float | None = None
+
+    def tick(self, now: float) -> None:
+        if self.last is not None:
+            dt = now - self.last
+            self.mean = dt if self.mean is None else 0.75 * self.mean + 0.25 * dt
+        self.last = now
+
+
+_PROCESS_STATE = ("_pid", "transport", "_buffer", "_steps", "_held", "_lock", "_issued", "_pace")
 
 
 class TaskFeed:
@@ -73,8 +97,8 @@ class TaskFeed:
     It keeps tasks ready, holds updates for a moment and sends them together (a per-process background
     thread sends what is due while the env is idle), batches step records, counts what it sends and drops
     (``stats``), reconnects after a fork and returns unused tasks at close; how many and how long is set by
-    its :class:`~magister.sync.options.FeedOptions`, what differs between transports is declared in their
-    :class:`~magister.sync.transports.base.Capabilities`. One env thread per feed; it pickles to worker
+    its :class:`~magister.sync.options.FeedOptions`, what differs between transports is decided by the
+    :class:`~magister.sync.transports.base.Transport`. One env thread per feed; it pickles to worker
     processes (the transport is made on first use, in the process that uses it).
 
     Args:
@@ -90,18 +114,12 @@ class TaskFeed:
 
     env_id: int | None
 
-    def __init__(
-        self,
-        transport: type[Transport],
-        target: str | SyncCore,
-        options: FeedOptions | None = None,
-        *,
-        task_space: TaskSpace | None = None,
-        stream: int | None = None,
-        **overrides: Any,
-    ) -> None:
-        opts = self.options = FeedOptions.of(options, **overrides)
-        caps = self.caps = transport.caps
+    def __init__(self, transport: type[Transport], target: str | SyncCore, options: FeedOptions | None = None,
+                 *, task_space: TaskSpace | None = None, stream: int | None = None, **overrides: Any) -> None:
+        opts = FeedOptions.of(options, **overrides)
+        self.options = FeedOptions.of(  # the transport's defaults where none is set
+            opts, prefetch=transport.prefetch if opts.prefetch is None else opts.prefetch,
+            update_batch=transport.update_batch if opts.update_batch is None else opts.update_batch)
         if task_space is not None and not isinstance(task_space, TaskSpace):
             raise TypeError(f"task_space must be a TaskSpace or None, got {type(task_space).__name__}")
         if stream is not None and (
@@ -111,12 +129,6 @@ class TaskFeed:
         self.task_space = task_space
         self.stream = -1 if stream is None else int(stream) % (1 << 63)
         self.target = target
-        self.address = target if isinstance(target, str) else type(target).__name__  # (for messages, repr)
-        self.prefetch = caps.prefetch if opts.prefetch is None else opts.prefetch
-        self.update_batch = caps.update_batch if opts.update_batch is None else opts.update_batch
-        self.max_update_delay = opts.max_update_delay
-        self.timeout, self.reconnect_timeout = opts.timeout, opts.reconnect_timeout
-        self.holds_updates = self.update_batch > 1 and self.max_update_delay > 0
         self._transport_class = transport
         self._reset_process_state()
 
@@ -126,24 +138,18 @@ class TaskFeed:
         #: The transport of this process (``None`` until the feed connects, and once it closed).
         self.transport: Transport | None = None
         self.env_id = None
-        self.requires_step_updates = False
         self._buffer: deque[Assignment] = deque()
         self._outstanding = 0  # tasks asked for, not yet received
-        self._steps = StepBuffer(False, False, frozenset())  # (replaced by the welcome's)
-        self._fallback = False
-        self._closed = False
-        self._closing = False
-        self._goodbye_acked = False
+        self._steps: StepBuffer | None = None  # (the welcome's, when the curriculum wants step updates)
+        self._fallback = self._closed = self._closing = False
         self._refusal: str | None = None
-        self._clear_held()
+        self._held = _Held()
+        self._pace = _Pace()
         self._lock = threading.RLock()  # the env's thread and the background flusher
-        self._last_reset: float | None = None
-        self._episode_s: float | None = None  # running mean of the time between two tasks
         self._issued: dict[int, Assignment] = {}  # tasks handed to the env and not yet reported, by id
-        self.heartbeat = 0.0  # seconds of silence after which the background flusher sends a heartbeat
-        self._next_away_log = 0.0
-        self.stats = dict.fromkeys(("tasks_received", "updates_sent", "updates_dropped", "errors_received",
-                                    "send_waits", "rejoins", "episodes_reported", self.caps.unit), 0)
+        keys = ("tasks_received", "updates_sent", "updates_dropped", "errors_received", "send_waits",
+                "rejoins", "episodes_reported", self._transport_class.unit)
+        self.stats = dict.fromkeys(keys, 0)
 
     def __getstate__(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if k not in _PROCESS_STATE}
@@ -153,14 +159,36 @@ class TaskFeed:
         self._reset_process_state()
 
     @property
+    def address(self) -> str:
+        """Where the curriculum is (for messages)."""
+        target = self.target
+        return target if isinstance(target, str) else f"in-process:{type(target.curriculum).__name__}"
+
+    @property
+    def prefetch(self) -> int:
+        """Most tasks kept ready (``FeedOptions.prefetch``, or the transport's default)."""
+        return self.options.prefetch or 0  # (never None: set in __init__)
+
+    @property
+    def holds_updates(self) -> bool:
+        """Whether updates are held for a while (and sent together)."""
+        return (self.options.update_batch or 1) > 1 and self.options.max_update_delay > 0
+
+    @property
     def held_updates(self) -> int:
         """Updates waiting for the next send."""
-        return len(self._held)
+        return len(self._held.updates)
 
-    def _clear_held(self) -> None:
-        self._held: list[P.Update] = []  # updates waiting for the next send (of a Report), in order
-        self._held_request = 0  # tasks asked for by held updates
-        self._send_by = math.inf  # when the oldest held update must go out
+    @property
+    def requires_step_updates(self) -> bool:
+        """Whether the curriculum wants step updates (``False`` before the feed connects)."""
+        return self._steps is not None
+
+    def _link(self) -> Transport:
+        """The transport of this process (:class:`SyncError` when the feed is not connected)."""
+        if self.transport is None:
+            raise SyncError(f"the feed to {self.address} is not connected")
+        return self.transport
 
     # -- connection ---------------------------------------------------------------------------------
     def _hello(self, rejoin: int = -1, lost: int = 0) -> P.Hello:
@@ -193,10 +221,8 @@ class TaskFeed:
             transport.close(wait=False)
             raise
         self._take_welcome(welcome)
-        if self.prefetch and not self.caps.replies_with_send:
-            # prefetch right away: over sockets the first reset takes one task and leaves the others ready
-            extra = 1 if self.holds_updates and not self.caps.costly_send else 0
-            self._send_held(self._depth() + extra)
+        # (over sockets the first reset takes one task and leaves the others ready)
+        self._send_held(transport.first_request(self._depth(), self.holds_updates))
         if _background_flush and self._flush_period < math.inf:
             _flusher.add(self)
         return True
@@ -205,48 +231,48 @@ class TaskFeed:
         """Register again, under the same identity, with a curriculum side that no longer knows this env.
         Undelivered updates go along with their lease ids (each applied once, or counted); tasks not yet
         started are dropped unless the server resumed their leases."""
-        transport = self.transport
+        transport = self._link()
         old = self.env_id
         logger.warning("%s no longer knows env %s (restarted, or it declared the env gone): registering "
-                       "again", transport.peer, old)  # type: ignore[union-attr]
+                       "again", transport.peer, old)
         self._flush_steps()  # everything of the old registration into the transport's resend queue
         self._send_held()
         self._outstanding = 0  # the old registration's requests were dropped with it
-        lost = transport.lost  # type: ignore[union-attr]
+        lost = transport.lost
         if lost:
             logger.warning("env %s: %d updates could not be kept while %s was away (more than the resend "
-                           "queue holds); reported to it", old, lost, transport.peer)  # type: ignore[union-attr]
+                           "queue holds); reported to it", old, lost, transport.peer)
             self.stats["updates_dropped"] += lost
-        welcome = transport.rejoin(self._hello(-1 if old is None else old, lost))  # type: ignore[union-attr]
+        welcome = transport.rejoin(self._hello(-1 if old is None else old, lost))
         self.stats["rejoins"] += 1
         if not welcome.resumed:  # (resumed: a server restored from a checkpoint kept its leases)
             self._buffer.clear()  # leases abandoned with the old registration, or unknown to a new server
         self._take_welcome(welcome)
         need = self._depth() + 1 - len(self._buffer)
-        if need > 0:  # what the old registration was asked for and never sent
+        if need > 0 and not self._closing:  # what the old registration was asked for and never sent
             self._send_held(need)
 
     def _take_welcome(self, welcome: P.Welcome) -> None:
-        """Adopt the welcome's settings: env id, which updates to send, the step buffer."""
+        """Adopt the welcome's settings: env id, whether to record steps, the step buffer."""
         opts = self.options
         self.env_id = welcome.env_id
-        self.heartbeat = welcome.heartbeat if self.caps.rejoins else 0.0  # (only such transports ping)
-        self.requires_step_updates = welcome.requires_step_updates
-        self._steps = StepBuffer(opts.send_obs and welcome.step_obs, opts.send_infos and welcome.step_infos,
-                                 frozenset(opts.strip_keys), welcome.step_batch_size, self._flush_steps)
+        self._steps = StepBuffer(
+            opts.send_obs and welcome.step_obs, opts.send_infos and welcome.step_infos,
+            frozenset(opts.strip_keys), welcome.step_batch_size, self._flush_steps,
+        ) if welcome.requires_step_updates else None
 
     def _go_fallback(self, what: str, reason: str | None = None) -> bool:
         """No answer while waiting for ``what``: raise, or sample locally from now on (returns False)."""
         if reason is None:
-            reason = self.transport.no_reply(what)  # type: ignore[union-attr]
+            reason = self._link().no_reply(what)
         if self.options.fallback_task_space is None:
-            raise ServerUnavailableError(reason + self.caps.hint)
+            raise ServerUnavailableError(reason + self._transport_class.hint)
         logger.warning("%s; sampling tasks locally from %r from now on (feedback is dropped)", reason,
                        self.options.fallback_task_space)
         self._fallback = True
-        self.requires_step_updates = False  # feedback is dropped from now on: do not even buffer it
-        self.stats["updates_dropped"] += len(self._held)
-        self._clear_held()
+        self._steps = None  # feedback is dropped from now on: do not even buffer it
+        self.stats["updates_dropped"] += len(self._held.updates)
+        self._held = _Held()
         self._outstanding = 0
         if self.transport is not None:
             self.transport.close(wait=False)
@@ -260,16 +286,16 @@ class TaskFeed:
     # -- sending ------------------------------------------------------------------------------------
     def _send(self, items: list[Any], updates: int, asked: int) -> bool:
         """One send of ``items`` (``updates`` of them updates, asking for ``asked`` tasks in all)."""
-        transport = self.transport
+        transport = self._link()
         try:
-            transport.send(items)  # type: ignore[union-attr]
+            transport.send(items)
         except ServerUnavailableError as exc:
             self.stats["updates_dropped"] += updates
             return self._go_fallback("room to send", str(exc))
         finally:
-            self.stats["send_waits"] = transport.waits  # type: ignore[union-attr]
+            self.stats["send_waits"] = transport.waits
         self.stats["updates_sent"] += updates
-        self.stats[self.caps.unit] += 1
+        self.stats[transport.unit] += 1
         self._outstanding += asked
         return True
 
@@ -279,33 +305,35 @@ class TaskFeed:
         ``max_update_delay``, one asks for tasks, or step records carry large observations."""
         with self._lock:
             now = _now()
-            if not self._held:
-                self._send_by = now + self.max_update_delay
-            self._held.append(update)
-            self._held_request += request
+            held = self._held
+            if not held.updates:
+                held.send_by = now + self.options.max_update_delay
+            held.updates.append(update)
+            held.request += request
             large = type(update) is P.Steps and observation_bytes(update.obs) >= P.DEFAULT_OOB_THRESHOLD
-            full = len(self._held) >= self.update_batch or now >= self._send_by
+            full = len(held.updates) >= (self.options.update_batch or 1) or now >= held.send_by
             if not self.holds_updates or request or large or full:  # (the feed is active: see callers)
                 self._send(*self._take_held())
 
     def _take_held(self, request: int = 0) -> tuple[list[P.Report], int, int]:
         """The held updates as one report asking for ``request`` more tasks (and its counts); clears them."""
-        asked = self._held_request + request
-        report = P.Report(self.env_id, tuple(self._held), asked)  # type: ignore[arg-type]
-        self._clear_held()
+        held, self._held = self._held, _Held()
+        asked = held.request + request
+        report = P.Report(self.env_id, tuple(held.updates), asked)  # type: ignore[arg-type]
         return [report], len(report.updates), asked
 
     def _send_held(self, request: int = 0) -> None:
         """Send the held updates, asking for ``request`` more tasks."""
-        if not self._active() or self.env_id is None or (not self._held and request <= 0):
+        if not self._active() or self.env_id is None or (not self._held.updates and request <= 0):
             return
         self._send(*self._take_held(request))
 
     @property
     def _flush_period(self) -> float:
         """Most seconds between two looks of the background flusher (``math.inf``: it need not look)."""
-        delay = self.max_update_delay if self.holds_updates else math.inf
-        return min(delay, self.heartbeat or math.inf)
+        delay = self.options.max_update_delay if self.holds_updates else math.inf
+        transport = self.transport
+        return min(delay, (transport.heartbeat if transport is not None else 0.0) or math.inf)
 
     def _send_due(self) -> None:
         """From the background flusher: send the held updates if due, or a heartbeat after ``heartbeat``
@@ -316,17 +344,17 @@ class TaskFeed:
         try:
             if self._pid != _pid or self.transport is not transport:
                 return
-            if self._held and _now() >= self._send_by:
+            if self._held.updates and _now() >= self._held.send_by:
                 self._send_held()
-            elif 0 < self.heartbeat <= time.monotonic() - transport.last_send and not self._closing:  # type: ignore
-                transport.ping()  # type: ignore[attr-defined]
+            elif not self._closing:
+                transport.beat()
         finally:
             self._lock.release()
 
     # -- receiving ----------------------------------------------------------------------------------
-    def _receive(self, timeout: float) -> bool:
-        """Take in the replies that arrived (waiting at most ``timeout``); False when none did."""
-        msgs = self.transport.receive(timeout)  # type: ignore[union-attr]
+    def _receive(self, timeout: float) -> list[P.Message]:
+        """Take in the replies that arrived (waiting at most ``timeout``); returns them."""
+        msgs = self._link().receive(timeout)
         for msg in msgs:
             if isinstance(msg, P.Tasks):
                 n = len(msg.task_ids)
@@ -335,10 +363,8 @@ class TaskFeed:
                 )
                 self._outstanding = max(0, self._outstanding - n)
                 self.stats["tasks_received"] += n
-            elif isinstance(msg, P.Goodbye):
-                self._goodbye_acked = True
             elif isinstance(msg, P.Error):
-                if msg.code == "unknown_env" and not self._closing and self.caps.rejoins:
+                if msg.code == "unknown_env":  # (also while closing: its last reports go along)
                     self._rejoin()
                     continue
                 self.stats["errors_received"] += 1
@@ -347,9 +373,9 @@ class TaskFeed:
                 if msg.code in ("sample_failed", "bad_request") and self._outstanding:
                     self._outstanding = 0
                     self._refusal = f"{msg.code}: {msg.message}"
-                logger.error("%s refused a message from env %s (%s): %s", self.transport.peer,  # type: ignore
-                             self.env_id, msg.code, msg.message)
-        return bool(msgs)
+                logger.error("%s refused a message from env %s (%s): %s", self._link().peer, self.env_id,
+                             msg.code, msg.message)
+        return msgs
 
     def _drain(self) -> None:
         """Take in every reply that already arrived."""
@@ -357,22 +383,22 @@ class TaskFeed:
             pass
 
     def _wait_for_tasks(self) -> bool:
-        """Wait for a task: at most ``timeout`` while the curriculum side answers, up to ``reconnect_timeout``
-        while it is silent (restarting, cut off); False when the fallback took over."""
+        """Wait for a task: at most ``timeout`` while the curriculum side answers, longer while it is away
+        (:meth:`Transport.keep_waiting`); False when the fallback took over."""
         start = time.monotonic()
-        deadline = start + self.timeout
+        deadline = start + self.options.timeout
         while not self._buffer:
             if self._refusal is not None:
                 err, self._refusal = self._refusal, None
-                raise SyncError(f"{self.transport.peer} refused (waiting for tasks): {err}")  # type: ignore
+                raise SyncError(f"{self._link().peer} refused (waiting for tasks): {err}")
             left = deadline - time.monotonic()
             if left <= 0:
-                if not self._keep_waiting(start):
+                if not self._link().keep_waiting(start):
                     what = "tasks"
-                    if time.monotonic() - start > self.timeout:
-                        what += f" (kept trying for reconnect_timeout={self.reconnect_timeout:g}s)"
+                    if time.monotonic() - start > self.options.timeout:
+                        what += f" (kept trying for reconnect_timeout={self.options.reconnect_timeout:g}s)"
                     return self._go_fallback(what)
-                deadline = time.monotonic() + self.timeout
+                deadline = time.monotonic() + self.options.timeout
                 continue
             try:
                 self._receive(left)
@@ -380,87 +406,58 @@ class TaskFeed:
                 return self._go_fallback("tasks", str(exc))
         return True
 
-    def _keep_waiting(self, since: float) -> bool:
-        """Whether a wait begun at ``since`` goes on: the curriculum side has been silent (not merely slow)
-        for ``timeout`` and ``reconnect_timeout`` has not passed. Logged once a minute."""
-        transport = self.transport
-        if not self.caps.cheap_receive or self.env_id is None or transport is None:
-            return False
-        now = time.monotonic()
-        if now - transport.last_heard < self.timeout or now - since >= self.reconnect_timeout:
-            return False
-        if now >= self._next_away_log:
-            self._next_away_log = now + 60.0
-            logger.warning("env %s: %s silent for %.0f s; still trying, up to reconnect_timeout=%g s (the "
-                           "episodes played meanwhile are kept and sent when it answers)", self.env_id,
-                           transport.peer, now - transport.last_heard, self.reconnect_timeout)
-        return True
-
     # -- tasks --------------------------------------------------------------------------------------
     @property
     def request_size(self) -> int:
         """Tasks to keep ready: as many as the env plays in ``max_update_delay`` seconds at its recent pace
         (1 until known), within ``[1, prefetch]``."""
-        if self.prefetch <= 1:
+        prefetch, delay, pace = self.prefetch, self.options.max_update_delay, self._pace.mean
+        if prefetch <= 1:
             return 1
-        if self.max_update_delay == math.inf:
-            return self.prefetch
-        if self._episode_s is None:
+        if delay == math.inf:
+            return prefetch
+        if pace is None:
             return 1
-        if self._episode_s <= 0.0:
-            return self.prefetch
-        return max(1, min(self.prefetch, int(self.max_update_delay / self._episode_s)))
+        if pace <= 0.0:
+            return prefetch
+        return max(1, min(prefetch, int(delay / pace)))
 
     def _depth(self) -> int:
         """Tasks to keep ready beyond the one the next reset takes (0 with ``prefetch=0``)."""
         return self.request_size if self.prefetch else 0
 
     def _refill_request(self) -> int:
-        """Tasks an episode (or completed task) update asks for: none in-process, what keeps the depth ready
-        over sockets, the next ``request_size`` once none is left over a costly transport."""
-        if self.env_id is None or self.caps.replies_with_send:
+        """Tasks an episode (or completed task) update asks for (:meth:`Transport.refill`)."""
+        if self.env_id is None:
             return 0
-        ready = len(self._buffer) + self._outstanding + self._held_request
-        if self.caps.costly_send:
-            return self.request_size if self.prefetch and ready <= 1 else 0
-        if self.holds_updates and ready > 2:
-            return 0
-        return max(0, self._depth() + 1 - ready)
+        ready = len(self._buffer) + self._outstanding + self._held.request  # or on their way, or asked for
+        return self._link().refill(ready, self._depth(), self.holds_updates)
 
     def next_task(self) -> Assignment:
         """The next task: from the prefetch buffer, or requested and awaited (at most ``timeout``)."""
         if not (self._active() or self._ensure()):
-            (task,) = self.options.fallback_task_space.sample_encoded(1)  # type: ignore[union-attr]
+            (task,) = cast(TaskSpace, self.options.fallback_task_space).sample_encoded(1)  # (the fallback's)
             return Assignment(-1, task, True)
-        caps = self.caps
+        transport = self._link()
         with self._lock:
             now = _now()
-            if self._last_reset is not None:  # the running mean of the time between two tasks
-                dt = now - self._last_reset
-                self._episode_s = dt if self._episode_s is None else 0.75 * self._episode_s + 0.25 * dt
-            self._last_reset = now
-            if caps.cheap_receive and (self._outstanding or not self.holds_updates):
+            self._pace.tick(now)
+            holding = self.holds_updates
+            if transport.polls(self._outstanding > 0, holding):
                 self._drain()  # (a feed holding updates reads error replies with the next tasks)
             if not self._buffer:
-                if not self._outstanding:  # ask, sending what is held along
-                    self._send_held(1 if caps.cheap_receive else self.request_size)
-                elif not caps.costly_send:
-                    self._send_held()
+                ask = transport.ask_when_empty(self._outstanding > 0, self.request_size)
+                if ask is not None:
+                    self._send_held(ask)
                 if not self._wait_for_tasks():
                     return self.next_task()  # the fallback took over
             a = self._buffer.popleft()
             if a.task_id >= 0:
                 self._issued[a.task_id] = a
-            if caps.replies_with_send:
-                return a
-            if not self.holds_updates and caps.cheap_receive:  # top up what is kept ready
-                need = self._depth() - len(self._buffer) - self._outstanding
-                if need > 0:
-                    self._send_held(need)
-            elif self.prefetch and not (self._buffer or self._outstanding or self._held_request):
-                self._send_held(self._depth())  # a reset without an update before it
-            elif caps.costly_send and self._held and now >= self._send_by:
-                self._send_held()
+            ready, due = len(self._buffer) + self._outstanding + self._held.request, now >= self._held.send_by
+            ask = transport.top_up(ready, self._depth(), holding, due)
+            if ask is not None:
+                self._send_held(ask)
             return a
 
     def give_back(self, assignment: Assignment) -> None:
@@ -471,23 +468,10 @@ class TaskFeed:
                 self._buffer.appendleft(assignment)
 
     # -- feedback -----------------------------------------------------------------------------------
-    def record_step(
-        self,
-        assignment: Assignment,
-        obs: Any,
-        reward: float,
-        terminated: bool,
-        truncated: bool,
-        info: dict | None,
-        progress: float,
-    ) -> None:
-        """Buffer one step (a no-op unless the curriculum wants step updates); sends full batches."""
-        if self.requires_step_updates:
-            self._steps.add(assignment, obs, reward, terminated, truncated, info, progress)
-
     def step_recorder(self) -> Callable[..., None] | None:
-        """What :meth:`record_step` calls (``None``: the curriculum wants no step updates)."""
-        return self._steps.add if self.requires_step_updates else None
+        """What records one step, ``(assignment, obs, reward, terminated, truncated, info, progress)``, and
+        sends full batches (``None``: the curriculum wants no step updates)."""
+        return None if self._steps is None else self._steps.add
 
     def flush(self) -> None:
         """Send buffered step records and every held update now."""
@@ -498,48 +482,43 @@ class TaskFeed:
     def _flush_steps(self) -> None:
         """Deliver the buffered step records as one update."""
         steps = self._steps
-        if not len(steps):
+        if steps is None or not len(steps):
             return
         if not self._active():
             steps.clear()
             return
         try:
             msg = steps.message()
-            if (msg.obs is not None or msg.infos is not None) and not self.caps.replies_with_send:
-                P.pack_value(msg._fields(), [])  # what cannot travel raises here, in the env's step
+            if msg.obs is not None or msg.infos is not None:
+                self._link().check_travel(msg._fields())  # what cannot travel raises here, in the env's step
             self._deliver(msg)
         except TypeError as exc:
             raise TypeError(
                 f"{exc}. Remove such entries from observations/infos with strip_keys=[...] or "
                 "send_obs=False / send_infos=False"
             ) from None
-        if self.caps.cheap_receive and not self.holds_updates and self._active():
+        if self._active() and self._link().polls(False, self.holds_updates):
             with self._lock:
                 self._drain()  # error replies and tasks that arrived meanwhile
 
-    def record_episode(
-        self,
-        assignment: Assignment,
-        episode_return: float,
-        length: int,
-        progress: float,
-        ended: bool = True,
-        extras: dict | None = None,
-        refill: bool = True,
-        agents: Sequence[tuple[str, float, int, float]] = (),
-    ) -> None:
+    def _steps_sent(self) -> bool:
+        """Whether an update can be delivered (not closed, no fallback, not forked), once the buffered step
+        records went first (the flush may find the server gone)."""
+        if self._active() and self._steps is not None and len(self._steps):
+            self._flush_steps()
+        return self._active()
+
+    def record_episode(self, assignment: Assignment, episode_return: float, length: int, progress: float,
+                       ended: bool = True, extras: dict | None = None, refill: bool = True,
+                       agents: Sequence[tuple[str, float, int, float]] = ()) -> None:
         """An episode on ``assignment`` finished (``ended=False``: abandoned by an early reset); ``refill``:
         the env resets next, so the update may ask for tasks; ``agents``: for a multi-agent episode reported
         per agent, one ``(agent, return, length, progress)`` row each (each reaches the curriculum as an
         episode on ``assignment``, with its flags). ``extras`` that cannot travel raise here."""
-        if not self._active():  # (closed, fallback, forked)
+        if not self._steps_sent():
             return
-        if self.requires_step_updates and len(self._steps):
-            self._flush_steps()
-            if not self._active():  # the flush may have found the server gone
-                return
-        if extras and not self.caps.replies_with_send:
-            P.pack_value(extras)  # raises TypeError naming a value that cannot travel
+        if extras:
+            self._link().check_travel(extras)  # raises TypeError naming a value that cannot travel
         self._issued.pop(assignment.task_id, None)
         request = self._refill_request() if refill else 0
         parts = tuple(P.AgentPart(str(a), float(r), int(n), float(p)) for a, r, n, p in agents)
@@ -551,12 +530,8 @@ class TaskFeed:
     def record_progress(self, assignment: Assignment, progress: float, done: bool = False) -> None:
         """Progress on ``assignment`` mid-episode; ``done`` acknowledges the task as consumed (and may ask
         for the next one)."""
-        if not self._active():
+        if not self._steps_sent():
             return
-        if len(self._steps):
-            self._flush_steps()
-            if not self._active():
-                return
         if done:
             self._issued.pop(assignment.task_id, None)
         request = self._refill_request() if done else 0
@@ -565,7 +540,8 @@ class TaskFeed:
     # -- closing ------------------------------------------------------------------------------------
     def close(self) -> None:
         """Flush, wait for tasks on their way, return unused ones with the goodbye and wait for its ack
-        (all within ``close_timeout``). Idempotent."""
+        (all within ``close_timeout``; a curriculum side that no longer knows the env is joined again first,
+        so that the last reports are applied or counted). Idempotent."""
         if self._closed or self._pid != _pid:
             self._closed = True
             return
@@ -576,49 +552,43 @@ class TaskFeed:
     def _close(self) -> None:
         deadline = time.monotonic() + self.options.close_timeout  # one bound for the whole close
         self._closing = True
+        acked = False
         try:
             if self._active() and self.env_id is not None:
-                if self.caps.costly_send:
-                    self._flush_steps()  # the goodbye carries the held updates
-                else:
-                    self.flush()
+                self._flush_steps()
+                if not self._link().goodbye_carries_held():
+                    self._send_held()
                 while self._outstanding and self._active() and time.monotonic() < deadline:
                     self._receive(deadline - time.monotonic())
-                if self._active():
-                    self._say_goodbye(deadline)
+                acked = self._active() and self._say_goodbye(deadline)
         except (ServerUnavailableError, SyncError) as exc:  # closing must not fail because the server is gone
             logger.warning("client env %s: closing without the server: %s", self.env_id, exc)
         finally:
             if self.transport is not None:
                 # everything before the goodbye was acknowledged: nothing left worth lingering for;
                 # otherwise queued messages may go out for what is left of the close timeout
-                if self._goodbye_acked:
-                    self.transport.close(wait=False)
-                else:
-                    self.transport.close(wait=True, linger=max(0.0, deadline - time.monotonic()))
+                linger = 0.0 if acked else max(0.0, deadline - time.monotonic())
+                self.transport.close(wait=not acked, linger=linger)
                 self.transport = None
-            self._clear_held()
+            self._held = _Held()
             self._buffer.clear()
             self._closed = True
 
-    def _say_goodbye(self, until: float) -> None:
-        """Return the unused tasks with the goodbye and wait for its ack until ``until``."""
-        returned = tuple(a.task_id for a in self._buffer if a.task_id >= 0)
-        self._buffer.clear()
-        goodbye = P.Goodbye(self.env_id, returned)  # type: ignore[arg-type]
-        if self.caps.costly_send:  # one call: the held updates, then the goodbye
-            reports, updates, _ = self._take_held() if self._held else ([], 0, 0)
-            sent = self._send([*reports, goodbye], updates, 0)
-        else:
-            try:
-                self.transport.send([goodbye])  # type: ignore[union-attr]
-                sent = True
-            except ServerUnavailableError as exc:
-                sent = self._go_fallback("room for the goodbye", str(exc))
-        while sent and not self._goodbye_acked and self.transport is not None and time.monotonic() < until:
-            self._receive(until - time.monotonic())
-        if not self._goodbye_acked:
-            logger.warning("client env %s: no goodbye ack from %s", self.env_id, self.address)
+    def _say_goodbye(self, until: float) -> bool:
+        """Return the unused tasks with the goodbye and wait for its ack until ``until`` (whether it came);
+        said again after a rejoin (the old registration's goodbye is dropped with it)."""
+        said = -1  # the count of rejoins when it was last said
+        while self._active() and time.monotonic() < until:
+            if said != self.stats["rejoins"]:
+                said = self.stats["rejoins"]
+                returned = tuple(a.task_id for a in self._buffer if a.task_id >= 0)
+                reports, updates, _ = self._take_held() if self._held.updates else ([], 0, 0)
+                if not self._send([*reports, P.Goodbye(cast(int, self.env_id), returned)], updates, 0):
+                    return False
+            if any(isinstance(m, P.Goodbye) for m in self._receive(until - time.monotonic())):
+                return True
+        logger.warning("client env %s: no goodbye ack from %s", self.env_id, self.address)
+        return False
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.address!r}, env_id={self.env_id})"
@@ -682,7 +652,7 @@ def _sleep(feeds: list[TaskFeed]) -> float | None:
     period = max(4e-3, min((feed._flush_period for feed in feeds), default=math.inf))
     if period == math.inf:
         return None
-    due = min((feed._send_by - _now() for feed in feeds if feed._held), default=period)
+    due = min((feed._held.send_by for feed in feeds), default=math.inf) - _now()  # (inf: none held)
     return max(min(due, period), period / 4)
 
 
@@ -697,7 +667,7 @@ class CurriculumClient(TaskFeed):
     malformed address raises ``ValueError``); the other arguments are :class:`TaskFeed`'s."""
 
     def __init__(self, address: str, options: FeedOptions | None = None, **kwargs: Any) -> None:
-        if check_address(address).startswith("ray://"):
+        if _ray(address):
             raise ValueError(f"{address!r} is a Ray address: use RayClient or connect()")
         super().__init__(ZmqTransport, address, options, **kwargs)
 
@@ -727,7 +697,6 @@ class LocalClient(TaskFeed):
     def __init__(self, core: SyncCore, options: FeedOptions | None = None, **kwargs: Any) -> None:
         # nothing is held in-process: a request asks for ``prefetch`` tasks, not for the env's pace
         super().__init__(InProcessTransport, core, options, **{**kwargs, "max_update_delay": math.inf})
-        self.address = f"in-process:{type(core.curriculum).__name__}"
         self.core = core
         self._ensure()
 
@@ -735,18 +704,34 @@ class LocalClient(TaskFeed):
 Source = str | Curriculum | ServedCurriculum | ServerHandle | TaskFeed
 
 
-def connect(
-    source: Source, options: FeedOptions | None = None, *, task_space: TaskSpace | None = None,
-    stream: int | None = None, **overrides: Any,
-) -> TaskFeed:
-    """The feed for ``source``: a :class:`RayClient` for a ``"ray://..."`` address, a
-    :class:`CurriculumClient` for another address or a :class:`ServerHandle`, a :class:`LocalClient` for a
-    :class:`~magister.curricula.base.Curriculum` or a server of this process, a :class:`TaskFeed` itself.
+def _ray(address: str) -> bool:
+    """Whether ``address`` is a Ray actor's (a malformed address raises ``ValueError``)."""
+    return check_address(address).startswith("ray://")
 
-    Raises:
-        TypeError: ``source`` is none of these, or an option is unknown.
-        ValueError: a malformed address (naming it and the accepted forms).
-    """
+
+def checked_source(source: Any) -> Source:
+    """``source`` as :func:`connect` takes it: a :class:`ServerHandle` becomes its address; an address must
+    be well formed (``ValueError`` naming the accepted forms), and a ``ray://`` one needs Ray (imported now:
+    ``ImportError`` without it); ``TypeError`` for anything else."""
+    if isinstance(source, ServerHandle):
+        source = source.address
+    if not isinstance(source, (str, Curriculum, ServedCurriculum, TaskFeed)):
+        raise TypeError(
+            "source must be a server address (str), a Curriculum, a server (serve() or serve_ray()) or its "
+            f"ServerHandle, or a TaskFeed, got {type(source).__name__}"
+        )
+    if isinstance(source, str) and _ray(source):
+        from .transports import ray_actor  # noqa: F401  (ImportError without Ray)
+    return source
+
+
+def connect(source: Source, options: FeedOptions | None = None, *, task_space: TaskSpace | None = None,
+            stream: int | None = None, **overrides: Any) -> TaskFeed:
+    """The feed for ``source`` (see :func:`checked_source`): a :class:`RayClient` for a ``"ray://..."``
+    address, a :class:`CurriculumClient` for another address or a :class:`ServerHandle`, a
+    :class:`LocalClient` for a :class:`~magister.curricula.base.Curriculum` or a server of this process, a
+    :class:`TaskFeed` itself (``TypeError`` for an unknown option)."""
+    source = checked_source(source)
     if isinstance(source, TaskFeed):
         return source
     kwargs = {"task_space": task_space, "stream": stream, **overrides}
@@ -755,15 +740,6 @@ def connect(
         if core is not None:
             return LocalClient(core, options, **kwargs)
         source = source.address
-    if isinstance(source, ServerHandle):
-        source = source.address
-    if isinstance(source, str):
-        if check_address(source).startswith("ray://"):
-            return RayClient(source, options, **kwargs)
-        return CurriculumClient(source, options, **kwargs)
     if isinstance(source, Curriculum):
         return LocalClient(local_core(source), options, **kwargs)
-    raise TypeError(
-        "source must be a server address (str), a Curriculum, a server (serve() or serve_ray()) or its "
-        f"ServerHandle, got {type(source).__name__}"
-    )
+    return (RayClient if _ray(source) else CurriculumClient)(source, options, **kwargs)

@@ -69,7 +69,7 @@ class FeedOptions(_Options):
 
     Args:
         prefetch: Most tasks kept ready (as many as the env plays in ``max_update_delay``, at least one;
-            ``None``: the transport's default, in its :class:`~magister.sync.transports.base.Capabilities`;
+            ``None``: the default of its :class:`~magister.sync.transports.base.Transport`;
             0: ask for each task when it is needed).
         update_batch: Most updates held for one send (``None``: the transport's default; 1: none held).
         max_update_delay: Most seconds an update is held (0: none; ``math.inf``: ``update_batch`` decides).

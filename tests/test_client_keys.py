@@ -9,7 +9,6 @@ import sys
 import time
 import uuid
 
-import numpy as np
 import pytest
 import zmq
 import zmq.auth
@@ -48,7 +47,6 @@ class Recorder(Curriculum):
 def _play(client: CurriculumClient, episodes: int = 2) -> None:
     for _ in range(episodes):
         a = client.next_task()
-        client.record_step(a, np.zeros(2, np.float32), 1.0, True, False, {}, 1.0)
         client.record_episode(a, 1.0, 1, 1.0)
 
 

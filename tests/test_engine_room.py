@@ -217,7 +217,7 @@ def test_feed_options_are_one_frozen_object_and_unknown_ones_are_named():
     with pytest.raises(TypeError, match=r"unknown feed option\(s\) \['prefetchh'\]"):
         make_env(DomainRandomization(SPACE), prefetchh=2)
     env = make_env(DomainRandomization(SPACE), opts, timeout=3.0)
-    assert env.feed.prefetch == 2 and env.feed.timeout == 3.0
+    assert env.feed.prefetch == 2 and env.feed.options.timeout == 3.0
     env.close()
 
 

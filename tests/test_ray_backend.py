@@ -205,7 +205,7 @@ def test_client_rejects_bad_types():
 def test_connect_dispatches_ray_addresses_and_client_pickles():
     feed = connect("ray://team/cur", prefetch=3, timeout=1.5, strip_keys=("x",))
     assert isinstance(feed, RayClient)
-    assert (feed.actor_name, feed.namespace, feed.prefetch, feed.timeout) == ("cur", "team", 3, 1.5)
+    assert (feed.actor_name, feed.namespace, feed.prefetch, feed.options.timeout) == ("cur", "team", 3, 1.5)
     clone = pickle.loads(pickle.dumps(feed))
     assert (clone.address, clone.prefetch, frozenset(clone.options.strip_keys), clone.env_id) == (
         "ray://team/cur",
@@ -228,7 +228,7 @@ def test_large_arrays_travel_out_of_band_and_small_messages_as_one_frame():
     assert isinstance(frame, tuple) and len(frame) == 2 and isinstance(frame[0], bytes)
     assert frame[1].dtype == np.uint8 and frame[1].nbytes == obs["glyphs"].nbytes
     assert np.shares_memory(frame[1], obs["glyphs"])
-    ((_, back),) = ray_backend._unpack(frame).updates
+    (back,) = ray_backend._unpack(frame).updates
     np.testing.assert_array_equal(back.obs["glyphs"], obs["glyphs"])
     np.testing.assert_array_equal(back.obs["tiny"], obs["tiny"])
     with pytest.raises(P.ProtocolError, match="bytes or uint8 arrays"):
@@ -738,7 +738,7 @@ def test_step_observations_arrive_intact_through_the_actor(ray_session):
         sums = []
         for t in range(10):
             frame[:] = t % 7  # overwritten in place, as NetHack does
-            client.record_step(a, {"frame": frame}, 0.0, t == 9, False, {}, 0.0)
+            client.step_recorder()(a, {"frame": frame}, 0.0, t == 9, False, {}, 0.0)
             sums.append(int(frame.sum()))
         client.record_episode(a, 0.0, 10, 0.0)
         client.close()

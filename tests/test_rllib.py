@@ -71,7 +71,7 @@ def test_make_env_creator_wraps_and_validates():
     assert isinstance(env, GymnasiumSyncWrapper)
     feed = env.feed  # created lazily, not yet connected
     assert isinstance(feed, RayClient)
-    assert (feed.actor_name, feed.namespace, feed.prefetch, feed.timeout) == ("cur", "ns", 2, 3.0)
+    assert (feed.actor_name, feed.namespace, feed.prefetch, feed.options.timeout) == ("cur", "ns", 2, 3.0)
     assert feed.env_id is None
     with pytest.raises(TypeError, match="callable"):
         make_env_creator("CartPole-v1", "ray://cur")

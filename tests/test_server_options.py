@@ -40,7 +40,7 @@ def _play_one_episode(address: str, length: int) -> None:
     client = CurriculumClient(address)
     a = client.next_task()
     for i in range(length):
-        client.record_step(a, np.zeros(2, np.float32), 1.0, i == length - 1, False, {}, 0.0)
+        client.step_recorder()(a, np.zeros(2, np.float32), 1.0, i == length - 1, False, {}, 0.0)
     client.record_episode(a, float(length), length, 0.0)
     client.close()
 

@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from magister.curricula.base import Curriculum
 from magister.sync import protocol as P
 from magister.sync.feed import CurriculumClient, ServerUnavailableError, SyncError
+from magister.sync.options import FeedOptions
 from magister.sync.server import serve
 from magister.task_spaces.discrete import Discrete
 
@@ -314,7 +315,7 @@ def _fuzz_server():
 def _worker_holding_tasks(address, ready):
     c = CurriculumClient(address, prefetch=2, timeout=10.0, max_update_delay=math.inf)  # 2 ready at once
     a = c.next_task()
-    c.record_step(a, None, 1.0, False, False, None, 0.0)
+    c.step_recorder()(a, None, 1.0, False, False, None, 0.0)
     c.flush()
     ready.set()
     time.sleep(60)  # killed before this ends
@@ -379,7 +380,7 @@ def test_server_that_disappears_mid_run():
         c = CurriculumClient(server.address, prefetch=0, timeout=5.0, close_timeout=0.1)
         a = c.next_task()
         c.record_episode(a, 1.0, 1, 1.0, refill=False)  # no task asked for: the next one must wait
-    c.timeout = c.reconnect_timeout = 0.5
+    c.options = FeedOptions.of(c.options, timeout=0.5, reconnect_timeout=0.5)
     with pytest.raises(ServerUnavailableError):
         c.next_task()
     c.close()
@@ -416,7 +417,7 @@ def test_non_finite_values_never_reach_the_curriculum_through_the_client():
     with serve(Recorder(), step_batch_size=1) as server:
         c = CurriculumClient(server.address, prefetch=0)
         a = c.next_task()
-        c.record_step(a, None, float("nan"), False, False, None, 0.0)  # a buggy sender: refused by the server
+        c.step_recorder()(a, None, float("nan"), False, False, None, 0.0)  # a buggy sender: refused
         c.record_episode(a, 1.0, 1, 1.0)
         c.close()
         cur = server.curriculum

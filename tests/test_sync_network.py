@@ -489,6 +489,44 @@ def test_a_paused_env_declared_gone_rejoins_under_its_identity_and_each_lease_ha
     assert len([env for _, env in cur.abandoned if env == 0]) == abandoned  # once each
 
 
+def _closes_after_a_pause(address: str, out, resumed) -> None:
+    c = CurriculumClient(address, timeout=10.0, max_update_delay=60.0)  # (the episode is held)
+    a = c.next_task()
+    out.put("holding")
+    assert resumed.wait(60)  # SIGSTOPped, then SIGCONTed, meanwhile
+    c.record_episode(a, 7.0, 1, 1.0, refill=False)  # asks for nothing: the server is first heard at close
+    c.close()
+    out.put((dict(c.stats), a.task))
+
+
+def test_a_paused_env_declared_gone_that_closes_at_once_still_has_its_last_reports_counted():
+    """SIGSTOP a worker past ``env_timeout`` (declared gone); resumed, it closes without asking for anything,
+    its last episode going out with the close: the server answers that it no longer knows the env, and the
+    closing feed registers again, so that the episode is counted (late: its lease was abandoned) and the
+    goodbye acknowledged. Both sides count the same episodes reported."""
+    ctx = mp.get_context("fork")
+    cur = Counting()
+    with serve(cur, env_timeout=1.0) as server:
+        out, resumed = ctx.Queue(), ctx.Event()
+        p = ctx.Process(target=_closes_after_a_pause, args=(server.address, out, resumed))
+        p.start()
+        assert out.get(timeout=30) == "holding"
+        os.kill(p.pid, signal.SIGSTOP)
+        _wait(lambda: server.metrics()["sync/envs_live"] == 0, 10, "the paused env declared gone")
+        abandoned = server.metrics()["sync/env0/tasks_abandoned"]
+        os.kill(p.pid, signal.SIGCONT)
+        resumed.set()
+        stats, task = out.get(timeout=30)
+        p.join(10)
+        assert p.exitcode == 0
+        m = server.metrics()
+    assert stats["rejoins"] == 1 and stats["errors_received"] == 0 and abandoned >= 1
+    assert m["sync/env0/episodes_reported"] == stats["episodes_reported"] == 1 == m["sync/env0/reports_late"]
+    assert m["sync/envs"] == 1 and m["sync/envs_live"] == 0 and m["sync/envs_rejoined"] == 1
+    assert m["sync/env0/tasks_abandoned"] == abandoned and m["sync/env0/tasks_in_flight"] == 0
+    assert (task, 7.0) not in cur.episodes and m["sync/env0/updates_rejected"] == 0
+
+
 def test_close_is_bounded_by_close_timeout_when_the_server_is_gone():
     server = serve(Counting(), "tcp://127.0.0.1:*")
     c = CurriculumClient(server.address, timeout=5.0, close_timeout=3.0, prefetch=0)

@@ -81,8 +81,11 @@ def _wait(cond, timeout=5.0):
 def _play(client, episodes, length=3, progress=1.0):
     for _ in range(episodes):
         a = client.next_task()
+        record = client.step_recorder()  # (None: the curriculum wants no step updates)
         for i in range(length):
-            client.record_step(
+            if record is None:
+                break
+            record(
                 a,
                 np.full(2, a.task, np.float32),
                 1.0,
@@ -268,7 +271,7 @@ def test_strip_keys_removes_keys_from_obs_and_infos():
         c = CurriculumClient(server.address, strip_keys=["secret"])
         a = c.next_task()
         for i in range(2):
-            c.record_step(a, {"x": i, "secret": "s"}, 0.0, False, False, {"secret": 1, "keep": 2}, 0.0)
+            c.step_recorder()(a, {"x": i, "secret": "s"}, 0.0, False, False, {"secret": 1, "keep": 2}, 0.0)
         c.record_episode(a, 0.0, 2, 0.0)
         c.close()
         b = server.curriculum.batches[0]
@@ -297,7 +300,7 @@ def test_curriculum_that_reads_no_observations_gets_none_sent(in_process):
         obs = np.zeros(4)
         for i in range(3):
             obs[:] = i  # overwritten in place, as some envs do: nothing may keep a reference
-            c.record_step(a, obs, float(i), False, i == 2, {"x": i}, 0.5)
+            c.step_recorder()(a, obs, float(i), False, i == 2, {"x": i}, 0.5)
         c.record_episode(a, 3.0, 3, 0.5)
         c.close()
         (b,) = cur.batches
@@ -323,7 +326,7 @@ def test_unsendable_info_raises_a_clear_type_error():
         c = CurriculumClient(server.address)
         a = c.next_task()
         with pytest.raises(TypeError, match="object.*strip_keys"):
-            c.record_step(a, None, 0.0, False, False, {"bad": object()}, 0.0)
+            c.step_recorder()(a, None, 0.0, False, False, {"bad": object()}, 0.0)
         c.close()
 
 
@@ -606,7 +609,7 @@ def test_large_observations_travel_intact_over_the_socket():
         a = c.next_task()
         frames = [np.random.default_rng(i).integers(0, 255, (64, 64, 3), dtype=np.uint8) for i in range(4)]
         for i, f in enumerate(frames):
-            c.record_step(a, f, 0.0, i == 3, False, None, 0.0)
+            c.step_recorder()(a, f, 0.0, i == 3, False, None, 0.0)
         c.record_episode(a, 0.0, 4, 0.0)
         c.close()
         obs = server.curriculum.batches[0].obs
@@ -619,9 +622,9 @@ def test_obs_arrays_are_copied_when_recorded():
         c = CurriculumClient(server.address)
         a = c.next_task()
         buf = np.zeros(3)
-        c.record_step(a, buf, 0.0, False, False, None, 0.0)
+        c.step_recorder()(a, buf, 0.0, False, False, None, 0.0)
         buf[:] = 7  # an env that reuses its observation buffer
-        c.record_step(a, buf, 0.0, False, False, None, 0.0)
+        c.step_recorder()(a, buf, 0.0, False, False, None, 0.0)
         c.record_episode(a, 0.0, 2, 0.0)
         c.close()
         assert server.curriculum.batches[0].obs.tolist() == [[0, 0, 0], [7, 7, 7]]
@@ -693,7 +696,7 @@ def test_dict_observations_travel_stacked_per_key_and_arrive_per_step():
             glyphs[:] = i
             obs = {"glyphs": glyphs, "blstats": np.arange(4, dtype=np.int64) + i}
             sent.append({k: v.copy() for k, v in obs.items()})
-            c.record_step(a, obs, 0.0, i == 3, False, None, 0.0)
+            c.step_recorder()(a, obs, 0.0, i == 3, False, None, 0.0)
         c.record_episode(a, 0.0, 4, 0.0)
         c.close()
         (batch,) = server.curriculum.batches
@@ -728,7 +731,7 @@ def test_observation_layout_changing_mid_batch_keeps_every_step_in_order():
             buf[:] = i  # overwritten in place between steps
             obs = buf if i != 3 else np.full(4, 3.0)  # step 3 has another shape
             sent.append(np.array(obs))
-            c.record_step(a, obs, float(i), False, False, None, 0.0)
+            c.step_recorder()(a, obs, float(i), False, False, None, 0.0)
         c.record_episode(a, 0.0, 5, 0.0)  # a batch shorter than its capacity
         c.close()
         (batch,) = server.curriculum.batches
@@ -796,8 +799,8 @@ def test_fast_episodes_are_reported_in_batches_with_their_task_requests(clock):
         assert sum(r.request > 0 for r in reports) >= 2
         rows = [row for r in reports for row in r.episodes]
         assert [row[2] for row in rows] == [float(e) for e in range(40)]  # every episode once, in order
-        # every send but the goodbye is counted, also the task request made at connect (before `sent` began)
-        assert c.stats["updates_sent"] == 40 and c.stats["sends"] == len(sent)
+        # every send is counted, the goodbye too, and the task request made at connect (before `sent` began)
+        assert c.stats["updates_sent"] == 40 and c.stats["sends"] == len(sent) + 1
 
 
 def test_slow_episodes_are_reported_one_message_each(clock):
@@ -1030,8 +1033,10 @@ def test_background_flusher_sleeps_until_the_oldest_held_update_is_due():
     class Held:
         def __init__(self, delay: float, due_in: float | None) -> None:
             self._flush_period = delay  # (a feed's, for max_update_delay ``delay`` and no heartbeat)
-            self._held = [b"update"] if due_in is not None else []
-            self._send_by = 100.0 + due_in if due_in is not None else math.inf
+            self._held = client_module._Held()
+            if due_in is not None:
+                self._held.updates.append(b"update")
+                self._held.send_by = 100.0 + due_in
 
     sleep = client_module._sleep
     client_module._now = lambda: 100.0  # (restored below)

@@ -518,7 +518,7 @@ def test_wrappers_pass_the_update_delay_to_remote_feeds():
     with serve(Recorder()) as server:
         default = _make(server.address)
         default.reset()
-        assert default.feed.holds_updates and default.feed.max_update_delay == 0.5
+        assert default.feed.holds_updates and default.feed.options.max_update_delay == 0.5
         unheld = _make(server.address, max_update_delay=0)
         unheld.reset()
         assert not unheld.feed.holds_updates

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import ClassVar
+import time
+from typing import Any, ClassVar
 
 from .. import protocol as P
 
-__all__ = ["Capabilities", "ServerUnavailableError", "SyncError", "Transport"]
+__all__ = ["ServerUnavailableError", "SyncError", "Transport"]
 
 
 class ServerUnavailableError(TimeoutError):
@@ -18,52 +18,37 @@ class SyncError(RuntimeError):
     """The server refused a request (e.g. the curriculum failed to sample)."""
 
 
-@dataclass(frozen=True)
-class Capabilities:
-    """What a transport is, to the feed: its option defaults and what a send costs.
+class Transport:
+    """One env's connection to the curriculum, made in the process that uses it: it moves messages, and
+    answers the feed's questions whose answer depends on what a send and a receive cost (the methods after
+    :meth:`keep_waiting`; the answers here are a socket's, where replies are polled at no cost). A peer that
+    does not answer raises :class:`ServerUnavailableError`; a refused hello, :class:`SyncError`.
 
-    Args:
-        prefetch: The default of ``FeedOptions.prefetch``.
-        update_batch: The default of ``FeedOptions.update_batch``.
-        replies_with_send: A send's replies are there when it returns (in-process): the feed asks for
-            tasks when it needs one, never ahead, and never along with an update.
-        cheap_receive: Replies can be polled at no cost (a socket): the feed reads them whenever some may
-            be waiting.
-        rejoins: The transport sends heartbeats and registers again when the curriculum side no longer
-            knows the env (``ping``, ``rejoin``, ``lost``, ``last_send``).
-        costly_send: A send costs far more than a message (an actor call): the feed asks for tasks only
-            when none is left ready, holds large updates with the others, and lets the goodbye carry the
-            last held updates.
-        unit: The ``stats`` key counting sends.
-        hint: Appended to a :class:`ServerUnavailableError` raised without the fallback.
+    Attributes: ``prefetch`` and ``update_batch``, the defaults of those ``FeedOptions``; ``unit``, the
+    ``stats`` key counting sends; ``hint``, added to a :class:`ServerUnavailableError`; ``peer``, who it
+    talks to (for messages), within ``timeout`` seconds; ``waits``, sends that waited for room; ``heartbeat``,
+    the seconds of silence (since ``last_send``) after which the feed sends one (0: none); ``lost``, messages
+    that could not be kept for a resend while the peer was away (told when rejoining).
     """
 
-    prefetch: int
-    update_batch: int
-    replies_with_send: bool = False
-    cheap_receive: bool = False
-    rejoins: bool = False
-    costly_send: bool = False
-    unit: str = "sends"
-    hint: str = ""
-
-
-class Transport:
-    """One env's connection to the curriculum, made in the process that uses it: it moves messages and
-    decides nothing. A peer that does not answer raises :class:`ServerUnavailableError`; a refused hello,
-    :class:`SyncError`."""
-
-    caps: ClassVar[Capabilities]
-    #: Who this transport talks to, for messages (``"curriculum server at ipc://..."``).
+    prefetch: ClassVar[int] = 8
+    update_batch: ClassVar[int] = 32
+    unit: ClassVar[str] = "sends"
+    hint: ClassVar[str] = ""
     peer: str
-    #: Seconds the peer has to answer.
     timeout: float
-    #: Times a send waited for room (back-pressure).
     waits: int = 0
+    heartbeat: float = 0.0
+    last_send: float = 0.0
+    lost: int = 0
 
     def open(self, hello: P.Hello) -> P.Welcome:  # pragma: no cover - interface
         """Register with the curriculum; its welcome (waits at most the timeout)."""
         raise NotImplementedError
+
+    def rejoin(self, hello: P.Hello) -> P.Welcome:
+        """Register again where the env is no longer known; then send again what was not applied."""
+        return self.open(hello)
 
     def send(self, items: list[P.Message]) -> None:  # pragma: no cover - interface
         """Send ``items`` in order without waiting for a reply (for room, at most the timeout)."""
@@ -87,3 +72,49 @@ class Transport:
     def no_reply(self, what: str) -> str:
         """The description of a timeout while waiting for ``what``."""
         return f"no reply from the {self.peer} within {self.timeout:g}s while waiting for {what}"
+
+    def ping(self) -> None:
+        """Send a heartbeat (here: none)."""
+
+    def beat(self) -> None:
+        """Send a heartbeat if nothing went out for ``heartbeat`` seconds."""
+        if 0 < self.heartbeat <= time.monotonic() - self.last_send:
+            self.ping()
+
+    def keep_waiting(self, since: float) -> bool:
+        """Whether a wait for tasks begun at ``since`` goes on past the timeout (the peer is away)."""
+        return False
+
+    # -- the feed's questions -------------------------------------------------------------------------
+    def check_travel(self, value: Any) -> None:
+        """Raise ``TypeError`` naming a part of ``value`` that cannot travel."""
+        P.pack_value(value, [])
+
+    def polls(self, awaiting: bool, holding: bool) -> bool:
+        """Whether the feed reads the replies that arrived, now (while tasks are on their way, or holding
+        no updates: an error is heard at the next step)."""
+        return awaiting or not holding
+
+    def first_request(self, depth: int, holding: bool) -> int:
+        """Tasks to ask for at connect, to keep ``depth`` ready (one more if held updates ask for more)."""
+        return depth + int(holding) if depth else 0
+
+    def ask_when_empty(self, awaiting: bool, size: int) -> int | None:
+        """Tasks to ask for, sending the held updates along, when the env needs one and none is ready
+        (``size``: a request's at the env's pace); ``None``: send nothing."""
+        return 0 if awaiting else 1
+
+    def refill(self, ready: int, depth: int, holding: bool) -> int:
+        """Tasks an episode (or completed task) update asks for, ``ready`` being ready, on their way or
+        asked for, to keep ``depth`` ready."""
+        return 0 if holding and ready > 2 else max(0, depth + 1 - ready)
+
+    def top_up(self, ready: int, depth: int, holding: bool, due: bool) -> int | None:
+        """Tasks to ask for, sending the held updates (``due``: the oldest is due), once the env took one."""
+        if holding:
+            return depth if depth and not ready else None
+        return depth - ready if depth > ready else None
+
+    def goodbye_carries_held(self) -> bool:
+        """Whether the held updates go out with the goodbye (one send) rather than before it."""
+        return False

@@ -6,29 +6,30 @@ message objects under the core's lock and queues their replies for :meth:`InProc
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from .. import protocol as P
 from ..core import SyncCore, SyncRejected
 from ..options import FeedOptions
-from .base import Capabilities, SyncError, Transport
+from .base import SyncError, Transport
 
 __all__ = ["InProcessTransport"]
 
 
 class InProcessTransport(Transport):
-    """Feeds ``core`` (a server's, or one made for a bare curriculum) in this process."""
+    """Feeds ``core`` (a server's, or one made for a bare curriculum) in this process. A send's replies are
+    there when it returns, and messages are not encoded: the feed asks for tasks when it needs one, never
+    ahead nor along with an update, and checks no value for travel."""
 
     # in-process sampling is cheap and always fresh: nothing sampled ahead, nothing held
-    caps: ClassVar[Capabilities] = Capabilities(prefetch=0, update_batch=1, replies_with_send=True)
+    prefetch: ClassVar[int] = 0
+    update_batch: ClassVar[int] = 1
 
     def __init__(self, core: SyncCore, options: FeedOptions | None = None) -> None:
         self.core = core
         self.peer = f"curriculum {type(core.curriculum).__name__} (in-process)"
+        self.timeout = 0.0  # (every call answers at once)
         self.replies: list[P.Message] = []
-
-    def no_reply(self, what: str) -> str:  # pragma: no cover - every call answers at once
-        return f"no reply from the {self.peer} while waiting for {what}"
 
     def open(self, hello: P.Hello) -> P.Welcome:
         try:
@@ -55,3 +56,21 @@ class InProcessTransport(Transport):
 
     def close(self, wait: bool = True, linger: float | None = None) -> None:
         self.replies.clear()
+
+    def check_travel(self, value: Any) -> None:
+        pass
+
+    def polls(self, awaiting: bool, holding: bool) -> bool:
+        return False
+
+    def first_request(self, depth: int, holding: bool) -> int:
+        return 0
+
+    def ask_when_empty(self, awaiting: bool, size: int) -> int | None:
+        return 0 if awaiting else size
+
+    def refill(self, ready: int, depth: int, holding: bool) -> int:
+        return 0
+
+    def top_up(self, ready: int, depth: int, holding: bool, due: bool) -> int | None:
+        return None

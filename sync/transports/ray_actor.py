@@ -25,7 +25,7 @@ except ImportError as _exc:  # pragma: no cover - exercised only without ray
 
 from .. import protocol as P
 from ..options import FeedOptions
-from .base import Capabilities, ServerUnavailableError, SyncError, Transport
+from .base import ServerUnavailableError, SyncError, Transport
 
 logger = logging.getLogger(__name__)
 
@@ -139,12 +139,12 @@ def lookup_actor(name: str, namespace: str | None, timeout: float) -> Any:
 class RayTransport(Transport):
     """Calls to the curriculum actor at ``address`` (see the module docstring)."""
 
-    # a call costs far more than a socket message: more tasks per request and more updates per call
-    caps: ClassVar[Capabilities] = Capabilities(
-        prefetch=32, update_batch=32, costly_send=True, rejoins=True, unit="calls",
-        hint=". Is serve_ray() running, and is the actor alive? Pass fallback_task_space=... to sample "
-        "locally instead",
-    )
+    # a call costs far more than a socket message: more tasks per request, asked for only when none is left
+    # ready; replies are read only when awaited; the goodbye carries the last held updates
+    prefetch: ClassVar[int] = 32
+    unit: ClassVar[str] = "calls"
+    hint: ClassVar[str] = (". Is serve_ray() running, and is the actor alive? Pass fallback_task_space=... "
+                           "to sample locally instead")
 
     def __init__(self, address: str, options: FeedOptions) -> None:
         self.actor_name, self.namespace = parse_ray_address(address)
@@ -204,6 +204,7 @@ class RayTransport(Transport):
         if not isinstance(reply, P.Welcome):
             raise SyncError(f"the {self.peer} refused this env: {reply!r:.300}")
         self.actor, self.token, self.env_id, self.away = actor, reply.server_token, reply.env_id, False
+        self.heartbeat = reply.heartbeat
         return reply
 
     def rejoin(self, hello: P.Hello) -> P.Welcome:
@@ -275,3 +276,23 @@ class RayTransport(Transport):
         self.actor = None
         self.calls.clear()
         self.replies.clear()
+
+    def polls(self, awaiting: bool, holding: bool) -> bool:
+        return False
+
+    def first_request(self, depth: int, holding: bool) -> int:
+        return depth
+
+    def ask_when_empty(self, awaiting: bool, size: int) -> int | None:
+        return None if awaiting else size
+
+    def refill(self, ready: int, depth: int, holding: bool) -> int:
+        return depth if ready <= 1 else 0
+
+    def top_up(self, ready: int, depth: int, holding: bool, due: bool) -> int | None:
+        if depth and not ready:
+            return depth
+        return 0 if due else None
+
+    def goodbye_carries_held(self) -> bool:
+        return True

@@ -26,7 +26,7 @@ from zmq.utils.monitor import recv_monitor_message
 from .. import protocol as P
 from ..options import FeedOptions
 from ..security import configure_client_socket
-from .base import Capabilities, ServerUnavailableError, SyncError, Transport
+from .base import ServerUnavailableError, SyncError, Transport
 
 logger = logging.getLogger(__name__)
 
@@ -62,14 +62,8 @@ class ZmqTransport(Transport):
         rejoins: Times the transport registered again with a server that no longer knew it.
     """
 
-    caps: ClassVar[Capabilities] = Capabilities(
-        prefetch=8,
-        update_batch=32,
-        cheap_receive=True,
-        rejoins=True,
-        hint="; is the server running (and are CURVE keys right)? Pass fallback_task_space=... to sample "
-        "locally instead",
-    )
+    hint: ClassVar[str] = ("; is the server running (and are CURVE keys right)? Pass fallback_task_space=... "
+                           "to sample locally instead")
 
     def __init__(self, address: str, options: FeedOptions) -> None:
         self.address = address
@@ -82,6 +76,8 @@ class ZmqTransport(Transport):
         self.pings = self.resent = self.rejoins = 0
         self.last_send = 0.0  # (monotonic) when the last frame went out: heartbeats fill silences
         self.last_heard = time.monotonic()  # when the last frame came in: a silent server is away
+        self.next_away_log = 0.0
+        self.env_id = -1  # (the welcome's, for messages)
 
     def no_reply(self, what: str) -> str:
         said = super().no_reply(what)
@@ -134,6 +130,7 @@ class ZmqTransport(Transport):
         while True:
             reply = self._answer_to(hello, monitor)
             if isinstance(reply, P.Welcome):
+                self.heartbeat, self.env_id = reply.heartbeat, reply.env_id
                 return reply
             if reply.code == "version":
                 raise P.ProtocolVersionError(reply.message)
@@ -194,6 +191,19 @@ class ZmqTransport(Transport):
             return
         self.pings += 1
         self.last_send = time.monotonic()
+
+    def keep_waiting(self, since: float) -> bool:
+        """Whether a wait begun at ``since`` goes on: the server has been silent (not merely slow) for the
+        timeout and ``reconnect_timeout`` has not passed. Logged once a minute."""
+        now = time.monotonic()
+        if now - self.last_heard < self.timeout or now - since >= self.options.reconnect_timeout:
+            return False
+        if now >= self.next_away_log:
+            self.next_away_log = now + 60.0
+            logger.warning("env %s: %s silent for %.0f s; still trying, up to reconnect_timeout=%g s (the "
+                           "episodes played meanwhile are kept and sent when it answers)", self.env_id,
+                           self.peer, now - self.last_heard, self.options.reconnect_timeout)
+        return True
 
     def _write(self, frames: list[Any], what: str) -> None:
         sock = self.socket
