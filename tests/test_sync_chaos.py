@@ -1,0 +1,161 @@
+"""The chaos soak (``benchmarks/sync_chaos.py``): a seeded two-minute run of faults made for real, several
+at once, and its checker's verdicts; and the defects it found, each made alone."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from magister.curricula.base import Curriculum
+from magister.sync.feed import CurriculumClient
+from magister.sync.server import serve
+from magister.task_spaces.discrete import Discrete
+
+ROOT = Path(__file__).resolve().parents[1]
+#: The soak's seed here: its two-minute schedule has every fault kind, stops and cuts longer than
+#: ``env_timeout``, and a learner restored from its checkpoint after fresh learners.
+SEED = 40
+#: Verdicts a defect still breaks (the reason names it); the test of each one is marked xfail, strict.
+KNOWN = {"restore_losses_agree": "issue 40: episodes_lost_to_restore counts the episodes an env reported to "
+                                 "earlier server instances (before a restart or a fresh learner)"}
+
+
+@pytest.fixture(scope="module")
+def soak(tmp_path_factory):
+    """The soak's structured result (``--json``), run once for this module in its own process group."""
+    out = tmp_path_factory.mktemp("chaos") / "result.json"
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "sync_chaos.py"), "--minutes", "2", "--seed", str(SEED),
+           "--json", str(out)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    try:
+        output, _ = proc.communicate(timeout=1200)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+    assert out.exists(), f"the soak wrote no result (exit {proc.returncode}):\n{output[-6000:]}"
+    result = json.loads(out.read_text())
+    result["output"] = output
+    return result
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1500)
+def test_the_soak_holds_every_invariant(soak):
+    kinds = {f["kind"] for f in soak["faults"]}
+    assert kinds >= {"worker_kill", "worker_stop", "learner_fresh", "learner_restore", "server_restart",
+                     "cut", "garbage"}
+    c = soak["counts"]
+    assert c["played"] > 0 and c["applied"] > 0 and c["curricula"] >= 2 and c["worker_processes"] > 8
+    failed = [k for k, ok in soak["verdicts"].items() if not ok and k not in KNOWN]
+    assert not failed, (f"seed {SEED}: {failed}; counts {c}; details {soak['details']}\n"
+                        f"{soak['output'][-3000:]}")
+    assert c["uncounted"] == 0 and c["applied_twice"] == 0 and c["leases_played_twice"] == 0
+    assert c["two_outcomes"] == 0 and c["worker_errors"] == 0 and c["refusals_received"] == 0
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1500)
+@pytest.mark.xfail(strict=True, reason=KNOWN["restore_losses_agree"])
+def test_the_soak_counts_restore_losses_exactly(soak):
+    c = soak["counts"]
+    assert soak["verdicts"]["restore_losses_agree"], (
+        f"seed {SEED}: lost to a restore {c['lost_to_restore']} (from workers still alive "
+        f"{c['lost_to_restore_live_workers']}), counted by the servers {c['lost_to_restore_counted']}")
+
+
+# -- the defects the soak found, each made alone ---------------------------------------------------------
+
+class Numbered(Curriculum):
+    """Every task a new number from ``base`` on."""
+
+    def __init__(self, base: int = 0) -> None:
+        super().__init__(Discrete(10**7), seed=0)
+        self.next = base
+
+    def sample(self, k: int = 1) -> list[int]:
+        self.next += k
+        return list(range(self.next - k, self.next))
+
+    def update_on_episode(self, episode_return, length, task, progress=0.0, env_id=None) -> None:
+        pass
+
+    def state_dict(self):
+        return {**super().state_dict(), "next": self.next}
+
+    def load_state_dict(self, state):
+        super().load_state_dict(state)
+        self.next = max(self.next, int(state["next"]))
+
+
+def _player(address: str, orders, done) -> None:
+    """A worker process: plays as many episodes as each order says, then says so."""
+    c = CurriculumClient(address, timeout=5.0)
+    while (n := orders.get(timeout=120)) > 0:
+        for _ in range(n):
+            c.record_episode(c.next_task(), 1.0, 1, 1.0)
+        c.flush()
+        done.put(n)
+    c.close()
+
+
+def _wait_reported(server, n: int, start: float = 0.0) -> None:
+    """Until ``server`` processed ``n`` episode reports (applied or counted) since ``start``."""
+    deadline = time.monotonic() + 60
+    while server.metrics()["sync/total/episodes_reported"] - start < n:
+        assert time.monotonic() < deadline, f"{n} episode reports not processed within 60 s"
+        time.sleep(0.02)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.xfail(strict=True, reason=KNOWN["restore_losses_agree"])
+def test_a_restore_after_a_server_restart_counts_no_episode_lost_that_was_not():
+    """Server 1 applies 20 episodes and is restarted on its port (server 2, a new curriculum); server 2
+    applies 10 of the worker's episodes, then its checkpoint is taken and it is closed; server 3 restores
+    that checkpoint. Every episode was applied before the checkpoint: none is lost to the restore."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        address = f"tcp://127.0.0.1:{s.getsockname()[1]}"
+    ctx = mp.get_context("fork")
+    orders, done = ctx.Queue(), ctx.Queue()
+    worker = ctx.Process(target=_player, args=(address, orders, done))
+    worker.start()
+    servers = []
+    try:
+        servers.append(serve(Numbered(0), address))
+        orders.put(20)
+        assert done.get(timeout=60) == 20
+        _wait_reported(servers[-1], 20)
+        servers[-1].close()
+        servers.append(serve(Numbered(10**6), address))  # the same port, a new curriculum
+        orders.put(10)
+        assert done.get(timeout=60) == 10
+        _wait_reported(servers[-1], 10)
+        state = servers[-1].state_dict()  # the checkpoint: every episode so far applied
+        servers[-1].close()
+        servers.append(serve(Numbered(2 * 10**6), address))
+        servers[-1].load_state_dict(state)
+        start = servers[-1].metrics()["sync/total/episodes_reported"]
+        orders.put(5)
+        assert done.get(timeout=60) == 5
+        _wait_reported(servers[-1], 5, start)
+        m = servers[-1].metrics()
+        assert m["sync/total/episodes_lost_to_restore"] == 0
+    finally:
+        orders.put(0)
+        worker.join(30)
+        if worker.is_alive():
+            worker.kill()
+            worker.join(10)
+        for server in servers:
+            server.close()
