@@ -62,7 +62,7 @@ from typing import Any
 from tqdm import tqdm
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from sync_recovery import WORKER_TIMEOUT, Leases, TcpProxy, _free_port, _wait  # noqa: E402
+from sync_recovery import WORKER_TIMEOUT, Leases, RayEnvWorker, TcpProxy, _free_port, _wait  # noqa: E402
 
 from magister.examples.results import RESULTS_PAGE, machine, recording  # noqa: E402
 
@@ -74,7 +74,11 @@ CHECKPOINT_S = 0.5
 BASE = 10**7
 #: Mean seconds between two faults.
 MEAN_GAP_S = 2.5
-KINDS = ("worker_kill", "worker_stop", "learner_fresh", "learner_restore", "server_restart", "cut", "garbage")
+FAULTS = ("worker_kill", "worker_stop", "learner_fresh", "learner_restore", "server_restart", "cut",
+          "garbage")
+KINDS = (*FAULTS, "ray_node")
+#: Mean seconds between two Ray node losses.
+RAY_GAP_S = 40.0
 #: The counters read from each server (``sync/total/<name>``), and its core's own.
 COUNTERS = ("episodes_applied", "tasks_abandoned", "reports_late", "reports_orphaned",
             "episodes_lost_to_restore", "duplicates_dropped")
@@ -82,20 +86,21 @@ COUNTERS = ("episodes_applied", "tasks_abandoned", "reports_late", "reports_orph
 
 # -- the schedule ------------------------------------------------------------------------------------------
 
-def schedule(seed: int, minutes: float, workers: int) -> list[dict]:
+def schedule(seed: int, minutes: float, workers: int, ray: bool = False) -> list[dict]:
     """The faults, drawn by ``random.Random(seed)``: dicts with ``t`` (seconds from the start), ``kind``
-    and its parameters. A worker slot, the learner and the proxy take one fault at a time; different ones
-    overlap."""
+    and its parameters. A worker slot, the learner, the proxy and the Ray cluster take one fault at a time;
+    different ones overlap. ``ray``: Ray nodes are lost too (the other kinds are drawn as without)."""
     rng = random.Random(seed)
+    ray_rng = random.Random(seed + 1)  # (its own draws: the rest of the schedule is the same without it)
     end = minutes * 60.0 - 10.0
+    faults = _ray_faults(ray_rng, end) if ray else []
     t, learner_free, proxy_free = 5.0, 5.0, 5.0
     slot_free = [5.0] * workers
-    faults: list[dict] = []
     while True:
         t += rng.expovariate(1.0 / MEAN_GAP_S)
         if t > end:
-            return faults
-        kind = rng.choice(KINDS)
+            return sorted(faults, key=lambda f: f["t"])
+        kind = rng.choice(FAULTS)
         f: dict[str, Any] = {"t": round(t, 2), "kind": kind}
         if kind in ("worker_kill", "worker_stop"):
             free = [i for i in range(workers) if slot_free[i] <= t]
@@ -125,6 +130,15 @@ def schedule(seed: int, minutes: float, workers: int) -> list[dict]:
         faults.append(f)
 
 
+def _ray_faults(rng: random.Random, end: float) -> list[dict]:
+    """Ray node losses: one every :data:`RAY_GAP_S` s or so, each naming which of the two env workers'
+    nodes goes."""
+    out, t = [], 0.0
+    while (t := t + RAY_GAP_S * rng.uniform(0.75, 1.25)) < end:
+        out.append({"t": round(t, 2), "kind": "ray_node", "worker": rng.randrange(2)})
+    return out
+
+
 def _duration(rng: random.Random, long: bool) -> float:
     """Seconds of a stop or a cut: longer than ``env_timeout`` (``long``) or shorter."""
     return round(ENV_TIMEOUT * (rng.uniform(1.5, 2.5) if long else rng.uniform(0.1, 0.6)), 2)
@@ -145,6 +159,8 @@ def describe(f: dict) -> str:
         return f"server closed, the same curriculum served again {f['s']:g} s later"
     if kind == "cut":
         return f"proxy cut {f['s']:g} s ({'longer' if f['long'] else 'shorter'} than env_timeout)"
+    if kind == "ray_node":
+        return f"the Ray node of env worker {f['worker']} removed (a new node and worker after it)"
     return f"{f['frames']} garbage frames"
 
 
@@ -344,6 +360,58 @@ def _net(target_port: int, port: int, cmds, done) -> None:
     ctx.term()
 
 
+def _ray_side(folder: str, cmds, done) -> None:
+    """A three-node ``ray.cluster_utils.Cluster`` (the curriculum actor, a :class:`Leases`, on the head; an
+    env worker actor, :class:`RayEnvWorker` of ``sync_recovery.py``, on each of two worker nodes, playing
+    through ``RayClient`` feeds); ``("remove", i)``: the node of env worker ``i`` removed, then a new node
+    and a new worker on it; ``("stop",)``: the survivors stop and the curriculum's records, its counters
+    and the workers' results go to ``ray.json``."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    from magister.sync.ray_backend import serve_ray
+
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # (a terminated side shuts its cluster down)
+    mb = 1024 * 1024
+    cluster = Cluster(initialize_head=True, head_node_args={
+        "num_cpus": 1, "resources": {"head": 1}, "object_store_memory": 100 * mb, "include_dashboard": False})
+    server = None
+    try:
+        for _ in range(2):
+            cluster.add_node(num_cpus=1, resources={"runner": 1}, object_store_memory=80 * mb)
+        cluster.wait_for_nodes()
+        ray.init(address=cluster.address, namespace="magister_chaos", configure_logging=False,
+                 log_to_driver=False)
+        server = serve_ray(Leases(), name="magister_chaos", actor_options={"resources": {"head": 1}},
+                           timeout=120.0)
+        Worker = ray.remote(num_cpus=1, resources={"runner": 1}, max_concurrency=2)(RayEnvWorker)
+        logs = 0
+
+        def start():
+            nonlocal logs
+            w = Worker.remote()
+            ray.get(w.start.remote(server.address, f"{folder}/ray{logs}.log"), timeout=300)
+            logs += 1
+            return w
+        workers = [start(), start()]
+        done.put("ready")
+        while (cmd := cmds.get(timeout=3600))[0] == "remove":
+            node_id = ray.get(workers[cmd[1]].where.remote(), timeout=120)[1]
+            cluster.remove_node(next(n for n in cluster.worker_nodes if n.node_id == node_id))
+            cluster.add_node(num_cpus=1, resources={"runner": 1}, object_store_memory=80 * mb)
+            cluster.wait_for_nodes()
+            workers[cmd[1]] = start()
+        results = ray.get([w.stop.remote() for w in workers], timeout=300)
+        _dump(f"{folder}/ray.json", {"records": server.call("records"), "metrics": server.metrics(),
+                                     "results": [{k: r[k] for k in ("stats", "error")} for r in results]})
+    finally:
+        if server is not None:
+            server.close()
+        ray.shutdown()
+        cluster.shutdown()
+        done.put("stopped")
+
+
 # -- the run -----------------------------------------------------------------------------------------------
 
 def _usage(pid: int) -> tuple[int, int] | None:
@@ -371,7 +439,7 @@ class Soak:
         self.learners: list[LearnerProc] = []
         self.standby: LearnerProc | None = None
         self.samples: dict[int, list[tuple[float, int, int]]] = {}
-        self.net = None
+        self.net = self.ray = None
 
     def start_worker(self, slot: int) -> None:
         uid, self.next_uid = self.next_uid, self.next_uid + 1
@@ -432,6 +500,8 @@ class Soak:
             self.net_cmd(step)
         elif step == "garbage":
             self.net_cmd("garbage", f["frames"], f["bytes_seed"])
+        elif step == "ray_node":
+            self.ray_cmds.put(("remove", f["worker"]))  # (it takes a while: the driver goes on)
 
     def run(self, faults: list[dict]) -> float:
         """Run the schedule; returns the seconds it took."""
@@ -439,8 +509,14 @@ class Soak:
         self.net = self.spawn.Process(target=_net, args=(self.port, self.proxy_port, self.net_cmds,
                                                          self.net_done), daemon=True)
         self.net.start()
+        if self.args.ray:
+            self.ray_cmds, self.ray_done = self.spawn.Queue(), self.spawn.Queue()
+            self.ray = self.spawn.Process(target=_ray_side, args=(self.folder, self.ray_cmds, self.ray_done))
+            self.ray.start()
         if self.net_done.get(timeout=300) != "ready":
             raise RuntimeError("the network process did not start")
+        if self.args.ray and self.ray_done.get(timeout=900) != "ready":
+            raise RuntimeError("the Ray cluster did not start")
         self.standby = self.new_learner()
         self.learner_go(False)
         for slot in range(self.args.workers):
@@ -471,6 +547,10 @@ class Soak:
         for p in self.workers:
             p.join(120)
         self.learners[-1].stop()
+        if self.ray is not None:
+            self.ray_cmds.put(("stop",))
+            if self.ray_done.get(timeout=900) != "stopped":
+                raise RuntimeError("the Ray side did not stop")
         return took
 
     def cleanup(self) -> None:
@@ -478,7 +558,10 @@ class Soak:
         for p in self.stopped.values():
             if p.is_alive():
                 os.kill(p.pid, signal.SIGCONT)
-        for p in [*self.workers, *(lp.proc for lp in self.learners), self.net,
+        if self.ray is not None and self.ray.is_alive():
+            self.ray.terminate()  # (it shuts its cluster down)
+            self.ray.join(120)
+        for p in [*self.workers, *(lp.proc for lp in self.learners), self.net, self.ray,
                   self.standby.proc if self.standby else None]:
             if p is not None and p.is_alive():
                 p.kill()
@@ -599,7 +682,39 @@ def check(folder: str | Path, n_learners: int, killed_uids: list[int], samples: 
                                           for r in workers.values() if r),
     }
     details = {"raised": raised, "unfinished": unfinished, "disagree": disagree, "memory": mem, "fds": fds}
+    if (folder / "ray.json").exists():
+        ray_verdicts, ray_counts, details["ray_raised"] = _check_ray(folder)
+        verdicts = {k: v and ray_verdicts.get(k, True) for k, v in verdicts.items()}
+        counts.update(ray_counts)
     return {"verdicts": verdicts, "counts": counts, "details": details}
+
+
+def _check_ray(folder: Path) -> tuple[dict, dict, list]:
+    """The Ray side's verdicts (those of :func:`check` that apply), counts and worker errors: each task a
+    Ray env worker played is applied once, or was lost with its node and is among the abandoned leases."""
+    side = json.loads((folder / "ray.json").read_text())
+    played = Counter(int(x) for log in folder.glob("ray*.log") for x in log.read_text().split())
+    applied = Counter(side["records"]["applied"])
+    abandoned = {int(t) for t, _ in side["records"]["abandoned"]}
+    lost = set(played) - set(applied)
+    raised = [r["error"] for r in side["results"] if r["error"]]
+    refusals = sum(r["stats"].get("errors_received", 0) for r in side["results"])
+    m = side["metrics"]
+    verdicts = {
+        "played_once": max(played.values(), default=0) <= 1,
+        "applied_once": max(applied.values(), default=0) <= 1,
+        "no_phantoms": set(applied) <= set(played),
+        "one_outcome": not set(applied) & abandoned,
+        "all_counted": lost <= abandoned,
+        "counters_agree": (m["sync/total/episodes_applied"] == sum(applied.values()) and
+                           m["sync/total/tasks_abandoned"] == len(side["records"]["abandoned"])),
+        "no_worker_errors": not raised and refusals == 0,
+    }
+    counts = {"ray_played": sum(played.values()), "ray_applied": sum(applied.values()),
+              "ray_lost_with_node": len(lost), "ray_uncounted": len(lost - abandoned),
+              "ray_abandoned": len(abandoned), "ray_envs": int(m["sync/envs"]),
+              "ray_envs_dead": int(m.get("sync/envs_dead", 0)), "ray_worker_errors": len(raised) + refusals}
+    return verdicts, counts, raised
 
 
 def _bounded(samples: dict) -> tuple[list, list]:
@@ -639,6 +754,11 @@ def report(seed: int, faults: list[dict], result: dict, took: float) -> None:
           f"{c['worker_errors']} (raised) + {c['refusals_received']} (refusals received)")
     verdicts = result["verdicts"].items()
     print("  invariants: " + ", ".join(f"{k} {'ok' if v else 'FAILED'}" for k, v in verdicts))
+    if "ray_played" in c:
+        print(f"  Ray side: episodes played {c['ray_played']} = applied {c['ray_applied']} + lost with a "
+              f"removed node {c['ray_lost_with_node']} ({c['ray_uncounted']} of them not among the "
+              f"{c['ray_abandoned']} abandoned leases); envs registered {c['ray_envs']}, declared dead "
+              f"{c['ray_envs_dead']}; worker errors {c['ray_worker_errors']}")
     for k, v in result["details"].items():
         if v:
             print(f"  {k}: {v}")
@@ -650,10 +770,12 @@ def main() -> None:
     ap.add_argument("--minutes", type=float, default=2.0)
     ap.add_argument("--workers", type=int, default=8)
     ap.add_argument("--episode-s", type=float, default=0.05, help="seconds a worker plays per episode")
+    ap.add_argument("--no-ray", dest="ray", action="store_false",
+                    help="no Ray cluster (its node losses need a 3-node ray.cluster_utils.Cluster)")
     ap.add_argument("--json", help="write the checker's result (verdicts, counts, details) here")
     ap.add_argument("--write-results", action="store_true", help="write the output into docs/results.md")
     args = ap.parse_args()
-    faults = schedule(args.seed, args.minutes, args.workers)
+    faults = schedule(args.seed, args.minutes, args.workers, args.ray)
     with recording("sync-chaos", enabled=args.write_results, pages=(RESULTS_PAGE,)):
         print(f"start: {machine()}; seed {args.seed}, {args.minutes:g} min, {args.workers} workers, "
               f"env_timeout {ENV_TIMEOUT:g} s, a checkpoint every {CHECKPOINT_S:g} s")
