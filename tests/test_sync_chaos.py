@@ -34,7 +34,7 @@ def soak(tmp_path_factory):
     """The soak's structured result (``--json``), run once for this module in its own process group."""
     out = tmp_path_factory.mktemp("chaos") / "result.json"
     cmd = [sys.executable, str(ROOT / "benchmarks" / "sync_chaos.py"), "--minutes", "2", "--seed", str(SEED),
-           "--json", str(out)]
+           "--no-ray", "--json", str(out)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
     try:
