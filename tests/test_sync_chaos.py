@@ -1,5 +1,6 @@
 """The chaos soak (``benchmarks/sync_chaos.py``): a seeded two-minute run of faults made for real, several
-at once, and its checker's verdicts; and the defects it found, each made alone."""
+at once, and its checker's verdicts; and the defect it found, made alone, beside the case it does not
+touch."""
 
 from __future__ import annotations
 
@@ -151,6 +152,64 @@ def test_a_restore_after_a_server_restart_counts_no_episode_lost_that_was_not():
         _wait_reported(servers[-1], 5, start)
         m = servers[-1].metrics()
         assert m["sync/total/episodes_lost_to_restore"] == 0
+    finally:
+        orders.put(0)
+        worker.join(30)
+        if worker.is_alive():
+            worker.kill()
+            worker.join(10)
+        for server in servers:
+            server.close()
+
+
+@pytest.mark.timeout(120)
+def test_a_restore_counts_no_episode_lost_that_the_dead_instance_never_received():
+    """The worker plays 10 episodes, all applied, and the checkpoint is taken; the network is cut and it
+    plays 2 more (its reports do not arrive); the server is closed and a new one restores the checkpoint on
+    the same port; the network comes back and it plays 8 more. The 2 reports are sent again, on leases the
+    restored server holds open: all 10 are applied by it, none is lost to the restore."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from tcp_proxy import TcpProxy
+
+    ports = []
+    for _ in range(2):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            ports.append(s.getsockname()[1])
+    address = f"tcp://127.0.0.1:{ports[0]}"
+    ctx = mp.get_context("fork")
+    orders, done = ctx.Queue(), ctx.Queue()
+    worker = ctx.Process(target=_player, args=(f"tcp://127.0.0.1:{ports[1]}", orders, done))
+    worker.start()  # (before the proxy listens: a forked child would hold its listening socket)
+    servers = []
+    try:
+        with TcpProxy("127.0.0.1", ports[0], ports[1]) as proxy:
+            servers.append(serve(Numbered(0), address))
+            orders.put(10)
+            assert done.get(timeout=60) == 10
+            _wait_reported(servers[-1], 10)
+            state = servers[-1].state_dict()  # the checkpoint: every episode so far applied
+            proxy.cut()
+            orders.put(2)
+            assert done.get(timeout=60) == 2
+            servers[-1].close()
+            servers.append(serve(Numbered(10**6), address))
+            servers[-1].load_state_dict(state)
+            start = servers[-1].metrics()["sync/total/episodes_applied"]
+            proxy.restore()
+            orders.put(8)  # (more than it holds: it asks the restored server for tasks)
+            assert done.get(timeout=60) == 8
+
+            def accounted(m):  # the reports it processed since the restore, whatever their outcome
+                return (m["sync/total/episodes_applied"] - start + m["sync/total/reports_late"] +
+                        m["sync/total/reports_orphaned"])
+            deadline = time.monotonic() + 60
+            while accounted(servers[-1].metrics()) < 10:
+                assert time.monotonic() < deadline, "the 10 reports were not processed within 60 s"
+                time.sleep(0.02)
+            m = servers[-1].metrics()
+            assert (m["sync/total/episodes_applied"] - start, m["sync/total/reports_late"],
+                    m["sync/total/episodes_lost_to_restore"]) == (10, 0, 0)
     finally:
         orders.put(0)
         worker.join(30)
