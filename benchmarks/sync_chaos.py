@@ -47,6 +47,11 @@ and the workers' ``stats``. Its verdicts (see :func:`check`):
 * ``memory_bounded`` / ``fds_bounded``: each long-lived process's resident memory and open files at the
   end are within a margin of what they were a third of the way in.
 
+The Ray side is checked the same way where it applies (its env workers log the tasks they play, each task
+a lease; its curriculum keeps the tasks it applied and those abandoned): each task played once, applied
+once or lost with its removed node among the abandoned leases, none applied and abandoned, the actor's
+counters against the curriculum's records, no worker error.
+
 A failing run prints its seed. The CI run (two minutes) leaves Ray out: the cluster's own processes (three
 raylets, the GCS, three actors) on top of eight workers and a learner are too heavy for a 2-core machine.
 """
