@@ -218,3 +218,32 @@ def test_a_restore_counts_no_episode_lost_that_the_dead_instance_never_received(
             worker.join(10)
         for server in servers:
             server.close()
+
+
+PROXY_TO_NOTHING = ("issue 40: a worker whose first connection goes through a TCP proxy (or tunnel) while "
+                    "the server behind it is down raises SyncError 'does it require CURVE keys?' at once "
+                    "instead of waiting its timeout")
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.xfail(strict=True, reason=PROXY_TO_NOTHING)
+def test_a_first_connection_through_a_proxy_to_a_server_that_is_down_waits_its_timeout():
+    """The proxy accepts each connection and resets it, as the server behind it is not up (as a tunnel, a
+    load balancer or a NAT does): the client knows no more than that the server does not answer, so it
+    raises :class:`ServerUnavailableError` after its ``timeout`` (and would connect, had the server come
+    up meanwhile), not a :class:`SyncError` blaming CURVE keys after three reset handshakes."""
+    from magister.sync.feed import ServerUnavailableError
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from tcp_proxy import TcpProxy
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        down = s.getsockname()[1]  # nothing listens here
+    with TcpProxy("127.0.0.1", down) as proxy:
+        c = CurriculumClient(proxy.address, timeout=5.0)
+        try:
+            with pytest.raises(ServerUnavailableError):
+                c.next_task()
+        finally:
+            c.close()
