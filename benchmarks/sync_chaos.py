@@ -44,6 +44,8 @@ and the workers' ``stats``. Its verdicts (see :func:`check`):
 * ``counters_agree``: for every server that closed cleanly, its ``episodes_applied`` and
   ``tasks_abandoned`` equal the episodes and abandoned tasks its curriculum logged meanwhile;
 * ``no_worker_errors``: no worker raised, none received an error reply;
+* ``no_learner_stall``: no turn of a learner's loop (a checkpoint) took :data:`STALL_S` (else every thread's
+  stack is shown);
 * ``memory_bounded`` / ``fds_bounded``: each long-lived process's resident memory and open files at the
   end are within a margin of what they were a third of the way in.
 
@@ -59,6 +61,7 @@ raylets, the GCS, three actors) on top of eight workers and a learner are too he
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import multiprocessing as mp
 import os
@@ -83,6 +86,8 @@ from magister.examples.results import RESULTS_PAGE, machine, recording  # noqa: 
 ENV_TIMEOUT = 2.0
 #: Seconds between two checkpoints of the learner.
 CHECKPOINT_S = 0.5
+#: Seconds one turn of a learner's loop (a checkpoint) may take before it writes every thread's stack.
+STALL_S = 20.0
 #: Task numbers of learner ``k`` start at ``k * BASE``; a return tag is ``worker uid * BASE + episode``.
 BASE = 10**7
 #: ``timeout`` of a worker started in place of a killed one: it may start in the middle of an outage, and
@@ -270,7 +275,9 @@ def _learner(k: int, port: int, folder: str, cmds, ready) -> None:
     seg = 0
     seg_info = {"start": start}
     ready.set()
+    stall = open(f"{folder}/L{k}.stall.txt", "w")  # (every thread's stack, should one turn take STALL_S)
     while True:
+        faulthandler.dump_traceback_later(STALL_S, file=stall)
         try:
             cmd = cmds.get(timeout=CHECKPOINT_S)
         except queue.Empty:
@@ -413,15 +420,22 @@ def _ray_side(folder: str, cmds, done) -> None:
             return w
         workers = [start(), start()]
         done.put("ready")
-        while (cmd := cmds.get(timeout=3600))[0] == "remove":
-            node_id = ray.get(workers[cmd[1]].where.remote(), timeout=120)[1]
-            cluster.remove_node(next(n for n in cluster.worker_nodes if n.node_id == node_id))
-            cluster.add_node(num_cpus=1, resources={"runner": 1}, object_store_memory=80 * mb)
-            cluster.wait_for_nodes()
-            workers[cmd[1]] = start()
-        results = ray.get([w.stop.remote() for w in workers], timeout=300)
+        error, removed = "", 0
+        try:
+            while (cmd := cmds.get(timeout=3600))[0] == "remove":
+                node_id = ray.get(workers[cmd[1]].where.remote(), timeout=120)[1]
+                cluster.remove_node(next(n for n in cluster.worker_nodes if n.node_id == node_id))
+                removed += 1
+                workers[cmd[1]] = None
+                cluster.add_node(num_cpus=1, resources={"runner": 1}, object_store_memory=80 * mb)
+                cluster.wait_for_nodes()
+                workers[cmd[1]] = start()
+        except Exception as exc:  # (a node that does not start in time on a loaded machine): it stops here
+            error = f"{type(exc).__name__}: {exc}"
+        results = [ray.get(w.stop.remote(), timeout=300) for w in workers if w is not None]
         _dump(f"{folder}/ray.json", {"records": server.call("records"), "metrics": server.metrics(),
-                                     "results": [{k: r[k] for k in ("stats", "error")} for r in results]})
+                                     "results": [{k: r[k] for k in ("stats", "error")} for r in results],
+                                     "error": error, "removed": removed})
     finally:
         if server is not None:
             server.close()
@@ -672,6 +686,7 @@ def check(folder: str | Path, n_learners: int, killed_uids: list[int], samples: 
     refusals = sum(r["stats"].get("errors_received", 0) for r in workers.values() if r)
     unfinished = [uid for uid, r in workers.items() if r is None and uid not in killed_uids]
     mem, fds = _bounded(samples)
+    stalls = {f.name: f.read_text()[:2000] for f in folder.glob("L*.stall.txt") if f.stat().st_size}
     verdicts = {
         "played_once": max(task_plays.values(), default=0) <= 1,
         "applied_once": max(applied.values(), default=0) <= 1,
@@ -683,6 +698,7 @@ def check(folder: str | Path, n_learners: int, killed_uids: list[int], samples: 
         "no_worker_errors": not raised and refusals == 0 and not unfinished,
         "memory_bounded": not mem,
         "fds_bounded": not fds,
+        "no_learner_stall": not stalls,
     }
     counts = {
         "played": len(played), "applied": len(applied_tags), "lost_to_restore": len(lost_tags),
@@ -700,10 +716,12 @@ def check(folder: str | Path, n_learners: int, killed_uids: list[int], samples: 
         "updates_dropped_by_workers": sum(r["stats"].get("updates_dropped", 0)
                                           for r in workers.values() if r),
     }
-    details = {"raised": raised, "unfinished": unfinished, "disagree": disagree, "memory": mem, "fds": fds}
+    details = {"raised": raised, "unfinished": unfinished, "disagree": disagree, "memory": mem, "fds": fds,
+               "learner_stalls": stalls}
     if (folder / "ray.json").exists():
         ray_verdicts, ray_counts, details["ray_raised"] = _check_ray(folder)
         verdicts = {k: v and ray_verdicts.get(k, True) for k, v in verdicts.items()}
+        verdicts["ray_side_ran"] = ray_verdicts["ray_side_ran"]
         counts.update(ray_counts)
     return {"verdicts": verdicts, "counts": counts, "details": details}
 
@@ -720,6 +738,7 @@ def _check_ray(folder: Path) -> tuple[dict, dict, list]:
     refusals = sum(r["stats"].get("errors_received", 0) for r in side["results"])
     m = side["metrics"]
     verdicts = {
+        "ray_side_ran": not side["error"],
         "played_once": max(played.values(), default=0) <= 1,
         "applied_once": max(applied.values(), default=0) <= 1,
         "no_phantoms": set(applied) <= set(played),
@@ -729,11 +748,13 @@ def _check_ray(folder: Path) -> tuple[dict, dict, list]:
                            m["sync/total/tasks_abandoned"] == len(side["records"]["abandoned"])),
         "no_worker_errors": not raised and refusals == 0,
     }
-    counts = {"ray_played": sum(played.values()), "ray_applied": sum(applied.values()),
+    counts = {"ray_played": sum(played.values()), "ray_nodes_removed": side["removed"],
+              "ray_applied": sum(applied.values()),
               "ray_lost_with_node": len(lost), "ray_uncounted": len(lost - abandoned),
               "ray_abandoned": len(abandoned), "ray_envs": int(m["sync/envs"]),
               "ray_envs_dead": int(m.get("sync/envs_dead", 0)), "ray_worker_errors": len(raised) + refusals}
-    return verdicts, counts, raised
+    return verdicts, counts, raised + ([f"the Ray side stopped after {side['removed']} node losses: "
+                                        f"{side['error']}"] if side["error"] else [])
 
 
 def _bounded(samples: dict) -> tuple[list, list]:
@@ -774,7 +795,8 @@ def report(seed: int, faults: list[dict], result: dict, took: float) -> None:
     verdicts = result["verdicts"].items()
     print("  invariants: " + ", ".join(f"{k} {'ok' if v else 'FAILED'}" for k, v in verdicts))
     if "ray_played" in c:
-        print(f"  Ray side: episodes played {c['ray_played']} = applied {c['ray_applied']} + lost with a "
+        print(f"  Ray side ({c['ray_nodes_removed']} nodes removed): episodes played {c['ray_played']} = "
+              f"applied {c['ray_applied']} + lost with a "
               f"removed node {c['ray_lost_with_node']} ({c['ray_uncounted']} of them not among the "
               f"{c['ray_abandoned']} abandoned leases); envs registered {c['ray_envs']}, declared dead "
               f"{c['ray_envs_dead']}; worker errors {c['ray_worker_errors']}")
