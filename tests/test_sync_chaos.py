@@ -100,14 +100,18 @@ class Numbered(Curriculum):
 
 
 def _player(address: str, orders, done) -> None:
-    """A worker process: plays as many episodes as each order says, then says so."""
+    """A worker process: plays as many episodes as each order says, then says so (or what it raised)."""
     c = CurriculumClient(address, timeout=5.0)
-    while (n := orders.get(timeout=120)) > 0:
-        for _ in range(n):
-            c.record_episode(c.next_task(), 1.0, 1, 1.0)
-        c.flush()
-        done.put(n)
-    c.close()
+    try:
+        while (n := orders.get(timeout=120)) > 0:
+            for _ in range(n):
+                c.record_episode(c.next_task(), 1.0, 1, 1.0)
+            c.flush()
+            done.put(n)
+    except Exception as exc:
+        done.put(f"{type(exc).__name__}: {exc}")
+    finally:
+        c.close()
 
 
 def _wait_reported(server, n: int, start: float = 0.0) -> None:
@@ -247,3 +251,58 @@ def test_a_first_connection_through_a_proxy_to_a_server_that_is_down_waits_its_t
                 c.next_task()
         finally:
             c.close()
+
+
+HELLO_LOST = ("issue 40: a Hello lost with a server that died after answering unknown_env is never sent "
+              "again: the worker waits its whole timeout for a welcome while the next server is up, then "
+              "raises ServerUnavailableError")
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.xfail(strict=True, reason=HELLO_LOST)
+def test_a_hello_lost_with_a_server_that_died_is_sent_to_the_next_one():
+    """The server dies between answering the worker's report with ``unknown_env`` and answering the Hello
+    that follows (the soak's learners SIGKILLed moments after they started serving). The moment is made
+    here by a stand-in bound to the port, which answers every frame with ``unknown_env`` but the Hello, and
+    closes once it has the Hello; then a real server serves on the port. The worker must register with it
+    and play on, within its timeout (5 s)."""
+    import zmq
+
+    from magister.sync import protocol as P
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        address = f"tcp://127.0.0.1:{s.getsockname()[1]}"
+    ctx = mp.get_context("fork")
+    orders, done = ctx.Queue(), ctx.Queue()
+    worker = ctx.Process(target=_player, args=(address, orders, done))
+    worker.start()
+    servers, zctx = [], zmq.Context()
+    try:
+        servers.append(serve(Numbered(0), address))
+        orders.put(3)
+        assert done.get(timeout=60) == 3
+        servers[-1].close()
+        stand_in = zctx.socket(zmq.ROUTER)
+        stand_in.setsockopt(zmq.LINGER, 0)
+        stand_in.bind(address)
+        orders.put(20)  # (more than it holds: it must talk to the server)
+        while True:
+            assert stand_in.poll(30_000), "the worker sent nothing within 30 s"
+            identity, *frames = stand_in.recv_multipart()
+            if P.unpack_envelope(frames[0]) is None and isinstance(P.decode(frames), P.Hello):
+                break  # the Hello, never answered: the server dies here
+            error = P.Error("unknown_env", "this server does not know this env; send Hello again")
+            stand_in.send_multipart([identity, *P.encode(error)])
+        stand_in.close(0)
+        servers.append(serve(Numbered(10**6), address))
+        assert done.get(timeout=60) == 20
+    finally:
+        orders.put(0)
+        worker.join(30)
+        if worker.is_alive():
+            worker.kill()
+            worker.join(10)
+        for server in servers:
+            server.close()
+        zctx.term()
