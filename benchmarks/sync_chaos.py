@@ -94,6 +94,9 @@ BASE = 10**7
 #: a first connection waits ``timeout`` (a registered worker waits out outages for ``reconnect_timeout``).
 #: The first workers have :data:`sync_recovery.WORKER_TIMEOUT`, far shorter than the faults they live through.
 REPLACEMENT_TIMEOUT = 120.0
+#: Seconds a learner serves at least before it is killed, however late it started (a spawn on a loaded
+#: machine can take longer than the schedule's gap between two learner faults).
+MIN_SERVE_S = 2.0
 #: Mean seconds between two faults.
 MEAN_GAP_S = 2.5
 FAULTS = ("worker_kill", "worker_stop", "learner_fresh", "learner_restore", "server_restart", "cut",
@@ -490,6 +493,7 @@ class Soak:
         self.standby = None
         self.learners.append(lp)
         lp.go(restore)
+        self.served_at = time.monotonic()
         self.standby = self.new_learner()  # (imports while this one serves)
 
     def net_cmd(self, *cmd: Any) -> None:
@@ -522,7 +526,8 @@ class Soak:
             p = self.stopped.pop(index)
             if p.is_alive():
                 os.kill(p.pid, signal.SIGCONT)
-        elif step == "learner_kill":
+        elif step == "learner_kill":  # (a learner that started late, on a loaded machine, serves a while)
+            time.sleep(max(0.0, self.served_at + MIN_SERVE_S - time.monotonic()))
             self.learners[-1].sigkill()
         elif step == "learner_go":
             self.learner_go(f["kind"] == "learner_restore")
