@@ -513,18 +513,20 @@ class Soak:
     def do(self, step: str, f: dict, index: int) -> None:
         if step == "kill":
             p = self.workers[f["slot"]]
-            os.kill(p.pid, signal.SIGKILL)
-            p.join(10)
-            self.killed_uids.append(self.uids[f["slot"]])
+            if p.is_alive():  # (one that stopped on an error is replaced all the same, and reported)
+                os.kill(p.pid, signal.SIGKILL)
+                p.join(10)
+                self.killed_uids.append(self.uids[f["slot"]])
         elif step == "respawn":
             self.start_worker(f["slot"])
         elif step == "stop":
             p = self.workers[f["slot"]]
-            os.kill(p.pid, signal.SIGSTOP)
-            self.stopped[index] = p
-        elif step == "cont":
-            p = self.stopped.pop(index)
             if p.is_alive():
+                os.kill(p.pid, signal.SIGSTOP)
+                self.stopped[index] = p
+        elif step == "cont":
+            p = self.stopped.pop(index, None)
+            if p is not None and p.is_alive():
                 os.kill(p.pid, signal.SIGCONT)
         elif step == "learner_kill":  # (a learner that started late, on a loaded machine, serves a while)
             time.sleep(max(0.0, self.served_at + MIN_SERVE_S - time.monotonic()))
