@@ -36,8 +36,9 @@ KNOWN = {"restore_losses_agree": "issue 40: episodes_lost_to_restore counts the 
 KNOWN_WORKER_ERRORS = {
     "does it require CURVE keys": "a first connection through a proxy to a server that is down",
     "while waiting for a welcome": "a Hello lost with a server that died is never sent again",
-    "while waiting for tasks": "no task within timeout from a server that answers (seen with seed 40 under "
-                               "load, after 6 re-registrations; not yet made alone)",
+    "while waiting for tasks": "no task within timeout from a server heard within it (seen with seed 40 "
+                               "under heavy load, over ZeroMQ and Ray; perhaps timeout doing what it says "
+                               "on a loaded machine: not yet made alone)",
 }
 
 
