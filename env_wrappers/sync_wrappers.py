@@ -4,10 +4,10 @@
 it to a curriculum. ``source`` is one of
 
 * a server address ``str`` (``server.address``): the wrapper runs in a worker process (``AsyncVectorEnv``,
-  SB3 ``SubprocVecEnv`` ...) and talks to the :class:`~magister.sync.server.CurriculumServer` over
+  SB3 ``SubprocVecEnv`` ...) and talks to the :class:`~magister.sync.zmq_server.CurriculumServer` over
   ZeroMQ (:class:`~magister.sync.feed.CurriculumClient`), or, for a ``"ray://..."`` address from
-  :func:`magister.sync.ray_backend.serve_ray`, with the curriculum's Ray actor;
-* a :class:`~magister.curricula.base.Curriculum` or the :class:`~magister.sync.server.CurriculumServer`
+  :func:`magister.sync.ray_server.serve_ray`, with the curriculum's Ray actor;
+* a :class:`~magister.curricula.base.Curriculum` or the :class:`~magister.sync.zmq_server.CurriculumServer`
   object: the env lives in the learner's process (``SyncVectorEnv``, one env) and the wrapper calls the
   curriculum directly, under its lock, without sockets (a server object used from a forked worker is
   reached through its address automatically);
@@ -156,7 +156,7 @@ def _source(source: Any) -> Source:
             f"becomes in another process) or a TaskFeed, got {type(source).__name__}"
         )
     if isinstance(source, str) and check_address(source).startswith("ray://"):
-        from ..sync.transports import ray_actor  # noqa: F401  (ImportError without ray)
+        from ..sync.transports import ray  # noqa: F401  (ImportError without ray)
     return source
 
 

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from magister.curricula.base import Curriculum
 from magister.sync import protocol as P
 from magister.sync.feed import CurriculumClient, ServerUnavailableError, SyncError
-from magister.sync.server import serve
+from magister.sync.zmq_server import serve
 from magister.task_spaces.discrete import Discrete
 
 pytestmark = pytest.mark.timeout(60)
