@@ -53,7 +53,7 @@ from ..curricula.pfsp import PFSP
 from ..env_wrappers.coplayer import CoPlayerWrapper, SingleLearnerEnv, TurnBasedParallelEnv
 from ..env_wrappers.sync_wrappers import PettingZooSyncWrapper
 from ..opponents import OpponentStore
-from ..sync.server import serve
+from ..sync.zmq_server import serve
 
 logger = logging.getLogger(__name__)
 
