@@ -20,7 +20,7 @@ from .env_wrappers.reinit import ReinitTaskWrapper
 from .env_wrappers.sync_wrappers import GymnasiumSyncWrapper, PettingZooSyncWrapper
 from .env_wrappers.task_wrapper import TaskWrapper
 from .sync.options import FeedOptions, ServerOptions
-from .sync.server import CurriculumServer, serve
+from .sync.zmq_server import CurriculumServer, serve
 from .task_spaces.base import TaskSpace, stable_hash, task_key
 
 __version__ = "0.1.0"

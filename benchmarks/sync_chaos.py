@@ -255,7 +255,7 @@ def _learner(k: int, port: int, folder: str, cmds, ready) -> None:
     (``L<k>.seg<j>.json`` per server it ran: ``start``, ``last``, ``closed``); ``("restart", s)``: closes
     its server and serves again ``s`` s later; ``("stop",)``: closes."""
     import magister
-    from magister.sync.server import serve
+    from magister.sync.zmq_server import serve
 
     _, restore = cmds.get(timeout=3600)
     address = f"tcp://127.0.0.1:{port}"
@@ -397,7 +397,7 @@ def _ray_side(folder: str, cmds, done) -> None:
     import ray
     from ray.cluster_utils import Cluster
 
-    from magister.sync.ray_backend import serve_ray
+    from magister.sync.ray_server import serve_ray
 
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # (a terminated side shuts its cluster down)
     mb = 1024 * 1024

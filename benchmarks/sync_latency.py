@@ -37,7 +37,7 @@ from magister.curricula.base import Curriculum
 from magister.examples.results import BENCHMARKS_README, RESULTS_PAGE, machine, recording
 from magister.sync import protocol as P
 from magister.sync.feed import CurriculumClient, connect
-from magister.sync.server import serve
+from magister.sync.zmq_server import serve
 from magister.task_spaces.discrete import Discrete
 
 

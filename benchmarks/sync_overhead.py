@@ -110,7 +110,7 @@ from magister.examples.results import (
     text_block,
     write_section,
 )
-from magister.sync.server import serve
+from magister.sync.zmq_server import serve
 from magister.task_spaces.discrete import Discrete
 
 ENV_ID = "NetHackScore-v0"
@@ -522,7 +522,7 @@ class Bench:
         return run
 
     def _magister_ray(self, mode: Mode) -> Run:
-        from magister.sync.ray_backend import serve_ray
+        from magister.sync.ray_server import serve_ray
 
         self._ray_start()
         self._run_id += 1
@@ -846,7 +846,7 @@ def paired_report(
     if with_ray:
         import ray
 
-        from magister.sync.ray_backend import serve_ray
+        from magister.sync.ray_server import serve_ray
 
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR",
                  configure_logging=False)
@@ -985,8 +985,8 @@ def _select_modes(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
         print("ray is not installed: the Ray rows are skipped")
         modes = [m for m in modes if MODE[m].kind != "ray"]
     if any(MODE[m].kind == "ray" and MODE[m].library == "magister" for m in modes):
-        if importlib.util.find_spec("magister.sync.ray_backend") is None:
-            print("magister.sync.ray_backend does not exist: the magister Ray rows are n/a")
+        if importlib.util.find_spec("magister.sync.ray_server") is None:
+            print("magister.sync.ray_server does not exist: the magister Ray rows are n/a")
             modes = [m for m in modes if not (MODE[m].kind == "ray" and MODE[m].library == "magister")]
     return modes
 

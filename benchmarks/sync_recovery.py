@@ -67,7 +67,7 @@ from magister.examples.results import (
     write_section,
 )
 from magister.sync.feed import CurriculumClient
-from magister.sync.server import serve
+from magister.sync.zmq_server import serve
 from magister.task_spaces.discrete import Discrete
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the fault proxy is a test helper
@@ -578,7 +578,7 @@ def ray_node_loss(args: argparse.Namespace, folder: str) -> None:
     import ray
     from ray.cluster_utils import Cluster
 
-    from magister.sync.ray_backend import serve_ray
+    from magister.sync.ray_server import serve_ray
 
     mb = 1024 * 1024
     if ray.is_initialized():

@@ -5,7 +5,7 @@ Run: ``OMP_NUM_THREADS=1 python benchmarks/sync_scale.py [--quick] [--write-resu
 docs/results.md and benchmarks/README.md).
 
 For each transport (ZeroMQ: :func:`magister.serve` in a process of its own, over ``ipc://``; Ray: the
-curriculum actor of :func:`magister.sync.ray_backend.serve_ray`), each update mode (``episodic``: one episode
+curriculum actor of :func:`magister.sync.ray_server.serve_ray`), each update mode (``episodic``: one episode
 update per episode; ``step``: a curriculum whose ``requires_step_updates`` is true, each episode's steps
 recorded through the feed's step recorder, then the episode; ``unbatched``: episode updates with
 ``prefetch=1, update_batch=1``, one report asking for one task per episode) and each number of envs ``n``, a
@@ -181,7 +181,7 @@ class RayEndpoint:
     name = "Ray"
 
     def __init__(self, step_updates: bool, index: int) -> None:
-        from magister.sync.ray_backend import serve_ray
+        from magister.sync.ray_server import serve_ray
 
         self.server = serve_ray(Counting(Discrete(TASKS), step_updates=step_updates), name=f"scale-{index}")
         self.address = self.server.address

@@ -4,10 +4,10 @@
 it to a curriculum. ``source`` is one of
 
 * a server address ``str`` (``server.address``): the wrapper runs in a worker process (``AsyncVectorEnv``,
-  SB3 ``SubprocVecEnv`` ...) and talks to the :class:`~magister.sync.server.CurriculumServer` over
+  SB3 ``SubprocVecEnv`` ...) and talks to the :class:`~magister.sync.zmq_server.CurriculumServer` over
   ZeroMQ (:class:`~magister.sync.feed.CurriculumClient`), or, for a ``"ray://..."`` address from
-  :func:`magister.sync.ray_backend.serve_ray`, with the curriculum's Ray actor;
-* a :class:`~magister.curricula.base.Curriculum` or the :class:`~magister.sync.server.CurriculumServer`
+  :func:`magister.sync.ray_server.serve_ray`, with the curriculum's Ray actor;
+* a :class:`~magister.curricula.base.Curriculum` or the :class:`~magister.sync.zmq_server.CurriculumServer`
   object: the env lives in the learner's process (``SyncVectorEnv``, one env) and the wrapper calls the
   curriculum directly, under its lock, without sockets (a server object used from a forked worker is
   reached through its address automatically);

@@ -424,7 +424,7 @@ def train(args: Args) -> RunResult:
     if curriculum is None:
         source: Any = None
     elif args.vector == "async":
-        from magister.sync.server import serve
+        from magister.sync.zmq_server import serve
 
         server = serve(curriculum)
         source = server.address

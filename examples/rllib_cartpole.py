@@ -8,7 +8,7 @@ task space is ``Box(0, 0.2, shape=(1,))``) and the curriculum is
 :class:`~magister.curricula.expanding_box.ExpandingBox`, starting at ``[0, 0.05]`` and reaching the full box
 ``[0, 0.2]`` linearly after ``--expand-fraction`` of the training steps.
 
-The curriculum runs in a named Ray actor (:func:`~magister.sync.ray_backend.serve_ray`); the env creator
+The curriculum runs in a named Ray actor (:func:`~magister.sync.ray_server.serve_ray`); the env creator
 (:func:`~magister.integrations.rllib.make_env_creator`) wraps each env of each env runner in a
 :class:`~magister.env_wrappers.sync_wrappers.GymnasiumSyncWrapper` pointed at the actor, and
 :class:`~magister.integrations.rllib.MagisterCallbacks` sends each iteration's training results to the
@@ -34,7 +34,7 @@ from magister.curricula.base import Curriculum
 from magister.curricula.expanding_box import ExpandingBox
 from magister.examples.cartpole import DEFAULT_HALF_WIDTH, CartPoleTask, default_task_space
 from magister.integrations.rllib import magister_callbacks, make_env_creator
-from magister.sync.ray_backend import serve_ray
+from magister.sync.ray_server import serve_ray
 
 logger = logging.getLogger(__name__)
 

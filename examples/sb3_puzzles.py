@@ -6,7 +6,7 @@ Run ``python -m magister.examples.sb3_puzzles --help`` for the options. A typica
 
 The training code is SB3's own; magister adds four things (marked ``# magister:`` below):
 
-1. a curriculum (PLR by default, scored by value L1) served with :func:`~magister.sync.server.serve`;
+1. a curriculum (PLR by default, scored by value L1) served with :func:`~magister.sync.zmq_server.serve`;
 2. each SB3 worker env is a :class:`~magister.examples.puzzles.task.PuzzleTaskWrapper` (applies a task on
    reset) inside a :class:`~magister.env_wrappers.sync_wrappers.GymnasiumSyncWrapper` given
    ``server.address``: it takes the next task on every reset and reports each finished episode;
@@ -41,7 +41,7 @@ from magister.examples.puzzles.task import (
     make_puzzle_env,
 )
 from magister.integrations.sb3 import CurriculumCallback
-from magister.sync.server import CurriculumServer, serve
+from magister.sync.zmq_server import CurriculumServer, serve
 
 logger = logging.getLogger(__name__)
 

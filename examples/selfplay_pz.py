@@ -10,7 +10,7 @@ the parallel API with :class:`~magister.env_wrappers.coplayer.TurnBasedParallelE
   each finished game is also replayed backwards (Q-learning updates from the last move to the first), so
   a result reaches every move of the game at once.
   One table plays both sides; each episode the learner is drawn to move first or second.
-* **Curriculum** (this process, served over ZeroMQ by :func:`~magister.sync.server.serve`):
+* **Curriculum** (this process, served over ZeroMQ by :func:`~magister.sync.zmq_server.serve`):
   :class:`~magister.curricula.pfsp.PFSP` over an :class:`~magister.opponents.OpponentStore`
   of Q-table snapshots. The learner offers its table after every update (``update_agent``); every
   ``snapshot_every`` offers PFSP stores a snapshot. Snapshot 0 (the untrained table, i.e. a uniformly random
@@ -53,7 +53,7 @@ from ..curricula.pfsp import PFSP
 from ..env_wrappers.coplayer import CoPlayerWrapper, SingleLearnerEnv, TurnBasedParallelEnv
 from ..env_wrappers.sync_wrappers import PettingZooSyncWrapper
 from ..opponents import OpponentStore
-from ..sync.server import serve
+from ..sync.zmq_server import serve
 
 logger = logging.getLogger(__name__)
 

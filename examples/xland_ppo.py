@@ -1210,7 +1210,7 @@ def train(args: Args, train_tasks: Sequence[XLandTask] | None = None) -> RunResu
 
     server = None
     if args.vector == "async":
-        from magister.sync.server import serve
+        from magister.sync.zmq_server import serve
 
         server = serve(curriculum)
         source: Any = server.address

@@ -4,7 +4,7 @@
 
 Every curriculum reports a flat ``{name: number}`` dict from :meth:`~magister.curricula.base.Curriculum.
 metrics` (distribution entropy, buffer statistics, per-task success ...); a
-:class:`~magister.sync.server.CurriculumServer` adds its sync counters (``sync/total/...``,
+:class:`~magister.sync.zmq_server.CurriculumServer` adds its sync counters (``sync/total/...``,
 ``sync/env<i>/...``). Two helpers put them where training curves go:
 
 * :func:`log_curriculum_metrics` writes one metrics dict at one step to a TensorBoard ``SummaryWriter``

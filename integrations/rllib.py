@@ -1,11 +1,11 @@
 """RLlib integration (Ray 2.x, new API stack): curriculum envs on every env runner, learner feedback.
 
-Three pieces, used together with the Ray backend of the sync layer (:mod:`magister.sync.ray_backend`)::
+Three pieces, used together with the Ray backend of the sync layer (:mod:`magister.sync.ray_server`)::
 
     import ray
     from ray.rllib.algorithms.ppo import PPOConfig
     from magister.integrations.rllib import magister_callbacks, make_env_creator
-    from magister.sync.ray_backend import serve_ray
+    from magister.sync.ray_server import serve_ray
 
     ray.init()
     server = serve_ray(curriculum, name="my_curriculum")            # the curriculum, as a named Ray actor
@@ -50,7 +50,7 @@ except ImportError as _exc:  # pragma: no cover - exercised only without ray[rll
     ) from _exc
 
 from ..env_wrappers.sync_wrappers import GymnasiumSyncWrapper
-from ..sync.ray_backend import RayCurriculumServer, parse_ray_address
+from ..sync.ray_server import RayCurriculumServer, parse_ray_address
 
 logger = logging.getLogger(__name__)
 
@@ -81,8 +81,9 @@ def make_env_creator(
             possibly inside other wrappers) from RLlib's env config (an ``EnvContext``: your
             ``env_config`` plus ``worker_index`` and friends). It runs on the env runners, so it must be
             picklable (a module-level function or a closure over picklable values).
-        address: The curriculum's address: ``server.address`` of :func:`~magister.sync.ray_backend.serve_ray`
-            (``"ray://..."``), or of a ZeroMQ :func:`~magister.sync.server.serve` reachable from the runners.
+        address: The curriculum's address: ``server.address`` of
+            :func:`~magister.sync.ray_server.serve_ray` (``"ray://..."``), or of a ZeroMQ
+            :func:`~magister.sync.zmq_server.serve` reachable from the runners.
         register_as: Also register the creator with Ray Tune's registry under this name, for
             ``config.environment(register_as)``.
         **wrapper_kwargs: Passed to :class:`~magister.env_wrappers.sync_wrappers.GymnasiumSyncWrapper`

@@ -1,9 +1,9 @@
 """The transport-agnostic core of the sync layer: registration, leases, accounting, applying updates.
 
 A :class:`SyncCore` holds one curriculum and everything the curriculum side knows about its envs. The three
-endpoints (ZeroMQ :mod:`~magister.sync.server`, the Ray actor of :mod:`~magister.sync.ray_backend`, and
-in-process :mod:`~magister.sync.local`) feed it the same protocol messages, so validation and accounting are
-identical on every path.
+endpoints (ZeroMQ :mod:`~magister.sync.zmq_server`, the Ray actor of :mod:`~magister.sync.ray_server`, and
+in-process :mod:`~magister.sync.transports.inprocess`) feed it the same protocol messages, so validation and
+accounting are identical on every path.
 
 Each task handed out is a *lease* with a unique id, in flight until the env's episode, a completion update,
 its return at close or the env's departure (then it is abandoned and passed to ``on_task_abandoned``) ends
@@ -790,7 +790,7 @@ class LearnerCalls:
 
 
 class ServedCurriculum:
-    """Base of the learner-side endpoint objects (:class:`~magister.sync.server.CurriculumServer`, the Ray
+    """Base of the learner-side endpoint objects (:class:`~magister.sync.zmq_server.CurriculumServer`, the Ray
     backend's ``RayCurriculumServer``): each has an ``address`` that env-side feeds connect to, and is
     accepted wherever an address is (sent to another process, it arrives as a :class:`ServerHandle`).
 

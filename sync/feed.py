@@ -21,12 +21,11 @@ from ..curricula.base import Curriculum
 from ..task_spaces.base import EncodedTask, TaskSpace
 from . import protocol as P
 from .core import ServedCurriculum, ServerHandle, SyncCore
-from .local import local_core
 from .options import FeedOptions
 from .security import check_address
 from .steps import StepBuffer, observation_bytes
 from .transports.base import ServerUnavailableError, SyncError, Transport
-from .transports.inprocess import InProcessTransport
+from .transports.inprocess import InProcessTransport, local_core
 from .transports.zeromq import ZmqTransport
 
 logger = logging.getLogger(__name__)
@@ -663,7 +662,7 @@ _flusher = _Flusher()  # (a new one in a forked child)
 
 
 class CurriculumClient(TaskFeed):
-    """The feed over ZeroMQ to the :class:`~magister.sync.server.CurriculumServer` at ``address`` (a
+    """The feed over ZeroMQ to the :class:`~magister.sync.zmq_server.CurriculumServer` at ``address`` (a
     malformed address raises ``ValueError``); the other arguments are :class:`TaskFeed`'s."""
 
     def __init__(self, address: str, options: FeedOptions | None = None, **kwargs: Any) -> None:
@@ -674,12 +673,12 @@ class CurriculumClient(TaskFeed):
 
 class RayClient(TaskFeed):
     """The feed over Ray to the curriculum actor at ``address`` (``"ray://[<namespace>/]<name>"``, see
-    :mod:`magister.sync.ray_backend`); the other arguments are :class:`TaskFeed`'s, but not
+    :mod:`magister.sync.ray_server`); the other arguments are :class:`TaskFeed`'s, but not
     ``curve_server_key`` (secure the Ray cluster instead). A process *forked* from a Ray worker cannot use
     Ray."""
 
     def __init__(self, address: str, options: FeedOptions | None = None, **kwargs: Any) -> None:
-        from .transports.ray_actor import RayTransport, parse_ray_address  # Ray is optional
+        from .transports.ray import RayTransport, parse_ray_address  # Ray is optional
 
         self.actor_name, self.namespace = parse_ray_address(address)
         super().__init__(RayTransport, address, options, **kwargs)
@@ -721,7 +720,7 @@ def checked_source(source: Any) -> Source:
             f"ServerHandle, or a TaskFeed, got {type(source).__name__}"
         )
     if isinstance(source, str) and _ray(source):
-        from .transports import ray_actor  # noqa: F401  (ImportError without Ray)
+        from .transports import ray  # noqa: F401  (ImportError without Ray)
     return source
 
 

@@ -133,8 +133,8 @@ class FeedOptions(_Options):
 
 @dataclass(frozen=True)
 class ServerOptions(_Options):
-    """The settings of a curriculum's endpoint, taken by :func:`~magister.sync.server.serve`,
-    :func:`~magister.sync.ray_backend.serve_ray` and :class:`~magister.sync.core.SyncCore` (whose keyword
+    """The settings of a curriculum's endpoint, taken by :func:`~magister.sync.zmq_server.serve`,
+    :func:`~magister.sync.ray_server.serve_ray` and :class:`~magister.sync.core.SyncCore` (whose keyword
     arguments are its fields). Those marked ZeroMQ are read by ``serve()`` only (``serve_ray`` refuses them).
 
     Args:

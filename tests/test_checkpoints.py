@@ -53,7 +53,7 @@ from magister.curricula import (
     TaskFilter,
 )
 from magister.curricula.base import AgentCurriculum, StepBatch
-from magister.sync.server import serve
+from magister.sync.zmq_server import serve
 from magister.task_spaces import Box, Discrete
 
 pytestmark = pytest.mark.timeout(120)
@@ -212,7 +212,7 @@ def test_a_server_checkpoint_resumes_a_served_curriculum(tmp_path):
 
 def test_a_ray_server_checkpoint_resumes_a_served_curriculum(tmp_path, ray_session):
     pytest.importorskip("ray")
-    from magister.sync.ray_backend import serve_ray
+    from magister.sync.ray_server import serve_ray
 
     path = tmp_path / "ray.ckpt"
     with serve_ray(LearningProgress(SPACE, update_period=2, seed=0), name=f"ckpt-{os.getpid()}") as server:

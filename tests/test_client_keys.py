@@ -22,7 +22,7 @@ from magister.sync.security import (
     is_exposed,
     load_keypair,
 )
-from magister.sync.server import serve
+from magister.sync.zmq_server import serve
 from magister.task_spaces.discrete import Discrete
 
 pytestmark = pytest.mark.timeout(60)

@@ -228,7 +228,7 @@ class Route:
             self.server = serve(self.curriculum, "tcp://127.0.0.1:*")
             self.source = self.server.address
         elif transport in ("ray", "ray-server-obj"):
-            from magister.sync.ray_backend import serve_ray
+            from magister.sync.ray_server import serve_ray
 
             self.server = serve_ray(self.curriculum, name=_ray_name(), namespace=ray_namespace)
             self.source = self.server if transport == "ray-server-obj" else self.server.address

@@ -1,6 +1,6 @@
 """Every automatic curriculum driven through the sync layer by a real multi-process training loop.
 
-The curriculum lives in the test process behind :func:`magister.sync.server.serve`; a Gymnasium
+The curriculum lives in the test process behind :func:`magister.sync.zmq_server.serve`; a Gymnasium
 ``AsyncVectorEnv`` runs 3 worker processes whose envs are ``GymnasiumSyncWrapper(TaskWrapper(env),
 server.address)``, exactly the user-facing shape. The env is a one-step bandit whose success depends on
 the task (:func:`kind`): *impossible* tasks never succeed, *learnable* ones succeed half the time, *solved*
@@ -38,7 +38,7 @@ from magister.curricula.task_filter import TaskFilter
 from magister.env_wrappers.sync_wrappers import GymnasiumSyncWrapper
 from magister.env_wrappers.task_wrapper import TaskWrapper
 from magister.integrations.scores import feed_scores
-from magister.sync.server import serve
+from magister.sync.zmq_server import serve
 from magister.task_spaces.base import EncodedTask, TaskSpace
 from magister.task_spaces.discrete import Discrete
 

@@ -217,7 +217,7 @@ EXTRA = ["magister.sync.core.ServerHandle"]
 #: Modules that ``magister``'s packages do not re-export (they import optional libraries, or hold helpers of
 #: one curriculum): every name in their ``__all__`` but constants must be covered too. Read from the
 #: source, so the test needs neither Ray nor SB3.
-HELPER_MODULES = ["integrations/sb3.py", "integrations/rllib.py", "sync/ray_backend.py",
+HELPER_MODULES = ["integrations/sb3.py", "integrations/rllib.py", "sync/ray_server.py",
                   "curricula/interestingness.py"]
 
 

@@ -77,7 +77,7 @@ def test_an_override_forwarding_args_and_kwargs_gets_every_episode(transport, re
     if transport == "ray":
         pytest.importorskip("ray")
         request.getfixturevalue("ray_session")
-        from magister.sync.ray_backend import serve_ray
+        from magister.sync.ray_server import serve_ray
 
         server = serve_ray(cur, name="forwarding")  # (the actor holds a copy of cur)
     else:

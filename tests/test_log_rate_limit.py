@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from magister.curricula.domain_randomization import DomainRandomization
 from magister.sync.ratelimit import RateLimitedLogger
-from magister.sync.server import serve
+from magister.sync.zmq_server import serve
 from magister.task_spaces.discrete import Discrete
 
 pytestmark = pytest.mark.timeout(120)
@@ -97,7 +97,7 @@ def test_ten_thousand_garbage_frames_give_a_bounded_number_of_warnings_with_the_
     most of them. Before, that was one WARNING per reply (thousands of lines written on the server thread);
     now it is one line per interval, and the rest are counted in the next line or when the server closes."""
     n = 10_000
-    caplog.set_level(logging.WARNING, logger="magister.sync.server")
+    caplog.set_level(logging.WARNING, logger="magister.sync.zmq_server")
     server = serve(DomainRandomization(Discrete(5), seed=0))
     ctx = zmq.Context()
     sock = ctx.socket(zmq.DEALER)
@@ -113,12 +113,13 @@ def test_ten_thousand_garbage_frames_give_a_bounded_number_of_warnings_with_the_
             time.sleep(0.05)
         undelivered = int(server.metrics()["sync/replies_undelivered"])
         during = [r for r in caplog.records
-                  if r.name == "magister.sync.server" and r.levelno >= logging.WARNING]
+                  if r.name == "magister.sync.zmq_server" and r.levelno >= logging.WARNING]
     finally:
         sock.close(0)
         ctx.term()
         server.close()
-    records = [r for r in caplog.records if r.name == "magister.sync.server" and r.levelno >= logging.WARNING]
+    records = [r for r in caplog.records
+               if r.name == "magister.sync.zmq_server" and r.levelno >= logging.WARNING]
     assert undelivered > n // 2  # most replies found the peer's queue full
     assert 1 <= len(during) <= 20  # (one per 10 s of flood; it takes seconds, not minutes)
     assert len(records) <= len(during) + 1  # close() adds one record with the count held back

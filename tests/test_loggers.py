@@ -20,7 +20,7 @@ from magister.integrations.loggers import (
     summary_writer,
     top_tasks,
 )
-from magister.sync.server import serve
+from magister.sync.zmq_server import serve
 from magister.task_spaces.discrete import Discrete
 
 

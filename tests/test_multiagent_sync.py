@@ -33,7 +33,7 @@ from magister.env_wrappers.coplayer import (
 from magister.env_wrappers.sync_wrappers import PettingZooSyncWrapper
 from magister.examples.tiny_pz import TinyTag, TinyTagTask
 from magister.opponents import CorruptSnapshotError, OpponentStore
-from magister.sync.server import serve
+from magister.sync.zmq_server import serve
 from magister.task_spaces.discrete import Discrete
 from magister.task_spaces.product import Product
 
@@ -280,7 +280,7 @@ def test_per_agent_episodes_keep_the_tasks_flags_on_every_transport(transport, r
         elif transport == "ray":
             pytest.importorskip("ray")
             request.getfixturevalue("ray_session")
-            from magister.sync.ray_backend import serve_ray
+            from magister.sync.ray_server import serve_ray
 
             server = stack.enter_context(serve_ray(cur, name=f"flagged-{os.getpid()}"))
             source, received = server.address, functools.partial(server.call, "received")

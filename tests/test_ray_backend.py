@@ -27,9 +27,9 @@ from magister.env_wrappers.sync_wrappers import GymnasiumSyncWrapper  # noqa: E4
 from magister.env_wrappers.task_wrapper import TaskWrapper  # noqa: E402
 from magister.sync import feed as client_module  # noqa: E402
 from magister.sync import protocol as P  # noqa: E402
-from magister.sync import ray_backend  # noqa: E402
+from magister.sync import ray_server  # noqa: E402
 from magister.sync.feed import ServerUnavailableError, SyncError, connect  # noqa: E402
-from magister.sync.ray_backend import (  # noqa: E402
+from magister.sync.ray_server import (  # noqa: E402
     RayClient,
     RayCurriculumServer,
     parse_ray_address,
@@ -217,22 +217,22 @@ def test_connect_dispatches_ray_addresses_and_client_pickles():
 
 def test_large_arrays_travel_out_of_band_and_small_messages_as_one_frame():
     small = P.Report(0, (P.EpisodeEnd(3, 7, 1.5, 10, 1.0),))
-    frame = ray_backend._pack(small)
-    assert isinstance(frame, bytes) and ray_backend._unpack(frame) == small
+    frame = ray_server._pack(small)
+    assert isinstance(frame, bytes) and ray_server._unpack(frame) == small
     obs = {"glyphs": np.arange(3 * 40_000, dtype=np.int16).reshape(3, 40_000), "tiny": np.ones((3, 2))}
     flags = np.zeros(3, bool)
     part = P.Steps(np.array([1, 1, 1]), (7, 7, 7), np.ones(3), flags, flags, np.zeros(3), obs)
     big = P.Report(0, (part,))
-    frame = ray_backend._pack(big)
+    frame = ray_server._pack(big)
     # the 240 KB array rides next to the header as a flat uint8 view of the original (no copy)
     assert isinstance(frame, tuple) and len(frame) == 2 and isinstance(frame[0], bytes)
     assert frame[1].dtype == np.uint8 and frame[1].nbytes == obs["glyphs"].nbytes
     assert np.shares_memory(frame[1], obs["glyphs"])
-    (back,) = ray_backend._unpack(frame).updates
+    (back,) = ray_server._unpack(frame).updates
     np.testing.assert_array_equal(back.obs["glyphs"], obs["glyphs"])
     np.testing.assert_array_equal(back.obs["tiny"], obs["tiny"])
     with pytest.raises(P.ProtocolError, match="bytes or uint8 arrays"):
-        ray_backend._unpack((frame[0], "not a buffer"))
+        ray_server._unpack((frame[0], "not a buffer"))
 
 
 # -- with a Ray session ---------------------------------------------------------------------------------
@@ -336,7 +336,7 @@ def test_refused_update_is_counted_and_logged(shared, caplog):
     client = RayClient(shared.address, prefetch=0, timeout=30)
     a = client.next_task()
     bogus = a._replace(task_id=a.task_id + 1000)
-    with caplog.at_level(logging.ERROR, logger="magister.sync.ray_backend"):
+    with caplog.at_level(logging.ERROR, logger="magister.sync.ray_server"):
         client.record_episode(bogus, 1.0, 1, 1.0)
         client.close()
     m = shared.metrics()
@@ -519,7 +519,7 @@ def test_refused_update_still_delivers_the_tasks_it_asked_for(shared, caplog):
     client = RayClient(shared.address, prefetch=1, timeout=30, max_update_delay=math.inf)
     a = client.next_task()
     bogus = a._replace(task_id=a.task_id + 1000)
-    with caplog.at_level(logging.ERROR, logger="magister.sync.ray_backend"):
+    with caplog.at_level(logging.ERROR, logger="magister.sync.ray_server"):
         client.record_episode(bogus, 1.0, 1, 1.0)  # refused; its call also asked for the next task, c
         b = client.next_task()
         assert client.stats["errors_received"] == 0  # the refusal's reply is read with task c
@@ -595,10 +595,10 @@ def test_silent_env_is_declared_gone_and_a_feed_with_heartbeats_is_not(ray_sessi
 
         beating.transport.ping = counted_ping
         # an env that registered and asked for tasks, then went silent (no feed, so no heartbeats)
-        hello = ray_backend._pack(P.Hello(0, "silent"))
+        hello = ray_server._pack(P.Hello(0, "silent"))
         (hello,) = ray.get(server.actor.handle_batch.remote([hello]), timeout=30)
         silent = P.decode([hello]).env_id
-        ask = ray_backend._pack(P.Report(silent, request=3))
+        ask = ray_server._pack(P.Report(silent, request=3))
         ray.get(server.actor.handle_batch.remote([ask]), timeout=30)
         m = wait_for(lambda: (m := server.metrics())[f"sync/env{silent}/connected"] == 0 and m, 30,
                      "the silent env to be declared gone")
@@ -895,7 +895,7 @@ def test_missing_actor_raises_naming_it(ray_session):
 def test_missing_actor_with_fallback_samples_locally(ray_session, caplog):
     space = Discrete(7)
     client = RayClient("ray://magister_nobody_here", timeout=0.2, fallback_task_space=space)
-    with caplog.at_level(logging.WARNING, logger="magister.sync.ray_backend"):
+    with caplog.at_level(logging.WARNING, logger="magister.sync.ray_server"):
         tasks = [client.next_task() for _ in range(20)]
     assert all(a.task_id == -1 and 0 <= a.task < 7 and a.train for a in tasks)
     assert caplog.text.count("sampling tasks locally") == 1

@@ -20,7 +20,7 @@ from ray.cluster_utils import Cluster  # noqa: E402
 from magister.curricula.expanding_box import ExpandingBox  # noqa: E402
 from magister.examples.cartpole import default_task_space  # noqa: E402
 from magister.examples.rllib_cartpole import build_config  # noqa: E402
-from magister.sync.ray_backend import serve_ray  # noqa: E402
+from magister.sync.ray_server import serve_ray  # noqa: E402
 
 pytestmark = [pytest.mark.timeout(300)]
 

@@ -100,7 +100,7 @@ import gc, json, multiprocessing, runpy, sys, threading, time
 path = sys.argv[1]
 sys.argv = [path]
 ns = runpy.run_path(path, run_name="__main__")
-from magister.sync.server import CurriculumServer
+from magister.sync.zmq_server import CurriculumServer
 import gymnasium as gym
 closable = [gym.vector.VectorEnv]
 if "stable_baselines3" in sys.modules:

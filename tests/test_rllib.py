@@ -21,7 +21,7 @@ from magister.integrations.rllib import (  # noqa: E402
     make_env_creator,
     result_metrics,
 )
-from magister.sync.ray_backend import RayClient, serve_ray  # noqa: E402
+from magister.sync.ray_server import RayClient, serve_ray  # noqa: E402
 
 pytestmark = [pytest.mark.timeout(240)]
 

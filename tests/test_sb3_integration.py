@@ -23,7 +23,7 @@ from magister.env_wrappers.sync_wrappers import GymnasiumSyncWrapper
 from magister.examples.cartpole import CartPoleTask
 from magister.integrations.sb3 import CurriculumCallback, rollout_dones, wants_value_scores
 from magister.integrations.scores import compute_advantages
-from magister.sync.server import serve
+from magister.sync.zmq_server import serve
 from magister.task_spaces.discrete import Discrete
 
 HALF_WIDTHS = [0.0, 0.05, 0.1, 0.15, 0.2]

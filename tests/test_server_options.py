@@ -14,7 +14,7 @@ from magister import ServerOptions as TopLevelServerOptions
 from magister.curricula.base import Curriculum
 from magister.sync import FeedOptions, ServerOptions, SyncCore
 from magister.sync.feed import CurriculumClient
-from magister.sync.server import CurriculumServer, serve
+from magister.sync.zmq_server import CurriculumServer, serve
 from magister.task_spaces.discrete import Discrete
 
 pytestmark = pytest.mark.timeout(60)
@@ -144,7 +144,7 @@ def test_serve_keeps_its_defaults():
 
 def test_serve_ray_checks_its_options_before_starting_an_actor():
     pytest.importorskip("ray")
-    from magister.sync.ray_backend import serve_ray
+    from magister.sync.ray_server import serve_ray
 
     with pytest.raises(TypeError, match=r"unknown server option\(s\) \['env_timeuot'\]"):
         serve_ray(Steps(), name="never-started", env_timeuot=5)

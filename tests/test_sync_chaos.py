@@ -18,7 +18,7 @@ import pytest
 
 from magister.curricula.base import Curriculum
 from magister.sync.feed import CurriculumClient
-from magister.sync.server import serve
+from magister.sync.zmq_server import serve
 from magister.task_spaces.discrete import Discrete
 
 ROOT = Path(__file__).resolve().parents[1]

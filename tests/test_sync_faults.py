@@ -23,7 +23,7 @@ from magister.curricula.base import Curriculum
 from magister.sync import protocol as P
 from magister.sync.feed import CurriculumClient, ServerUnavailableError, SyncError
 from magister.sync.options import FeedOptions
-from magister.sync.server import serve
+from magister.sync.zmq_server import serve
 from magister.task_spaces.discrete import Discrete
 
 pytestmark = pytest.mark.timeout(60)

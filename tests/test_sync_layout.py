@@ -26,7 +26,7 @@ def _imports(path: Path) -> list[tuple[str, list[str]]]:
     return out
 
 
-ENDPOINTS = ("magister.sync.server", "magister.sync.ray_backend")
+ENDPOINTS = ("magister.sync.zmq_server", "magister.sync.ray_server")
 
 
 def test_transports_never_import_the_feed_nor_an_endpoint():
@@ -34,13 +34,14 @@ def test_transports_never_import_the_feed_nor_an_endpoint():
         for module, names in _imports(path):
             assert module not in ("magister.sync.feed", *ENDPOINTS), (path.name, module)
             if module == "magister.sync":
-                assert not {"feed", "server", "ray_backend"} & set(names), (path.name, names)
+                assert not {"feed", "server", "ray_server"} & set(names), (path.name, names)
 
 
 def test_the_env_side_never_imports_an_endpoint():
     """The feed, its options and step records, and the env wrappers reach the curriculum side only through
     the core (and the in-process endpoint's registry): never through the ZeroMQ or Ray endpoint modules."""
-    paths = [SYNC / "feed.py", SYNC / "options.py", SYNC / "steps.py", SYNC / "core.py", SYNC / "local.py",
+    paths = [SYNC / "feed.py", SYNC / "options.py", SYNC / "steps.py", SYNC / "core.py",
+             SYNC / "transports" / "inprocess.py",
              *(SYNC.parent / "env_wrappers").glob("*.py")]
     for path in paths:
         for module, _ in _imports(path):
@@ -56,11 +57,11 @@ def test_the_feed_module_imports_neither_ray_nor_the_ray_backend_at_module_level
 
 
 def test_ray_backend_imports_no_private_name_from_another_sync_module():
-    for module, names in _imports(SYNC / "ray_backend.py"):
+    for module, names in _imports(SYNC / "ray_server.py"):
         if module.startswith("magister.") or module.startswith("."):
             private = [n for n in names if n.startswith("_") and not n.startswith("__")]
             assert not private, (module, private)
-    tree = ast.parse((SYNC / "ray_backend.py").read_text())
+    tree = ast.parse((SYNC / "ray_server.py").read_text())
     for node in ast.walk(tree):  # nor reaches into one through a module attribute (`client._pid`)
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
             assert not (node.value.id in ("client", "_client") and node.attr.startswith("_")), ast.dump(node)
@@ -77,7 +78,7 @@ def test_the_feed_imports_and_works_in_process_without_ray():
         "        return [0] * k\n"
         "feed = c.connect(C(Discrete(2)))\n"
         "a = feed.next_task(); feed.record_episode(a, 1.0, 1, 1.0); feed.close()\n"
-        "assert 'magister.sync.ray_backend' not in sys.modules\n"
+        "assert 'magister.sync.ray_server' not in sys.modules\n"
         "try:\n"
         "    c.connect('ray://cur')\n"
         "except ImportError as exc:\n"

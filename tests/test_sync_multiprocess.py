@@ -21,7 +21,7 @@ from pettingzoo import ParallelEnv
 from magister.curricula.base import Curriculum, TaskSample
 from magister.env_wrappers.sync_wrappers import GymnasiumSyncWrapper, PettingZooSyncWrapper
 from magister.env_wrappers.task_wrapper import TaskWrapper
-from magister.sync.server import serve
+from magister.sync.zmq_server import serve
 from magister.task_spaces.discrete import Discrete
 
 pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]

@@ -19,7 +19,7 @@ from magister.checkpoint import CheckpointError
 from magister.curricula.base import Curriculum
 from magister.sync import protocol as P
 from magister.sync.feed import CurriculumClient, ServerUnavailableError
-from magister.sync.server import serve
+from magister.sync.zmq_server import serve
 from magister.task_spaces.discrete import Discrete
 
 

@@ -23,7 +23,7 @@ from magister.sync import feed as client_module
 from magister.sync import protocol as P
 from magister.sync.feed import CurriculumClient, LocalClient, ServerUnavailableError, SyncError, connect
 from magister.sync.security import generate_keypair
-from magister.sync.server import CurriculumServer, serve
+from magister.sync.zmq_server import CurriculumServer, serve
 from magister.task_spaces.discrete import Discrete
 
 pytestmark = pytest.mark.timeout(60)
@@ -674,7 +674,7 @@ def test_in_process_sources_used_from_a_forked_worker():
 
 def test_ray_addresses_get_the_ray_client():
     pytest.importorskip("ray")
-    from magister.sync.ray_backend import RayClient
+    from magister.sync.ray_server import RayClient
 
     feed = connect("ray://my_curriculum", prefetch=2, timeout=1.0, strip_keys=("x",))
     assert isinstance(feed, RayClient) and feed.prefetch == 2  # nothing connected yet: the lookup is lazy

@@ -13,7 +13,7 @@ from magister.curricula.task_filter import TaskFilter
 from magister.env_wrappers.sync_wrappers import GymnasiumSyncWrapper
 from magister.env_wrappers.task_wrapper import TaskWrapper
 from magister.sync import protocol as P
-from magister.sync.server import serve
+from magister.sync.zmq_server import serve
 from magister.task_spaces.base import task_key
 from magister.task_spaces.discrete import Discrete
 

@@ -151,7 +151,7 @@ class Route:
         if transport == "curriculum":
             self.source: Any = self.curriculum
         elif transport == "ray":
-            from magister.sync.ray_backend import serve_ray
+            from magister.sync.ray_server import serve_ray
 
             name = f"magister_teacher_conf_{os.getpid()}_{next(_names)}"
             self.server = serve_ray(self.curriculum, name=name)

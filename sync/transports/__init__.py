@@ -1,6 +1,6 @@
 """The transports of the env-side feed: in-process, ZeroMQ and Ray (see :mod:`.base`).
 
-The Ray transport (:mod:`.ray_actor`) imports Ray and is imported only for ``"ray://..."`` addresses.
+The Ray transport (:mod:`.ray`) imports Ray and is imported only for ``"ray://..."`` addresses.
 """
 
 from .base import ServerUnavailableError, SyncError, Transport

@@ -2,18 +2,25 @@
 
 Same messages, validation and accounting as over a socket, without encoding them: a send applies the
 message objects under the core's lock and queues their replies for :meth:`InProcessTransport.receive`.
+Envs of the learner's process feed one :class:`~magister.sync.core.SyncCore` per curriculum object
+(:func:`local_core`), or the core of a curriculum served by :func:`magister.serve`
+(:meth:`ServedCurriculum.local_core <magister.sync.core.ServedCurriculum.local_core>`).
 """
 
 from __future__ import annotations
 
+import os
+import threading
+import weakref
 from typing import Any, ClassVar
 
+from ...curricula.base import Curriculum
 from .. import protocol as P
 from ..core import SyncCore, SyncRejected
 from ..options import FeedOptions
 from .base import SyncError, Transport
 
-__all__ = ["InProcessTransport"]
+__all__ = ["InProcessTransport", "local_core"]
 
 
 class InProcessTransport(Transport):
@@ -74,3 +81,29 @@ class InProcessTransport(Transport):
 
     def top_up(self, ready: int, depth: int, holding: bool, due: bool) -> int | None:
         return None
+
+# by the curriculum's id, held by the feeds (a core keeps its curriculum alive, so a registry holding cores
+# would keep every curriculum ever fed in-process)
+_cores: weakref.WeakValueDictionary[int, SyncCore] = weakref.WeakValueDictionary()
+_lock = threading.Lock()
+
+
+def local_core(curriculum: Curriculum) -> SyncCore:
+    """The core of ``curriculum`` for feeds in this process.
+
+    Raises:
+        RuntimeError: the curriculum was made in another process (a forked or spawned worker's copy):
+            feedback given to it would never reach the learner's curriculum.
+    """
+    if curriculum.home_pid != os.getpid():
+        raise RuntimeError(
+            f"a {type(curriculum).__name__} created in process {curriculum.home_pid} was given to a sync "
+            f"wrapper in process {os.getpid()} (a forked or spawned worker): its updates would go to this "
+            "process's copy, never to the learner's curriculum. Serve it with magister.serve(curriculum) and "
+            "pass server.address (or the server) to the wrappers"
+        )
+    with _lock:
+        core = _cores.get(id(curriculum))
+        if core is None or core.curriculum is not curriculum:  # (an id is reused once its object is gone)
+            core = _cores[id(curriculum)] = SyncCore(curriculum)
+        return core

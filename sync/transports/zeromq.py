@@ -1,4 +1,4 @@
-"""The ZeroMQ transport: a DEALER socket to a :class:`~magister.sync.server.CurriculumServer`.
+"""The ZeroMQ transport: a DEALER socket to a :class:`~magister.sync.zmq_server.CurriculumServer`.
 
 The socket is made in the process that uses it, from a per-process context. A send never waits for a
 reply, and waits for room in the send queue at most ``timeout`` seconds (back-pressure, not dropping).

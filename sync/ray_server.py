@@ -22,7 +22,7 @@ from typing import Any
 try:
     import ray
 except ImportError as _exc:  # pragma: no cover - exercised only without ray
-    raise ImportError("magister.sync.ray_backend needs Ray: `pip install 'magister[ray]'`") from _exc
+    raise ImportError("magister.sync.ray_server needs Ray: `pip install 'magister[ray]'`") from _exc
 
 from ..checkpoint import load
 from ..curricula.base import Curriculum, TaskSample
@@ -31,9 +31,9 @@ from . import protocol as P
 from .core import LearnerCalls, ServedCurriculum, SyncCore
 from .feed import RayClient, SyncError
 from .options import ServerOptions
-from .transports.ray_actor import describe_actor, get, lookup_actor, parse_ray_address, ray_address
-from .transports.ray_actor import pack as _pack
-from .transports.ray_actor import unpack as _unpack
+from .transports.ray import describe_actor, get, lookup_actor, parse_ray_address, ray_address
+from .transports.ray import pack as _pack
+from .transports.ray import unpack as _unpack
 
 logger = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""The Ray transport: calls to a named curriculum actor (served by :mod:`magister.sync.ray_backend`).
+"""The Ray transport: calls to a named curriculum actor (served by :mod:`magister.sync.ray_server`).
 
 Each send is one fire-and-forget ``handle_batch`` call carrying every message; a receive reads the replies
 of the oldest unread call (the actor applies calls in order). At most ``max_pending`` calls stay unread: a
