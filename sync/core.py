@@ -132,6 +132,7 @@ class _Env:
     contact: Any = None  # what its endpoint keeps of it (a ZeroMQ peer, a Ray node and worker) ...
     key: Hashable | None = None  # ... found by this key (SyncCore.contact)
     live: bool = True
+    before: int = 0  # episodes it had reported to other server instances when it registered here
 
     @property
     def connected(self) -> int:
@@ -234,8 +235,8 @@ class SyncCore:
         with self.lock:
             env_id, resumed = self._admit(hello)
             env = self._envs[env_id]
-            env.returned = env.returned or hello.rejoin >= 0
-            env.stream = hello.stream if hello.stream >= 0 else env.stream
+            env.returned = env.returned or hello.rejoin is not None
+            env.stream = env.stream if hello.stream is None else hello.stream
         cur = self.curriculum
         return P.Welcome(
             env_id=env_id, step_batch_size=self.options.step_batch_size,
@@ -253,22 +254,22 @@ class SyncCore:
             back = None
         if back is None and self.live_envs >= self.options.max_envs:
             raise SyncRejected("too_many_envs", f"at most {self.options.max_envs} live envs are served")
-        if hello.rejoin >= 0:
+        if hello.rejoin is not None:
             self.rejoined_envs += 1
             self.updates_lost_away += hello.lost
         if back is None:
             self._next_env += 1
-            self._envs[self._next_env - 1] = _Env()
+            self._envs[self._next_env - 1] = _Env(before=hello.reported)
             return self._next_env - 1, False
         if not back.live:  # back under its identity
             self._left.remove(hello.rejoin)
-            self._envs[hello.rejoin] = _Env(back.counters)
+            self._envs[hello.rejoin] = _Env(back.counters, before=back.before)
             return hello.rejoin, False
         # restored from a checkpoint: the leases it no longer holds, and the episodes it reported beyond the
         # checkpoint's count, went to the instance that died after the checkpoint
-        c, back.restored = back.counters, None
-        c.episodes_lost_to_restore += max(0, hello.reported - c.episodes_reported)
-        c.episodes_reported = max(c.episodes_reported, hello.reported)
+        c, back.restored, reported = back.counters, None, hello.reported - back.before
+        c.episodes_lost_to_restore += max(0, reported - c.episodes_reported)
+        c.episodes_reported = max(c.episodes_reported, reported)
         holds = set(hello.holds)
         self._abandon(hello.rejoin, c, {i: back.leases.pop(i) for i in list(back.leases) if i not in holds})
         return hello.rejoin, True
@@ -354,12 +355,12 @@ class SyncCore:
                 self.depart(env_id, reason if env_id in named else "timeout")
         return gone
 
-    def unknown_env(self, env_id: int = -1, why: str = "") -> SyncRejected:
+    def unknown_env(self, env_id: int | None = None, why: str = "") -> SyncRejected:
         """Refusing a message from an env this core does not serve (``why``: what the endpoint knows)."""
-        who = "this sender" if env_id < 0 else f"env id {env_id}"
+        who = "this sender" if env_id is None else f"env id {env_id}"
         return SyncRejected("unknown_env", f"{who} is unknown to this server{why}; send Hello again")
 
-    def refuse(self, exc: SyncRejected, env_id: int = -1) -> P.Error:
+    def refuse(self, exc: SyncRejected, env_id: int | None = None) -> P.Error:
         """The error reply for ``exc`` (counted, see :meth:`error`)."""
         return self.error(exc.code, str(exc), env_id)
 
@@ -371,7 +372,8 @@ class SyncCore:
             for env_id, env in self._envs.items():
                 if env.live:
                     leases = [[i, s.task, s.train, s.control, s.variant] for i, (_, s) in env.leases.items()]
-                    envs[env_id] = {"counters": asdict(env.counters), "leases": leases, "stream": env.stream}
+                    envs[env_id] = {"counters": asdict(env.counters), "leases": leases, "stream": env.stream,
+                                    "before": env.before}
             return {"envs": envs, "ended": [[i, outcome] for i, outcome in self._ended.items()],
                     "next_env": self._next_env}
 
@@ -394,7 +396,7 @@ class SyncCore:
                 stream = None if saved["stream"] is None else int(saved["stream"])
                 counts = {k: v for k, v in saved["counters"].items() if k not in EnvCounters.DERIVED}
                 self._envs[env_id] = _Env(EnvCounters(**counts), leases, stream, returned=True,
-                                          restored=time.monotonic())
+                                          restored=time.monotonic(), before=int(saved.get("before", 0)))
             for i, outcome in state["ended"]:
                 self._end(int(i), outcome)
             self._next_env = max(self._next_env, int(state["next_env"]))
@@ -486,7 +488,7 @@ class SyncCore:
                 self._end(i, "unsent")
             env.counters.tasks_unsent += len(msg.task_ids)
 
-    def note_malformed(self, env_id: int = -1) -> None:
+    def note_malformed(self, env_id: int | None = None) -> None:
         """Count one malformed frame (attributed to ``env_id`` when the sender is known)."""
         with self.lock:
             if self.is_live(env_id):
@@ -530,7 +532,7 @@ class SyncCore:
         """
         if type(msg) is P.Goodbye:
             return self._goodbye(msg)
-        env_id = getattr(msg, "env_id", -1)
+        env_id = getattr(msg, "env_id", None)
         if type(msg) is not P.Report:  # a refused update of a known env, else a malformed frame
             with self.lock:
                 if self.is_live(env_id):
@@ -572,7 +574,7 @@ class SyncCore:
         """The replies to ``msg`` from an env over a transport, in order: a hello's welcome (the env is then
         watched for liveness, see :meth:`heard`), :meth:`apply`'s reply, or for a refused message its
         :meth:`error` and then the tasks still owed to the env. Never raises."""
-        env_id = getattr(msg, "env_id", -1)
+        env_id = getattr(msg, "env_id", None)
         try:
             if type(msg) is P.Hello:
                 reply = self.register_env(msg)
@@ -586,16 +588,16 @@ class SyncCore:
             return [self.error("internal", f"{type(exc).__name__}: {exc}", env_id)]
         return [] if reply is None else [reply]
 
-    def malformed(self, exc: P.ProtocolError, env_id: int = -1) -> P.Error:
+    def malformed(self, exc: P.ProtocolError, env_id: int | None = None) -> P.Error:
         """The error reply to a frame not of this protocol (counted, as ``env_id``'s when known)."""
         self.note_malformed(env_id)
         code = "version" if isinstance(exc, P.ProtocolVersionError) else "malformed"
         return self.error(code, str(exc), env_id)
 
-    def error(self, code: str, message: str, env_id: int = -1) -> P.Error:
+    def error(self, code: str, message: str, env_id: int | None = None) -> P.Error:
         """An error reply (counted in :attr:`errors_sent`)."""
         self.errors_sent += 1
-        return P.Error(code, message[:2000], max(-1, int(env_id)))
+        return P.Error(code, message[:2000], None if env_id is None else int(env_id))
 
     def _episode(self, c: EnvCounters, env_id: int, end: P.EpisodeEnd) -> None:
         """End the lease; a finished episode (``end.ended``) goes to ``curriculum.on_episode`` as an

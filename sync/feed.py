@@ -53,7 +53,7 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class Assignment(NamedTuple):
-    """A task handed to one env: its lease id (``-1``: not from the curriculum side) and the fields of
+    """A task handed to one env: its lease id (``ENV_TASK``: not from the curriculum side) and the fields of
     :class:`~magister.curricula.base.TaskSample`."""
 
     task_id: int
@@ -126,7 +126,7 @@ class TaskFeed:
         ):
             raise ValueError(f"stream must be an int >= 0 (a reset seed) or None, got {stream!r}")
         self.task_space = task_space
-        self.stream = -1 if stream is None else int(stream) % (1 << 63)
+        self.stream = None if stream is None else int(stream) % (1 << 63)
         self.target = target
         self._transport_class = transport
         self._reset_process_state()
@@ -190,9 +190,10 @@ class TaskFeed:
         return self.transport
 
     # -- connection ---------------------------------------------------------------------------------
-    def _hello(self, rejoin: int = -1, lost: int = 0) -> P.Hello:
+    def _hello(self, rejoin: int | None = None, lost: int = 0) -> P.Hello:
         space = self.task_space.fingerprint() if self.task_space is not None else ""
-        holds = (*self._issued, *(a.task_id for a in self._buffer if a.task_id >= 0)) if rejoin >= 0 else ()
+        ready = (a.task_id for a in self._buffer if a.task_id != P.ENV_TASK)
+        holds = () if rejoin is None else (*self._issued, *ready)
         reported = self.stats["episodes_reported"]
         return P.Hello(os.getpid(), self.options.name, space, self.stream, rejoin, lost, holds, reported)
 
@@ -242,7 +243,7 @@ class TaskFeed:
             logger.warning("env %s: %d updates could not be kept while %s was away (more than the resend "
                            "queue holds); reported to it", old, lost, transport.peer)
             self.stats["updates_dropped"] += lost
-        welcome = transport.rejoin(self._hello(-1 if old is None else old, lost))
+        welcome = transport.rejoin(self._hello(old, lost))
         self.stats["rejoins"] += 1
         if not welcome.resumed:  # (resumed: a server restored from a checkpoint kept its leases)
             self._buffer.clear()  # leases abandoned with the old registration, or unknown to a new server
@@ -436,7 +437,7 @@ class TaskFeed:
         """The next task: from the prefetch buffer, or requested and awaited (at most ``timeout``)."""
         if not (self._active() or self._ensure()):
             (task,) = cast(TaskSpace, self.options.fallback_task_space).sample_encoded(1)  # (the fallback's)
-            return Assignment(-1, task, True)
+            return Assignment(P.ENV_TASK, task, True)
         transport = self._link()
         with self._lock:
             now = _now()
@@ -451,7 +452,7 @@ class TaskFeed:
                 if not self._wait_for_tasks():
                     return self.next_task()  # the fallback took over
             a = self._buffer.popleft()
-            if a.task_id >= 0:
+            if a.task_id != P.ENV_TASK:
                 self._issued[a.task_id] = a
             ready, due = len(self._buffer) + self._outstanding + self._held.request, now >= self._held.send_by
             ask = transport.top_up(ready, self._depth(), holding, due)
@@ -461,7 +462,7 @@ class TaskFeed:
 
     def give_back(self, assignment: Assignment) -> None:
         """Return an unused task: :meth:`next_task` hands it out again (or :meth:`close` returns it)."""
-        if assignment.task_id >= 0 and self._active():
+        if assignment.task_id != P.ENV_TASK and self._active():
             with self._lock:
                 self._issued.pop(assignment.task_id, None)
                 self._buffer.appendleft(assignment)
@@ -580,7 +581,7 @@ class TaskFeed:
         while self._active() and time.monotonic() < until:
             if said != self.stats["rejoins"]:
                 said = self.stats["rejoins"]
-                returned = tuple(a.task_id for a in self._buffer if a.task_id >= 0)
+                returned = tuple(a.task_id for a in self._buffer if a.task_id != P.ENV_TASK)
                 reports, updates, _ = self._take_held() if self._held.updates else ([], 0, 0)
                 if not self._send([*reports, P.Goodbye(cast(int, self.env_id), returned)], updates, 0):
                     return False

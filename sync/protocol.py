@@ -52,7 +52,7 @@ __all__ = [
 ]
 
 #: Bumped whenever a message layout changes or a kind is added; both ends must agree.
-PROTOCOL_VERSION = 10
+PROTOCOL_VERSION = 11
 #: Arrays with at least this many bytes travel as separate zero-copy frames.
 DEFAULT_OOB_THRESHOLD = 64 * 1024
 #: Upper bound on one msgpack header (the out-of-band frames are bounded by the socket's MAXMSGSIZE).
@@ -61,6 +61,8 @@ DEFAULT_MAX_HEADER_BYTES = 16 * 1024 * 1024
 MAX_FRAMES = 4096
 #: Upper bound on the number of updates one :class:`Report` carries.
 MAX_ROWS = 4096
+#: A lease id that names no lease: the env chose the task itself (checked against the task space).
+ENV_TASK = -1
 
 _EXT_ARRAY, _EXT_ARRAY_FRAME = 1, 2  # the array extension types: bytes inline, or in an out-of-band frame
 _MAX_NDIM = 32
@@ -204,13 +206,21 @@ class _Type:
 
 _NOT_BOOL = (bool, np.bool_)
 _NAT = _Type("an int", int, (int, np.integer), _NOT_BOOL, lo=0)
-_ID = _Type("an int", int, (int, np.integer), _NOT_BOOL, lo=-1)  # an id, or -1 for none
+_ID = _Type("an int", int, (int, np.integer), _NOT_BOOL, lo=-1)  # a lease id, or ENV_TASK
 _POS = _Type("an int", int, (int, np.integer), _NOT_BOOL, lo=1)
 _FLOAT = _Type("a number", float, (int, float, np.integer, np.floating), _NOT_BOOL)
 _BOOL = _Type("a bool", bool, _NOT_BOOL)
 _STR = _Type("a str", str, (str,))
 _DICT = _Type("a dict", dict, (dict,))
 _TUPLE = _Type("a tuple", tuple, (tuple, list))
+
+
+class _Maybe(_Type):  # a value of the type, or None (none given)
+    def __call__(self, name: str, v: Any) -> Any:
+        return None if v is None else super().__call__(name, v)
+
+
+_MAYBE_NAT = _Maybe("an int or None", int, (int, np.integer), _NOT_BOOL, lo=0)
 
 
 class _Extras(_Type):  # an episode's extras: a dict (``None`` made an empty one)
@@ -299,19 +309,19 @@ class Hello(Message):
 
     KIND: ClassVar[int] = 1
     CHECKS: ClassVar[dict] = {
-        "pid": _NAT, "name": _STR, "task_space": _STR, "stream": _ID, "rejoin": _ID, "lost": _NAT,
-        "holds": _IDS, "reported": _NAT,
+        "pid": _NAT, "name": _STR, "task_space": _STR, "stream": _MAYBE_NAT, "rejoin": _MAYBE_NAT,
+        "lost": _NAT, "holds": _IDS, "reported": _NAT,
     }
     pid: int
     name: str = ""
     #: The env's task space fingerprint (``""``: not given); the server refuses one unlike its curriculum's.
     task_space: str = ""
-    #: The seed of the env's first seeded reset (``-1``: none): its tasks are drawn from a generator of its
+    #: The seed of the env's first seeded reset (``None``: none): its tasks are drawn from a generator of its
     #: own, derived from this number and the curriculum's seed.
-    stream: int = -1
-    #: The env id of this client's previous registration (``-1``: a first hello); the messages it still has
+    stream: int | None = None
+    #: The env id of this client's previous registration (``None``: a first hello); the messages it still has
     #: to deliver from it carry that id.
-    rejoin: int = -1
+    rejoin: int | None = None
     #: Updates of that registration the env could not keep while the server was away.
     lost: int = 0
     #: The leases of that registration the env still holds (being played, ready, or named in updates it
@@ -389,7 +399,7 @@ class Tasks(Message):
 class Steps(Message):
     """Part of a :class:`Report`: ``n`` consecutive steps of one env.
 
-    Step ``i`` played the encoded task ``tasks[i]`` of lease ``task_ids[i]`` (``-1``: a task the client
+    Step ``i`` played the encoded task ``tasks[i]`` of lease ``task_ids[i]`` (``ENV_TASK``: a task the client
     chose). ``obs`` is ``None``, an array with first axis ``n``, a dict of such arrays (dict observations
     stacked per key, see :class:`StackedObs`) or a tuple of ``n`` observations; ``infos`` ``None`` or a
     tuple of ``n`` dicts.
@@ -410,8 +420,8 @@ class Steps(Message):
         for name, dtype in (("task_ids", np.int64), ("rewards", np.float64), ("terminated", np.bool_),
                             ("truncated", np.bool_), ("progress", np.float64)):
             self._set(name, _array(name, getattr(self, name), dtype, n))
-        if n and self.task_ids.min() < -1:
-            raise ProtocolError("field task_ids must be >= -1")
+        if n and self.task_ids.min() < ENV_TASK:
+            raise ProtocolError(f"field task_ids must be >= {ENV_TASK}")
         obs = self.obs
         if isinstance(obs, np.ndarray):
             if obs.ndim == 0 or obs.shape[0] != n:
@@ -499,8 +509,6 @@ class EpisodeEnd(NamedTuple):
 #: fields in order: ``(STEPS, steps)``, ``(PROGRESS, *progress)``, ``(EPISODE, *episode_end)``.
 Update = Steps | Progress | EpisodeEnd
 STEPS, PROGRESS, EPISODE = 0, 1, 2
-#: A lease id that names no lease: the env chose the task itself (checked against the task space).
-ENV_TASK = -1
 _KINDS: dict[type, int] = {Steps: STEPS, Progress: PROGRESS, EpisodeEnd: EPISODE}
 _RECORDS: dict[int | None, type] = {PROGRESS: Progress, EPISODE: EpisodeEnd}
 _AGENTS = _Rows((("agent", _STR), ("return", _FLOAT), ("length", _NAT), ("progress", _FLOAT)), AgentPart)
@@ -585,10 +593,10 @@ class Error(Message):
     """Either direction: a request or update was refused. ``code`` is a short machine-readable tag."""
 
     KIND: ClassVar[int] = 5
-    CHECKS: ClassVar[dict] = {"code": _STR, "message": _STR, "env_id": _ID}
+    CHECKS: ClassVar[dict] = {"code": _STR, "message": _STR, "env_id": _MAYBE_NAT}
     code: str
     message: str
-    env_id: int = -1
+    env_id: int | None = None  # (None: the sender is not known)
 
 
 @dataclass(frozen=True)

@@ -107,7 +107,7 @@ class CurriculumActor(LearnerCalls):
             msg = _unpack(frame)
         except P.ProtocolError as exc:
             return [self.core.malformed(exc)]
-        self.core.heard(getattr(msg, "env_id", -1))
+        self.core.heard(getattr(msg, "env_id", None))
         replies = self.core.answer(msg)
         if type(msg) is P.Hello and where is not None and isinstance(replies[0], P.Welcome):
             self.core.attach(replies[0].env_id, (str(where[0]), str(where[1])))

@@ -51,7 +51,7 @@ class _Peer:
     """What the server keeps of one env it serves: its contact in the core, found by its routing id."""
 
     welcome: P.Welcome
-    fd: int  # the connection its last message came on (-1: ZeroMQ reported it closed)
+    fd: int | None  # the connection its last message came on (None: ZeroMQ reported it closed)
     stream: P.Stream = field(default_factory=lambda: P.Stream(MAX_UNACKED_REPLIES))
     sequenced: bool = False  # it sends envelopes (so replies carry them)
 
@@ -204,7 +204,7 @@ class CurriculumServer(LearnerCalls, ServedCurriculum):
             fd = recv_monitor_message(self._monitor)["value"]
             for peer in self.core.contacts():
                 if peer.fd == fd:
-                    peer.fd = -1
+                    peer.fd = None
 
     def _send(self, identity: bytes, msg: P.Message, peer: _Peer | None = None) -> bool:
         """Send ``msg`` now (numbered, and kept until acknowledged, for a sequenced ``peer``)."""
@@ -235,7 +235,7 @@ class CurriculumServer(LearnerCalls, ServedCurriculum):
         """Account for a sequenced frame; whether the message it carries is to be applied now."""
         kind, seq, ack = envelope
         if peer is None:  # a restarted server, or an env declared gone: it must say hello again
-            self.core.note_malformed(-1)
+            self.core.note_malformed()
             self._send(identity, self.core.refuse(self.core.unknown_env(why=" (restarted, or its env left)")))
             return False
         peer.sequenced = True
@@ -253,7 +253,7 @@ class CurriculumServer(LearnerCalls, ServedCurriculum):
     def _handle(self, frames: list[Any]) -> None:
         identity = frames[0].bytes
         peer = self.core.contact(identity)
-        env_id = -1 if peer is None else peer.welcome.env_id
+        env_id = None if peer is None else peer.welcome.env_id
         if peer is not None:
             self.core.heard(env_id)
             peer.fd = frames[-1].get(zmq.SRCFD)
@@ -283,7 +283,7 @@ class CurriculumServer(LearnerCalls, ServedCurriculum):
         """Welcome an env (a repeated hello, a client's retry, gets the same answer)."""
         if peer is None:
             if self.core.live_envs >= self.options.max_envs:  # a full server makes room first
-                self.core.sweep(lambda peers: [e for e, peer, _ in peers if peer.fd == -1], "disconnected")
+                self.core.sweep(lambda peers: [e for e, peer, _ in peers if peer.fd is None], "disconnected")
             (welcome,) = self.core.answer(hello)
             if not isinstance(welcome, P.Welcome):  # (refused)
                 self._send(identity, welcome)
@@ -291,7 +291,7 @@ class CurriculumServer(LearnerCalls, ServedCurriculum):
             peer = _Peer(welcome, fd)
             self.core.attach(welcome.env_id, peer, identity)
             logger.debug("env %d joined (pid %d, %r)", welcome.env_id, hello.pid, hello.name)
-            if hello.rejoin >= 0:
+            if hello.rejoin is not None:
                 logger.info("env %d joined again (it was env %d)", welcome.env_id, hello.rejoin)
         self._write(identity, P.encode(peer.welcome), peer.welcome)
 

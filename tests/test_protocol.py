@@ -272,9 +272,20 @@ def test_report_progress_roundtrip(env_id, task_id, task, progress, done, reques
     assert _same(got_task, task)
 
 
-@given(st.text(max_size=10), st.text(max_size=100), st.integers(-1, 100))
+@given(st.text(max_size=10), st.text(max_size=100), st.none() | st.integers(0, 100))
 def test_error_roundtrip(code, message, env_id):
     assert _roundtrip(P.Error(code, message, env_id)) == P.Error(code, message, env_id)
+
+
+@given(st.none() | st.integers(0, 2**62), st.none() | st.integers(0, 100))
+def test_a_hellos_stream_and_rejoin_are_a_number_or_none(stream, rejoin):
+    """``None`` says "none" (no seeded reset, a first hello): no number stands for it."""
+    assert _roundtrip(P.Hello(1, stream=stream, rejoin=rejoin)) == P.Hello(1, stream=stream, rejoin=rejoin)
+    for field in ("stream", "rejoin"):
+        with pytest.raises(P.ProtocolError, match=f"field {field} must be >= 0"):
+            P.Hello(1, **{field: -1})
+    with pytest.raises(P.ProtocolError, match="field env_id must be >= 0"):
+        P.Error("unknown_env", "", -1)
 
 
 @given(env_ids, st.lists(ids, max_size=10).map(tuple))

@@ -49,6 +49,8 @@ def _context() -> zmq.Context:
 
 #: Seconds a wait for a reply lasts before the transport asks the server for a resend (``PING``).
 RETRY_INTERVAL = 0.25
+#: Seconds between two sends of a hello that has no answer yet.
+HELLO_RETRY = 1.0
 #: Most sent messages kept for a resend until the server acknowledges them.
 MAX_UNACKED = 4096
 
@@ -77,7 +79,7 @@ class ZmqTransport(Transport):
         self.last_send = 0.0  # (monotonic) when the last frame went out: heartbeats fill silences
         self.last_heard = time.monotonic()  # when the last frame came in: a silent server is away
         self.next_away_log = 0.0
-        self.env_id = -1  # (the welcome's, for messages)
+        self.env_id: int | None = None  # (the welcome's, for messages)
 
     def no_reply(self, what: str) -> str:
         said = super().no_reply(what)
@@ -143,33 +145,41 @@ class ZmqTransport(Transport):
             backoff = min(2 * backoff, 5.0)
 
     def _answer_to(self, hello: P.Hello, monitor: zmq.Socket | None) -> P.Welcome | P.Error:
-        """Send ``hello``; the welcome or the error answering it, waiting at most the timeout."""
-        self._write(P.encode(hello), "Hello")
-        deadline = time.monotonic() + self.timeout
+        """Send ``hello``, again every :data:`HELLO_RETRY` seconds (a server that died before answering it
+        never will; the next one, and a repeat, get the same welcome); the welcome or the error answering
+        it, waiting at most the timeout."""
+        frames, deadline, again = P.encode(hello), time.monotonic() + self.timeout, 0.0
         while (left := deadline - time.monotonic()) > 0:
+            if time.monotonic() >= again:
+                self._write(frames, "Hello")
+                again = time.monotonic() + HELLO_RETRY
             if monitor is not None:
                 self._check_handshake(monitor)
                 left = min(left, 0.05)
-            for msg in self.receive(left, retry=False):  # (an unknown_env error is stale: before the hello)
+            for msg in self.receive(min(left, HELLO_RETRY), retry=False):  # (an unknown_env error is stale)
                 if isinstance(msg, P.Welcome) or (isinstance(msg, P.Error) and msg.code != "unknown_env"):
                     return msg
         raise ServerUnavailableError(self.no_reply("a welcome"))
 
     def _check_handshake(self, monitor: zmq.Socket) -> None:
-        """Raise :class:`SyncError` saying why when the monitor reports a refused CURVE handshake."""
+        """Raise :class:`SyncError` saying why when the monitor reports a refused CURVE handshake. A peer that
+        closes the connection during the handshake without saying why (a CURVE server refusing the key, or a
+        proxy whose server is down) is taken for a wrong key only when this client uses CURVE."""
         while monitor.poll(0):
-            if recv_monitor_message(monitor)["event"] == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
+            event = recv_monitor_message(monitor)["event"]
+            if event == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
                 key = self.public_key.decode()  # type: ignore[union-attr] (refused: it presented one)
                 raise SyncError(f"{self.peer} refused this client's CURVE key {key} (not on its "
                                 "curve_allowed_clients): pass a listed key pair as curve_client_keys")
-            self.failed_handshakes += 1
-            if self.failed_handshakes < 3:
-                continue
             if self.options.curve_server_key is None:
-                raise SyncError(f"the handshake with {self.peer} fails: does it require CURVE keys (pass "
-                                "curve_server_key=<its public key>)?")
-            raise SyncError(f"the CURVE handshake with {self.peer} fails: is curve_server_key "
-                            f"{self.options.curve_server_key!r} the server's public key?")
+                if event == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL:  # (a CURVE server meeting a plain client)
+                    raise SyncError(f"the handshake with {self.peer} fails: does it require CURVE keys (pass "
+                                    "curve_server_key=<its public key>)?")
+                continue
+            self.failed_handshakes += 1
+            if self.failed_handshakes >= 3:
+                raise SyncError(f"the CURVE handshake with {self.peer} fails: is curve_server_key "
+                                f"{self.options.curve_server_key!r} the server's public key?")
 
     def send(self, items: list[P.Message]) -> None:
         """Each message numbered, in order (kept until the server acknowledges it)."""
