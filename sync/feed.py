@@ -319,7 +319,7 @@ class TaskFeed:
         """The held updates as one report asking for ``request`` more tasks (and its counts); clears them."""
         held, self._held = self._held, _Held()
         asked = held.request + request
-        report = P.Report(self.env_id, tuple(held.updates), asked)  # type: ignore[arg-type]
+        report = P.Report(cast(int, self.env_id), tuple(held.updates), asked)  # (a registered feed's)
         return [report], len(report.updates), asked
 
     def _send_held(self, request: int = 0) -> None:

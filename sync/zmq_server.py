@@ -200,11 +200,12 @@ class CurriculumServer(LearnerCalls, ServedCurriculum):
 
     def _read_monitor(self) -> None:
         """Note the peers whose connection ZeroMQ reports closed (their slots are freed when needed)."""
+        closed = set()
         while self._monitor.poll(0):
-            fd = recv_monitor_message(self._monitor)["value"]
-            for peer in self.core.contacts():
-                if peer.fd == fd:
-                    peer.fd = None
+            closed.add(recv_monitor_message(self._monitor)["value"])
+        for peer in self.core.contacts() if closed else ():  # (one pass for every event read)
+            if peer.fd in closed:
+                peer.fd = None
 
     def _send(self, identity: bytes, msg: P.Message, peer: _Peer | None = None) -> bool:
         """Send ``msg`` now (numbered, and kept until acknowledged, for a sequenced ``peer``)."""

@@ -90,3 +90,50 @@ def test_the_feed_imports_and_works_in_process_without_ray():
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+# -- issue 39's structural targets, checked with ast ---------------------------------------------------
+
+def _sources() -> list[tuple[Path, ast.Module]]:
+    return [(p, ast.parse(p.read_text())) for p in sorted(SYNC.rglob("*.py"))]
+
+
+def _length(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    """Lines from ``def`` to the function's end, its docstring not counted."""
+    first = fn.body[0]
+    doc = isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(
+        first.value.value, str)
+    return fn.end_lineno - fn.lineno + 1 - ((first.end_lineno - first.lineno + 1) if doc else 0)
+
+
+def test_no_function_in_sync_is_longer_than_40_lines():
+    functions = [(p, n) for p, tree in _sources() for n in ast.walk(tree)
+                 if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    long = [f"{p.name}:{n.lineno} {n.name} ({_length(n)} lines)" for p, n in functions if _length(n) > 40]
+    assert not long, long
+
+
+def test_no_class_in_sync_has_more_than_20_instance_attributes():
+    big = {}
+    for p, tree in _sources():
+        for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
+            stores = [n for n in ast.walk(cls) if isinstance(n, ast.Attribute) and type(n.ctx) is ast.Store]
+            names = {n.attr for n in stores if isinstance(n.value, ast.Name) and n.value.id == "self"}
+            names |= {b.target.id for b in cls.body if isinstance(b, ast.AnnAssign)
+                      and isinstance(b.target, ast.Name) and "ClassVar" not in ast.unparse(b.annotation)}
+            if len(names) > 20:
+                big[f"{p.name}:{cls.name}"] = len(names)
+    assert not big, big
+
+
+def test_the_feed_does_not_branch_on_its_transport():
+    """No test of a transport's kind in the feed: no capability flags, no address prefix, no transport
+    class compared; and the feed calls nothing its transport's interface does not declare."""
+    source = (SYNC / "feed.py").read_text()
+    feed = next(n for n in ast.walk(ast.parse(source))
+                if isinstance(n, ast.ClassDef) and n.name == "TaskFeed")
+    body = ast.unparse(feed)
+    for tell in ("caps.", "ray://", "isinstance(self.transport", "type(self.transport", "Ray", "Zmq",
+                 "InProcess"):
+        assert tell not in body, tell
+    assert "type: ignore" not in source
