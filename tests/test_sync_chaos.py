@@ -4,6 +4,7 @@ touch."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import multiprocessing as mp
 import os
@@ -12,7 +13,9 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -119,6 +122,28 @@ def _player(address: str, orders, done) -> None:
         c.close()
 
 
+@contextlib.contextmanager
+def _playing(address: str) -> Iterator[tuple[Any, Any, list]]:
+    """A forked worker process playing at ``address`` on orders (:func:`_player`), and the list of the
+    servers a test serves it with: ``(orders, done, servers)``. On exit the worker stops, every server
+    closes."""
+    ctx = mp.get_context("fork")
+    orders, done = ctx.Queue(), ctx.Queue()
+    worker = ctx.Process(target=_player, args=(address, orders, done))
+    worker.start()
+    servers: list = []
+    try:
+        yield orders, done, servers
+    finally:
+        orders.put(0)
+        worker.join(30)
+        if worker.is_alive():
+            worker.kill()
+            worker.join(10)
+        for server in servers:
+            server.close()
+
+
 def _serve_when_free(curriculum: Curriculum, address: str):
     """``serve(curriculum, address)`` once the port is free (a socket closed just before releases it in
     ZeroMQ's I/O thread, a moment later)."""
@@ -150,12 +175,7 @@ def test_a_restore_after_a_server_restart_counts_no_episode_lost_that_was_not():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         address = f"tcp://127.0.0.1:{s.getsockname()[1]}"
-    ctx = mp.get_context("fork")
-    orders, done = ctx.Queue(), ctx.Queue()
-    worker = ctx.Process(target=_player, args=(address, orders, done))
-    worker.start()
-    servers = []
-    try:
+    with _playing(address) as (orders, done, servers):
         servers.append(serve(Numbered(0), address))
         orders.put(20)
         assert done.get(timeout=60) == 20
@@ -175,14 +195,6 @@ def test_a_restore_after_a_server_restart_counts_no_episode_lost_that_was_not():
         _wait_reported(servers[-1], 5, start)
         m = servers[-1].metrics()
         assert m["sync/total/episodes_lost_to_restore"] == 0
-    finally:
-        orders.put(0)
-        worker.join(30)
-        if worker.is_alive():
-            worker.kill()
-            worker.join(10)
-        for server in servers:
-            server.close()
 
 
 @pytest.mark.timeout(120)
@@ -200,12 +212,8 @@ def test_a_restore_counts_no_episode_lost_that_the_dead_instance_never_received(
             s.bind(("127.0.0.1", 0))
             ports.append(s.getsockname()[1])
     address = f"tcp://127.0.0.1:{ports[0]}"
-    ctx = mp.get_context("fork")
-    orders, done = ctx.Queue(), ctx.Queue()
-    worker = ctx.Process(target=_player, args=(f"tcp://127.0.0.1:{ports[1]}", orders, done))
-    worker.start()  # (before the proxy listens: a forked child would hold its listening socket)
-    servers = []
-    try:
+    # (the worker starts before the proxy listens: a forked child would hold its listening socket)
+    with _playing(f"tcp://127.0.0.1:{ports[1]}") as (orders, done, servers):
         with TcpProxy("127.0.0.1", ports[0], ports[1]) as proxy:
             servers.append(serve(Numbered(0), address))
             orders.put(10)
@@ -233,14 +241,6 @@ def test_a_restore_counts_no_episode_lost_that_the_dead_instance_never_received(
             m = servers[-1].metrics()
             assert (m["sync/total/episodes_applied"] - start, m["sync/total/reports_late"],
                     m["sync/total/episodes_lost_to_restore"]) == (10, 0, 0)
-    finally:
-        orders.put(0)
-        worker.join(30)
-        if worker.is_alive():
-            worker.kill()
-            worker.join(10)
-        for server in servers:
-            server.close()
 
 
 @pytest.mark.timeout(60)
@@ -280,17 +280,12 @@ def test_a_hello_lost_with_a_server_that_died_is_sent_to_the_next_one():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         address = f"tcp://127.0.0.1:{s.getsockname()[1]}"
-    ctx = mp.get_context("fork")
-    orders, done = ctx.Queue(), ctx.Queue()
-    worker = ctx.Process(target=_player, args=(address, orders, done))
-    worker.start()
-    servers, zctx = [], zmq.Context()
-    try:
+    with _playing(address) as (orders, done, servers):
         servers.append(serve(Numbered(0), address))
         orders.put(3)
         assert done.get(timeout=60) == 3
         servers[-1].close()
-        stand_in = zctx.socket(zmq.ROUTER)
+        stand_in = zmq.Context.instance().socket(zmq.ROUTER)
         stand_in.setsockopt(zmq.LINGER, 0)
         stand_in.bind(address)
         orders.put(20)  # (more than it holds: it must talk to the server)
@@ -304,12 +299,3 @@ def test_a_hello_lost_with_a_server_that_died_is_sent_to_the_next_one():
         stand_in.close(0)
         servers.append(_serve_when_free(Numbered(10**6), address))
         assert done.get(timeout=60) == 20
-    finally:
-        orders.put(0)
-        worker.join(30)
-        if worker.is_alive():
-            worker.kill()
-            worker.join(10)
-        for server in servers:
-            server.close()
-        zctx.term()
