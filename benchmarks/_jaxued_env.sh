@@ -4,7 +4,7 @@
 # development environment. jaxued never goes into the development environment or the core install:
 # it requires gymnax, which pins gymnasium<1.4 and imports `six` without declaring it.
 #
-# Usage:  bash benchmarks/_jaxued_env.sh [VENV_DIR] [MAGISTER_CHECKOUT]   (default: /work/bench-venv-jaxued, .)
+# Usage:  bash benchmarks/_jaxued_env.sh [VENV_DIR] [MAGISTER_CHECKOUT]   (default: .venvs/jaxued, .)
 # Then:   VENV_DIR/bin/python -m magister.examples.maze.train --help   (or .canon, .eviction)
 #
 # What jaxued 0.0.1 pulls in (read from its wheel METADATA before installing): numpy, jax, flax, chex,
@@ -12,7 +12,7 @@
 # installed editable from the checkout WITHOUT extras except `jax` so that gymnasium stays gymnax's pick.
 set -euo pipefail
 
-VENV="${1:-/work/bench-venv-jaxued}"
+VENV="${1:-.venvs/jaxued}"
 CHECKOUT="${2:-.}"
 JAX_VERSION="${JAX_VERSION:-0.10.2}"
 OPTAX_VERSION="${OPTAX_VERSION:-0.2.8}"

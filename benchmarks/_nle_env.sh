@@ -2,7 +2,7 @@
 # Build the SEPARATE virtualenv for benchmarks/sync_overhead.py: NetHack (nle), the reference library
 # syllabus-rl 0.7 and Ray, next to magister. None of these go into the development environment.
 #
-# Usage:  bash benchmarks/_nle_env.sh [VENV_DIR]        (default: /work/bench-venv-nle)
+# Usage:  bash benchmarks/_nle_env.sh [VENV_DIR]        (default: .venvs/nle)
 # Then:   VENV_DIR/bin/python benchmarks/sync_overhead.py [--quick]
 #
 # What the packages pull in (read from their wheel METADATA before installing):
@@ -15,7 +15,7 @@
 # "torch>=2.0.1" can never pull another (CUDA, multi-GB) build.
 set -euo pipefail
 
-VENV="${1:-/work/bench-venv-nle}"
+VENV="${1:-.venvs/nle}"
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 TORCH_VERSION="${TORCH_VERSION:-2.13.0}"
 PY="${PYTHON:-python3}"

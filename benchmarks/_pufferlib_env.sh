@@ -2,7 +2,7 @@
 # Build the SEPARATE virtualenv of the PufferLib recipe (magister.examples.pufferlib): pufferlib-core 3.0.23
 # next to the CPU build of torch 2.13.0 and magister (core only, editable from the checkout).
 #
-# Usage:  bash benchmarks/_pufferlib_env.sh [VENV_DIR] [MAGISTER_CHECKOUT]   (default: /work/bench-venv-puffer, .)
+# Usage:  bash benchmarks/_pufferlib_env.sh [VENV_DIR] [MAGISTER_CHECKOUT]   (default: .venvs/pufferlib, .)
 # Then:   VENV_DIR/bin/python -m magister.examples.pufferlib.train --help
 #
 # pufferlib-core 3.0.23 declares (read from its wheel METADATA before installing): numpy, gymnasium, psutil,
@@ -14,7 +14,7 @@
 # not use torch; the compiled extension pufferlib._C is optional in pufferlib's own __init__.
 set -euo pipefail
 
-VENV="${1:-/work/bench-venv-puffer}"
+VENV="${1:-.venvs/pufferlib}"
 CHECKOUT="${2:-.}"
 TORCH_VERSION="${TORCH_VERSION:-2.13.0}"
 PUFFER_VERSION="${PUFFER_VERSION:-3.0.23}"

@@ -3,7 +3,7 @@
 # reference library, syllabus-rl 0.7. The reference library is never installed into the development
 # environment.
 #
-# Usage:  bash benchmarks/_reference_env.sh [VENV_DIR]        (default: /work/bench-venv)
+# Usage:  bash benchmarks/_reference_env.sh [VENV_DIR]        (default: .venvs/reference)
 # Then:   VENV_DIR/bin/python benchmarks/curricula_speed.py
 #
 # Order matters: torch is installed first, as the CPU build (the index or wheel directory configured for
@@ -19,7 +19,7 @@
 # in the benchmark, so its ratios compare like with like.
 set -euo pipefail
 
-VENV="${1:-/work/bench-venv}"
+VENV="${1:-.venvs/reference}"
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 TORCH_VERSION="${TORCH_VERSION:-2.13.0}"
 PY="${PYTHON:-python3}"

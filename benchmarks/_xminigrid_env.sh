@@ -3,7 +3,7 @@
 # (xminigrid 0.9.3) with the same jax/jaxlib (0.10.2) and optax as magister's development environment, so
 # both sides of the comparison run the same XLA. xminigrid never goes into the development environment.
 #
-# Usage:  bash benchmarks/_xminigrid_env.sh [VENV_DIR] [MAGISTER_CHECKOUT]   (default: /work/bench-venv-xmg, .)
+# Usage:  bash benchmarks/_xminigrid_env.sh [VENV_DIR] [MAGISTER_CHECKOUT]   (default: .venvs/xminigrid, .)
 # Then:   python benchmarks/jax_minigrid_rm.py --xmg-python VENV_DIR/bin/python
 # magister (core only) is installed editable from the checkout too, so that the JAX guide's xminigrid
 # snippet runs there (tests/test_venv_suites.py runs it).
@@ -13,7 +13,7 @@
 # constraints file so that no later install can replace them.
 set -euo pipefail
 
-VENV="${1:-/work/bench-venv-xmg}"
+VENV="${1:-.venvs/xminigrid}"
 CHECKOUT="${2:-.}"
 JAX_VERSION="${JAX_VERSION:-0.10.2}"
 OPTAX_VERSION="${OPTAX_VERSION:-0.2.8}"

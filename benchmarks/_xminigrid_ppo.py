@@ -14,7 +14,7 @@ dependency); ``jax_minigrid_rm.py`` calls it through a subprocess and reads the 
 Both print ``{"mode": ..., "steps_per_s": ..., "compile_s": ..., "backend": ..., "device": ...}`` (compile =
 first call, excluded from the rate; the rate is the best of ``--repeats`` timed blocks).
 
-Usage: ``/work/bench-venv-xmg/bin/python benchmarks/_xminigrid_ppo.py ppo --envs 128 --steps 64``
+Usage: ``.venvs/xminigrid/bin/python benchmarks/_xminigrid_ppo.py ppo --envs 128 --steps 64``
 """
 
 from __future__ import annotations

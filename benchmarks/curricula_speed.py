@@ -6,8 +6,8 @@ Run (magister only; the reference columns show ``n/a``)::
 
 Run against the reference library, which lives in its own virtualenv (never in the development one)::
 
-    bash benchmarks/_reference_env.sh /work/bench-venv
-    /work/bench-venv/bin/python benchmarks/curricula_speed.py
+    bash benchmarks/_reference_env.sh .venvs/reference
+    .venvs/reference/bin/python benchmarks/curricula_speed.py
 
 For each algorithm and each number of tasks ``n`` (10^3, 10^4, 10^5), both libraries get the same call
 sequence on a discrete space of ``n`` tasks:

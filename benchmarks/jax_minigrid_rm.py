@@ -379,7 +379,7 @@ def main() -> None:
     ap.add_argument("--write-results", action="store_true",
                     help="--speed: write the output into docs/results.md and benchmarks/README.md")
     ap.add_argument("--rounds", type=int, default=2, help="--speed: alternating rounds")
-    ap.add_argument("--xmg-python", default="/work/bench-venv-xmg/bin/python",
+    ap.add_argument("--xmg-python", default=".venvs/xminigrid/bin/python",
                     help="--speed: python of the xminigrid venv (benchmarks/_xminigrid_env.sh)")
     ap.add_argument("--before", default=None, help="--speed: also measure the magister package under DIR")
     ap.add_argument("--worker", choices=("env", "dr", "sfl"), help=argparse.SUPPRESS)

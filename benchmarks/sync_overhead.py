@@ -8,9 +8,9 @@ sender-receiver machinery is measured.
 
 Build the environment first (nle, syllabus-rl 0.7 and Ray never go into the development venv)::
 
-    bash benchmarks/_nle_env.sh                          # -> /work/bench-venv-nle
-    /work/bench-venv-nle/bin/python benchmarks/sync_overhead.py          # 4 workers x 64 episodes, 3 rounds
-    /work/bench-venv-nle/bin/python benchmarks/sync_overhead.py --quick  # smoke: 4 x 8 episodes, 1 round
+    bash benchmarks/_nle_env.sh                          # -> .venvs/nle
+    .venvs/nle/bin/python benchmarks/sync_overhead.py          # 4 workers x 64 episodes, 3 rounds
+    .venvs/nle/bin/python benchmarks/sync_overhead.py --quick  # smoke: 4 x 8 episodes, 1 round
 
 Modes (all in the same run; the native modes' rounds first, then the Ray modes', so that Ray's daemons,
 which keep running once started, do not disturb the native rows; within each round the modes are
