@@ -84,6 +84,7 @@ from __future__ import annotations
 import argparse
 import gc
 import logging
+import os
 import shlex
 import sys
 import time
@@ -584,7 +585,9 @@ def main(argv: list[str] | None = None) -> None:
         print("ratio = magister / reference (higher is better for magister); round = sample(1) + its update, "
               "timed together (whatever each library defers to either call); B/task = bytes allocated by "
               "construction + warm-up, per task")
-        print("Reproduce: " + shlex.join([sys.executable, "benchmarks/curricula_speed.py", *argv_used]))
+        here = os.path.relpath(sys.executable)  # (the interpreter as the checkout names it, not this machine)
+        python = here if not here.startswith("..") else "python"
+        print("Reproduce: " + shlex.join([python, "benchmarks/curricula_speed.py", *argv_used]))
 
 
 if __name__ == "__main__":
