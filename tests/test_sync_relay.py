@@ -78,7 +78,7 @@ def test_tasks_and_episodes_flow_through_relays_on_their_leases_in_batches(ray_s
     try:
         feeds = [_feed(relays[i % 2].address) for i in range(6)]
         played = []
-        for episode in range(10):
+        for _ in range(10):
             for i, feed in enumerate(feeds):
                 a = feed.next_task()
                 assert (a.train, a.control) == (a.task % 3 != 0, a.task % 4 == 0)  # the flags came along
