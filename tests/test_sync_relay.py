@@ -167,3 +167,18 @@ def test_through_a_relays_death_every_episode_is_applied_once_or_its_lease_count
     assert orphaned <= before // 2 and relay_m["sync/total/updates_rejected"] == 0
     assert relay_m["relay/errors_received"] == 0 and relay_m["relay/updates_dropped"] == 0
     print("lost", len(set(played) & abandoned), "orphaned", orphaned, "abandoned", len(abandoned))
+
+
+def test_the_scale_benchmark_through_relays_applies_every_episode_once(ray_session, monkeypatch):
+    import importlib
+
+    from magister.examples import results as R
+
+    monkeypatch.syspath_prepend(str(R.ROOT / "benchmarks"))
+    bench = importlib.import_module("sync_scale")
+    rows = bench.main(["--transports", "Ray", "--sizes", "10", "--modes", "episodic", "--episodes", "100",
+                       "--relays", "2"])
+    (row,) = rows
+    assert (row.transport, row.relays, row.envs) == ("Ray+2rel", 2, 10)
+    assert row.total_applied == row.episodes == row.applied >= 20 and row.errors == row.leave_errors == 0
+    assert 0 < row.upstream_calls < row.messages and row.relay_cpu_s > 0
