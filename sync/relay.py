@@ -104,10 +104,12 @@ class RelayServer(RayCurriculumServer):
 
 def serve_relays(upstream: str | ServedCurriculum, task_space: TaskSpace, n: int, *,
                  name: str = "magister_relay", namespace: str | None = None, max_restarts: int = -1,
-                 options: ServerOptions | None = None, feed: FeedOptions | None = None) -> list[RelayServer]:
+                 options: ServerOptions | None = None, feed: FeedOptions | None = None,
+                 actor_options: dict | None = None) -> list[RelayServer]:
     """``n`` relays (actors ``<name>_<i>``, restarted ``max_restarts`` times) before the curriculum actor
     ``upstream`` serving ``task_space``; env ``i`` connects to ``relays[i % n].address``. ``options``: theirs;
-    ``feed``: theirs upstream. ``ValueError`` for a curriculum that wants step updates (not forwarded)."""
+    ``feed``: theirs upstream; ``actor_options``: more ``.options(...)`` (``num_cpus``, ``resources``).
+    ``ValueError`` for a curriculum that wants step updates (not forwarded)."""
     address = upstream.address if isinstance(upstream, ServedCurriculum) else upstream  # (the feed checks it)
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"n must be an int >= 1 (the number of relays), got {n!r}")
@@ -115,9 +117,9 @@ def serve_relays(upstream: str | ServedCurriculum, task_space: TaskSpace, n: int
     relays: list[RelayServer] = []
     try:
         for i in range(n):
-            actor = ray.remote(RelayActor).options(name=f"{name}_{i}", namespace=namespace, max_concurrency=1,
-                                                   max_restarts=max_restarts, num_cpus=0)
-            relays.append(RelayServer(actor.remote(cur, ServerOptions.of(options)), f"{name}_{i}", namespace,
+            opts = {"num_cpus": 0, **(actor_options or {}), "name": f"{name}_{i}", "namespace": namespace}
+            actor = ray.remote(RelayActor).options(max_concurrency=1, max_restarts=max_restarts, **opts)
+            relays.append(RelayServer(actor.remote(cur, ServerOptions.of(options)), opts["name"], namespace,
                                       owner=True))
         if any(get(r.actor.call.remote("join"), 300.0, describe_actor(r.name, namespace), "the start")
                for r in relays):
