@@ -74,7 +74,9 @@ def _feed(address: str) -> RayClient:
 def test_tasks_and_episodes_flow_through_relays_on_their_leases_in_batches(ray_session):
     server = serve_ray(Unique(), name="relay_flow_cur", env_timeout=30)
     relays = serve_relays(server, SPACE, 2, name="relay_flow", max_restarts=0,
-                          feed=FeedOptions(prefetch=16, update_batch=64, timeout=30))
+                          # updates go with task requests and when 64 are held, not on a timer: the count of
+                          # calls does not depend on how fast this machine plays
+                          feed=FeedOptions(prefetch=64, update_batch=64, max_update_delay=120, timeout=30))
     try:
         feeds = [_feed(relays[i % 2].address) for i in range(6)]
         played = []
@@ -105,7 +107,7 @@ def test_tasks_and_episodes_flow_through_relays_on_their_leases_in_batches(ray_s
     assert t["tasks_consumed"] == 60 and t["tasks_in_flight"] == 0 and rec["abandoned"] == []
     assert m["sync/envs"] == 2  # the curriculum actor served two envs: the relays
     # batching: the relays called the curriculum actor far fewer times than their envs called them
-    assert env_calls >= 60 and sum(relay_calls) * 4 <= env_calls, (env_calls, relay_calls)
+    assert env_calls >= 60 and sum(relay_calls) * 5 <= env_calls, (env_calls, relay_calls)
 
 
 def test_relays_refuse_a_curriculum_that_wants_step_updates(ray_session):
