@@ -168,7 +168,6 @@ def test_through_a_relays_death_every_episode_is_applied_once_or_its_lease_count
     orphaned = relay_m["sync/total/reports_orphaned"]
     assert orphaned <= before // 2 and relay_m["sync/total/updates_rejected"] == 0
     assert relay_m["relay/errors_received"] == 0 and relay_m["relay/updates_dropped"] == 0
-    print("lost", len(set(played) & abandoned), "orphaned", orphaned, "abandoned", len(abandoned))
 
 
 def test_the_scale_benchmark_through_relays_applies_every_episode_once(ray_session, monkeypatch):
