@@ -30,6 +30,11 @@ process in turn, all processes together at ``--rate`` episodes per second. Measu
   others play: the time from ``next_task()`` asking to the task arriving, p50 and p99;
 * **leave**: all envs closing their feeds at once, and the error replies the endpoint sent meanwhile.
 
+With ``--relays 0 2 4`` (Ray), each Ray run is repeated with the envs spread over that many relay actors
+(:func:`magister.sync.relay.serve_relays`, one load process per relay at least) in front of the same
+curriculum actor; the CPU per episode is still the curriculum actor's, and the relays' own CPU and the calls
+they made to it are added (section ``sync-relays`` of docs/results.md, not ``sync-scale``).
+
 Each run ends with the invariants: the endpoint's ``sync/total/episodes_applied`` equals the episodes the
 envs (and probes) reported, and no env saw an error. The load processes run at a lower priority than the
 endpoint; on a machine with fewer cores than load processes they take turns, which slows play but not the
