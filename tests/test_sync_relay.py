@@ -14,7 +14,7 @@ ray = pytest.importorskip("ray")
 
 from magister.curricula.base import Curriculum, TaskSample  # noqa: E402
 from magister.sync.feed import RayClient  # noqa: E402
-from magister.sync.options import FeedOptions  # noqa: E402
+from magister.sync.options import FeedOptions, ServerOptions  # noqa: E402
 from magister.sync.ray_server import serve_ray  # noqa: E402
 from magister.sync.relay import serve_relays  # noqa: E402
 from magister.task_spaces.discrete import Discrete  # noqa: E402
@@ -118,6 +118,44 @@ def test_relays_refuse_a_curriculum_that_wants_step_updates(ray_session):
             serve_relays(server, SPACE, 0)
     with pytest.raises(ValueError, match="not a Ray backend address"):
         serve_relays("tcp://127.0.0.1:5555", SPACE, 1)
+
+
+def test_the_tasks_of_an_env_gone_silent_behind_a_relay_are_counted_there_and_served_again(ray_session,
+                                                                                            monkeypatch):
+    from magister.sync import feed as feed_module
+
+    server = serve_ray(Unique(), name="relay_silent_cur")
+    relays = serve_relays(server, SPACE, 1, name="relay_silent", max_restarts=0,
+                          options=ServerOptions(env_timeout=1.0), feed=FeedOptions(prefetch=8, timeout=30))
+    try:
+        monkeypatch.setattr(feed_module, "_background_flush", False)  # no heartbeats: it will go silent
+        silent = _feed(relays[0].address)
+        silent.next_task()
+        held = sorted(relays[0].in_flight(silent.env_id).values())
+        monkeypatch.undo()
+        wait_for(lambda: relays[0].metrics()["sync/envs_timed_out"] == 1, 60, "the silent env declared gone")
+        other = _feed(relays[0].address)
+        seen = []
+        while not set(held) <= set(seen):
+            a = other.next_task()
+            other.record_episode(a, 1.0, 1, 1.0)
+            seen.append(a.task)
+            assert len(seen) <= 50, (held, seen)
+        other.close()
+        relay_m = relays[0].metrics()
+        relays[0].close()
+        rec, m = server.call("records"), server.metrics()
+    finally:
+        for r in relays:
+            r.close()
+        server.close()
+    # the relay counted the silent env's tasks abandoned, and its other env played each of them once
+    assert len(held) >= 1 and relay_m[f"sync/env{silent.env_id}/tasks_abandoned"] == len(held)
+    assert sorted(t for t, *_ in rec["episodes"]) == sorted(seen) and len(seen) == len(set(seen))
+    # to the curriculum actor nothing was abandoned: every lease consumed or returned with the relay's goodbye
+    t = _totals(m)
+    assert rec["abandoned"] == [] and t["tasks_abandoned"] == 0 and t["tasks_in_flight"] == 0
+    assert t["tasks_sent"] == t["tasks_consumed"] + t["tasks_returned"]
 
 
 def test_through_a_relays_death_every_episode_is_applied_once_or_its_lease_counted(ray_session):
