@@ -13,7 +13,7 @@ import pytest
 ray = pytest.importorskip("ray")
 
 from magister.curricula.base import Curriculum, TaskSample  # noqa: E402
-from magister.sync.feed import RayClient  # noqa: E402
+from magister.sync.feed import RayClient, ServerUnavailableError  # noqa: E402
 from magister.sync.options import FeedOptions, ServerOptions  # noqa: E402
 from magister.sync.ray_server import serve_ray  # noqa: E402
 from magister.sync.relay import serve_relays  # noqa: E402
@@ -118,6 +118,9 @@ def test_relays_refuse_a_curriculum_that_wants_step_updates(ray_session):
             serve_relays(server, SPACE, 0)
     with pytest.raises(ValueError, match="not a Ray backend address"):
         serve_relays("tcp://127.0.0.1:5555", SPACE, 1)
+    with pytest.raises(ServerUnavailableError, match="relay_nobody"):  # no curriculum actor there
+        serve_relays("ray://relay_nobody", SPACE, 1, name="relay_none", max_restarts=0,
+                     feed=FeedOptions(timeout=1))
 
 
 def test_the_tasks_of_an_env_gone_silent_behind_a_relay_are_counted_there_and_served_again(ray_session,
