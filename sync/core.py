@@ -80,7 +80,6 @@ class EnvCounters:
     tasks_unsent: int = 0
     tasks_consumed: int = 0
     tasks_returned: int = 0
-    updates_received: int = 0
     updates_applied: int = 0
     updates_rejected: int = 0
     curriculum_errors: int = 0
@@ -96,12 +95,17 @@ class EnvCounters:
     episodes_reported: int = 0
     episodes_lost_to_restore: int = 0
     #: Listed with the counts (in the metrics, and in the ledgers of earlier versions) but derived.
-    DERIVED: ClassVar[tuple[str, ...]] = ("tasks_sent", "tasks_in_flight", "connected")
+    DERIVED: ClassVar[tuple[str, ...]] = ("tasks_sent", "tasks_in_flight", "updates_received", "connected")
 
     @property
     def tasks_sent(self) -> int:
         """Tasks handed out to the env (sampled, and not found undeliverable)."""
         return self.tasks_sampled - self.tasks_unsent
+
+    @property
+    def updates_received(self) -> int:
+        """Updates processed, applied or refused (a report's every update, a goodbye)."""
+        return self.updates_applied + self.updates_rejected
 
     @property
     def tasks_in_flight(self) -> int:
@@ -115,7 +119,7 @@ class EnvCounters:
 
     def metrics(self, prefix: str, connected: int) -> dict[str, float]:
         """``<prefix>/<counter>`` for every count, the derived ones and ``connected``."""
-        counts = {**asdict(self), "tasks_sent": self.tasks_sent, "tasks_in_flight": self.tasks_in_flight}
+        counts = {**asdict(self), **{name: getattr(self, name) for name in self.DERIVED[:-1]}}
         return {f"{prefix}/{name}": float(v) for name, v in {**counts, "connected": connected}.items()}
 
 
@@ -198,7 +202,8 @@ class SyncCore:
         self.updates_lost_away = 0  # updates returning envs could not keep (reported in their hellos)
         self.errors_sent = 0  # error replies made (:meth:`error`)
         self.malformed_frames = 0  # frames from peers that never said hello
-        self.token = secrets.token_hex(8)  # names this core in every welcome
+        # its own (in every welcome), then those of the instances whose ledger it restored (their env ids)
+        self.tokens = [secrets.token_hex(8)]
         self._next_env = 0
         # lease ids are unique across server instances (each core numbers from a random base), so a
         # returning env's report names a lease this core holds, ended, or never issued
@@ -208,6 +213,11 @@ class SyncCore:
         space = getattr(curriculum, "task_space", None)
         # its task space's fingerprint ("": none), sent in every Welcome and compared with the env's
         self.task_space_fingerprint = space.fingerprint() if isinstance(space, TaskSpace) else ""
+
+    @property
+    def token(self) -> str:
+        """The random token naming this core (sent in every welcome)."""
+        return self.tokens[0]
 
     @property
     def heartbeat(self) -> float:
@@ -241,7 +251,6 @@ class SyncCore:
         return P.Welcome(
             env_id=env_id, step_batch_size=self.options.step_batch_size,
             requires_step_updates=bool(cur.requires_step_updates),
-            requires_episode_updates=bool(cur.requires_episode_updates),
             step_obs=bool(cur.requires_step_observations), step_infos=bool(cur.requires_step_infos),
             task_space=self.task_space_fingerprint, heartbeat=float(self.heartbeat), server_token=self.token,
             resumed=resumed,
@@ -250,8 +259,8 @@ class SyncCore:
     def _admit(self, hello: P.Hello) -> tuple[int, bool]:
         """The env's slot (its own when it comes back to one) and whether it resumes restored leases."""
         back = self._envs.get(hello.rejoin)
-        if back is not None and back.connected:  # its id is served (to another env, or to it already)
-            back = None
+        if back is not None and (back.connected or hello.server not in ("", *self.tokens)):
+            back = None  # its id is served (to another env, or to it already), or another instance's
         if back is None and self.live_envs >= self.options.max_envs:
             raise SyncRejected("too_many_envs", f"at most {self.options.max_envs} live envs are served")
         if hello.rejoin is not None:
@@ -376,14 +385,16 @@ class SyncCore:
                     envs[env_id] = {"counters": asdict(env.counters), "leases": leases, "stream": env.stream,
                                     "before": env.before}
             return {"envs": envs, "ended": [[i, outcome] for i, outcome in self._ended.items()],
-                    "next_env": self._next_env}
+                    "next_env": self._next_env, "tokens": list(self.tokens)}
 
     def load_ledger(self, state: dict[str, Any]) -> None:
         """Restore :meth:`ledger_state` (a restart under live workers): its envs are expected back under
         their identities (one not back within ``env_timeout`` is declared gone) and its leases are open
         again; a report for a lease that ended before the checkpoint is a repeat, one for a lease the dead
-        instance issued after it is orphaned."""
+        instance issued after it is orphaned. Env ids are the checkpoint's from now on: the core takes a new
+        token, and a returning env gets its slot back only if the checkpoint's lineage numbered its id."""
         with self.lock:
+            self.tokens = [secrets.token_hex(8), *state.get("tokens", ())]
             for env_id in [e for e, env in self._envs.items() if env.live]:
                 self.depart(env_id, "restore")
             for key, saved in state["envs"].items():
@@ -537,7 +548,6 @@ class SyncCore:
         if type(msg) is not P.Report:  # a refused update of a known env, else a malformed frame
             with self.lock:
                 if self.is_live(env_id):
-                    self._envs[env_id].counters.updates_received += 1
                     self._envs[env_id].counters.updates_rejected += 1
                 else:
                     self.malformed_frames += 1
@@ -556,7 +566,6 @@ class SyncCore:
                 except SyncRejected as exc:
                     refused.append(exc)
             n = len(msg.updates)
-            c.updates_received += n
             c.updates_applied += n - len(refused)
             c.updates_rejected += len(refused)
             if refused:
@@ -694,7 +703,6 @@ class SyncCore:
         env_id = msg.env_id
         c = self._live(env_id).counters
         with self.lock:
-            c.updates_received += 1
             flight = self._envs[env_id].leases
             returned = [i for i in msg.returned_task_ids if not self._stale(env_id, c, i)]
             unknown = [i for i in returned if i not in flight]

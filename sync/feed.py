@@ -111,8 +111,6 @@ class TaskFeed:
             this env's tasks from a generator of its own; ``None``: the curriculum's shared one.
     """
 
-    env_id: int | None
-
     def __init__(self, transport: type[Transport], target: str | SyncCore, options: FeedOptions | None = None,
                  *, task_space: TaskSpace | None = None, stream: int | None = None, **overrides: Any) -> None:
         opts = FeedOptions.of(options, **overrides)
@@ -136,7 +134,7 @@ class TaskFeed:
         self._pid: int | None = None
         #: The transport of this process (``None`` until the feed connects, and once it closed).
         self.transport: Transport | None = None
-        self.env_id = None
+        self._welcome: P.Welcome | None = None  # (its env id and server token)
         self._buffer: deque[Assignment] = deque()
         self._outstanding = 0  # tasks asked for, not yet received
         self._steps: StepBuffer | None = None  # (the welcome's, when the curriculum wants step updates)
@@ -162,6 +160,11 @@ class TaskFeed:
         """Where the curriculum is (for messages)."""
         target = self.target
         return target if isinstance(target, str) else f"in-process:{type(target.curriculum).__name__}"
+
+    @property
+    def env_id(self) -> int | None:
+        """The id the curriculum side gave this env (``None`` before the feed connects)."""
+        return None if self._welcome is None else self._welcome.env_id
 
     @property
     def prefetch(self) -> int:
@@ -195,7 +198,9 @@ class TaskFeed:
         ready = (a.task_id for a in self._buffer if a.task_id != P.ENV_TASK)
         holds = () if rejoin is None else (*self._issued, *ready)
         reported = self.stats["episodes_reported"]
-        return P.Hello(os.getpid(), self.options.name, space, self.stream, rejoin, lost, holds, reported)
+        server = "" if rejoin is None else cast(P.Welcome, self._welcome).server_token
+        name, pid = self.options.name, os.getpid()
+        return P.Hello(pid, name, space, self.stream, rejoin, lost, holds, reported, server)
 
     def _ensure(self) -> bool:
         """Connect in this process if needed; False on the local fallback."""
@@ -255,7 +260,7 @@ class TaskFeed:
     def _take_welcome(self, welcome: P.Welcome) -> None:
         """Adopt the welcome's settings: env id, whether to record steps, the step buffer."""
         opts = self.options
-        self.env_id = welcome.env_id
+        self._welcome = welcome
         self._steps = StepBuffer(
             opts.send_obs and welcome.step_obs, opts.send_infos and welcome.step_infos,
             frozenset(opts.strip_keys), welcome.step_batch_size, self._flush_steps,

@@ -312,7 +312,7 @@ class Hello(Message):
     KIND: ClassVar[int] = 1
     CHECKS: ClassVar[dict] = {
         "pid": _NAT, "name": _STR, "task_space": _STR, "stream": _MAYBE_NAT, "rejoin": _MAYBE_NAT,
-        "lost": _NAT, "holds": _IDS, "reported": _NAT,
+        "lost": _NAT, "holds": _IDS, "reported": _NAT, "server": _STR,
     }
     pid: int
     name: str = ""
@@ -332,6 +332,9 @@ class Hello(Message):
     #: The episodes the env reported and had acknowledged over its life: a restored server counts those it
     #: lacks as lost to the restore.
     reported: int = 0
+    #: The token of the server instance that gave ``rejoin`` (``""``: not given): env ids are numbered by
+    #: each instance, so a server matches a returning env to its slot only if it numbered that id.
+    server: str = ""
 
 
 @dataclass(frozen=True)
@@ -344,13 +347,11 @@ class Welcome(Message):
 
     KIND: ClassVar[int] = 2
     CHECKS: ClassVar[dict] = {
-        "env_id": _NAT, "requires_step_updates": _BOOL, "requires_episode_updates": _BOOL,
-        "step_batch_size": _POS, "step_obs": _BOOL, "step_infos": _BOOL, "task_space": _STR,
-        "heartbeat": _FLOAT, "server_token": _STR, "resumed": _BOOL,
+        "env_id": _NAT, "requires_step_updates": _BOOL, "step_batch_size": _POS, "step_obs": _BOOL,
+        "step_infos": _BOOL, "task_space": _STR, "heartbeat": _FLOAT, "server_token": _STR, "resumed": _BOOL,
     }
     env_id: int
     requires_step_updates: bool
-    requires_episode_updates: bool
     step_batch_size: int
     step_obs: bool = True
     step_infos: bool = True

@@ -352,7 +352,7 @@ def test_malformed_frame_gets_an_error_reply(shared):
     (reply,) = ray.get(shared.actor.handle_batch.remote([b"\x93\x01"]), timeout=30)
     err = P.decode([reply])
     assert isinstance(err, P.Error) and err.code == "malformed"
-    welcome = P.encode(P.Welcome(10**6, False, True, 1))[0]
+    welcome = P.encode(P.Welcome(10**6, False, 1))[0]
     (reply,) = ray.get(shared.actor.handle_batch.remote([welcome]), timeout=30)
     assert P.decode([reply]).code == "bad_request"
     m = shared.metrics()

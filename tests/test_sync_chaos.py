@@ -198,6 +198,36 @@ def test_a_restore_after_a_server_restart_counts_no_episode_lost_that_was_not():
 
 
 @pytest.mark.timeout(120)
+def test_a_returning_env_is_not_taken_for_the_env_another_instance_numbered_alike():
+    """Server A applies 10 episodes of the worker (its env 0) and its checkpoint is taken; A is closed and a
+    fresh server F on the port gives the worker env id 0 again and applies 20 more; F is closed and server R
+    restores A's checkpoint. The worker comes back naming env 0 of F, not of A: R gives it a new slot
+    instead of A's env 0, and counts none of F's 20 episodes lost to the restore."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        address = f"tcp://127.0.0.1:{s.getsockname()[1]}"
+    with _playing(address) as (orders, done, servers):
+        for base, n in ((0, 10), (10**6, 20)):
+            servers.append(serve(Numbered(base), address))
+            orders.put(n)
+            assert done.get(timeout=60) == n
+            _wait_reported(servers[-1], n)
+            state = servers[-1].state_dict() if base == 0 else state
+            servers[-1].close()
+        servers.append(serve(Numbered(2 * 10**6), address))
+        servers[-1].load_state_dict(state)
+        orders.put(5)
+        assert done.get(timeout=60) == 5
+        _wait_reported(servers[-1], 5, 10)  # (A's 10, restored)
+        m = servers[-1].metrics()
+        assert m["sync/total/episodes_lost_to_restore"] == 0
+        assert (m["sync/env0/connected"], m["sync/env1/connected"]) == (0, 1)
+        # (besides its 5, R gets F's last reports again, and those it played on tasks F sent ahead: F's
+        # leases, which R counts orphaned)
+        assert m["sync/env1/episodes_applied"] + m["sync/env1/reports_orphaned"] >= 5
+
+
+@pytest.mark.timeout(120)
 def test_a_restore_counts_no_episode_lost_that_the_dead_instance_never_received():
     """The worker plays 10 episodes, all applied, and the checkpoint is taken; the network is cut and it
     plays 2 more (its reports do not arrive); the server is closed and a new one restores the checkpoint on

@@ -187,7 +187,7 @@ def test_updates_for_tasks_outside_the_space_or_not_held_are_refused(ctx):
                 "task_mismatch",
             ),
             (W.episode(env + 5, t0, held.tasks[0], 1.0, 1, 1.0), "unknown_env"),  # another env's id
-            (P.Welcome(env, True, True, 1), "bad_request"),  # a server-only message
+            (P.Welcome(env, True, 1), "bad_request"),  # a server-only message
             (W.request(env, 5000), "bad_request"),
             (P.Goodbye(env, (12345,)), "unknown_task"),
         ]
