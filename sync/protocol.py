@@ -54,7 +54,7 @@ __all__ = [
 ]
 
 #: Bumped whenever a message layout changes or a kind is added; both ends must agree.
-PROTOCOL_VERSION = 12
+PROTOCOL_VERSION = 13
 #: Arrays with at least this many bytes travel as separate zero-copy frames.
 DEFAULT_OOB_THRESHOLD = 64 * 1024
 #: Upper bound on one msgpack header (the out-of-band frames are bounded by the socket's MAXMSGSIZE).
