@@ -680,6 +680,7 @@ ENVELOPE_MAGIC = b"MGSQ"
 #: Envelope kinds: a sequenced message, a request for a resend (and a liveness probe), the answer to one.
 DATA, PING, PONG = 0, 1, 2
 _ENVELOPE = struct.Struct("<4sBqq")
+_CHANNEL = struct.Struct("<4sI")  # (the channel frame: b"MGCH", channel)
 #: Bytes the envelope takes at the start of a message's first frame.
 ENVELOPE_SIZE = _ENVELOPE.size
 
@@ -705,9 +706,6 @@ def unpack_envelope(frame: Any) -> tuple[int, int, int] | None:
     if kind not in (DATA, PING, PONG) or seq < 0 or ack < 0:
         raise ProtocolError(f"malformed envelope frame: kind {kind}, seq {seq}, ack {ack}")
     return kind, seq, ack
-
-
-_CHANNEL = struct.Struct("<4sI")
 
 
 def channel_frame(channel: int) -> list[bytes]:

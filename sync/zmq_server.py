@@ -48,8 +48,7 @@ __all__ = ["CurriculumServer", "serve"]
 
 @dataclass(eq=False)
 class _Link:
-    """One client socket (its envs' channels): when it was last heard from, and the connection its last
-    message came on (``None``: ZeroMQ reported it closed)."""
+    """A client socket of envs: when it was last heard from, its connection (``None``: reported closed)."""
 
     heard: float
     fd: int | None
@@ -229,9 +228,8 @@ class CurriculumServer(LearnerCalls, ServedCurriculum):
 
     def _write(self, key: tuple[bytes, int], frames: list[Any], msg: P.Message | None = None,
                level: int | None = None, gone: int | None = None) -> bool:
-        """Send ``frames`` to ``key`` (routing id, channel) now; False when it cannot take them (logged at
-        ``level``, by default a warning; at ``gone``, when given, if the peer is gone rather than its queue
-        full)."""
+        """Send ``frames`` to ``key`` now; False when it cannot take them (logged at ``level``, by default a
+        warning; at ``gone``, when given, if the peer is gone rather than its queue full)."""
         try:
             self._sock.send_multipart([key[0], *P.channel_frame(key[1]), *frames], zmq.NOBLOCK)
             return True
@@ -276,8 +274,7 @@ class CurriculumServer(LearnerCalls, ServedCurriculum):
             envelope = P.unpack_envelope(body[0]) if body else None
             if envelope is not None and not self._sequence(key, peer, envelope):
                 return
-            if envelope is not None:
-                body = [body[0].buffer[P.ENVELOPE_SIZE:], *body[1:]]
+            body = body if envelope is None else [body[0].buffer[P.ENVELOPE_SIZE:], *body[1:]]
             limit = min(self.options.max_message_bytes, P.DEFAULT_MAX_HEADER_BYTES)
             msg = P.decode(body, max_header_bytes=limit)
         except P.ProtocolError as exc:
@@ -304,8 +301,7 @@ class CurriculumServer(LearnerCalls, ServedCurriculum):
             if not isinstance(welcome, P.Welcome):  # (refused)
                 self._send(key, welcome)
                 return
-            link = self._links.get(key[0]) or self._links.setdefault(key[0], _Link(time.monotonic(), fd))
-            peer = _Peer(welcome, link)
+            peer = _Peer(welcome, self._links.setdefault(key[0], _Link(time.monotonic(), fd)))
             self.core.attach(welcome.env_id, peer, key)
             logger.debug("env %d joined (pid %d, %r)", welcome.env_id, hello.pid, hello.name)
             if hello.rejoin is not None:

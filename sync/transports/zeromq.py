@@ -21,7 +21,7 @@ import os
 import threading
 import time
 from collections import deque
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import zmq
 from zmq.utils.monitor import recv_monitor_message
@@ -76,8 +76,7 @@ class _Connection:
         self.monitor: zmq.Socket | None = sock.get_monitor_socket(failures)
         sock.connect(key[1])
         self.inboxes: dict[int, deque[list[Any]]] = {}
-        self.channels = 0
-        self.last_send, self.last_heard = 0.0, time.monotonic()
+        self.channels, self.last_send, self.last_heard = 0, 0.0, time.monotonic()
 
     @staticmethod
     def join(address: str, options: FeedOptions) -> tuple[_Connection, int]:
@@ -127,9 +126,8 @@ class _Connection:
         deadline = time.monotonic() + timeout
         while True:
             with self.lock:
-                box = self.inboxes.get(channel)
-                if box:
-                    return box.popleft()
+                if self.inboxes.get(channel):
+                    return self.inboxes[channel].popleft()
                 sock, left = self.socket, deadline - time.monotonic()
                 if sock.get(zmq.EVENTS) & zmq.POLLIN or (
                         left > 0 and sock.poll(max(1, int(min(left, READ_SLICE) * 1000)), zmq.POLLIN)):
@@ -175,12 +173,10 @@ class ZmqTransport(Transport):
         self.failed_handshakes = self.channel = 0
         self.conn: _Connection | None = None
         self.stream = P.Stream(MAX_UNACKED, pings=True)
-        self.pings = self.resent = self.rejoins = 0
-        self.next_away_log = 0.0
+        self.next_away_log = self.pings = self.resent = self.rejoins = 0
         self.env_id: int | None = None  # (the welcome's, for messages)
 
-    # the connection's socket, and when its last frame went out (heartbeats fill its silences)
-    socket = property(lambda self: None if self.conn is None else self.conn.socket)
+    # when the connection's last frame went out (heartbeats fill its silences)
     last_send = property(lambda self: 0.0 if self.conn is None else self.conn.last_send)
 
     def no_reply(self, what: str) -> str:
@@ -193,9 +189,7 @@ class ZmqTransport(Transport):
 
     def open(self, hello: P.Hello) -> P.Welcome:
         self.conn, self.channel = _Connection.join(self.address, self.options)
-        welcome = self._register(hello)
-        self.conn.end_monitor()  # (the handshake succeeded)
-        return welcome
+        return self._register(hello)
 
     def rejoin(self, hello: P.Hello) -> P.Welcome:
         """Register again on the same socket; the unacknowledged messages are sent again, numbered from the
@@ -217,6 +211,7 @@ class ZmqTransport(Transport):
             reply = self._answer_to(hello)
             if isinstance(reply, P.Welcome):
                 self.heartbeat, self.env_id = reply.heartbeat, reply.env_id
+                cast(_Connection, self.conn).end_monitor()  # (the handshake succeeded)
                 return reply
             if reply.code == "version":
                 raise P.ProtocolVersionError(reply.message)
@@ -237,38 +232,36 @@ class ZmqTransport(Transport):
             if time.monotonic() >= again:
                 self._write(frames, "Hello")
                 again = time.monotonic() + HELLO_RETRY
-            if self.conn.monitor is not None:  # type: ignore[union-attr] (open)
-                self._check_handshake()
+            if self._check_handshake():
                 left = min(left, 0.05)
             for msg in self.receive(min(left, HELLO_RETRY), retry=False):  # (an unknown_env error is stale)
                 if isinstance(msg, P.Welcome) or (isinstance(msg, P.Error) and msg.code != "unknown_env"):
                     return msg
         raise ServerUnavailableError(self.no_reply("a welcome"))
 
-    def _check_handshake(self) -> None:
+    def _check_handshake(self) -> bool:
         """Raise :class:`SyncError` saying why when the monitor reports a refused CURVE handshake. A peer that
         closes the connection during the handshake without saying why (a CURVE server refusing the key, or a
-        proxy whose server is down) is taken for a wrong key only when this client uses CURVE."""
-        conn = self.conn
-        assert conn is not None
-        events = []
-        with conn.lock:
+        proxy whose server is down) is taken for a wrong key only when this client uses CURVE. Returns
+        whether the handshake is still watched (until the connection's first welcome)."""
+        conn = cast(_Connection, self.conn)
+        with conn.lock:  # (the monitor is a socket too)
             while conn.monitor is not None and conn.monitor.poll(0):
-                events.append(recv_monitor_message(conn.monitor)["event"])
-        for event in events:
-            if event == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
-                key = conn.public_key.decode()  # type: ignore[union-attr] (refused: it presented one)
-                raise SyncError(f"{self.peer} refused this client's CURVE key {key} (not on its "
-                                "curve_allowed_clients): pass a listed key pair as curve_client_keys")
-            if self.options.curve_server_key is None:
-                if event == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL:  # (a CURVE server meeting a plain client)
-                    raise SyncError(f"the handshake with {self.peer} fails: does it require CURVE keys (pass "
-                                    "curve_server_key=<its public key>)?")
-                continue
-            self.failed_handshakes += 1
-            if self.failed_handshakes >= 3:
-                raise SyncError(f"the CURVE handshake with {self.peer} fails: is curve_server_key "
-                                f"{self.options.curve_server_key!r} the server's public key?")
+                event = recv_monitor_message(conn.monitor)["event"]
+                if event == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
+                    key = conn.public_key.decode()  # type: ignore[union-attr] (refused: it presented one)
+                    raise SyncError(f"{self.peer} refused this client's CURVE key {key} (not on its "
+                                    "curve_allowed_clients): pass a listed key pair as curve_client_keys")
+                if self.options.curve_server_key is None:
+                    if event == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL:  # (a CURVE server, a plain client)
+                        raise SyncError(f"the handshake with {self.peer} fails: does it require CURVE keys "
+                                        "(pass curve_server_key=<its public key>)?")
+                    continue
+                self.failed_handshakes += 1
+                if self.failed_handshakes >= 3:
+                    raise SyncError(f"the CURVE handshake with {self.peer} fails: is curve_server_key "
+                                    f"{self.options.curve_server_key!r} the server's public key?")
+            return conn.monitor is not None
 
     def send(self, items: list[P.Message]) -> None:
         """Each message numbered, in order (kept until the server acknowledges it)."""
@@ -311,8 +304,7 @@ class ZmqTransport(Transport):
 
     def receive(self, timeout: float, retry: bool = True) -> list[P.Message]:
         """At most one message; with ``retry``, a ``PING`` each time the wait passes ``RETRY_INTERVAL``."""
-        conn = self.conn
-        assert conn is not None
+        conn = cast(_Connection, self.conn)
         deadline = time.monotonic() + timeout
         while True:
             # a resend request every RETRY_INTERVAL; once every second while the server is silent
@@ -320,8 +312,7 @@ class ZmqTransport(Transport):
             left = deadline - time.monotonic()
             frames = conn.read(self.channel, max(0.0, min(left, every) if retry else left))
             if frames is not None:
-                msgs = self._take(frames)
-                if msgs:
+                if msgs := self._take(frames):
                     return msgs
             elif time.monotonic() >= deadline:
                 return []
