@@ -30,6 +30,10 @@ process in turn, all processes together at ``--rate`` episodes per second. Measu
   others play: the time from ``next_task()`` asking to the task arriving, p50 and p99;
 * **leave**: all envs closing their feeds at once, and the error replies the endpoint sent meanwhile.
 
+The ``one-proc`` rows (``--one-process``, ZeroMQ) play as ``episodic`` with every env in one load process:
+its envs share one socket (one connection per process and endpoint), where the other rows' envs are spread
+over processes of at most ``--per-process`` envs each.
+
 Each run ends with the invariants: the endpoint's ``sync/total/episodes_applied`` equals the episodes the
 envs (and probes) reported, and no env saw an error. The load processes run at a lower priority than the
 endpoint; on a machine with fewer cores than load processes they take turns, which slows play but not the
@@ -62,6 +66,7 @@ PAGES = (RESULTS_PAGE, BENCHMARKS_README)
 TASKS = 100
 PROBES = 4  # prefetch=0 envs timing the round trip
 MODES = ["episodic", "step", "unbatched"]
+ONE_PROC = "one-proc"  # episodic, every env in one load process (--one-process)
 _TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -421,7 +426,7 @@ def run(transport: str, mode: str, n: int, args: argparse.Namespace, index: int)
     make = ProcessHolder if transport == "ZeroMQ" else RayHolder
     holders: list[Any] = []
     try:
-        k = math.ceil(n / args.per_process)
+        k = 1 if mode == ONE_PROC else math.ceil(n / args.per_process)
         sizes = [n // k + (i < n % k) for i in range(k)]
         probe = make(endpoint.address, PROBES, True)
         holders = [make(endpoint.address, s, False, mode == "unbatched") for s in sizes] + [probe]
@@ -506,7 +511,7 @@ def _series(rows: list[Row]) -> dict[tuple[str, str], list[Row]]:
     return out
 
 
-def shape(rows: list[Row], rate: float, env_timeout: float = 60.0) -> str:
+def shape(rows: list[Row], rate: float, env_timeout: float = 60.0, per_process: int = 900) -> str:
     """The curve's shape in words, from the measured rows (``rate``: episodes per second in all)."""
     parts = []
     small, large = min(r.envs for r in rows), max(r.envs for r in rows)
@@ -538,6 +543,15 @@ def shape(rows: list[Row], rate: float, env_timeout: float = 60.0) -> str:
             f"({sweep * 1e3:.2f} ms at {most:,} envs, the median over its rows), once every quarter of "
             f"env_timeout ({env_timeout / 4:g} s by default): {sweep / (env_timeout / 4):.1e} of a core at "
             f"{most:,} envs.")
+    for r in (r for r in rows if r.mode == ONE_PROC):
+        spread = [o for o in rows if (o.transport, o.mode, o.envs) == ("ZeroMQ", "episodic", r.envs)]
+        parts.append(
+            f"**All {r.envs:,} envs in one process** (one socket): endpoint CPU per episode "
+            f"{_us(r.cpu_per_episode)} µs, memory {r.rss_per_env / 1024:.1f} KB per env, storm "
+            f"{r.envs / r.storm_s:,.0f} envs/s" + (
+                f"; the same envs spread over processes of at most {per_process:,}: "
+                f"{_us(spread[0].cpu_per_episode)} µs, {spread[0].rss_per_env / 1024:.1f} KB, "
+                f"{spread[0].envs / spread[0].storm_s:,.0f} envs/s." if spread else "."))
     leave = [r for r in rows if r.envs == large]
     parts.append(
         "All envs leaving at once (closing their feeds) took " + ", ".join(
@@ -629,15 +643,18 @@ def main(argv: list[str] | None = None) -> list[Row]:
     parser.add_argument("--steps", type=int, default=8, help="steps per episode")
     parser.add_argument("--per-process", type=int, default=900, help="most feeds per load process")
     parser.add_argument("--threads", type=int, default=8, help="threads per load process in the storm")
+    parser.add_argument("--one-process", type=int, nargs="*", default=[2000, 10000],
+                        help="sizes of the one-proc rows (ZeroMQ: every env in one load process)")
     parser.add_argument("--write-results", action="store_true",
                         help="write the output into docs/results.md and benchmarks/README.md")
     args = parser.parse_args(argv)
     if args.quick:
-        args.sizes, args.episodes, args.ray_largest_modes = [10, 100], 500, args.modes
+        args.sizes, args.episodes, args.ray_largest_modes, args.one_process = [10, 100], 500, args.modes, []
     ray_sizes = args.sizes if args.ray_sizes is None else args.ray_sizes
     plan = [(t, m, n) for t in args.transports for m in args.modes
             for n in (args.sizes if t == "ZeroMQ" else ray_sizes)
             if t == "ZeroMQ" or n < max(ray_sizes) or m in args.ray_largest_modes]
+    plan += [("ZeroMQ", ONE_PROC, n) for n in args.one_process if "ZeroMQ" in args.transports]
     with recording("sync-scale", enabled=args.write_results, pages=PAGES) as rec:
         print(f"start: {machine()}")
         rows = []
@@ -666,7 +683,7 @@ def main(argv: list[str] | None = None) -> list[Row]:
               "per env; storm: all envs registering at once; sweep: one liveness sweep (ZeroMQ, timed in "
               "the endpoint); RTT: next_task() of a prefetch=0 env while the others play")
         print(f"end: {machine()}")
-        rec.after = shape(rows, args.rate)
+        rec.after = shape(rows, args.rate, per_process=args.per_process)
         if args.write_results:
             with tempfile.TemporaryDirectory() as tmp:
                 path = os.path.join(tmp, "sync-scale.png")
