@@ -11,7 +11,7 @@ recorded through the feed's step recorder, then the episode; ``unbatched``: epis
 ``prefetch=1, update_batch=1``, one report asking for one task per episode) and each number of envs ``n``, a
 fresh endpoint serves a uniform curriculum over 100 tasks that counts the episodes it applies. The ``n`` envs
 are real feeds (:func:`magister.sync.connect`, the library's own client and transport, default settings),
-many per load process (at most ``--per-process``, under ZeroMQ's 1,024 sockets per context; on Ray, load
+many per load process (at most ``--per-process``, sharing one socket per process; on Ray, load
 actors), each driven by a tiny loop: ``next_task()``, ``--steps`` steps, ``record_episode``, the feeds of a
 process in turn, all processes together at ``--rate`` episodes per second. Measured:
 

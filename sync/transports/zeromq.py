@@ -312,7 +312,7 @@ class ZmqTransport(Transport):
             left = deadline - time.monotonic()
             frames = conn.read(self.channel, max(0.0, min(left, every) if retry else left))
             if frames is not None:
-                if msgs := self._take(frames):
+                if (msgs := self._take(frames)) or timeout <= 0:  # (no wait: one frame at most)
                     return msgs
             elif time.monotonic() >= deadline:
                 return []
