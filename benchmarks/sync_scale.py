@@ -34,6 +34,11 @@ The ``one-proc`` rows (``--one-process``, ZeroMQ) play as ``episodic`` with ever
 its envs share one socket (one connection per process and endpoint), where the other rows' envs are spread
 over processes of at most ``--per-process`` envs each.
 
+With ``--relays 0 2 4`` (Ray), each Ray run is repeated with the envs spread over that many relay actors
+(:func:`magister.sync.relay.serve_relays`, one load process per relay at least) in front of the same
+curriculum actor; the CPU per episode is still the curriculum actor's, and the relays' own CPU and the calls
+they made to it are added (section ``sync-relays`` of docs/results.md, not ``sync-scale``).
+
 Each run ends with the invariants: the endpoint's ``sync/total/episodes_applied`` equals the episodes the
 envs (and probes) reported, and no env saw an error. The load processes run at a lower priority than the
 endpoint; on a machine with fewer cores than load processes they take turns, which slows play but not the
@@ -185,10 +190,11 @@ class RayEndpoint:
 
     name = "Ray"
 
-    def __init__(self, step_updates: bool, index: int) -> None:
+    def __init__(self, step_updates: bool, index: int, **options: Any) -> None:
         from magister.sync.ray_server import serve_ray
 
-        self.server = serve_ray(Counting(Discrete(TASKS), step_updates=step_updates), name=f"scale-{index}")
+        self.server = serve_ray(Counting(Discrete(TASKS), step_updates=step_updates), name=f"scale-{index}",
+                                **options)
         self.address = self.server.address
         self.pid = self.server.call("pid")
 
@@ -403,6 +409,9 @@ class Row:
     leave_s: float = 0.0  # all envs closing their feeds (goodbyes), at once
     leave_errors: int = 0  # error replies the endpoint sent while they did
     total_applied: int = 0  # the endpoint's sync/total/episodes_applied at the end
+    relays: int = 0  # relay actors between the envs and the curriculum actor (magister.sync.relay)
+    relay_cpu_s: float = 0.0  # their CPU time, all together, over the same span as cpu_s
+    upstream_calls: int = 0  # the calls they made to the curriculum actor
     round_trips: list[float] = field(default_factory=list)
 
     @property
@@ -419,17 +428,27 @@ def episodes_per_env(n: int, total: int) -> int:
     return max(2, math.ceil(total / n))
 
 
-def run(transport: str, mode: str, n: int, args: argparse.Namespace, index: int) -> Row:
-    """One endpoint, ``n`` envs: storm, memory, sweep, play, invariants."""
-    row = Row(transport, mode, n)
-    endpoint = (ZmqEndpoint if transport == "ZeroMQ" else RayEndpoint)(mode == "step", index)
+def run(transport: str, mode: str, n: int, args: argparse.Namespace, index: int, relays: int = 0) -> Row:
+    """One endpoint, ``n`` envs (spread over ``relays`` relay actors in front of it): storm, memory, sweep,
+    play, invariants."""
+    row = Row(f"Ray+{relays}rel" if relays else transport, mode, n, relays=relays)
+    options = {"max_tasks_in_flight": 1 << 20} if relays else {}  # (a relay holds its envs' tasks)
+    endpoint = (ZmqEndpoint if transport == "ZeroMQ" else RayEndpoint)(mode == "step", index, **options)
     make = ProcessHolder if transport == "ZeroMQ" else RayHolder
     holders: list[Any] = []
+    relay_servers: list[Any] = []
     try:
-        k = 1 if mode == ONE_PROC else math.ceil(n / args.per_process)
+        if relays:
+            from magister.sync.relay import serve_relays
+
+            relay_servers = serve_relays(endpoint.address, Discrete(TASKS), relays, name=f"scale-{index}-r")
+        addresses = [r.address for r in relay_servers] or [endpoint.address]
+        # (each load process: one relay's envs; one-proc: every env in one)
+        k = 1 if mode == ONE_PROC else max(math.ceil(n / args.per_process), len(addresses))
         sizes = [n // k + (i < n % k) for i in range(k)]
-        probe = make(endpoint.address, PROBES, True)
-        holders = [make(endpoint.address, s, False, mode == "unbatched") for s in sizes] + [probe]
+        probe = make(addresses[0], PROBES, True)
+        holders = [make(addresses[i % len(addresses)], s, False, mode == "unbatched")
+                   for i, s in enumerate(sizes)] + [probe]
         holders = [h.ready() for h in holders]
         probe.call("register", 0.0, PROBES).result()
         time.sleep(0.5)
@@ -445,6 +464,8 @@ def run(transport: str, mode: str, n: int, args: argparse.Namespace, index: int)
         row.sweep_s = endpoint.sweep()
         applied0 = endpoint.count()
         e = episodes_per_env(n, args.episodes)
+        relay_pids = [r.wait(r.actor.ping.remote()) for r in relay_servers]
+        relay_cpu0 = sum(cpu_seconds(pid) for pid in relay_pids)
         cpu0, t0 = cpu_seconds(endpoint.pid), time.monotonic()
         probe.call("probe_start").result()
         for h, size in zip(holders[:-1], sizes):
@@ -456,6 +477,7 @@ def run(transport: str, mode: str, n: int, args: argparse.Namespace, index: int)
         while endpoint.count() - applied0 < played + probe_episodes and time.monotonic() < deadline:
             time.sleep(0.01)
         row.cpu_s, row.play_s = cpu_seconds(endpoint.pid) - cpu0, time.monotonic() - t0
+        row.relay_cpu_s = sum(cpu_seconds(pid) for pid in relay_pids) - relay_cpu0
         row.applied = endpoint.count() - applied0
         before = endpoint.metrics()
         t = time.monotonic()
@@ -466,6 +488,9 @@ def run(transport: str, mode: str, n: int, args: argparse.Namespace, index: int)
         row.episodes = sum(s["episodes"] for s in stats)
         row.messages = sum(s["messages"] for s in stats)
         row.errors = sum(s["errors"] + s["dropped"] for s in stats)
+        row.upstream_calls = int(sum(r.metrics()["relay/calls"] for r in relay_servers))
+        for r in relay_servers:  # (each sends what it holds upstream, and leaves)
+            r.close()
         after = endpoint.metrics()
         row.leave_errors = int(after["sync/errors_sent"] - before["sync/errors_sent"])
         total = row.total_applied = int(after["sync/total/episodes_applied"])
@@ -476,6 +501,8 @@ def run(transport: str, mode: str, n: int, args: argparse.Namespace, index: int)
     finally:
         for h in holders:
             h.stop()
+        for r in relay_servers:
+            r.close()
         endpoint.close()
     return row
 
@@ -585,6 +612,31 @@ def shape(rows: list[Row], rate: float, env_timeout: float = 60.0, per_process: 
     return "\n\n".join(parts)
 
 
+def relay_summary(rows: list[Row], rate: float) -> str:
+    """The relay rows in words: the curriculum actor's CPU and calls per episode with and without relays at
+    each size and mode, and the relays' own CPU per episode."""
+    parts = []
+    for r in rows:
+        if not r.relays:
+            continue
+        base = next((b for b in rows if not b.relays and (b.mode, b.envs) == (r.mode, r.envs)), None)
+        than = "" if base is None else (
+            f" ({r.cpu_per_episode / base.cpu_per_episode:.2f}x its {_us(base.cpu_per_episode)} µs without "
+            f"relays, where the envs sent it {base.messages / max(1, base.applied):.2f} calls per episode)")
+        parts.append(
+            f"**{r.relays} relays, {r.mode}, {r.envs:,} envs**: the curriculum actor spent "
+            f"{_us(r.cpu_per_episode)} µs of CPU per episode{than}, busy {r.cpu_s / r.play_s:.2f}; its "
+            f"capacity at that cost is {1 / r.cpu_per_episode:,.0f} episodes/s. The relays sent it "
+            f"{r.upstream_calls / max(1, r.applied):.3f} calls per episode (their envs sent them "
+            f"{r.messages / max(1, r.applied):.2f}) and spent {_us(r.relay_cpu_s / max(1, r.applied))} µs of "
+            f"CPU per episode (one relay at one core: {max(1, r.applied) / max(1e-9, r.relay_cpu_s):,.0f} "
+            f"episodes/s); task round trip p50/p99 "
+            f"{np.median(r.round_trips) * 1e3:,.1f}/{np.percentile(r.round_trips, 99) * 1e3:,.1f} ms.")
+    parts.append(f"Offered: {rate:,.0f} episodes/s in all. Every episode played was applied once by the "
+                 "curriculum actor in every row (the run's invariant).")
+    return "\n\n".join(parts)
+
+
 def plot(rows: list[Row], path: str) -> None:
     import matplotlib
 
@@ -645,27 +697,35 @@ def main(argv: list[str] | None = None) -> list[Row]:
     parser.add_argument("--threads", type=int, default=8, help="threads per load process in the storm")
     parser.add_argument("--one-process", type=int, nargs="*", default=[2000, 10000],
                         help="sizes of the one-proc rows (ZeroMQ: every env in one load process)")
+    parser.add_argument("--relays", type=int, nargs="+", default=[0],
+                        help="Ray: also serve the envs through this many relay actors (0: none); the output "
+                             "becomes section sync-relays, not sync-scale")
     parser.add_argument("--write-results", action="store_true",
                         help="write the output into docs/results.md and benchmarks/README.md")
     args = parser.parse_args(argv)
     if args.quick:
         args.sizes, args.episodes, args.ray_largest_modes, args.one_process = [10, 100], 500, args.modes, []
     ray_sizes = args.sizes if args.ray_sizes is None else args.ray_sizes
-    plan = [(t, m, n) for t in args.transports for m in args.modes
+    plan = [(t, m, n, k) for t in args.transports for m in args.modes
             for n in (args.sizes if t == "ZeroMQ" else ray_sizes)
-            if t == "ZeroMQ" or n < max(ray_sizes) or m in args.ray_largest_modes]
-    plan += [("ZeroMQ", ONE_PROC, n) for n in args.one_process if "ZeroMQ" in args.transports]
-    with recording("sync-scale", enabled=args.write_results, pages=PAGES) as rec:
+            for k in (args.relays if t == "Ray" else [0])
+            if (t == "ZeroMQ" or n < max(ray_sizes) or m in args.ray_largest_modes)
+            and not (k and m == "step")]  # (relays forward no step updates)
+    plan += [("ZeroMQ", ONE_PROC, n, 0) for n in args.one_process if "ZeroMQ" in args.transports
+             and not any(args.relays)]
+    section = "sync-relays" if any(args.relays) else "sync-scale"
+    pages = PAGES[:1] if any(args.relays) else PAGES  # (the relay rows: the results page only)
+    with recording(section, enabled=args.write_results, pages=pages) as rec:
         print(f"start: {machine()}")
         rows = []
         t0 = time.monotonic()
         own_ray: bool | None = None  # (None: Ray not needed yet)
         try:
-            for i, (transport, mode, n) in enumerate(plan):
+            for i, (transport, mode, n, k) in enumerate(plan):
                 if transport == "Ray" and own_ray is None:
                     own_ray = _start_ray()
-                rows.append(run(transport, mode, n, args, i))
-                print(f"{transport} {mode} {n} envs: {rows[-1].applied} episodes applied, "
+                rows.append(run(transport, mode, n, args, i, k))
+                print(f"{rows[-1].transport} {mode} {n} envs: {rows[-1].applied} episodes applied, "
                       f"{time.monotonic() - t0:.0f} s", flush=True)
         finally:
             if own_ray:
@@ -683,12 +743,13 @@ def main(argv: list[str] | None = None) -> list[Row]:
               "per env; storm: all envs registering at once; sweep: one liveness sweep (ZeroMQ, timed in "
               "the endpoint); RTT: next_task() of a prefetch=0 env while the others play")
         print(f"end: {machine()}")
-        rec.after = shape(rows, args.rate, per_process=args.per_process)
+        rec.after = (relay_summary(rows, args.rate) if any(args.relays)
+                     else shape(rows, args.rate, per_process=args.per_process))
         if args.write_results:
             with tempfile.TemporaryDirectory() as tmp:
-                path = os.path.join(tmp, "sync-scale.png")
+                path = os.path.join(tmp, f"{section}.png")
                 plot(rows, path)
-                rec.add_image(path, "sync-scale.png")
+                rec.add_image(path, f"{section}.png")
         else:
             print(rec.after)
     return rows

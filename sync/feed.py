@@ -389,7 +389,8 @@ class TaskFeed:
 
     def _wait_for_tasks(self) -> bool:
         """Wait for a task: at most ``timeout`` while the curriculum side answers, longer while it is away
-        (:meth:`Transport.keep_waiting`); False when the fallback took over."""
+        (:meth:`Transport.keep_waiting`), and ``timeout`` again from a registration made meanwhile (its
+        request is new); False when the fallback took over."""
         start = time.monotonic()
         deadline = start + self.options.timeout
         while not self._buffer:
@@ -405,10 +406,13 @@ class TaskFeed:
                     return self._go_fallback(what)
                 deadline = time.monotonic() + self.options.timeout
                 continue
+            rejoins = self.stats["rejoins"]
             try:
                 self._receive(left)
             except ServerUnavailableError as exc:
                 return self._go_fallback("tasks", str(exc))
+            if self.stats["rejoins"] != rejoins:
+                deadline = time.monotonic() + self.options.timeout
         return True
 
     # -- tasks --------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ import multiprocessing as mp
 import os
 import signal
 import socket
+import threading
 import time
 
 import pytest
@@ -359,6 +360,47 @@ def test_workers_wait_for_a_learner_down_far_longer_than_their_timeout():
     # every episode applied by neither learner was counted orphaned by the second (whose orphans it never
     # applied); the rest of its orphans are reports the first learner applied but never acknowledged
     assert unapplied <= orphaned.value <= 2 * n - sum(a2)
+
+
+class SlowToSample(Counting):
+    """Takes ``seconds`` to sample (a curriculum refitting, on a loaded machine)."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__()
+        self.seconds = seconds
+
+    def sample(self, k: int = 1) -> list[int]:
+        time.sleep(self.seconds)
+        return super().sample(k)
+
+
+def test_a_wait_for_tasks_that_spans_a_new_learner_gives_its_request_the_whole_timeout():
+    """An env waits for a task (``timeout`` 3 s) from a learner that is gone; a new one starts on the port
+    2 s into the wait and takes 1.5 s to sample. The env registers with it and its request, made then, is
+    answered within its ``timeout``: the env gets its task (it used to give up at the first wait's end,
+    the new learner having been heard within the timeout)."""
+    port = _free_port()
+    address = f"tcp://127.0.0.1:{port}"
+    first = serve(Counting(), address)
+    c = CurriculumClient(address, prefetch=0, timeout=3.0, max_update_delay=0)
+    try:
+        played = c.next_task()
+        assert len(first.in_flight(c.env_id)) == 1  # (nothing asked ahead)
+        first.close()
+        c.record_episode(played, 1.0, 1, 1.0, refill=False)
+        started: list = []
+        later = threading.Timer(2.0, lambda: started.append(serve(SlowToSample(1.5), address)))
+        later.start()
+        try:
+            a = c.next_task()
+            later.join(30)
+            assert c.stats["rejoins"] == 1 and a.task_id in started[0].in_flight(c.env_id)
+        finally:
+            later.join(30)
+            for server in started:
+                server.close()
+    finally:
+        c.close()
 
 
 def _hold_and_hang(address: str, ready, env_timeout_hint: float) -> None:
