@@ -11,7 +11,7 @@ recorded through the feed's step recorder, then the episode; ``unbatched``: epis
 ``prefetch=1, update_batch=1``, one report asking for one task per episode) and each number of envs ``n``, a
 fresh endpoint serves a uniform curriculum over 100 tasks that counts the episodes it applies. The ``n`` envs
 are real feeds (:func:`magister.sync.connect`, the library's own client and transport, default settings),
-many per load process (at most ``--per-process``, under ZeroMQ's 1,024 sockets per context; on Ray, load
+many per load process (at most ``--per-process``, sharing one socket per process; on Ray, load
 actors), each driven by a tiny loop: ``next_task()``, ``--steps`` steps, ``record_episode``, the feeds of a
 process in turn, all processes together at ``--rate`` episodes per second. Measured:
 
@@ -29,6 +29,10 @@ process in turn, all processes together at ``--rate`` episodes per second. Measu
 * **round trip**: a few probe envs with ``prefetch=0`` (nothing kept ready) ask for each task while the
   others play: the time from ``next_task()`` asking to the task arriving, p50 and p99;
 * **leave**: all envs closing their feeds at once, and the error replies the endpoint sent meanwhile.
+
+The ``one-proc`` rows (``--one-process``, ZeroMQ) play as ``episodic`` with every env in one load process:
+its envs share one socket (one connection per process and endpoint), where the other rows' envs are spread
+over processes of at most ``--per-process`` envs each.
 
 With ``--relays 0 2 4`` (Ray), each Ray run is repeated with the envs spread over that many relay actors
 (:func:`magister.sync.relay.serve_relays`, one load process per relay at least) in front of the same
@@ -67,6 +71,7 @@ PAGES = (RESULTS_PAGE, BENCHMARKS_README)
 TASKS = 100
 PROBES = 4  # prefetch=0 envs timing the round trip
 MODES = ["episodic", "step", "unbatched"]
+ONE_PROC = "one-proc"  # episodic, every env in one load process (--one-process)
 _TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -438,7 +443,8 @@ def run(transport: str, mode: str, n: int, args: argparse.Namespace, index: int,
 
             relay_servers = serve_relays(endpoint.address, Discrete(TASKS), relays, name=f"scale-{index}-r")
         addresses = [r.address for r in relay_servers] or [endpoint.address]
-        k = max(math.ceil(n / args.per_process), len(addresses))  # (each load process: one relay's envs)
+        # (each load process: one relay's envs; one-proc: every env in one)
+        k = 1 if mode == ONE_PROC else max(math.ceil(n / args.per_process), len(addresses))
         sizes = [n // k + (i < n % k) for i in range(k)]
         probe = make(addresses[0], PROBES, True)
         holders = [make(addresses[i % len(addresses)], s, False, mode == "unbatched")
@@ -532,7 +538,7 @@ def _series(rows: list[Row]) -> dict[tuple[str, str], list[Row]]:
     return out
 
 
-def shape(rows: list[Row], rate: float, env_timeout: float = 60.0) -> str:
+def shape(rows: list[Row], rate: float, env_timeout: float = 60.0, per_process: int = 900) -> str:
     """The curve's shape in words, from the measured rows (``rate``: episodes per second in all)."""
     parts = []
     small, large = min(r.envs for r in rows), max(r.envs for r in rows)
@@ -564,6 +570,15 @@ def shape(rows: list[Row], rate: float, env_timeout: float = 60.0) -> str:
             f"({sweep * 1e3:.2f} ms at {most:,} envs, the median over its rows), once every quarter of "
             f"env_timeout ({env_timeout / 4:g} s by default): {sweep / (env_timeout / 4):.1e} of a core at "
             f"{most:,} envs.")
+    for r in (r for r in rows if r.mode == ONE_PROC):
+        spread = [o for o in rows if (o.transport, o.mode, o.envs) == ("ZeroMQ", "episodic", r.envs)]
+        parts.append(
+            f"**All {r.envs:,} envs in one process** (one socket): endpoint CPU per episode "
+            f"{_us(r.cpu_per_episode)} µs, memory {r.rss_per_env / 1024:.1f} KB per env, storm "
+            f"{r.envs / r.storm_s:,.0f} envs/s" + (
+                f"; the same envs spread over processes of at most {per_process:,}: "
+                f"{_us(spread[0].cpu_per_episode)} µs, {spread[0].rss_per_env / 1024:.1f} KB, "
+                f"{spread[0].envs / spread[0].storm_s:,.0f} envs/s." if spread else "."))
     leave = [r for r in rows if r.envs == large]
     parts.append(
         "All envs leaving at once (closing their feeds) took " + ", ".join(
@@ -680,6 +695,8 @@ def main(argv: list[str] | None = None) -> list[Row]:
     parser.add_argument("--steps", type=int, default=8, help="steps per episode")
     parser.add_argument("--per-process", type=int, default=900, help="most feeds per load process")
     parser.add_argument("--threads", type=int, default=8, help="threads per load process in the storm")
+    parser.add_argument("--one-process", type=int, nargs="*", default=[2000, 10000],
+                        help="sizes of the one-proc rows (ZeroMQ: every env in one load process)")
     parser.add_argument("--relays", type=int, nargs="+", default=[0],
                         help="Ray: also serve the envs through this many relay actors (0: none); the output "
                              "becomes section sync-relays, not sync-scale")
@@ -687,13 +704,15 @@ def main(argv: list[str] | None = None) -> list[Row]:
                         help="write the output into docs/results.md and benchmarks/README.md")
     args = parser.parse_args(argv)
     if args.quick:
-        args.sizes, args.episodes, args.ray_largest_modes = [10, 100], 500, args.modes
+        args.sizes, args.episodes, args.ray_largest_modes, args.one_process = [10, 100], 500, args.modes, []
     ray_sizes = args.sizes if args.ray_sizes is None else args.ray_sizes
     plan = [(t, m, n, k) for t in args.transports for m in args.modes
             for n in (args.sizes if t == "ZeroMQ" else ray_sizes)
             for k in (args.relays if t == "Ray" else [0])
             if (t == "ZeroMQ" or n < max(ray_sizes) or m in args.ray_largest_modes)
             and not (k and m == "step")]  # (relays forward no step updates)
+    plan += [("ZeroMQ", ONE_PROC, n, 0) for n in args.one_process if "ZeroMQ" in args.transports
+             and not any(args.relays)]
     section = "sync-relays" if any(args.relays) else "sync-scale"
     pages = PAGES[:1] if any(args.relays) else PAGES  # (the relay rows: the results page only)
     with recording(section, enabled=args.write_results, pages=pages) as rec:
@@ -724,7 +743,8 @@ def main(argv: list[str] | None = None) -> list[Row]:
               "per env; storm: all envs registering at once; sweep: one liveness sweep (ZeroMQ, timed in "
               "the endpoint); RTT: next_task() of a prefetch=0 env while the others play")
         print(f"end: {machine()}")
-        rec.after = relay_summary(rows, args.rate) if any(args.relays) else shape(rows, args.rate)
+        rec.after = (relay_summary(rows, args.rate) if any(args.relays)
+                     else shape(rows, args.rate, per_process=args.per_process))
         if args.write_results:
             with tempfile.TemporaryDirectory() as tmp:
                 path = os.path.join(tmp, f"{section}.png")

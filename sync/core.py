@@ -340,11 +340,12 @@ class SyncCore:
                              type(self.curriculum).__name__, exc_info=True)
         c.tasks_abandoned += len(leases)
 
-    def heard(self, env_id: int) -> None:
-        """Env ``env_id`` gave a sign of life (an endpoint calls this for each message; in-process envs are
-        never watched)."""
+    def heard(self, env_id: int, at: float | None = None) -> None:
+        """Env ``env_id`` gave a sign of life (now, or at ``at`` if later than the last; endpoints call this
+        for each message or before each :meth:`sweep`; in-process envs are never watched)."""
         if self.is_live(env_id):
-            self._envs[env_id].heard = time.monotonic()
+            env = self._envs[env_id]
+            env.heard = time.monotonic() if at is None else max(at, env.heard or at)
 
     def sweep(self, dead: Callable[[list], Iterable[int]] | None = None, reason: str = "dead") -> list[int]:
         """Declare gone (:meth:`depart`) the envs an endpoint's check names (``reason``; ``dead`` is given

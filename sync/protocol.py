@@ -14,7 +14,9 @@ loses no message and repeats none: ``b"MGSQ"``, kind (uint8), ``seq`` and ``ack`
 header never starts so, and a hello travels without one. ``DATA`` carries the message numbered ``seq`` (1,
 2, ... per sender and registration), ``ack`` being the highest ``seq`` received in order; ``PING`` (client
 -> server, no message) asks the server to send its unacknowledged replies again and answer ``PONG``, after
-which the client sends its own again. Each side keeps this state in a :class:`Stream`.
+which the client sends its own again. Each side keeps this state in a :class:`Stream`. The envs of one
+process share one socket, each on its own channel: a frame ``b"MGCH"`` + channel (uint32 LE) goes before
+the message of every channel but 0 (:func:`channel_frame`), so one env alone sends what it always did.
 
 There is **no Python object serialisation**: a peer sends only msgpack data and arrays, so it can never make
 the other side run code. Decoding is bounded (header size, array/map/str lengths, array sizes checked against
@@ -48,11 +50,11 @@ __all__ = [
     "Report", "Update", "Steps", "Progress", "EpisodeEnd", "AgentPart", "ENV_TASK", "STEPS", "PROGRESS",
     "EPISODE", "StackedObs", "Error", "Goodbye", "MESSAGE_TYPES",
     "encode", "decode", "pack_value", "unpack_value", "DATA", "PING", "PONG", "pack_envelope",
-    "unpack_envelope", "Stream", "rebase",
+    "unpack_envelope", "Stream", "rebase", "channel_frame", "split_channel",
 ]
 
 #: Bumped whenever a message layout changes or a kind is added; both ends must agree.
-PROTOCOL_VERSION = 12
+PROTOCOL_VERSION = 13
 #: Arrays with at least this many bytes travel as separate zero-copy frames.
 DEFAULT_OOB_THRESHOLD = 64 * 1024
 #: Upper bound on one msgpack header (the out-of-band frames are bounded by the socket's MAXMSGSIZE).
@@ -678,6 +680,7 @@ ENVELOPE_MAGIC = b"MGSQ"
 #: Envelope kinds: a sequenced message, a request for a resend (and a liveness probe), the answer to one.
 DATA, PING, PONG = 0, 1, 2
 _ENVELOPE = struct.Struct("<4sBqq")
+_CHANNEL = struct.Struct("<4sI")  # (the channel frame: b"MGCH", channel)
 #: Bytes the envelope takes at the start of a message's first frame.
 ENVELOPE_SIZE = _ENVELOPE.size
 
@@ -703,6 +706,23 @@ def unpack_envelope(frame: Any) -> tuple[int, int, int] | None:
     if kind not in (DATA, PING, PONG) or seq < 0 or ack < 0:
         raise ProtocolError(f"malformed envelope frame: kind {kind}, seq {seq}, ack {ack}")
     return kind, seq, ack
+
+
+def channel_frame(channel: int) -> list[bytes]:
+    """The frames naming ``channel`` of a shared connection, to go before a message (none for channel 0)."""
+    return [_CHANNEL.pack(b"MGCH", channel)] if channel else []
+
+
+def split_channel(frames: Sequence[Any]) -> tuple[int, Sequence[Any]]:
+    """``(channel, the message's frames)`` of ``frames`` (channel 0 without a channel frame).
+
+    >>> split_channel([*channel_frame(3), b"m"]), split_channel([b"m"])
+    ((3, [b'm']), (0, [b'm']))
+    """
+    first = getattr(frames[0], "buffer", frames[0]) if frames else b""
+    if len(first) == _CHANNEL.size and bytes(first[:4]) == b"MGCH":
+        return _CHANNEL.unpack(first)[1], frames[1:]
+    return 0, frames
 
 
 class Stream:

@@ -47,11 +47,19 @@ __all__ = ["CurriculumServer", "serve"]
 
 
 @dataclass(eq=False)
+class _Link:
+    """A client socket of envs: when it was last heard from, its connection (``None``: reported closed)."""
+
+    heard: float
+    fd: int | None
+
+
+@dataclass(eq=False)
 class _Peer:
-    """What the server keeps of one env it serves: its contact in the core, found by its routing id."""
+    """What the server keeps of one env it serves: its contact in the core, found by (routing id, channel)."""
 
     welcome: P.Welcome
-    fd: int | None  # the connection its last message came on (None: ZeroMQ reported it closed)
+    link: _Link  # its socket's, shared with the other envs on it: any message from it is a sign of life
     stream: P.Stream = field(default_factory=lambda: P.Stream(MAX_UNACKED_REPLIES))
     sequenced: bool = False  # it sends envelopes (so replies carry them)
 
@@ -86,6 +94,7 @@ class CurriculumServer(LearnerCalls, ServedCurriculum):
         self.duplicates_dropped = self.replies_resent = self.replies_undelivered = self.clients_refused = 0
         self._log = RateLimitedLogger(logger, LOG_INTERVAL)  # one rate limit for all it logs about its peers
         self.lock = self.core.lock
+        self._links: weakref.WeakValueDictionary[bytes, _Link] = weakref.WeakValueDictionary()  # (its peers')
         self._tmpdir: str | None = None
         if address is None:
             self._tmpdir = tempfile.mkdtemp(prefix="magister-")  # mode 0700
@@ -156,6 +165,8 @@ class CurriculumServer(LearnerCalls, ServedCurriculum):
             while not self.closed:
                 if time.monotonic() >= next_sweep:
                     next_sweep = time.monotonic() + heartbeat
+                    for peer in self.core.contacts():  # an env is heard whenever its socket is
+                        self.core.heard(peer.welcome.env_id, peer.link.heard)
                     self.core.sweep()
                 ready = dict(poller.poll(poll_ms))
                 if self._monitor in ready:
@@ -203,24 +214,24 @@ class CurriculumServer(LearnerCalls, ServedCurriculum):
         closed = set()
         while self._monitor.poll(0):
             closed.add(recv_monitor_message(self._monitor)["value"])
-        for peer in self.core.contacts() if closed else ():  # (one pass for every event read)
-            if peer.fd in closed:
-                peer.fd = None
+        for link in list(self._links.values()) if closed else ():  # (one pass for every event read)
+            if link.fd in closed:
+                link.fd = None
 
-    def _send(self, identity: bytes, msg: P.Message, peer: _Peer | None = None) -> bool:
+    def _send(self, key: tuple[bytes, int], msg: P.Message, peer: _Peer | None = None) -> bool:
         """Send ``msg`` now (numbered, and kept until acknowledged, for a sequenced ``peer``)."""
         frames = P.encode(msg)
         if peer is None or not peer.sequenced:  # (an error for a sender gone since, such as a frame that
             gone = logging.DEBUG if peer is None and type(msg) is P.Error else None  # crossed its goodbye)
-            return self._write(identity, frames, msg, gone=gone)
-        return self._write(identity, peer.stream.number(frames), msg, logging.DEBUG)  # (resent if lost)
+            return self._write(key, frames, msg, gone=gone)
+        return self._write(key, peer.stream.number(frames), msg, logging.DEBUG)  # (resent if lost)
 
-    def _write(self, identity: bytes, frames: list[Any], msg: P.Message | None = None,
+    def _write(self, key: tuple[bytes, int], frames: list[Any], msg: P.Message | None = None,
                level: int | None = None, gone: int | None = None) -> bool:
-        """Send ``frames`` to ``identity`` now; False when it cannot take them (logged at ``level``, by
-        default a warning; at ``gone``, when given, if the peer is gone rather than its queue full)."""
+        """Send ``frames`` to ``key`` now; False when it cannot take them (logged at ``level``, by default a
+        warning; at ``gone``, when given, if the peer is gone rather than its queue full)."""
         try:
-            self._sock.send_multipart([identity, *frames], zmq.NOBLOCK)
+            self._sock.send_multipart([key[0], *P.channel_frame(key[1]), *frames], zmq.NOBLOCK)
             return True
         except (zmq.Again, zmq.ZMQError) as exc:  # peer gone (ROUTER_MANDATORY) or its queue is full
             self.replies_undelivered += 1
@@ -232,69 +243,70 @@ class CurriculumServer(LearnerCalls, ServedCurriculum):
                           getattr(msg, "env_id", "?"), exc)
             return False
 
-    def _sequence(self, identity: bytes, peer: _Peer | None, envelope: tuple[int, int, int]) -> bool:
+    def _sequence(self, key: tuple[bytes, int], peer: _Peer | None, envelope: tuple[int, int, int]) -> bool:
         """Account for a sequenced frame; whether the message it carries is to be applied now."""
         kind, seq, ack = envelope
         if peer is None:  # a restarted server, or an env declared gone: it must say hello again
             self.core.note_malformed()
-            self._send(identity, self.core.refuse(self.core.unknown_env(why=" (restarted, or its env left)")))
+            self._send(key, self.core.refuse(self.core.unknown_env(why=" (restarted, or its env left)")))
             return False
         peer.sequenced = True
         verdict, resend, control = peer.stream.answer(kind, seq, ack)
         for frames in resend:  # what the env missed, then from where it must resend
-            self._write(identity, frames)
+            self._write(key, frames)
         self.replies_resent += len(resend)
         if control is not None:
-            self._write(identity, [peer.stream.control(control)])
+            self._write(key, [peer.stream.control(control)])
         if verdict == "repeat":  # already applied (a resend after a reconnect)
             self.duplicates_dropped += 1
             self.core.counters(peer.welcome.env_id).duplicates_dropped += 1
         return verdict == "deliver"
 
     def _handle(self, frames: list[Any]) -> None:
-        identity = frames[0].bytes
-        peer = self.core.contact(identity)
+        channel, body = P.split_channel(frames[1:])
+        key, fd = (frames[0].bytes, channel), frames[-1].get(zmq.SRCFD)
+        link = self._links.get(key[0])
+        if link is not None:  # (any message from a socket is a sign of life of all its envs)
+            link.heard, link.fd = time.monotonic(), fd
+        peer = self.core.contact(key)
         env_id = None if peer is None else peer.welcome.env_id
-        if peer is not None:
-            self.core.heard(env_id)
-            peer.fd = frames[-1].get(zmq.SRCFD)
         try:
-            envelope = P.unpack_envelope(frames[1]) if len(frames) > 1 else None
-            if envelope is not None and not self._sequence(identity, peer, envelope):
+            envelope = P.unpack_envelope(body[0]) if body else None
+            if envelope is not None and not self._sequence(key, peer, envelope):
                 return
-            body = frames[1:] if envelope is None else [frames[1].buffer[P.ENVELOPE_SIZE:], *frames[2:]]
+            body = body if envelope is None else [body[0].buffer[P.ENVELOPE_SIZE:], *body[1:]]
             limit = min(self.options.max_message_bytes, P.DEFAULT_MAX_HEADER_BYTES)
             msg = P.decode(body, max_header_bytes=limit)
         except P.ProtocolError as exc:
-            self._send(identity, self.core.malformed(exc, env_id), peer)
+            self._send(key, self.core.malformed(exc, env_id), peer)
             return
         if isinstance(msg, P.Hello):
-            self._hello(identity, peer, msg, frames[-1].get(zmq.SRCFD))
+            self._hello(key, peer, msg, fd)
         elif peer is None or msg.env_id != env_id:  # type: ignore[attr-defined]
             self.core.note_malformed(env_id)
             why = f" (it sent a {type(msg).__name__} as env {msg.env_id})"  # type: ignore[attr-defined]
-            self._send(identity, self.core.refuse(self.core.unknown_env(why=why), env_id), peer)
+            self._send(key, self.core.refuse(self.core.unknown_env(why=why), env_id), peer)
         else:
             for reply in self.core.answer(msg):  # (a goodbye's ack is numbered: the peer is known here)
-                sent = self._send(identity, reply, peer)
+                sent = self._send(key, reply, peer)
                 if not sent and isinstance(reply, P.Tasks) and not peer.sequenced:
                     self.core.mark_unsent(reply)  # (a sequenced env gets it again when it reconnects)
 
-    def _hello(self, identity: bytes, peer: _Peer | None, hello: P.Hello, fd: int) -> None:
+    def _hello(self, key: tuple[bytes, int], peer: _Peer | None, hello: P.Hello, fd: int) -> None:
         """Welcome an env (a repeated hello, a client's retry, gets the same answer)."""
         if peer is None:
             if self.core.live_envs >= self.options.max_envs:  # a full server makes room first
-                self.core.sweep(lambda peers: [e for e, peer, _ in peers if peer.fd is None], "disconnected")
+                self.core.sweep(lambda peers: [e for e, p, _ in peers if p.link.fd is None], "disconnected")
             (welcome,) = self.core.answer(hello)
             if not isinstance(welcome, P.Welcome):  # (refused)
-                self._send(identity, welcome)
+                self._send(key, welcome)
                 return
-            peer = _Peer(welcome, fd)
-            self.core.attach(welcome.env_id, peer, identity)
+            peer = _Peer(welcome, self._links.setdefault(key[0], _Link(time.monotonic(), fd)))
+            self.core.attach(welcome.env_id, peer, key)
             logger.debug("env %d joined (pid %d, %r)", welcome.env_id, hello.pid, hello.name)
             if hello.rejoin is not None:
                 logger.info("env %d joined again (it was env %d)", welcome.env_id, hello.rejoin)
-        self._write(identity, P.encode(peer.welcome), peer.welcome)
+        self._write(key, P.encode(peer.welcome), peer.welcome)
 
     def local_core(self) -> SyncCore | None:
         """The core, for feeds in the process that serves it (no sockets in-process)."""

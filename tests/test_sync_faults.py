@@ -524,7 +524,7 @@ def test_an_error_for_a_sender_already_gone_is_not_a_warning(caplog):
                 c.transport.send([P.Report(c.env_id, request=1)])
                 assert waiting.wait(30), "the server thread never asked for the lock"
                 error = server.core.error("unknown_env", "send Hello again")
-                assert not server._send(b"\x00gone", error)  # no such peer (any more)
+                assert not server._send((b"\x00gone", 0), error)  # no such peer (any more)
         finally:
             server.core.lock = server.lock
         c.close()

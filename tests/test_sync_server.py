@@ -877,7 +877,7 @@ def test_server_applies_a_report_in_order_and_answers_its_request_once():
         updates = (P.EpisodeEnd(a.task_id, a.task, 1.0, 3, 1.0),
                    P.EpisodeEnd(999, 5, 2.0, 3, 1.0),  # a task id it never held: refused
                    P.EpisodeEnd(b.task_id, b.task, 3.0, 3, 1.0))
-        sock = c.transport.socket
+        sock = c.transport.conn.socket
         sock.send_multipart(P.encode(P.Report(env, updates, request=3)))
         replies = []
         while len(replies) < 2:
@@ -907,7 +907,7 @@ def test_server_applies_episode_rows_one_by_one():
                 (b.task_id, b.task, 3.0, 4, 0.5, False, {}, ()),
                 (d.task_id, d.task, float("inf"), 5, 1.0, True, {}, ()))
         msg = P.Report(env, tuple(P.EpisodeEnd(*row) for row in rows), request=2)
-        sock = c.transport.socket
+        sock = c.transport.conn.socket
         sock.send_multipart(P.encode(msg))
         replies = []
         while len(replies) < 2:
