@@ -319,7 +319,7 @@ class SyncCore:
                 return 0
             self._abandon(env_id, env.counters, env.leases)
             self._keys.pop(env.key, None)
-            self._envs[env_id] = _Env(env.counters, live=False)
+            self._envs[env_id] = _Env(env.counters, live=False, before=env.before)
             self._left.append(env_id)
             self.departures[reason] += 1
             while len(self._left) > self.options.keep_departed:

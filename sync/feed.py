@@ -615,24 +615,34 @@ class _Flusher:
         self.lock = threading.Lock()
         self.wake = threading.Event()
         self.thread: threading.Thread | None = None
+        self.period = math.inf  # the shortest period of the feeds at the last look
 
     def add(self, feed: TaskFeed) -> None:
+        """Watch ``feed``; the thread is woken only if the feed needs a look sooner than the others (so that
+        adding many feeds costs each one, not each one a pass over all)."""
         with self.lock:
             self.feeds.add(feed)
-            weakref.finalize(feed, self.wake.set)  # a collected feed may have been the last one
+            weakref.finalize(feed, self._collected)
             if self.thread is None:
                 self.thread = threading.Thread(target=self._run, name="magister-update-flusher", daemon=True)
                 self.thread.start()
-        self.wake.set()  # (its period may be the shortest)
+            sooner = feed._flush_period < self.period
+        if sooner:
+            self.wake.set()
 
     def remove(self, feed: TaskFeed) -> None:
         """Forget ``feed``; the last one to go stops the thread and waits for it (bounded)."""
         with self.lock:
             self.feeds.discard(feed)
             thread = None if self.feeds else self.thread
-        self.wake.set()
         if thread is not None and thread is not threading.current_thread():
+            self.wake.set()
             thread.join(timeout=2.0)
+
+    def _collected(self) -> None:
+        """A feed was collected: it may have been the last one (then the thread stops)."""
+        if len(self.feeds) <= 1:
+            self.wake.set()
 
     def _run(self) -> None:
         while True:
@@ -647,6 +657,7 @@ class _Flusher:
         """Send what is due; returns the next sleep (its own frame, so no feed stays referenced)."""
         with self.lock:
             feeds = list(self.feeds)
+            self.period = min((feed._flush_period for feed in feeds), default=math.inf)
         for feed in feeds:
             try:
                 feed._send_due()

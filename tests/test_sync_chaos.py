@@ -197,6 +197,28 @@ def test_a_restore_after_a_server_restart_counts_no_episode_lost_that_was_not():
         assert m["sync/total/episodes_lost_to_restore"] == 0
 
 
+def test_an_env_declared_gone_and_back_keeps_its_count_from_earlier_instances_for_a_later_restore():
+    """An env that had reported 10 episodes to another instance joins, reports 3, is declared gone and
+    comes back; the checkpoint is taken, it reports 2 more, and the server dies. The restored server counts
+    those 2 lost to the restore: what it reported before joining is not taken for episodes the dead
+    instance received (it once was, after the env's departure forgot that count)."""
+    from magister.sync import protocol as P
+    from magister.sync.core import SyncCore
+
+    core = SyncCore(Numbered(0), env_timeout=None)
+    env = core.register_env(P.Hello(1, rejoin=7, server="another instance", reported=10)).env_id
+    tasks = core.apply(P.Report(env, request=3))
+    for task_id, task in zip(tasks.task_ids, tasks.tasks):
+        core.apply(P.Report(env, (P.EpisodeEnd(task_id, task, 1.0, 1, 1.0),)))
+    core.depart(env, "timeout")
+    assert core.register_env(P.Hello(1, rejoin=env, server=core.token, reported=13)).env_id == env
+    restored = SyncCore(Numbered(0), env_timeout=None)
+    restored.load_ledger(core.ledger_state())
+    welcome = restored.register_env(P.Hello(1, rejoin=env, server=core.token, reported=15))
+    assert welcome.env_id == env and welcome.resumed
+    assert restored.counters(env).episodes_lost_to_restore == 2
+
+
 @pytest.mark.timeout(120)
 def test_a_returning_env_is_not_taken_for_the_env_another_instance_numbered_alike():
     """Server A applies 10 episodes of the worker (its env 0) and its checkpoint is taken; A is closed and a
