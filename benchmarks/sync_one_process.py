@@ -78,7 +78,8 @@ def _server(pipe: Any) -> None:
         pipe.send(server.address)
         pipe.recv()
         m = server.metrics()
-        pipe.send((len(cur.envs), len(set(cur.envs)), int(m["sync/envs_live"]), dict(server.core.departures)))
+        pipe.send((len(cur.envs), len(set(cur.envs)), int(m["sync/envs_live"]), dict(server.core.departures),
+                   int(m["sync/errors_sent"])))
 
 
 def _fds() -> int:
@@ -108,7 +109,7 @@ def run(n: int, progress: bool) -> str:
         ours.send(None)
         if not ours.poll(120):
             raise TimeoutError("the server process did not answer within 120 s")
-        episodes, distinct, still_live, departures = ours.recv()
+        episodes, distinct, still_live, departures, errors = ours.recv()
     finally:
         proc.join(30)
         if proc.is_alive():
@@ -117,7 +118,7 @@ def run(n: int, progress: bool) -> str:
         raise AssertionError(f"{n} envs: the server saw {episodes} episodes from {distinct} env ids, "
                              f"{still_live} still live, departures {departures}")
     return (f"{n:>6} {played:>10.1f} {n / played:>10.0f} {closed:>8.1f} {before:>10} {live:>8} "
-            f"{len(zeromq._connections):>6} {episodes:>8} {distinct:>7}")
+            f"{len(zeromq._connections):>6} {episodes:>8} {distinct:>7} {errors:>6}")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -128,13 +129,14 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     with recording("sync-one-process", enabled=args.write_results, pages=(RESULTS_PAGE,)):
         print(f"start: {machine()}")
-        print("  envs   played s     envs/s closed s  fds before fds live  conns episodes env ids")
+        print("  envs   played s     envs/s closed s  fds before fds live  conns episodes env ids errors")
         for n in args.envs:
             print(run(n, not args.no_progress), flush=True)
         print("played: every env registered, reset and played its one-step episode; closed: every env "
               "closed (its goodbye acknowledged); fds: this process's open files before the envs and with "
               "all of them live; conns: ZeroMQ connections left after the close; episodes and env ids: what "
-              "the server applied, and from how many distinct envs (each env left by its goodbye)")
+              "the server applied, and from how many distinct envs (each env left by its goodbye); errors: "
+              "error replies the server sent")
         print(f"end: {machine()}")
 
 
