@@ -31,9 +31,11 @@ SEED = 40
 #: Worker errors the soak may meet on a loaded machine, by what they say; any other worker error fails the
 #: soak's test.
 KNOWN_WORKER_ERRORS = {
-    "while waiting for tasks": "no task within timeout from a server heard within it (seen with seed 40 "
-                               "under heavy load, over ZeroMQ and Ray; perhaps timeout doing what it says "
-                               "on a loaded machine: not yet made alone)",
+    "while waiting for tasks": "no task within the 2 s timeout from a server heard within it: a wait "
+                               "across a new registration was one cause, made alone and fixed "
+                               "(test_sync_network's test_a_wait_for_tasks_that_spans_a_new_learner...); "
+                               "the 30-minute soak has had none since; allowed here only for a server "
+                               "slower than 2 s on a loaded CI machine",
 }
 
 
