@@ -257,6 +257,30 @@ def test_serve_ray_validates(shared):
     assert type(handle).__name__ == "ServerHandle" and handle.address == shared.address
 
 
+def test_the_envs_of_a_process_look_the_actor_up_once_and_again_once_replaced(ray_session, monkeypatch):
+    """Eight feeds in this process find the actor with one lookup; once that actor is gone for good and a
+    new one serves under its name, the next feed looks it up again and registers with the new one."""
+    from magister.sync.transports import ray as ray_transport
+
+    lookups = []
+    real = ray_transport.lookup_actor
+    monkeypatch.setattr(ray_transport, "lookup_actor", lambda *a: lookups.append(a) or real(*a))
+    name = unique_name("lookup")
+    first = serve_ray(Recorder(), name=name)
+    feeds = [RayClient(first.address, timeout=30) for _ in range(8)]
+    for feed in feeds:
+        feed.next_task()
+    assert len(lookups) == 1 and first.metrics()["sync/envs_live"] == 8
+    for feed in feeds:
+        feed.close()
+    first.close()
+    with serve_ray(Recorder(), name=name) as second:
+        feed = RayClient(second.address, timeout=30)
+        feed.next_task()
+        assert len(lookups) == 2 and second.metrics()["sync/envs_live"] == 1
+        feed.close()
+
+
 def test_learner_proxies(shared):
     n = shared.state_dict()["next"]
     assert shared.sample(3) == [n, n + 1, n + 2]

@@ -11,6 +11,7 @@ registered again (:meth:`RayTransport.rejoin`).
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections import deque
 from typing import Any, ClassVar
@@ -35,6 +36,8 @@ __all__ = ["ActorGone", "RayTransport", "describe_actor", "get", "lookup_actor",
 ADDRESS_PREFIX = "ray://"
 #: Most messages a transport keeps for a resend while the actor is away (the rest are counted in ``lost``).
 MAX_KEPT = 4096
+#: This process's handles of the curriculum actors by (pid, name, namespace), looked up once for all its envs.
+_handles: dict[tuple[int, str, str | None], Any] = {}
 _FORMS = "expected 'ray://<name>' or 'ray://<namespace>/<name>'"
 
 
@@ -183,16 +186,21 @@ class RayTransport(Transport):
 
     def _register(self, hello: P.Hello, patience: float) -> P.Welcome:
         """Say hello, retrying for ``patience`` seconds while the actor is not found or is restarting."""
-        deadline = time.monotonic() + patience
-        delay = 0.1
+        deadline, delay = time.monotonic() + patience, 0.1
+        key = (os.getpid(), self.actor_name, self.namespace)
         while True:
+            kept = key in _handles
             try:
-                actor = lookup_actor(self.actor_name, self.namespace, max(0.0, deadline - time.monotonic()))
+                if not kept:
+                    _handles[key] = lookup_actor(self.actor_name, self.namespace, deadline - time.monotonic())
+                actor = _handles[key]
                 ref = actor.handle_batch.remote([pack(hello)], "", self.where)
                 reply = unpack(get(ref, self.timeout, self.peer, "the hello")[0])
                 break
             except ActorGone:
-                raise
+                _handles.pop(key, None)
+                if not kept:  # (a handle kept from earlier: the actor may have been replaced, look it up)
+                    raise
             except ServerUnavailableError as exc:
                 if time.monotonic() + delay >= deadline:
                     raise
