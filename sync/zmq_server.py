@@ -246,8 +246,7 @@ class CurriculumServer(LearnerCalls, ServedCurriculum):
     def _sequence(self, key: tuple[bytes, int], peer: _Peer | None, envelope: tuple[int, int, int]) -> bool:
         """Account for a sequenced frame; whether the message it carries is to be applied now."""
         kind, seq, ack = envelope
-        if peer is None:  # a restarted server, or an env declared gone: it must say hello again
-            self.core.note_malformed()
+        if peer is None:  # a restarted server, or an env gone (a ping after its goodbye): it must say hello
             self._send(key, self.core.refuse(self.core.unknown_env(why=" (restarted, or its env left)")))
             return False
         peer.sequenced = True

@@ -122,6 +122,20 @@ def test_malformed_frames_get_an_error_reply_and_are_counted(ctx, frames):
         _still_serving(server)
 
 
+def test_a_ping_from_a_peer_the_server_no_longer_knows_asks_it_to_say_hello_and_is_not_malformed(ctx):
+    """An env's ping after its goodbye (or to a restarted server) is a well-formed frame of a peer that said
+    hello before: it is answered ``unknown_env`` and not counted malformed."""
+    with serve(Recorder()) as server:
+        sock = _raw(ctx, server.address)
+        env = _hello(sock)
+        assert isinstance(_ask(sock, P.encode(P.Goodbye(env))), P.Goodbye)
+        sock.send(P.pack_envelope(P.PING, 0, 0))
+        assert sock.poll(5000), "no reply from the server"
+        reply = P.decode(sock.recv_multipart())
+        assert isinstance(reply, P.Error) and reply.code == "unknown_env"
+        assert server.metrics()["sync/malformed_frames_unattributed"] == 0
+
+
 def test_wrong_protocol_version_is_answered_with_a_version_error(ctx):
     with serve(Recorder()) as server:
         sock = _raw(ctx, server.address)
