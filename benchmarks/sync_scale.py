@@ -23,16 +23,18 @@ process in turn, all processes together at ``--rate`` episodes per second. Measu
   process, median of several; the Ray actor runs the same sweep);
 * **CPU per episode**: the endpoint process's CPU time (user + system, every thread: the socket thread,
   ZeroMQ's I/O thread, or the whole Ray actor process) from the start of play until the curriculum has
-  applied every episode, over the episodes it applied; and per message (messages the envs sent);
+  applied every episode, over the episodes it applied; and per message (messages the envs sent; on Ray, the
+  calls the actor received, in which a process's envs send together);
 * **busy**: that CPU time over the wall time of play: near 1.0 the endpoint (one thread under one lock)
   is saturated; its capacity is then about one episode per CPU-per-episode;
 * **round trip**: a few probe envs with ``prefetch=0`` (nothing kept ready) ask for each task while the
   others play: the time from ``next_task()`` asking to the task arriving, p50 and p99;
 * **leave**: all envs closing their feeds at once, and the error replies the endpoint sent meanwhile.
 
-The ``one-proc`` rows (``--one-process``, ZeroMQ) play as ``episodic`` with every env in one load process:
-its envs share one socket (one connection per process and endpoint), where the other rows' envs are spread
-over processes of at most ``--per-process`` envs each.
+The ``one-proc`` rows (``--one-process``) play as ``episodic`` with every env in one load process (on Ray,
+one load actor): its envs share one socket (ZeroMQ: one connection per process and endpoint) or one outbox
+(Ray: their sends reach the actor in shared calls), where the other rows' envs are spread over processes of
+at most ``--per-process`` envs each.
 
 With ``--relays 0 2 4`` (Ray), each Ray run is repeated with the envs spread over that many relay actors
 (:func:`magister.sync.relay.serve_relays`, one load process per relay at least) in front of the same
@@ -492,6 +494,8 @@ def run(transport: str, mode: str, n: int, args: argparse.Namespace, index: int,
         for r in relay_servers:  # (each sends what it holds upstream, and leaves)
             r.close()
         after = endpoint.metrics()
+        if transport == "Ray" and not relays:  # (the calls the actor received: a process's envs share them)
+            row.messages = int(after["sync/calls_received"])
         row.leave_errors = int(after["sync/errors_sent"] - before["sync/errors_sent"])
         total = row.total_applied = int(after["sync/total/episodes_applied"])
         if total != row.episodes or row.errors or before["sync/errors_sent"]:
@@ -571,9 +575,10 @@ def shape(rows: list[Row], rate: float, env_timeout: float = 60.0, per_process: 
             f"env_timeout ({env_timeout / 4:g} s by default): {sweep / (env_timeout / 4):.1e} of a core at "
             f"{most:,} envs.")
     for r in (r for r in rows if r.mode == ONE_PROC):
-        spread = [o for o in rows if (o.transport, o.mode, o.envs) == ("ZeroMQ", "episodic", r.envs)]
+        spread = [o for o in rows if (o.transport, o.mode, o.envs) == (r.transport, "episodic", r.envs)]
+        shared = "one socket" if r.transport == "ZeroMQ" else "one outbox: shared calls"
         parts.append(
-            f"**All {r.envs:,} envs in one process** (one socket): endpoint CPU per episode "
+            f"**{r.transport}, all {r.envs:,} envs in one process** ({shared}): endpoint CPU per episode "
             f"{_us(r.cpu_per_episode)} µs, memory {r.rss_per_env / 1024:.1f} KB per env, storm "
             f"{r.envs / r.storm_s:,.0f} envs/s" + (
                 f"; the same envs spread over processes of at most {per_process:,}: "
@@ -696,7 +701,7 @@ def main(argv: list[str] | None = None) -> list[Row]:
     parser.add_argument("--per-process", type=int, default=900, help="most feeds per load process")
     parser.add_argument("--threads", type=int, default=8, help="threads per load process in the storm")
     parser.add_argument("--one-process", type=int, nargs="*", default=[2000, 10000],
-                        help="sizes of the one-proc rows (ZeroMQ: every env in one load process)")
+                        help="sizes of the one-proc rows (every env in one load process or actor)")
     parser.add_argument("--relays", type=int, nargs="+", default=[0],
                         help="Ray: also serve the envs through this many relay actors (0: none); the output "
                              "becomes section sync-relays, not sync-scale")
@@ -711,8 +716,7 @@ def main(argv: list[str] | None = None) -> list[Row]:
             for k in (args.relays if t == "Ray" else [0])
             if (t == "ZeroMQ" or n < max(ray_sizes) or m in args.ray_largest_modes)
             and not (k and m == "step")]  # (relays forward no step updates)
-    plan += [("ZeroMQ", ONE_PROC, n, 0) for n in args.one_process if "ZeroMQ" in args.transports
-             and not any(args.relays)]
+    plan += [(t, ONE_PROC, n, 0) for t in args.transports for n in args.one_process if not any(args.relays)]
     section = "sync-relays" if any(args.relays) else "sync-scale"
     pages = PAGES[:1] if any(args.relays) else PAGES  # (the relay rows: the results page only)
     with recording(section, enabled=args.write_results, pages=pages) as rec:
@@ -737,7 +741,8 @@ def main(argv: list[str] | None = None) -> list[Row]:
               f"feed settings (unbatched: prefetch=1, update_batch=1), {PROBES} probe envs (prefetch=0); "
               f"{time.monotonic() - t0:.0f} s in all")
         print(table(rows))
-        print("msgs/ep: messages (ZeroMQ) or calls (Ray) the envs sent per episode applied; CPU: the "
+        print("msgs/ep: messages the envs sent (ZeroMQ; Ray with relays: calls to the relays) or calls the "
+              "curriculum actor received (Ray) per episode applied; CPU: the "
               "endpoint process's, from the start of play until every episode was applied; busy: that "
               "CPU over the play's wall time; KB/env: its resident memory after the storm less before, "
               "per env; storm: all envs registering at once; sweep: one liveness sweep (ZeroMQ, timed in "

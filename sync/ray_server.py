@@ -67,7 +67,8 @@ def _dead(envs: list[tuple[int, tuple[str, str], float | None]]) -> list[int]:
 
 class CurriculumActor(LearnerCalls):
     """The body of the curriculum actor (made a Ray actor by :func:`serve_ray`): env feeds call
-    :meth:`handle_batch` with encoded protocol messages, the learner the other methods through
+    :meth:`handle_batch` (a hello) and :meth:`handle_many` (the sends of a process's envs) with encoded
+    protocol messages, the learner the other methods through
     :class:`RayCurriculumServer`. Every curriculum access holds the core's lock."""
 
     def __init__(self, curriculum: Curriculum, options: ServerOptions | None = None,
@@ -76,6 +77,7 @@ class CurriculumActor(LearnerCalls):
         # gets writable copies (as does every argument of `call` and `load_state_dict`)
         self.core = SyncCore(copy.deepcopy(curriculum), ServerOptions.of(options))
         self.restored = 0.0
+        self.calls = 0  # handle_batch and handle_many calls received
         if ray.get_runtime_context().was_current_actor_reconstructed:
             self._restore(checkpoint)
         threading.Thread(target=self._watch, name="magister-liveness", daemon=True).start()
@@ -119,6 +121,11 @@ class CurriculumActor(LearnerCalls):
         """Apply encoded messages from one env, in order and whole (no env is declared gone halfway); their
         encoded replies in order, or ``None``. ``token``: the welcome's (an older actor's gets one
         ``unknown_env`` error); ``where``: the Ray node and worker ids a hello comes from. Never raises."""
+        self.calls += 1
+        return self._apply(frames, token, where)
+
+    def _apply(self, frames: list[Any], token: str = "", where: tuple[str, str] | None = None
+               ) -> list[bytes] | None:
         if not isinstance(frames, (list, tuple)):
             self.core.note_malformed()
             got = type(frames).__name__
@@ -131,10 +138,24 @@ class CurriculumActor(LearnerCalls):
         return [_pack(error)]
 
     @ray.method(enable_task_events=False)
-    def beat(self, env_id: int, token: str) -> None:
-        """A heartbeat of an idle env."""
-        if token == self.core.token:
-            self.core.heard(env_id)
+    def handle_many(self, sends: list[tuple[int, list[Any], str]]) -> list[list[bytes] | None]:
+        """The sends of several envs of one process, each ``(env id, frames, token)``: each one's frames
+        applied as by :meth:`handle_batch`, in order; the replies of each. A send without frames is a
+        heartbeat of that env. Never raises."""
+        self.calls += 1
+        if not isinstance(sends, (list, tuple)):
+            return [self._apply(sends)]
+        out: list[list[bytes] | None] = []
+        for send in sends:
+            whole = isinstance(send, (list, tuple)) and len(send) == 3
+            env_id, frames, token = send if whole else (0, send, "")
+            if isinstance(frames, (list, tuple)) and not frames:  # a heartbeat
+                if token == self.core.token and isinstance(env_id, int):
+                    self.core.heard(env_id)
+                out.append(None)
+            else:
+                out.append(self._apply(frames, token))
+        return out
 
     def ping(self) -> int:
         """The actor's pid (a liveness check)."""
@@ -143,7 +164,8 @@ class CurriculumActor(LearnerCalls):
     def endpoint_metrics(self) -> dict[str, float]:
         gone = self.core.departures
         return {"sync/errors_sent": float(self.core.errors_sent), "sync/envs_dead": float(gone["dead"]),
-                "sync/envs_timed_out": float(gone["timeout"]), "sync/actor_restored": self.restored}
+                "sync/envs_timed_out": float(gone["timeout"]), "sync/actor_restored": self.restored,
+                "sync/calls_received": float(self.calls)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(copy.deepcopy(state))

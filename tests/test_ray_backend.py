@@ -281,6 +281,38 @@ def test_the_envs_of_a_process_look_the_actor_up_once_and_again_once_replaced(ra
         feed.close()
 
 
+def test_the_envs_of_a_process_send_together_in_one_call(ray_session, monkeypatch):
+    """The sends of a process's envs wait in one outbox and reach the actor as one call, each env's applied
+    under its own id; with one env in the process, each send goes out at once."""
+    from magister.sync.transports import ray as ray_transport
+
+    monkeypatch.setattr(ray_transport, "BATCH_WINDOW", 600.0)  # only a read or a close sends the batch
+    with serve_ray(Recorder(step_updates=False), name=unique_name("batch")) as server:
+        calls = lambda: server.metrics()["sync/calls_received"]  # noqa: E731
+        alone = RayClient(server.address, prefetch=0, timeout=30)
+        a = alone.next_task()
+        before = calls()
+        alone.record_episode(a, 1.0, 1, 0.0)
+        alone.flush()  # one env in the process: at once, one call
+        wait_for(lambda: server.metrics()[f"sync/env{alone.env_id}/episodes_applied"] == 1, 30, "the update")
+        assert calls() == before + 1
+        feeds = [alone] + [RayClient(server.address, prefetch=0, timeout=30) for _ in range(19)]
+        tasks = [alone.next_task()] + [f.next_task() for f in feeds[1:]]  # (each waits: a call each)
+        before = calls()
+        for feed, task in zip(feeds, tasks):
+            feed.record_episode(task, 2.0, 3, 0.0)
+            feed.flush()  # held in the outbox
+        assert calls() == before
+        feeds[0].close()  # its goodbye joins the batch, then the batch goes out: one call
+        m = server.metrics()
+        assert m["sync/calls_received"] == before + 1
+        assert [m[f"sync/env{f.env_id}/episodes_applied"] for f in feeds] == [2] + [1] * 19
+        assert m[f"sync/env{alone.env_id}/connected"] == 0 and m["sync/envs_live"] == 19
+        for feed in feeds[1:]:
+            feed.close()
+        assert server.metrics()["sync/envs_live"] == 0 and sum(f.stats["errors_received"] for f in feeds) == 0
+
+
 def test_learner_proxies(shared):
     n = shared.state_dict()["next"]
     assert shared.sample(3) == [n, n + 1, n + 2]
@@ -609,9 +641,11 @@ def test_killed_worker_is_declared_dead_through_ray_and_its_leases_abandoned(sha
 
 def test_silent_env_is_declared_gone_and_a_feed_with_heartbeats_is_not(ray_session):
     with serve_ray(Recorder(step_updates=False), name=unique_name("silent"), env_timeout=2.0) as server:
-        # an idle feed: its background thread sends heartbeats (every env_timeout / 4), so it stays registered
+        # idle feeds: their background thread sends heartbeats (every env_timeout / 4), so they stay registered
+        # (two in this process: the heartbeats go out in batches, by the outbox's thread)
         beating = RayClient(server.address, prefetch=1, timeout=30, max_update_delay=0)
-        a = beating.next_task()
+        other = RayClient(server.address, prefetch=1, timeout=30, max_update_delay=0)
+        a, b = beating.next_task(), other.next_task()
         pings, ping = [0], beating.transport.ping
 
         def counted_ping():
@@ -632,8 +666,10 @@ def test_silent_env_is_declared_gone_and_a_feed_with_heartbeats_is_not(ray_sessi
         wait_for(lambda: pings[0] >= seen + 8, 60, "eight more heartbeats")
         m = server.metrics()
         assert m[f"sync/env{beating.env_id}/connected"] == 1 and m["sync/envs_timed_out"] == 1
-        beating.record_episode(a, 1.0, 1, 1.0)
-        beating.close()
+        assert m[f"sync/env{other.env_id}/connected"] == 1
+        for feed, task in ((beating, a), (other, b)):
+            feed.record_episode(task, 1.0, 1, 1.0)
+            feed.close()
         m = server.metrics()
         assert m[f"sync/env{beating.env_id}/episodes_applied"] == 1 and m["sync/total/tasks_in_flight"] == 0
         abandoned = server.call("records")["abandoned"]

@@ -1,9 +1,12 @@
 """The Ray transport: calls to a named curriculum actor (served by :mod:`magister.sync.ray_server`).
 
-Each send is one fire-and-forget ``handle_batch`` call carrying every message; a receive reads the replies
-of the oldest unread call (the actor applies calls in order). At most ``max_pending`` calls stay unread: a
-send beyond that first waits for the oldest reply. The hello names the env's Ray node and worker, so the
-actor can declare the env gone when Ray reports either dead. When the actor restarts or no longer knows the
+The envs of a process share one handle of the actor and one :class:`Outbox`: each send (every message it
+carries) joins the outbox's open batch, which goes out as one fire-and-forget ``handle_many`` call carrying
+the sends of every env of the process; with one env in the process, each send goes out at once. A receive
+reads the replies of the env's oldest unread send (the actor applies calls in order). At most
+``max_pending`` sends stay unread: a send beyond that first waits for the oldest reply. The hello (a
+``handle_batch`` call of its own) names the env's Ray node and worker, so the actor can declare the env gone
+when Ray reports either dead. When the actor restarts or no longer knows the
 env, the messages it did not apply are kept (at most :data:`MAX_KEPT`) and sent again once the feed has
 registered again (:meth:`RayTransport.rejoin`).
 """
@@ -12,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from collections import deque
 from typing import Any, ClassVar
@@ -30,14 +34,18 @@ from .base import ServerUnavailableError, SyncError, Transport
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ActorGone", "RayTransport", "describe_actor", "get", "lookup_actor", "pack", "parse_ray_address",
-           "ray_address", "unpack"]
+__all__ = ["ActorGone", "Batch", "Outbox", "RayTransport", "describe_actor", "get", "lookup_actor", "pack",
+           "parse_ray_address", "ray_address", "unpack"]
 
 ADDRESS_PREFIX = "ray://"
 #: Most messages a transport keeps for a resend while the actor is away (the rest are counted in ``lost``).
 MAX_KEPT = 4096
-#: This process's handles of the curriculum actors by (pid, name, namespace), looked up once for all its envs.
-_handles: dict[tuple[int, str, str | None], Any] = {}
+#: Most seconds a send waits in an :class:`Outbox` for the sends of the process's other envs.
+BATCH_WINDOW = 0.02
+#: Most sends in one ``handle_many`` call.
+MAX_BATCH = 256
+#: This process's outboxes to the curriculum actors by (pid, name, namespace), made once for all its envs.
+_outboxes: dict[tuple[int, str, str | None], Outbox] = {}
 _FORMS = "expected 'ray://<name>' or 'ray://<namespace>/<name>'"
 
 
@@ -139,6 +147,77 @@ def lookup_actor(name: str, namespace: str | None, timeout: float) -> Any:
             delay = min(2 * delay, 0.5)
 
 
+class Batch:
+    """Sends of several envs (``(env id, frames, token)`` each), to go out as one ``handle_many`` call; its
+    ``ref`` once it went out, its ``replies`` (one list or ``None`` per send) once read."""
+
+    def __init__(self) -> None:
+        self.sends: list[tuple[int, list, str]] = []
+        self.due = time.monotonic() + BATCH_WINDOW
+        self.ref: Any = None
+        self.replies: list | None = None
+
+
+class Outbox:
+    """The calls of a process's envs to one curriculum actor (its ``actor`` handle). Each send joins the open
+    :class:`Batch`, which goes out when the process has one env (at once), when an env reads its replies or
+    registers, when it holds :data:`MAX_BATCH` sends, or :data:`BATCH_WINDOW` seconds after its first (a
+    thread of the outbox). Batches go out in order, under the lock, so each env's sends reach the actor in
+    the order made."""
+
+    def __init__(self, actor: Any) -> None:
+        self.actor = actor
+        self.members = 0  # envs registered through this outbox
+        self.open: Batch | None = None
+        self.lock = threading.Condition()
+        self.thread: threading.Thread | None = None
+
+    def submit(self, env_id: int, frames: list, token: str) -> tuple[Batch, int]:
+        """Add a send (no frames: a heartbeat); the batch it joined and its place there."""
+        with self.lock:
+            if self.open is None:
+                self.open = Batch()
+                if self.thread is None and self.members > 1:
+                    self.thread = threading.Thread(target=self._flush_when_due, name="magister-ray-outbox",
+                                                   daemon=True)
+                    self.thread.start()
+                self.lock.notify()
+            batch = self.open
+            batch.sends.append((env_id, frames, token))
+            if self.members <= 1 or len(batch.sends) >= MAX_BATCH:
+                self.flush()
+            return batch, len(batch.sends) - 1
+
+    def join(self, change: int) -> None:
+        """Count an env registered (``1``) or gone (``-1``)."""
+        with self.lock:
+            self.members += change
+
+    def flush(self) -> None:
+        """Send the open batch now."""
+        with self.lock:
+            if self.open is not None:
+                batch, self.open = self.open, None
+                batch.ref = self.actor.handle_many.remote(batch.sends)
+
+    def replies(self, batch: Batch, timeout: float) -> list:
+        """The replies of ``batch``, sent first if still open (Ray's errors raised as by ``ray.get``)."""
+        if batch.ref is None:
+            self.flush()
+        if batch.replies is None:
+            batch.replies = ray.get(batch.ref, timeout=timeout)
+        return batch.replies
+
+    def _flush_when_due(self) -> None:
+        with self.lock:
+            while True:
+                left = self.open.due - time.monotonic() if self.open is not None else None
+                if left is not None and left <= 0:
+                    self.flush()
+                else:
+                    self.lock.wait(left)
+
+
 class RayTransport(Transport):
     """Calls to the curriculum actor at ``address`` (see the module docstring)."""
 
@@ -155,11 +234,11 @@ class RayTransport(Transport):
         self.options = options
         self.timeout = options.timeout
         self.max_pending = options.max_pending_updates
-        self.actor: Any = None
+        self.outbox: Outbox | None = None
         self.token = ""  # the welcoming actor's
-        # (ref, frames) of the calls whose replies are unread; while the actor is away (it restarted or
-        # forgot this env), every call since the one it refused, and the sends held for the rejoin (no ref)
-        self.calls: deque[tuple[Any, list]] = deque()
+        # (batch, place, frames) of the sends whose replies are unread; while the actor is away (restarted
+        # or forgot this env), every send since the one it refused, and the sends held for the rejoin
+        self.calls: deque[tuple[Batch | None, int, list]] = deque()
         self.away = False
         self.replies: list[P.Message] = []  # replies read while waiting for room
         self.last_send = time.monotonic()
@@ -168,7 +247,7 @@ class RayTransport(Transport):
     @property
     def lost(self) -> int:
         """Messages the rejoin will not send again (beyond :data:`MAX_KEPT`)."""
-        return max(0, sum(len(frames) for _, frames in self.calls) - MAX_KEPT) if self.away else 0
+        return max(0, sum(len(frames) for *_, frames in self.calls) - MAX_KEPT) if self.away else 0
 
     def open(self, hello: P.Hello) -> P.Welcome:
         if not ray.is_initialized():
@@ -189,17 +268,19 @@ class RayTransport(Transport):
         deadline, delay = time.monotonic() + patience, 0.1
         key = (os.getpid(), self.actor_name, self.namespace)
         while True:
-            kept = key in _handles
+            kept = key in _outboxes
             try:
                 if not kept:
-                    _handles[key] = lookup_actor(self.actor_name, self.namespace, deadline - time.monotonic())
-                actor = _handles[key]
-                ref = actor.handle_batch.remote([pack(hello)], "", self.where)
+                    actor = lookup_actor(self.actor_name, self.namespace, deadline - time.monotonic())
+                    _outboxes[key] = Outbox(actor)
+                outbox = _outboxes[key]
+                outbox.flush()  # (this env's earlier sends go first)
+                ref = outbox.actor.handle_batch.remote([pack(hello)], "", self.where)
                 reply = unpack(get(ref, self.timeout, self.peer, "the hello")[0])
                 break
             except ActorGone:
-                _handles.pop(key, None)
-                if not kept:  # (a handle kept from earlier: the actor may have been replaced, look it up)
+                _outboxes.pop(key, None)
+                if not kept:  # (an outbox kept from earlier: the actor may have been replaced, look it up)
                     raise
             except ServerUnavailableError as exc:
                 if time.monotonic() + delay >= deadline:
@@ -211,7 +292,10 @@ class RayTransport(Transport):
             raise P.ProtocolVersionError(reply.message)
         if not isinstance(reply, P.Welcome):
             raise SyncError(f"the {self.peer} refused this env: {reply!r:.300}")
-        self.actor, self.token, self.env_id, self.away = actor, reply.server_token, reply.env_id, False
+        if outbox is not self.outbox:
+            self._leave()
+            outbox.join(1)
+        self.outbox, self.token, self.env_id, self.away = outbox, reply.server_token, reply.env_id, False
         self.heartbeat = reply.heartbeat
         return reply
 
@@ -219,7 +303,7 @@ class RayTransport(Transport):
         """Register again, waiting for the actor up to ``reconnect_timeout``; then send again what it did
         not apply (the first :data:`MAX_KEPT` messages), made the new registration's
         (:func:`magister.sync.protocol.rebase`)."""
-        old = [unpack(f) for _, frames in self.calls for f in frames][:MAX_KEPT]
+        old = [unpack(f) for *_, frames in self.calls for f in frames][:MAX_KEPT]
         welcome = self._register(P.rejoin_hello(hello, old), self.options.reconnect_timeout)
         self.calls.clear()
         msgs = [m for m in (P.rebase(m, welcome.env_id) for m in old) if m is not None]
@@ -235,22 +319,23 @@ class RayTransport(Transport):
             if replies is None:
                 raise ServerUnavailableError(self.no_reply(f"room for {len(items)} message(s)"))
             self.replies.extend(replies)
-        if self.away:
-            self.calls.append((None, frames))
+        if self.away or self.outbox is None:
+            self.calls.append((None, -1, frames))
         else:
-            self.calls.append((self.actor.handle_batch.remote(frames, self.token), frames))
+            self.calls.append((*self.outbox.submit(self.env_id, frames, self.token), frames))
             self.last_send = time.monotonic()
 
     def ping(self) -> None:
-        """A heartbeat (fire-and-forget): the actor counts it as a sign of life."""
-        if self.actor is not None and not self.away:
-            self.actor.beat.remote(self.env_id, self.token)
+        """A heartbeat (a send without messages): the actor counts it as a sign of life."""
+        if self.outbox is not None and not self.away:
+            self.outbox.submit(self.env_id, [], self.token)
             self.last_send = time.monotonic()
 
     def _read(self, timeout: float) -> list[P.Message] | None:
-        """The replies of the oldest unread call, waiting at most ``timeout`` (``None``: not yet)."""
+        """The replies of the oldest unread send, waiting at most ``timeout`` (``None``: not yet)."""
+        batch, place, _ = self.calls[0]
         try:
-            replies = [unpack(r) for r in ray.get(self.calls[0][0], timeout=timeout) or ()]
+            replies = [unpack(r) for r in self.outbox.replies(batch, timeout)[place] or ()]
         except GetTimeoutError:
             return None
         except ActorDiedError as exc:
@@ -281,9 +366,16 @@ class RayTransport(Transport):
         return len(self.calls) < self.max_pending
 
     def close(self, wait: bool = True, linger: float | None = None) -> None:
-        self.actor = None
+        self._leave()
         self.calls.clear()
         self.replies.clear()
+
+    def _leave(self) -> None:
+        """Send what this env's outbox holds; the env no longer counts there."""
+        if self.outbox is not None:
+            self.outbox.flush()
+            self.outbox.join(-1)
+            self.outbox = None
 
     def polls(self, awaiting: bool, holding: bool) -> bool:
         return False
