@@ -11,6 +11,7 @@ import collections
 import gc
 import logging
 import math
+import os
 import pickle
 import time
 
@@ -311,6 +312,9 @@ def test_the_envs_of_a_process_send_together_in_one_call(ray_session, monkeypatc
         for feed in feeds[1:]:
             feed.close()
         assert server.metrics()["sync/envs_live"] == 0 and sum(f.stats["errors_received"] for f in feeds) == 0
+        (outbox,) = [o for (pid, name, _), o in ray_transport._outboxes.items()
+                     if (pid, name) == (os.getpid(), server.name)]
+        wait_for(lambda: outbox.thread is None, 30, "the outbox's thread to stop with its last env")
 
 
 def test_learner_proxies(shared):

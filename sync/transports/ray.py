@@ -192,6 +192,7 @@ class Outbox:
         """Count an env registered (``1``) or gone (``-1``)."""
         with self.lock:
             self.members += change
+            self.lock.notify()  # (the thread stops when the last env left)
 
     def flush(self) -> None:
         """Send the open batch now."""
@@ -209,13 +210,15 @@ class Outbox:
         return batch.replies
 
     def _flush_when_due(self) -> None:
+        """The thread: send each batch when due; stop once no env is left and nothing is open."""
         with self.lock:
-            while True:
+            while self.open is not None or self.members > 0:
                 left = self.open.due - time.monotonic() if self.open is not None else None
                 if left is not None and left <= 0:
                     self.flush()
                 else:
                     self.lock.wait(left)
+            self.thread = None
 
 
 class RayTransport(Transport):
