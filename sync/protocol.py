@@ -251,9 +251,7 @@ def _column(name: str, v: Any, check: _Type | None = None, n: int | None = None)
     col = _TUPLE(name, v)
     if n is not None and len(col) != n:
         raise ProtocolError(f"fields differ in length: {name} has {len(col)} entries, expected {n}")
-    if check is None or check.fits(col):
-        return col
-    return tuple(check(name, x) for x in col)
+    return col if check is None or check.fits(col) else tuple(check(name, x) for x in col)
 
 
 _IDS = partial(_column, check=_NAT)  # a tuple of lease ids

@@ -158,9 +158,9 @@ class CurriculumServer(LearnerCalls, ServedCurriculum):
         poll_ms = max(1, int(min(self.options.poll_interval, heartbeat or math.inf) * 1000))
         next_sweep = time.monotonic() + heartbeat if heartbeat else math.inf
         poller = zmq.Poller()
-        for s in (sock, self._wake_rx, self._monitor, self._zap):
-            if s is not None:
-                poller.register(s, zmq.POLLIN)
+        sockets = [s for s in (sock, self._wake_rx, self._monitor, self._zap) if s is not None]
+        for s in sockets:
+            poller.register(s, zmq.POLLIN)
         try:
             while not self.closed:
                 if time.monotonic() >= next_sweep:
@@ -187,9 +187,8 @@ class CurriculumServer(LearnerCalls, ServedCurriculum):
             pass
         finally:
             sock.disable_monitor()
-            for s in (sock, self._monitor, self._wake_rx, self._zap):
-                if s is not None:
-                    s.close(0)
+            for s in sockets:
+                s.close(0)
 
     def _answer_zap(self) -> None:
         """Answer one ZAP request (RFC 27): admit the CURVE client whose public key is allowed (fail closed:
