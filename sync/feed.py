@@ -508,8 +508,7 @@ class TaskFeed:
     def _steps_sent(self) -> bool:
         """Whether an update can be delivered (not closed, no fallback, not forked), once the buffered step
         records went first (the flush may find the server gone)."""
-        if self._active() and self._steps is not None and len(self._steps):
-            self._flush_steps()
+        self._flush_steps()
         return self._active()
 
     def record_episode(self, assignment: Assignment, episode_return: float, length: int, progress: float,
