@@ -549,14 +549,10 @@ class SyncCore:
         c = self._live(env_id).counters
         with self.lock:
             refused = []
+            apply = {P.EpisodeEnd: self._episode, P.Steps: self._steps, P.Progress: self._progress}
             for update in msg.updates:
                 try:
-                    if type(update) is P.EpisodeEnd:
-                        self._episode(c, env_id, update)
-                    elif type(update) is P.Steps:
-                        self._steps(c, env_id, update)
-                    else:
-                        self._progress(c, env_id, update)
+                    apply[type(update)](c, env_id, update)
                 except SyncRejected as exc:
                     refused.append(exc)
             n = len(msg.updates)
