@@ -447,7 +447,6 @@ class SyncCore:
             raise self.unknown_env(env_id)
         return env
 
-
     # -- tasks --------------------------------------------------------------------------------------
     def assign_tasks(self, env_id: int, count: int) -> P.Tasks:
         """Sample ``count`` tasks for ``env_id`` and open a lease for each."""
