@@ -150,12 +150,6 @@ class _Env:
 
 def _check_progress(name: str, value: Any) -> None:
     """Progress must be finite and in [0, 1]: one number, or an array of them (a step update's)."""
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise SyncRejected("non_finite", f"{name} must be finite, got {value!r}")
-        if not 0.0 <= value <= 1.0:
-            raise SyncRejected("bad_progress", f"{name} must be in [0, 1], got {value!r}")
-        return
     arr = np.asarray(value, dtype=np.float64)
     if not np.isfinite(arr).all():
         raise SyncRejected("non_finite", f"{name} must be finite, got {value!r:.200}")
@@ -453,7 +447,6 @@ class SyncCore:
             raise self.unknown_env(env_id)
         return env
 
-
     # -- tasks --------------------------------------------------------------------------------------
     def assign_tasks(self, env_id: int, count: int) -> P.Tasks:
         """Sample ``count`` tasks for ``env_id`` and open a lease for each."""
@@ -555,14 +548,10 @@ class SyncCore:
         c = self._live(env_id).counters
         with self.lock:
             refused = []
+            apply = {P.EpisodeEnd: self._episode, P.Steps: self._steps, P.Progress: self._progress}
             for update in msg.updates:
                 try:
-                    if type(update) is P.EpisodeEnd:
-                        self._episode(c, env_id, update)
-                    elif type(update) is P.Steps:
-                        self._steps(c, env_id, update)
-                    else:
-                        self._progress(c, env_id, update)
+                    apply[type(update)](c, env_id, update)
                 except SyncRejected as exc:
                     refused.append(exc)
             n = len(msg.updates)
@@ -576,7 +565,7 @@ class SyncCore:
                     try:
                         exc.reply = self.assign_tasks(env_id, msg.request)
                     except SyncRejected as failed:
-                        exc.reply = self.error(failed.code, str(failed), env_id)
+                        exc.reply = self.refuse(failed, env_id)
                 raise exc
             return self.assign_tasks(env_id, msg.request) if msg.request else None
 
@@ -592,7 +581,7 @@ class SyncCore:
             else:
                 reply = self.apply(msg)
         except SyncRejected as exc:
-            return [self.error(exc.code, str(exc), env_id), *([] if exc.reply is None else [exc.reply])]
+            return [self.refuse(exc, env_id), *([] if exc.reply is None else [exc.reply])]
         except Exception as exc:  # the endpoint must answer every message
             self.log.exception("handler", "unexpected error applying a %s", type(msg).__name__)
             return [self.error("internal", f"{type(exc).__name__}: {exc}", env_id)]

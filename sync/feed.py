@@ -197,10 +197,9 @@ class TaskFeed:
         space = self.task_space.fingerprint() if self.task_space is not None else ""
         ready = (a.task_id for a in self._buffer if a.task_id != P.ENV_TASK)
         holds = () if rejoin is None else (*self._issued, *ready)
-        reported = self.stats["episodes_reported"]
         server = "" if rejoin is None else cast(P.Welcome, self._welcome).server_token
-        name, pid = self.options.name, os.getpid()
-        return P.Hello(pid, name, space, self.stream, rejoin, lost, holds, reported, server)
+        return P.Hello(os.getpid(), self.options.name, space, self.stream, rejoin, lost, holds,
+                       self.stats["episodes_reported"], server)
 
     def _ensure(self) -> bool:
         """Connect in this process if needed; False on the local fallback."""
@@ -421,13 +420,9 @@ class TaskFeed:
         """Tasks to keep ready: as many as the env plays in ``max_update_delay`` seconds at its recent pace
         (1 until known), within ``[1, prefetch]``."""
         prefetch, delay, pace = self.prefetch, self.options.max_update_delay, self._pace.mean
-        if prefetch <= 1:
+        if prefetch <= 1 or (pace is None and delay < math.inf):
             return 1
-        if delay == math.inf:
-            return prefetch
-        if pace is None:
-            return 1
-        if pace <= 0.0:
+        if delay == math.inf or pace <= 0.0:
             return prefetch
         return max(1, min(prefetch, int(delay / pace)))
 
@@ -513,8 +508,7 @@ class TaskFeed:
     def _steps_sent(self) -> bool:
         """Whether an update can be delivered (not closed, no fallback, not forked), once the buffered step
         records went first (the flush may find the server gone)."""
-        if self._active() and self._steps is not None and len(self._steps):
-            self._flush_steps()
+        self._flush_steps()
         return self._active()
 
     def record_episode(self, assignment: Assignment, episode_return: float, length: int, progress: float,

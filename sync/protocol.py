@@ -184,15 +184,19 @@ def unpack_value(
 @dataclass(frozen=True)
 class _Type:
     """A field's type: a value of type ``exact`` is kept, one of the ``accept`` types (and none of the
-    ``refuse`` types) is converted by ``exact``; any other value, or an int below ``lo``, is refused."""
+    ``refuse`` types) is converted by ``exact``; any other value, or an int below ``lo``, is refused.
+    ``none``, when given, makes the value of a ``None`` (``None`` refused otherwise)."""
 
     what: str
     exact: type
     accept: tuple[type, ...]
     refuse: tuple[type, ...] = ()
     lo: int | None = None
+    none: Callable[[], Any] | None = None
 
     def __call__(self, name: str, v: Any) -> Any:
+        if v is None and self.none is not None:
+            return self.none()
         if type(v) is not self.exact:
             if isinstance(v, self.refuse) or not isinstance(v, self.accept):
                 raise ProtocolError(f"field {name} must be {self.what}, got {type(v).__name__}")
@@ -215,22 +219,8 @@ _BOOL = _Type("a bool", bool, _NOT_BOOL)
 _STR = _Type("a str", str, (str,))
 _DICT = _Type("a dict", dict, (dict,))
 _TUPLE = _Type("a tuple", tuple, (tuple, list))
-
-
-class _Maybe(_Type):  # a value of the type, or None (none given)
-    def __call__(self, name: str, v: Any) -> Any:
-        return None if v is None else super().__call__(name, v)
-
-
-_MAYBE_NAT = _Maybe("an int or None", int, (int, np.integer), _NOT_BOOL, lo=0)
-
-
-class _Extras(_Type):  # an episode's extras: a dict (``None`` made an empty one)
-    def __call__(self, name: str, v: Any) -> Any:
-        return {} if v is None else super().__call__(name, v)
-
-
-_EXTRAS = _Extras("a dict", dict, (dict,))
+_MAYBE_NAT = _Type("an int or None", int, (int, np.integer), _NOT_BOOL, lo=0, none=lambda: None)
+_EXTRAS = _Type("a dict", dict, (dict,), none=dict)  # an episode's extras (``None`` made an empty one)
 
 
 @dataclass(frozen=True)
@@ -261,9 +251,7 @@ def _column(name: str, v: Any, check: _Type | None = None, n: int | None = None)
     col = _TUPLE(name, v)
     if n is not None and len(col) != n:
         raise ProtocolError(f"fields differ in length: {name} has {len(col)} entries, expected {n}")
-    if check is None or check.fits(col):
-        return col
-    return tuple(check(name, x) for x in col)
+    return col if check is None or check.fits(col) else tuple(check(name, x) for x in col)
 
 
 _IDS = partial(_column, check=_NAT)  # a tuple of lease ids

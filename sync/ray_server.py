@@ -17,7 +17,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 try:
     import ray
@@ -71,11 +71,13 @@ class CurriculumActor(LearnerCalls):
     protocol messages, the learner the other methods through
     :class:`RayCurriculumServer`. Every curriculum access holds the core's lock."""
 
+    core_class: ClassVar[type[SyncCore]] = SyncCore  # (a relay's: its RelayCore)
+
     def __init__(self, curriculum: Curriculum, options: ServerOptions | None = None,
                  checkpoint: Checkpoint | None = None) -> None:
         # Ray hands an actor numpy arrays as read-only views: the curriculum, which writes into its arrays,
         # gets writable copies (as does every argument of `call` and `load_state_dict`)
-        self.core = SyncCore(copy.deepcopy(curriculum), ServerOptions.of(options))
+        self.core = self.core_class(copy.deepcopy(curriculum), options)
         self.restored = 0.0
         self.calls = 0  # handle_batch and handle_many calls received
         if ray.get_runtime_context().was_current_actor_reconstructed:

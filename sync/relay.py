@@ -101,9 +101,7 @@ class RelayCore(SyncCore):
 class RelayActor(CurriculumActor):
     """A relay: a :class:`CurriculumActor` with a :class:`RelayCore`."""
 
-    def __init__(self, curriculum: Upstream, options: ServerOptions) -> None:
-        super().__init__(curriculum, options)
-        self.core = RelayCore(self.core.curriculum, self.core.options)
+    core_class = RelayCore
 
 
 class RelayServer(RayCurriculumServer):

@@ -158,9 +158,9 @@ class CurriculumServer(LearnerCalls, ServedCurriculum):
         poll_ms = max(1, int(min(self.options.poll_interval, heartbeat or math.inf) * 1000))
         next_sweep = time.monotonic() + heartbeat if heartbeat else math.inf
         poller = zmq.Poller()
-        for s in (sock, self._wake_rx, self._monitor, self._zap):
-            if s is not None:
-                poller.register(s, zmq.POLLIN)
+        sockets = [s for s in (sock, self._wake_rx, self._monitor, self._zap) if s is not None]
+        for s in sockets:
+            poller.register(s, zmq.POLLIN)
         try:
             while not self.closed:
                 if time.monotonic() >= next_sweep:
@@ -187,9 +187,8 @@ class CurriculumServer(LearnerCalls, ServedCurriculum):
             pass
         finally:
             sock.disable_monitor()
-            for s in (sock, self._monitor, self._wake_rx, self._zap):
-                if s is not None:
-                    s.close(0)
+            for s in sockets:
+                s.close(0)
 
     def _answer_zap(self) -> None:
         """Answer one ZAP request (RFC 27): admit the CURVE client whose public key is allowed (fail closed:
@@ -227,20 +226,18 @@ class CurriculumServer(LearnerCalls, ServedCurriculum):
         return self._write(key, peer.stream.number(frames), msg, logging.DEBUG)  # (resent if lost)
 
     def _write(self, key: tuple[bytes, int], frames: list[Any], msg: P.Message | None = None,
-               level: int | None = None, gone: int | None = None) -> bool:
-        """Send ``frames`` to ``key`` now; False when it cannot take them (logged at ``level``, by default a
-        warning; at ``gone``, when given, if the peer is gone rather than its queue full)."""
+               level: int = logging.WARNING, gone: int | None = None) -> bool:
+        """Send ``frames`` to ``key`` now; False when it cannot take them (logged at ``level``; at ``gone``,
+        when given, if the peer is gone rather than its queue full)."""
         try:
             self._sock.send_multipart([key[0], *P.channel_frame(key[1]), *frames], zmq.NOBLOCK)
             return True
-        except (zmq.Again, zmq.ZMQError) as exc:  # peer gone (ROUTER_MANDATORY) or its queue is full
+        except zmq.ZMQError as exc:  # peer gone (ROUTER_MANDATORY) or its queue is full (zmq.Again)
             self.replies_undelivered += 1
             what = type(msg).__name__ if msg is not None else "a message"
-            if gone is not None and not isinstance(exc, zmq.Again):
-                level = gone
-            self._log.log(logging.WARNING if level is None else level, "undeliverable",
-                          "curriculum server: could not deliver %s to env %s: %s", what,
-                          getattr(msg, "env_id", "?"), exc)
+            level = gone if gone is not None and not isinstance(exc, zmq.Again) else level
+            self._log.log(level, "undeliverable", "curriculum server: could not deliver %s to env %s: %s",
+                          what, getattr(msg, "env_id", "?"), exc)
             return False
 
     def _sequence(self, key: tuple[bytes, int], peer: _Peer | None, envelope: tuple[int, int, int]) -> bool:

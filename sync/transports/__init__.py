@@ -2,7 +2,3 @@
 
 The Ray transport (:mod:`.ray`) imports Ray and is imported only for ``"ray://..."`` addresses.
 """
-
-from .base import ServerUnavailableError, SyncError, Transport
-
-__all__ = ["ServerUnavailableError", "SyncError", "Transport"]

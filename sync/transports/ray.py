@@ -1,14 +1,12 @@
 """The Ray transport: calls to a named curriculum actor (served by :mod:`magister.sync.ray_server`).
 
-The envs of a process share one handle of the actor and one :class:`Outbox`: each send (every message it
-carries) joins the outbox's open batch, which goes out as one fire-and-forget ``handle_many`` call carrying
-the sends of every env of the process; with one env in the process, each send goes out at once. A receive
-reads the replies of the env's oldest unread send (the actor applies calls in order). At most
-``max_pending`` sends stay unread: a send beyond that first waits for the oldest reply. The hello (a
-``handle_batch`` call of its own) names the env's Ray node and worker, so the actor can declare the env gone
-when Ray reports either dead. When the actor restarts or no longer knows the
-env, the messages it did not apply are kept (at most :data:`MAX_KEPT`) and sent again once the feed has
-registered again (:meth:`RayTransport.rejoin`).
+The envs of a process share one handle of the actor and one :class:`Outbox`, which batches their sends
+into fire-and-forget ``handle_many`` calls. A receive reads the replies of the env's oldest unread
+send (the actor applies calls in order). At most ``max_pending`` sends stay unread: a send beyond that first
+waits for the oldest reply. The hello (a ``handle_batch`` call of its own) names the env's Ray node and
+worker, so the actor can declare the env gone when Ray reports either dead. When the actor restarts or no
+longer knows the env, the messages it did not apply are kept (at most :data:`MAX_KEPT`) and sent again once
+the feed has registered again (:meth:`RayTransport.rejoin`).
 """
 
 from __future__ import annotations
