@@ -645,7 +645,7 @@ def test_killed_worker_is_declared_dead_through_ray_and_its_leases_abandoned(sha
 
 def test_silent_env_is_declared_gone_and_a_feed_with_heartbeats_is_not(ray_session):
     with serve_ray(Recorder(step_updates=False), name=unique_name("silent"), env_timeout=2.0) as server:
-        # idle feeds: their background thread sends heartbeats (every env_timeout / 4), so they stay registered
+        # idle feeds: their background thread sends heartbeats (every env_timeout / 4): they stay registered
         # (two in this process: the heartbeats go out in batches, by the outbox's thread)
         beating = RayClient(server.address, prefetch=1, timeout=30, max_update_delay=0)
         other = RayClient(server.address, prefetch=1, timeout=30, max_update_delay=0)
