@@ -27,6 +27,7 @@ import tempfile
 import threading
 import time
 import weakref
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -66,6 +67,8 @@ class _Peer:
 
 #: Most replies a server keeps per env for a resend (a client further behind is gone).
 MAX_UNACKED_REPLIES = 1024
+#: How many of the envs that said goodbye a server remembers (a message one sends again is a repeat).
+KEEP_LEFT = 1 << 16
 
 
 class CurriculumServer(LearnerCalls, ServedCurriculum):
@@ -78,7 +81,8 @@ class CurriculumServer(LearnerCalls, ServedCurriculum):
         core: The :class:`SyncCore` holding the accounting, and each env's peer (its contact).
         options: Its settings (:class:`~magister.sync.options.ServerOptions`).
         closed: Whether :meth:`close` has run.
-        duplicates_dropped: Sequenced messages dropped as repeats (resent after a reconnect, already applied).
+        duplicates_dropped: Sequenced messages dropped as repeats (sent again after a reconnect or across a
+            goodbye's ack: already applied).
         replies_resent: Replies sent again to envs that missed them (after a reconnect).
         replies_undelivered: Replies the server could not hand to ZeroMQ (the peer gone or its queue full).
         clients_refused: CURVE handshakes refused (the client's key is not in ``curve_allowed_clients``).
@@ -93,7 +97,7 @@ class CurriculumServer(LearnerCalls, ServedCurriculum):
         self.closed = False
         self.duplicates_dropped = self.replies_resent = self.replies_undelivered = self.clients_refused = 0
         self._log = RateLimitedLogger(logger, LOG_INTERVAL)  # one rate limit for all it logs about its peers
-        self.lock = self.core.lock
+        self._left: OrderedDict[tuple[bytes, int], None] = OrderedDict()  # the last envs that said goodbye
         self._links: weakref.WeakValueDictionary[bytes, _Link] = weakref.WeakValueDictionary()  # (its peers')
         self._tmpdir: str | None = None
         if address is None:
@@ -115,6 +119,7 @@ class CurriculumServer(LearnerCalls, ServedCurriculum):
         logger.info("curriculum server for %s listening on %s", type(curriculum).__name__, self.address)
 
     curriculum = property(lambda self: self.core.curriculum)
+    lock = property(lambda self: self.core.lock)
     options = property(lambda self: self.core.options)
 
     def _bind(self, address: str) -> str:
@@ -244,6 +249,9 @@ class CurriculumServer(LearnerCalls, ServedCurriculum):
         """Account for a sequenced frame; whether the message it carries is to be applied now."""
         kind, seq, ack = envelope
         if peer is None:  # a restarted server, or an env gone (a ping after its goodbye): it must say hello
+            if kind == P.DATA and key in self._left:  # (a message sent again, crossing its goodbye's ack)
+                self.duplicates_dropped += 1
+                return False
             self._send(key, self.core.refuse(self.core.unknown_env(why=" (restarted, or its env left)")))
             return False
         peer.sequenced = True
@@ -287,6 +295,10 @@ class CurriculumServer(LearnerCalls, ServedCurriculum):
                 sent = self._send(key, reply, peer)
                 if not sent and isinstance(reply, P.Tasks) and not peer.sequenced:
                     self.core.mark_unsent(reply)  # (a sequenced env gets it again when it reconnects)
+                if type(reply) is P.Goodbye:  # (it left: what it sends again is a repeat)
+                    self._left[key] = None
+                    if len(self._left) > KEEP_LEFT:
+                        self._left.popitem(last=False)
 
     def _hello(self, key: tuple[bytes, int], peer: _Peer | None, hello: P.Hello, fd: int) -> None:
         """Welcome an env (a repeated hello, a client's retry, gets the same answer)."""

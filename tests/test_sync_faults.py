@@ -136,6 +136,29 @@ def test_a_ping_from_a_peer_the_server_no_longer_knows_asks_it_to_say_hello_and_
         assert server.metrics()["sync/malformed_frames_unattributed"] == 0
 
 
+def test_a_goodbye_sent_again_across_its_ack_is_dropped_as_a_repeat_not_refused(ctx):
+    """An env that pinged while waiting for its tasks can read the PONG after its goodbye went out, and the
+    PONG's ack predates the goodbye, so it sends the goodbye again: the server, which applied the first and
+    forgot the env, drops the copy as a repeat without an error reply (a leave of 10,000 envs from one
+    process counted 8,000 error replies)."""
+    with serve(Recorder()) as server:
+        sock = _raw(ctx, server.address)
+        env = _hello(sock)
+        goodbye = P.Stream(8, pings=True).number(P.encode(P.Goodbye(env)))
+        sock.send_multipart(goodbye)
+        assert sock.poll(5000), "no ack of the goodbye"
+        frames = sock.recv_multipart()
+        assert isinstance(P.decode([frames[0][P.ENVELOPE_SIZE:], *frames[1:]]), P.Goodbye)
+        sock.send_multipart(goodbye)
+        deadline = time.monotonic() + 30
+        while server.metrics()["sync/duplicates_dropped"] < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        m = server.metrics()
+        assert m["sync/duplicates_dropped"] == 1 and m["sync/errors_sent"] == 0
+        assert not sock.poll(200), "the copy was answered"
+        assert m["sync/malformed_frames_unattributed"] == 0 and m["sync/envs_live"] == 0
+
+
 def test_wrong_protocol_version_is_answered_with_a_version_error(ctx):
     with serve(Recorder()) as server:
         sock = _raw(ctx, server.address)
