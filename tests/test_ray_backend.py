@@ -762,6 +762,47 @@ def test_actor_restarts_from_its_checkpoint_and_envs_register_again(ray_session,
     assert t["tasks_in_flight"] == 0 and t["updates_rejected"] == 0
 
 
+def test_the_envs_of_a_process_each_register_again_after_the_actor_restarts(ray_session, tmp_path):
+    """Four feeds in this process send through one outbox; the actor's process is killed and Ray restarts
+    it from the checkpoint: each env registers again once, under its own identity, and every episode is
+    applied once."""
+    import signal
+
+    from magister.checkpoint import save
+
+    path = str(tmp_path / "curriculum.ckpt")
+    server = serve_ray(Recorder(step_updates=False), name=unique_name("restart4"), max_restarts=1,
+                       checkpoint=path)
+    feeds = [RayClient(server.address, prefetch=2, timeout=30, max_update_delay=0, reconnect_timeout=120)
+             for _ in range(4)]
+
+    def play(rounds: int) -> None:
+        for _ in range(rounds):
+            for feed in feeds:
+                feed.record_episode(feed.next_task(), 1.0, 1, 1.0)
+
+    try:
+        play(3)
+        wait_for(lambda: len(server.call("records")["episodes"]) == 12, 30, "the episodes before the kill")
+        save(path, server.state_dict())
+        os.kill(ray.get(server.actor.ping.remote(), timeout=30), signal.SIGKILL)
+        play(4)
+        for feed in feeds:
+            feed.close()
+        m = server.metrics()
+    finally:
+        server.close()
+    ids = [feed.env_id for feed in feeds]
+    assert [feed.stats["rejoins"] for feed in feeds] == [1] * 4 and len(set(ids)) == 4
+    assert sum(feed.stats["errors_received"] + feed.stats["updates_dropped"] for feed in feeds) == 0
+    assert m["sync/actor_restored"] == 1 and m["sync/envs_rejoined"] == 4 and m["sync/envs"] == 4
+    assert [m[f"sync/env{e}/episodes_applied"] for e in ids] == [7] * 4
+    counted = ("reports_orphaned", "episodes_lost_to_restore")
+    assert sum(m[f"sync/env{e}/{k}"] for e in ids for k in counted) == 0
+    t = {k.split("/")[-1]: v for k, v in m.items() if k.startswith("sync/total/")}
+    assert t["tasks_in_flight"] == 0 and t["updates_rejected"] == 0
+
+
 def test_serve_ray_validates_restart_options(ray_session):
     with pytest.raises(ValueError, match="max_restarts"):
         serve_ray(Recorder(), name=unique_name(), max_restarts=-2)
