@@ -282,3 +282,23 @@ def test_a_restarted_server_is_rejoined_by_every_env_of_a_connection_and_each_ep
     assert n * episodes - sum(a1) - sum(a2) <= orphaned.value  # the rest were counted orphaned
     for k, env in enumerate(ids):  # the second learner applied each env's episodes under its own id
         assert {owner[100 * k + i] for i in range(episodes) if second[100 * k + i]} == {env}
+
+
+def test_the_replies_waiting_for_the_envs_of_one_socket_are_never_dropped():
+    """3,000 envs on one socket each ask for a task and do not read it yet: every reply waits in the socket's
+    queue, none dropped by the server for a full queue (with ZeroMQ's default limit, 1,000 messages a side,
+    a third were dropped and their envs had to ask the server to send them again)."""
+    with serve(Episodes()) as server:
+        feeds = [CurriculumClient(server.address, timeout=60.0, prefetch=0) for _ in range(3000)]
+        tasks = [feed.next_task() for feed in feeds]  # (each registers, asks and reads)
+        before = server.metrics()["sync/total/tasks_sent"]
+        for feed, task in zip(feeds, tasks):
+            feed.record_episode(task, 1.0, 1, 0.0)  # (asks for the next task; nobody reads for a while)
+        _wait(lambda: server.metrics()["sync/total/tasks_sent"] == before + 3000, 60, "the 3,000 replies")
+        assert server.metrics()["sync/replies_undelivered"] == 0
+        for feed in feeds:
+            feed.close()
+        m = server.metrics()
+    assert m["sync/replies_undelivered"] == 0 and m["sync/replies_resent"] == 0 and m["sync/errors_sent"] == 0
+    assert m["sync/total/episodes_applied"] == 3000 and m["sync/total/tasks_in_flight"] == 0
+    assert m["sync/total/tasks_returned"] == 3000 and m["sync/envs_live"] == 0

@@ -62,6 +62,9 @@ class _Connection:
         sock.setsockopt(zmq.LINGER, int(options.close_timeout * 1000))
         sock.setsockopt(zmq.RECONNECT_IVL, 100)
         sock.setsockopt(zmq.RECONNECT_IVL_MAX, 1000)
+        # the replies to every env on the socket wait here until each env reads its own: no bound (they are
+        # what the envs asked for), so the server never finds the queue full and drops one
+        sock.setsockopt(zmq.RCVHWM, 0)
         ms = options.timeout * 1000  # a send waits for room at most the timeout (-1: an infinite one)
         sock.setsockopt(zmq.SNDTIMEO, int(ms) if ms < 2**31 else -1)
         # the session token: the server knows this socket by it across reconnects (a leading zero byte is
