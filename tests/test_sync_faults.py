@@ -542,16 +542,16 @@ def test_an_error_for_a_sender_already_gone_is_not_a_warning(caplog):
     holds.)"""
     cur = Recorder()
     with serve(cur) as server, caplog.at_level(logging.DEBUG, logger="magister"):
-        waiting = threading.Event()
+        waiting, lock = threading.Event(), server.lock
 
         class Watched:  # the server's lock, telling when the server thread waits for it
             def __enter__(self):
                 if threading.current_thread() is server._thread:
                     waiting.set()
-                return server.lock.__enter__()
+                return lock.__enter__()
 
             def __exit__(self, *exc):
-                return server.lock.__exit__(*exc)
+                return lock.__exit__(*exc)
 
         c = CurriculumClient(server.address, prefetch=0, timeout=10.0)
         c._ensure()
@@ -563,7 +563,7 @@ def test_an_error_for_a_sender_already_gone_is_not_a_warning(caplog):
                 error = server.core.error("unknown_env", "send Hello again")
                 assert not server._send((b"\x00gone", 0), error)  # no such peer (any more)
         finally:
-            server.core.lock = server.lock
+            server.core.lock = lock
         c.close()
     undeliverable = [r for r in caplog.records if "could not deliver" in r.getMessage()]
     assert len(undeliverable) == server.replies_undelivered == 1

@@ -40,5 +40,6 @@ def ray_or_skip(request):
 
 
 def test_a_small_ray_run_applies_every_episode_once(bench, ray_or_skip):
-    rows = bench.main(["--transports", "Ray", "--sizes", "10", "--modes", "episodic", "--episodes", "200"])
-    _check(rows, [("Ray", "episodic", 10)])
+    rows = bench.main(["--transports", "Ray", "--sizes", "10", "--modes", "episodic", "--episodes", "200",
+                       "--one-process", "20"])  # (and 20 envs in one load actor: one outbox)
+    _check(rows, [("Ray", "episodic", 10), ("Ray", "one-proc", 20)])
