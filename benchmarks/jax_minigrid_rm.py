@@ -379,8 +379,10 @@ def main() -> None:
     ap.add_argument("--write-results", action="store_true",
                     help="--speed: write the output into docs/results.md and benchmarks/README.md")
     ap.add_argument("--rounds", type=int, default=2, help="--speed: alternating rounds")
-    ap.add_argument("--xmg-python", default=".venvs/xminigrid/bin/python",
-                    help="--speed: python of the xminigrid venv (benchmarks/_xminigrid_env.sh)")
+    venv_python = Path(__file__).resolve().parent.parent / ".venvs/xminigrid/bin/python"
+    ap.add_argument("--xmg-python", default=str(venv_python),
+                    help="--speed: python of the xminigrid venv (benchmarks/_xminigrid_env.sh; default: the "
+                         "checkout's .venvs/xminigrid)")
     ap.add_argument("--before", default=None, help="--speed: also measure the magister package under DIR")
     ap.add_argument("--worker", choices=("env", "dr", "sfl"), help=argparse.SUPPRESS)
     ap.add_argument("--solvability", action="store_true", help="only the samplers' solvable fractions")
