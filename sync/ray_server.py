@@ -17,7 +17,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import Any
 
 try:
     import ray
@@ -67,19 +67,17 @@ def _dead(envs: list[tuple[int, tuple[str, str], float | None]]) -> list[int]:
 
 class CurriculumActor(LearnerCalls):
     """The body of the curriculum actor (made a Ray actor by :func:`serve_ray`): env feeds call
-    :meth:`handle_batch` (a hello) and :meth:`handle_many` (the sends of a process's envs) with encoded
-    protocol messages, the learner the other methods through
-    :class:`RayCurriculumServer`. Every curriculum access holds the core's lock."""
-
-    core_class: ClassVar[type[SyncCore]] = SyncCore  # (a relay's: its RelayCore)
+    :meth:`handle_many` (the sends of a process's envs, hellos included) with encoded protocol messages,
+    the learner the other methods through :class:`RayCurriculumServer`. Every curriculum access holds the
+    core's lock. ``core_class``: a relay's is its ``RelayCore``."""
 
     def __init__(self, curriculum: Curriculum, options: ServerOptions | None = None,
-                 checkpoint: Checkpoint | None = None) -> None:
+                 checkpoint: Checkpoint | None = None, core_class: type[SyncCore] = SyncCore) -> None:
         # Ray hands an actor numpy arrays as read-only views: the curriculum, which writes into its arrays,
         # gets writable copies (as does every argument of `call` and `load_state_dict`)
-        self.core = self.core_class(copy.deepcopy(curriculum), options)
+        self.core = core_class(copy.deepcopy(curriculum), options)
         self.restored = 0.0
-        self.calls = 0  # handle_batch and handle_many calls received
+        self.calls = 0  # handle_many calls received
         if ray.get_runtime_context().was_current_actor_reconstructed:
             self._restore(checkpoint)
         threading.Thread(target=self._watch, name="magister-liveness", daemon=True).start()
@@ -118,13 +116,27 @@ class CurriculumActor(LearnerCalls):
         return replies
 
     @ray.method(enable_task_events=False)  # called several times per episode per env: no per-call events
-    def handle_batch(self, frames: list[Any], token: str = "", where: tuple[str, str] | None = None
-                     ) -> list[bytes] | None:
-        """Apply encoded messages from one env, in order and whole (no env is declared gone halfway); their
-        encoded replies in order, or ``None``. ``token``: the welcome's (an older actor's gets one
-        ``unknown_env`` error); ``where``: the Ray node and worker ids a hello comes from. Never raises."""
+    def handle_many(self, sends: list[tuple[int, list[Any], str]], where: tuple[str, str] | None = None
+                    ) -> list[list[bytes] | None]:
+        """The sends of the envs of one process, each ``(env id, encoded messages, token)``: each one's
+        messages applied in order and whole (no env is declared gone halfway); the encoded replies of each,
+        or ``None``. A send without messages is a heartbeat of that env. ``token``: the welcome's (``""``
+        for a hello; an older actor's gets one ``unknown_env`` error); ``where``: the Ray node and worker
+        ids of the calling process, attached to the envs its hellos register. Never raises."""
         self.calls += 1
-        return self._apply(frames, token, where)
+        if not isinstance(sends, (list, tuple)):
+            return [self._apply(sends)]
+        out: list[list[bytes] | None] = []
+        for send in sends:
+            whole = isinstance(send, (list, tuple)) and len(send) == 3
+            env_id, frames, token = send if whole else (0, send, "")
+            if isinstance(frames, (list, tuple)) and not frames:  # a heartbeat
+                if token == self.core.token and isinstance(env_id, int):
+                    self.core.heard(env_id)
+                out.append(None)
+            else:
+                out.append(self._apply(frames, token, where))
+        return out
 
     def _apply(self, frames: list[Any], token: str = "", where: tuple[str, str] | None = None
                ) -> list[bytes] | None:
@@ -138,26 +150,6 @@ class CurriculumActor(LearnerCalls):
             with self.core.lock:
                 return [_pack(reply) for frame in frames for reply in self._replies(frame, where)] or None
         return [_pack(error)]
-
-    @ray.method(enable_task_events=False)
-    def handle_many(self, sends: list[tuple[int, list[Any], str]]) -> list[list[bytes] | None]:
-        """The sends of several envs of one process, each ``(env id, frames, token)``: each one's frames
-        applied as by :meth:`handle_batch`, in order; the replies of each. A send without frames is a
-        heartbeat of that env. Never raises."""
-        self.calls += 1
-        if not isinstance(sends, (list, tuple)):
-            return [self._apply(sends)]
-        out: list[list[bytes] | None] = []
-        for send in sends:
-            whole = isinstance(send, (list, tuple)) and len(send) == 3
-            env_id, frames, token = send if whole else (0, send, "")
-            if isinstance(frames, (list, tuple)) and not frames:  # a heartbeat
-                if token == self.core.token and isinstance(env_id, int):
-                    self.core.heard(env_id)
-                out.append(None)
-            else:
-                out.append(self._apply(frames, token))
-        return out
 
     def ping(self) -> int:
         """The actor's pid (a liveness check)."""
@@ -321,7 +313,8 @@ def serve_ray(
         TypeError: ``curriculum`` is not a Curriculum, an unknown option, or ``checkpoint`` is neither a
             path nor a callable.
         ValueError: a bad name, namespace, option value or ``max_restarts``; a ZeroMQ-only option; reserved
-            ``actor_options``; an actor of that name exists; a ``checkpoint`` without restarts.
+            ``actor_options``; an actor of that name exists (Ray's ``ActorAlreadyExistsError``); a
+            ``checkpoint`` without restarts.
         ServerUnavailableError: the actor did not start within ``start_timeout``.
     """
     if not isinstance(curriculum, Curriculum):
@@ -330,12 +323,6 @@ def serve_ray(
     opts = ServerOptions.of(options, **overrides)
     _check_actor_settings(opts, max_restarts, checkpoint, actor_options or {})
     peer = describe_actor(name, namespace)
-    try:
-        ray.get_actor(name, namespace=namespace)
-    except ValueError:
-        pass
-    else:
-        raise ValueError(f"a {peer} already exists; close its server or choose another name")
     # one call at a time (max_concurrency=1): each env's messages are applied in order
     actor = ray.remote(CurriculumActor).options(
         name=name, namespace=namespace, lifetime="detached" if detached else None, max_concurrency=1,

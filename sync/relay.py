@@ -11,7 +11,7 @@ import ray
 from ..curricula.base import Curriculum, TaskSample
 from ..task_spaces.base import TaskSpace
 from . import protocol as P
-from .core import ServedCurriculum, SyncCore, SyncRejected
+from .core import EnvCounters, ServedCurriculum, SyncCore
 from .feed import Assignment, RayClient
 from .options import FeedOptions, ServerOptions
 from .ray_server import CurriculumActor, RayCurriculumServer
@@ -49,7 +49,9 @@ class Upstream(Curriculum):
 
 
 class RelayCore(SyncCore):
-    """A core whose leases each stand for an upstream one; an env's unfinished tasks go back to the feed."""
+    """A core whose leases each stand for an upstream one: each episode and progress update it applies goes
+    upstream on its task's lease (steps do not: the relay asks for none); an env's unfinished tasks go back
+    to the feed."""
 
     def assign_tasks(self, env_id: int, count: int) -> P.Tasks:
         with self.lock:
@@ -57,51 +59,32 @@ class RelayCore(SyncCore):
             self.curriculum.leases.setdefault(env_id, {}).update(zip(tasks.task_ids, self.curriculum.drawn))
         return tasks
 
-    def apply(self, msg: P.Message) -> P.Message | None:
-        """A report's updates one at a time, each applied one forwarded; then the first refusal, or tasks."""
-        if type(msg) is not P.Report or not self.is_live(msg.env_id):
-            return super().apply(msg)
-        with self.lock:
-            refused, mine = [], self.curriculum.leases.get(msg.env_id, {})
-            for u in msg.updates:
-                try:
-                    super().apply(P.Report(msg.env_id, (u,)))
-                    self._forward(mine, u)
-                except SyncRejected as exc:
-                    refused.append(exc)
-            ask = P.Report(msg.env_id, (), msg.request)
-            if refused:
-                refused[0].reply = self.answer(ask)[0] if msg.request else None
-                raise refused[0]
-            return super().apply(ask) if msg.request else None
+    def _episode(self, c: EnvCounters, env_id: int, end: P.EpisodeEnd) -> None:
+        super()._episode(c, env_id, end)  # (refused: raises, nothing goes upstream)
+        a = self._upstream(env_id, end, ends=True)
+        if a is not None:
+            self.curriculum.feed.record_episode(a, end.ret, end.length, end.progress, end.ended, end.extras,
+                                                agents=list(end.agents))
 
-    def _forward(self, mine: dict[int, Assignment], u: P.Update) -> None:
-        """An applied update, upstream on its lease (not one on a lease that ended otherwise: counted)."""
-        if type(u) is P.Steps:  # (the relay asks for none)
-            return
+    def _progress(self, c: EnvCounters, env_id: int, update: P.Progress) -> None:
+        super()._progress(c, env_id, update)
+        a = self._upstream(env_id, update, ends=update.done)
+        if a is not None:
+            self.curriculum.feed.record_progress(a, update.progress, update.done)
+
+    def _upstream(self, env_id: int, u: P.EpisodeEnd | P.Progress, ends: bool) -> Assignment | None:
+        """The upstream lease of an applied update, ended here when ``ends`` (``None`` for a lease that
+        ended otherwise: counted)."""
         if u.task_id == P.ENV_TASK:  # (a task the env chose: none drawn upstream)
-            a: Assignment | None = Assignment(P.ENV_TASK, u.task)
-        elif type(u) is P.EpisodeEnd or u.done:  # the lease ends here
-            a = mine.pop(u.task_id, None)
-        else:
-            a = mine.get(u.task_id)
-        if a is not None and type(u) is P.EpisodeEnd:
-            self.curriculum.feed.record_episode(a, u.ret, u.length, u.progress, u.ended, u.extras,
-                                                agents=list(u.agents))
-        elif a is not None:
-            self.curriculum.feed.record_progress(a, u.progress, u.done)
+            return Assignment(P.ENV_TASK, u.task)
+        mine = self.curriculum.leases.get(env_id, {})
+        return mine.pop(u.task_id, None) if ends else mine.get(u.task_id)
 
     def depart(self, env_id: int, reason: str = "goodbye") -> int:
         with self.lock:
             for a in self.curriculum.leases.pop(env_id, {}).values():  # returned or abandoned here
                 self.curriculum.feed.give_back(a)
             return super().depart(env_id, reason)
-
-
-class RelayActor(CurriculumActor):
-    """A relay: a :class:`CurriculumActor` with a :class:`RelayCore`."""
-
-    core_class = RelayCore
 
 
 class RelayServer(RayCurriculumServer):
@@ -132,9 +115,9 @@ def serve_relays(upstream: str | ServedCurriculum, task_space: TaskSpace, n: int
     try:
         for i in range(n):
             opts = {"num_cpus": 0, **(actor_options or {}), "name": f"{name}_{i}", "namespace": namespace}
-            actor = ray.remote(RelayActor).options(max_concurrency=1, max_restarts=max_restarts, **opts)
-            relays.append(RelayServer(actor.remote(cur, ServerOptions.of(options)), opts["name"], namespace,
-                                      owner=True))
+            actor = ray.remote(CurriculumActor).options(max_concurrency=1, max_restarts=max_restarts, **opts)
+            relays.append(RelayServer(actor.remote(cur, ServerOptions.of(options), None, RelayCore),
+                                      opts["name"], namespace, owner=True))
         if any(get(r.actor.call.remote("join"), 300.0, describe_actor(r.name, namespace), "the start")
                for r in relays):
             raise ValueError("the curriculum wants step updates, which relays do not forward")

@@ -251,7 +251,7 @@ def test_serve_ray_validates(shared):
         serve_ray(object(), name=unique_name())
     with pytest.raises(ValueError, match="actor_options"):
         serve_ray(Recorder(), name=unique_name(), actor_options={"name": "x"})
-    with pytest.raises(ValueError, match="already exists"):
+    with pytest.raises(ValueError, match="already taken"):
         serve_ray(Recorder(), name=shared.name, namespace="magister_tests")
     assert shared.address == f"ray://magister_tests/{shared.name}"
     handle = pickle.loads(pickle.dumps(shared))  # sent to a worker: a handle to its address
@@ -409,11 +409,11 @@ def test_refused_update_is_counted_and_logged(shared, caplog):
 
 def test_malformed_frame_gets_an_error_reply(shared):
     before = shared.metrics()
-    (reply,) = ray.get(shared.actor.handle_batch.remote([b"\x93\x01"]), timeout=30)
+    ((reply,),) = ray.get(shared.actor.handle_many.remote([(0, [b"\x93\x01"], "")]), timeout=30)
     err = P.decode([reply])
     assert isinstance(err, P.Error) and err.code == "malformed"
     welcome = P.encode(P.Welcome(10**6, False, 1))[0]
-    (reply,) = ray.get(shared.actor.handle_batch.remote([welcome]), timeout=30)
+    ((reply,),) = ray.get(shared.actor.handle_many.remote([(0, [welcome], "")]), timeout=30)
     assert P.decode([reply]).code == "bad_request"
     m = shared.metrics()
     assert m["sync/malformed_frames_unattributed"] == before["sync/malformed_frames_unattributed"] + 2
@@ -659,10 +659,10 @@ def test_silent_env_is_declared_gone_and_a_feed_with_heartbeats_is_not(ray_sessi
         beating.transport.ping = counted_ping
         # an env that registered and asked for tasks, then went silent (no feed, so no heartbeats)
         hello = ray_server._pack(P.Hello(0, "silent"))
-        (hello,) = ray.get(server.actor.handle_batch.remote([hello]), timeout=30)
+        ((hello,),) = ray.get(server.actor.handle_many.remote([(0, [hello], "")]), timeout=30)
         silent = P.decode([hello]).env_id
         ask = ray_server._pack(P.Report(silent, request=3))
-        ray.get(server.actor.handle_batch.remote([ask]), timeout=30)
+        ray.get(server.actor.handle_many.remote([(silent, [ask], "")]), timeout=30)
         m = wait_for(lambda: (m := server.metrics())[f"sync/env{silent}/connected"] == 0 and m, 30,
                      "the silent env to be declared gone")
         assert m[f"sync/env{silent}/tasks_abandoned"] == 3 and m["sync/envs_timed_out"] == 1
@@ -856,12 +856,14 @@ def test_step_observations_arrive_intact_through_the_actor(ray_session):
     assert client.stats["calls"] == 7
 
 
-def test_handle_batch_answers_bad_input(shared):
-    reply = ray.get(shared.actor.handle_batch.remote("not a list"), timeout=30)
+def test_handle_many_answers_bad_input(shared):
+    (reply,) = ray.get(shared.actor.handle_many.remote("not a list"), timeout=30)
     assert [P.decode([r]).code for r in reply] == ["malformed"]
-    reply = ray.get(shared.actor.handle_batch.remote([b"\x93\x01", (b"\x93", 5)]), timeout=30)
+    (reply,) = ray.get(shared.actor.handle_many.remote([(0, [b"\x93\x01", (b"\x93", 5)], "")]), timeout=30)
     assert [P.decode([r]).code for r in reply] == ["malformed", "malformed"]
-    assert ray.get(shared.actor.handle_batch.remote([]), timeout=30) is None
+    (reply,) = ray.get(shared.actor.handle_many.remote([(0, "not a list", "")]), timeout=30)
+    assert [P.decode([r]).code for r in reply] == ["malformed"]
+    assert ray.get(shared.actor.handle_many.remote([(0, [], "")]), timeout=30) == [None]
 
 
 def test_sampling_failure_raises_sync_error(shared):

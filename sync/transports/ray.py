@@ -3,10 +3,10 @@
 The envs of a process share one handle of the actor and one :class:`Outbox`, which batches their sends
 into fire-and-forget ``handle_many`` calls. A receive reads the replies of the env's oldest unread
 send (the actor applies calls in order). At most ``max_pending`` sends stay unread: a send beyond that first
-waits for the oldest reply. The hello (a ``handle_batch`` call of its own) names the env's Ray node and
-worker, so the actor can declare the env gone when Ray reports either dead. When the actor restarts or no
-longer knows the env, the messages it did not apply are kept (at most :data:`MAX_KEPT`) and sent again once
-the feed has registered again (:meth:`RayTransport.rejoin`).
+waits for the oldest reply. The hello is a send like any other; each call names the process's Ray node and
+worker, so the actor can declare the envs it registered gone when Ray reports either dead. When the actor
+restarts or no longer knows the env, the messages it did not apply are kept (at most :data:`MAX_KEPT`) and
+sent again once the feed has registered again (:meth:`RayTransport.rejoin`).
 """
 
 from __future__ import annotations
@@ -161,10 +161,14 @@ class Outbox:
     :class:`Batch`, which goes out when the process has one env (at once), when an env reads its replies or
     registers, when it holds :data:`MAX_BATCH` sends, or :data:`BATCH_WINDOW` seconds after its first (a
     thread of the outbox). Batches go out in order, under the lock, so each env's sends reach the actor in
-    the order made."""
+    the order made. ``where``: the process's Ray node and worker ids, sent with each call."""
 
     def __init__(self, actor: Any) -> None:
         self.actor = actor
+        # (for the actor's liveness checks; a driver is in no worker table: no worker)
+        ctx = ray.get_runtime_context()
+        in_worker = ctx.get_actor_id() is not None or ctx.get_task_id() is not None
+        self.where = (ctx.get_node_id(), ctx.get_worker_id() if in_worker else "")
         self.members = 0  # envs registered through this outbox
         self.open: Batch | None = None
         self.lock = threading.Condition()
@@ -197,7 +201,7 @@ class Outbox:
         with self.lock:
             if self.open is not None:
                 batch, self.open = self.open, None
-                batch.ref = self.actor.handle_many.remote(batch.sends)
+                batch.ref = self.actor.handle_many.remote(batch.sends, self.where)
 
     def replies(self, batch: Batch, timeout: float) -> list:
         """The replies of ``batch``, sent first if still open (Ray's errors raised as by ``ray.get``)."""
@@ -243,7 +247,6 @@ class RayTransport(Transport):
         self.away = False
         self.replies: list[P.Message] = []  # replies read while waiting for room
         self.last_send = time.monotonic()
-        self.where = ("", "")  # (Ray node id, worker id) of this process, set by open
 
     @property
     def lost(self) -> int:
@@ -258,10 +261,6 @@ class RayTransport(Transport):
                 ray.init(address=target, namespace=self.namespace, ignore_reinit_error=True)
             except (ConnectionError, RuntimeError, ValueError) as exc:
                 raise ServerUnavailableError(self.no_reply(f"a Ray cluster at {target!r} ({exc})")) from None
-        # where this env runs, for the actor's liveness checks (a driver is in no worker table: no worker)
-        ctx = ray.get_runtime_context()
-        in_worker = ctx.get_actor_id() is not None or ctx.get_task_id() is not None
-        self.where = (ctx.get_node_id(), ctx.get_worker_id() if in_worker else "")
         return self._register(hello, self.timeout)
 
     def _register(self, hello: P.Hello, patience: float) -> P.Welcome:
@@ -275,9 +274,9 @@ class RayTransport(Transport):
                     actor = lookup_actor(self.actor_name, self.namespace, deadline - time.monotonic())
                     _outboxes[key] = Outbox(actor)
                 outbox = _outboxes[key]
-                outbox.flush()  # (this env's earlier sends go first)
-                ref = outbox.actor.handle_batch.remote([pack(hello)], "", self.where)
-                reply = unpack(get(ref, self.timeout, self.peer, "the hello")[0])
+                batch, place = outbox.submit(0, [pack(hello)], "")  # (after this env's earlier sends)
+                outbox.flush()
+                reply = unpack(get(batch.ref, self.timeout, self.peer, "the hello")[place][0])
                 break
             except ActorGone:
                 _outboxes.pop(key, None)
