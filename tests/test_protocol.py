@@ -257,9 +257,9 @@ def test_report_updates_refuse_near_misses_naming_the_field():
 
 def test_report_rebase_to_a_new_registration_keeps_their_lease_ids():
     rows = ((17, 2, 1.0, 5, 1.0, True, {}, ()), (18, 2, 0.0, 6, 0.0, False, {}, ()))
-    out = P.rebase(P.Report(3, _episodes(rows), request=2), 0)
-    assert (out.env_id, out.request, out.episodes) == (0, 0, list(rows))  # the lease ids 17 and 18 kept
-    assert P.rebase(P.Report(3, request=2), 0) is None and P.rebase(P.Goodbye(3, (1,)), 0) is None
+    (out,) = P.rebase([P.Report(3, _episodes(rows), request=2)], 0)
+    assert (out.env_id, out.request, out.updates) == (0, 0, rows)  # the lease ids 17 and 18 kept
+    assert P.rebase([P.Report(3, request=2), P.Goodbye(3, (1,))], 0) == []
 
 
 @given(env_ids, st.integers(-1, 2**40), tasks, st.floats(0, 1), st.booleans(), st.integers(0, 4096))

@@ -306,7 +306,7 @@ class RayTransport(Transport):
         old = [unpack(f) for *_, frames in self.calls for f in frames][:MAX_KEPT]
         welcome = self._register(P.rejoin_hello(hello, old), self.options.reconnect_timeout)
         self.calls.clear()
-        msgs = [m for m in (P.rebase(m, welcome.env_id) for m in old) if m is not None]
+        msgs = P.rebase(old, welcome.env_id)
         for start in range(0, len(msgs), 256):
             self.send(msgs[start:start + 256])
         return welcome

@@ -201,7 +201,7 @@ class ZmqTransport(Transport):
         old = [P.decode(frames) for _, frames in self.stream.sent]
         self.stream = P.Stream(MAX_UNACKED, pings=True)
         welcome = self._register(P.rejoin_hello(hello, old))
-        again = [m for m in (P.rebase(m, welcome.env_id) for m in old) if m is not None]
+        again = P.rebase(old, welcome.env_id)
         self.send(again)
         self.resent += len(again)
         return welcome
