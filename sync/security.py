@@ -139,9 +139,10 @@ def check_bind_address(
     address: str, curve_secret_key: bytes | str | None, insecure: bool,
     curve_allowed_clients: AllowedClients | None = None,
 ) -> None:
-    """``ValueError`` for an exposed address (:func:`is_exposed`) without CURVE keys unless ``insecure``, and
-    for ``curve_allowed_clients`` without keys; a warning when an exposed address is served unencrypted or to
-    any holder of the server's public key."""
+    """``ValueError`` for a malformed address (:func:`check_address`), for an exposed one (:func:`is_exposed`)
+    without CURVE keys unless ``insecure``, and for ``curve_allowed_clients`` without keys; a warning when an
+    exposed address is served unencrypted or to any holder of the server's public key."""
+    check_address(address, bind=True)
     if curve_secret_key is not None:
         _as_key("secret key", curve_secret_key)
     elif curve_allowed_clients is not None:
