@@ -136,8 +136,7 @@ class CurriculumServer(LearnerCalls, ServedCurriculum):
             # server still holds its old connection (a half-open TCP connection after a network cut)
             sock.setsockopt(zmq.ROUTER_HANDOVER, 1)
             sock.setsockopt(zmq.MAXMSGSIZE, self.options.max_message_bytes)
-            zap = self._zap is not None
-            configure_server_socket(sock, self.options.curve_secret_key, authenticate_clients=zap)
+            configure_server_socket(sock, self.options.curve_secret_key)
             sock.bind(address)
             self._monitor = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
         except Exception:
