@@ -104,9 +104,8 @@ class CurriculumServer(LearnerCalls, ServedCurriculum):
             self._tmpdir = tempfile.mkdtemp(prefix="magister-")  # mode 0700
             address = f"ipc://{os.path.join(self._tmpdir, 'curriculum.sock')}"
         try:
-            opts = self.options
-            check_bind_address(address, opts.curve_secret_key, opts.insecure, opts.curve_allowed_clients)
-            allowed = opts.curve_allowed_clients
+            allowed = self.options.curve_allowed_clients
+            check_bind_address(address, self.options.curve_secret_key, self.options.insecure, allowed)
             self._allowed = None if allowed is None else ClientAllowList(allowed)
             self.address: str = self._bind(address)
         except Exception:

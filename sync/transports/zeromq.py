@@ -176,6 +176,8 @@ class ZmqTransport(Transport):
 
     # when the connection's last frame went out (heartbeats fill its silences)
     last_send = property(lambda self: 0.0 if self.conn is None else self.conn.last_send)
+    # the messages dropped unacknowledged from the resend queue (it was full) since the last registration
+    lost = property(lambda self: self.stream.dropped)
 
     def no_reply(self, what: str) -> str:
         said = super().no_reply(what)
@@ -265,11 +267,6 @@ class ZmqTransport(Transport):
         """Each message numbered, in order (kept until the server acknowledges it)."""
         for msg in items:
             self._write(self.stream.number(P.encode(msg)), type(msg).__name__)
-
-    @property
-    def lost(self) -> int:
-        """Messages dropped unacknowledged from the resend queue (it was full) since the last registration."""
-        return self.stream.dropped
 
     def ping(self) -> None:
         """Ask the server for the replies this env missed and where to resend from (also a heartbeat)."""
