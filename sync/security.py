@@ -139,9 +139,10 @@ def check_bind_address(
     address: str, curve_secret_key: bytes | str | None, insecure: bool,
     curve_allowed_clients: AllowedClients | None = None,
 ) -> None:
-    """``ValueError`` for an exposed address (:func:`is_exposed`) without CURVE keys unless ``insecure``, and
-    for ``curve_allowed_clients`` without keys; a warning when an exposed address is served unencrypted or to
-    any holder of the server's public key."""
+    """``ValueError`` for a malformed address (:func:`check_address`), for an exposed one (:func:`is_exposed`)
+    without CURVE keys unless ``insecure``, and for ``curve_allowed_clients`` without keys; a warning when an
+    exposed address is served unencrypted or to any holder of the server's public key."""
+    check_address(address, bind=True)
     if curve_secret_key is not None:
         _as_key("secret key", curve_secret_key)
     elif curve_allowed_clients is not None:
@@ -221,23 +222,15 @@ class ClientAllowList:
         return key in self._keys
 
 
-#: The ZAP domain the server's socket announces (RFC 27) when it checks client keys.
-ZAP_DOMAIN = "magister"
-
-
-def configure_server_socket(
-    socket: zmq.Socket, curve_secret_key: bytes | str | None, authenticate_clients: bool = False
-) -> None:
-    """Make ``socket`` a CURVE server when a secret key is given; with ``authenticate_clients``, its
-    handshakes ask the ZAP handler of the socket's context (the server's thread) about each client."""
+def configure_server_socket(socket: zmq.Socket, curve_secret_key: bytes | str | None) -> None:
+    """Make ``socket`` a CURVE server when a secret key is given (its handshakes ask the ZAP handler of the
+    socket's context, where one is bound, about each client)."""
     if curve_secret_key is None:
         return
     secret = _as_key("secret key", curve_secret_key)
     socket.curve_secretkey = secret
     socket.curve_publickey = zmq.curve_public(secret)
     socket.curve_server = True
-    if authenticate_clients:
-        socket.zap_domain = ZAP_DOMAIN.encode()
 
 
 def configure_client_socket(

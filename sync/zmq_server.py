@@ -40,7 +40,7 @@ from . import protocol as P
 from .core import LOG_INTERVAL, LearnerCalls, ServedCurriculum, SyncCore
 from .options import ServerOptions
 from .ratelimit import RateLimitedLogger
-from .security import ClientAllowList, check_address, check_bind_address, configure_server_socket
+from .security import ClientAllowList, check_bind_address, configure_server_socket
 
 logger = logging.getLogger(__name__)
 
@@ -104,10 +104,8 @@ class CurriculumServer(LearnerCalls, ServedCurriculum):
             self._tmpdir = tempfile.mkdtemp(prefix="magister-")  # mode 0700
             address = f"ipc://{os.path.join(self._tmpdir, 'curriculum.sock')}"
         try:
-            opts = self.options
-            check_address(address, bind=True)
-            check_bind_address(address, opts.curve_secret_key, opts.insecure, opts.curve_allowed_clients)
-            allowed = opts.curve_allowed_clients
+            allowed = self.options.curve_allowed_clients
+            check_bind_address(address, self.options.curve_secret_key, self.options.insecure, allowed)
             self._allowed = None if allowed is None else ClientAllowList(allowed)
             self.address: str = self._bind(address)
         except Exception:
@@ -127,32 +125,26 @@ class CurriculumServer(LearnerCalls, ServedCurriculum):
         to ``address`` and its monitor; the pair that :meth:`close` wakes the thread through): its address."""
         self._ctx = zmq.Context()
         self._zap: zmq.Socket | None = None  # the ZAP handler's socket (RFC 27)
-        self._sock = sock = self._ctx.socket(zmq.ROUTER)
         try:
             if self._allowed is not None:
                 self._zap = self._ctx.socket(zmq.REP)
                 self._zap.bind("inproc://zeromq.zap.01")
+            self._sock = sock = self._ctx.socket(zmq.ROUTER)
             sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
             # an env that reconnects (same routing id) takes over its identity at once, even while the
             # server still holds its old connection (a half-open TCP connection after a network cut)
             sock.setsockopt(zmq.ROUTER_HANDOVER, 1)
-            sock.setsockopt(zmq.LINGER, 0)
             sock.setsockopt(zmq.MAXMSGSIZE, self.options.max_message_bytes)
-            zap = self._zap is not None
-            configure_server_socket(sock, self.options.curve_secret_key, authenticate_clients=zap)
+            configure_server_socket(sock, self.options.curve_secret_key)
             sock.bind(address)
             self._monitor = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
         except Exception:
-            for s in (sock, self._zap):
-                if s is not None:
-                    s.close(0)
-            self._ctx.term()
+            self._ctx.destroy(linger=0)  # (the sockets made so far)
             raise
         wake = f"inproc://magister-wake-{id(self)}"
         self._wake_rx = self._ctx.socket(zmq.PAIR)  # the thread's end
         self._wake_rx.bind(wake)
         self._wake_tx = self._ctx.socket(zmq.PAIR)  # close()'s end
-        self._wake_tx.setsockopt(zmq.LINGER, 0)
         self._wake_tx.connect(wake)
         return sock.getsockopt_string(zmq.LAST_ENDPOINT)
 
@@ -163,10 +155,10 @@ class CurriculumServer(LearnerCalls, ServedCurriculum):
         poll_ms = max(1, int(min(self.options.poll_interval, heartbeat or math.inf) * 1000))
         next_sweep = time.monotonic() + heartbeat if heartbeat else math.inf
         poller = zmq.Poller()
-        sockets = [s for s in (sock, self._wake_rx, self._monitor, self._zap) if s is not None]
-        for s in sockets:
-            poller.register(s, zmq.POLLIN)
-        try:
+        for s in (sock, self._wake_rx, self._monitor, self._zap):
+            if s is not None:
+                poller.register(s, zmq.POLLIN)
+        with contextlib.suppress(zmq.ContextTerminated):  # (only if the context is destroyed under us)
             while not self.closed:
                 if time.monotonic() >= next_sweep:
                     next_sweep = time.monotonic() + heartbeat
@@ -188,12 +180,6 @@ class CurriculumServer(LearnerCalls, ServedCurriculum):
                     self._handle(frames)
                 except Exception:  # the thread must never die on one bad message
                     self._log.exception("handler", "curriculum server: unexpected error handling a message")
-        except zmq.ContextTerminated:  # pragma: no cover - only if the context is destroyed under us
-            pass
-        finally:
-            sock.disable_monitor()
-            for s in sockets:
-                s.close(0)
 
     def _answer_zap(self) -> None:
         """Answer one ZAP request (RFC 27): admit the CURVE client whose public key is allowed (fail closed:
@@ -224,23 +210,22 @@ class CurriculumServer(LearnerCalls, ServedCurriculum):
 
     def _send(self, key: tuple[bytes, int], msg: P.Message, peer: _Peer | None = None) -> bool:
         """Send ``msg`` now (numbered, and kept until acknowledged, for a sequenced ``peer``)."""
-        frames = P.encode(msg)
-        if peer is None or not peer.sequenced:  # (an error for a sender gone since, such as a frame that
-            gone = logging.DEBUG if peer is None and type(msg) is P.Error else None  # crossed its goodbye)
-            return self._write(key, frames, msg, gone=gone)
-        return self._write(key, peer.stream.number(frames), msg, logging.DEBUG)  # (resent if lost)
+        if peer is None or not peer.sequenced:
+            return self._write(key, P.encode(msg), msg)
+        return self._write(key, peer.stream.number(P.encode(msg)), msg, logging.DEBUG)  # (resent if lost)
 
     def _write(self, key: tuple[bytes, int], frames: list[Any], msg: P.Message | None = None,
-               level: int = logging.WARNING, gone: int | None = None) -> bool:
-        """Send ``frames`` to ``key`` now; False when it cannot take them (logged at ``level``; at ``gone``,
-        when given, if the peer is gone rather than its queue full)."""
+               level: int = logging.WARNING) -> bool:
+        """Send ``frames`` to ``key`` now; False when it cannot take them (logged at ``level``; an error for a
+        peer gone, such as one whose frame crossed its goodbye, at DEBUG: nobody is left to read it)."""
         try:
             self._sock.send_multipart([key[0], *P.channel_frame(key[1]), *frames], zmq.NOBLOCK)
             return True
         except zmq.ZMQError as exc:  # peer gone (ROUTER_MANDATORY) or its queue is full (zmq.Again)
             self.replies_undelivered += 1
+            if type(msg) is P.Error and not isinstance(exc, zmq.Again):
+                level = logging.DEBUG
             what = type(msg).__name__ if msg is not None else "a message"
-            level = gone if gone is not None and not isinstance(exc, zmq.Again) else level
             self._log.log(level, "undeliverable", "curriculum server: could not deliver %s to env %s: %s",
                           what, getattr(msg, "env_id", "?"), exc)
             return False
@@ -314,7 +299,7 @@ class CurriculumServer(LearnerCalls, ServedCurriculum):
             logger.debug("env %d joined (pid %d, %r)", welcome.env_id, hello.pid, hello.name)
             if hello.rejoin is not None:
                 logger.info("env %d joined again (it was env %d)", welcome.env_id, hello.rejoin)
-        self._write(key, P.encode(peer.welcome), peer.welcome)
+        self._send(key, peer.welcome)  # (unsequenced, as the hello)
 
     def local_core(self) -> SyncCore | None:
         """The core, for feeds in the process that serves it (no sockets in-process)."""
@@ -338,12 +323,11 @@ class CurriculumServer(LearnerCalls, ServedCurriculum):
         self.closed = True
         with contextlib.suppress(zmq.ZMQError):  # (else the thread wakes at its poll interval)
             self._wake_tx.send(b"", zmq.NOBLOCK)
-        self._wake_tx.close(0)
         self._thread.join(self.options.join_timeout)
         if self._thread.is_alive():  # pragma: no cover - only if the curriculum blocks forever
             logger.error("curriculum server thread did not stop within %.1fs", self.options.join_timeout)
-        else:
-            self._ctx.term()
+        else:  # (the thread is done with its sockets)
+            self._ctx.destroy(linger=0)
         self._remove_tmpdir()
         _live_servers.discard(self)
         self._log.flush()  # what the rate limits held back is reported, counted

@@ -42,14 +42,6 @@ _connections: dict[tuple, _Connection] = {}
 _contexts_lock = threading.RLock()
 
 
-def _context() -> zmq.Context:
-    """This process's ZeroMQ context (a new one after a fork)."""
-    with _contexts_lock:
-        if not _contexts or _contexts[-1][0] != os.getpid():
-            _contexts.append((os.getpid(), zmq.Context()))
-        return _contexts[-1][1]
-
-
 class _Connection:
     """One DEALER socket of this process to one endpoint, shared by its envs' transports, each on a channel
     of its own (numbered from 0, never reused). Every use of the socket holds :attr:`lock`; frames read
@@ -57,8 +49,11 @@ class _Connection:
     for all its envs, and any frame heard is a sign that the server is there."""
 
     def __init__(self, key: tuple, options: FeedOptions) -> None:
+        """(Made by :meth:`join`, under ``_contexts_lock``.)"""
         self.key, self.lock = key, threading.RLock()
-        self.socket = sock = _context().socket(zmq.DEALER)
+        if not _contexts or _contexts[-1][0] != key[0]:  # this process's context (a new one after a fork)
+            _contexts.append((key[0], zmq.Context()))
+        self.socket = sock = _contexts[-1][1].socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, int(options.close_timeout * 1000))
         sock.setsockopt(zmq.RECONNECT_IVL, 100)
         sock.setsockopt(zmq.RECONNECT_IVL_MAX, 1000)
@@ -181,6 +176,8 @@ class ZmqTransport(Transport):
 
     # when the connection's last frame went out (heartbeats fill its silences)
     last_send = property(lambda self: 0.0 if self.conn is None else self.conn.last_send)
+    # the messages dropped unacknowledged from the resend queue (it was full) since the last registration
+    lost = property(lambda self: self.stream.dropped)
 
     def no_reply(self, what: str) -> str:
         said = super().no_reply(what)
@@ -270,11 +267,6 @@ class ZmqTransport(Transport):
         """Each message numbered, in order (kept until the server acknowledges it)."""
         for msg in items:
             self._write(self.stream.number(P.encode(msg)), type(msg).__name__)
-
-    @property
-    def lost(self) -> int:
-        """Messages dropped unacknowledged from the resend queue (it was full) since the last registration."""
-        return self.stream.dropped
 
     def ping(self) -> None:
         """Ask the server for the replies this env missed and where to resend from (also a heartbeat)."""
