@@ -194,7 +194,7 @@ class SyncCore:
         self.departures: Counter[str] = Counter()  # envs that left, by reason ("goodbye", "timeout" ...)
         self.rejoined_envs = 0  # registrations of envs that had registered before
         self.updates_lost_away = 0  # updates returning envs could not keep (reported in their hellos)
-        self.errors_sent = 0  # error replies made (:meth:`error`)
+        self.errors_sent = 0  # error replies made (:meth:`refuse`)
         self.malformed_frames = 0  # frames from peers that never said hello
         # its own (in every welcome), then those of the instances whose ledger it restored (their env ids)
         self.tokens = [secrets.token_hex(8)]
@@ -365,8 +365,9 @@ class SyncCore:
         return SyncRejected("unknown_env", f"{who} is unknown to this server{why}; send Hello again")
 
     def refuse(self, exc: SyncRejected, env_id: int | None = None) -> P.Error:
-        """The error reply for ``exc`` (counted, see :meth:`error`)."""
-        return self.error(exc.code, str(exc), env_id)
+        """The error reply for ``exc`` (counted in :attr:`errors_sent`)."""
+        self.errors_sent += 1
+        return P.Error(exc.code, str(exc)[:2000], None if env_id is None else int(env_id))
 
     # -- the ledger in checkpoints ------------------------------------------------------------------
     def ledger_state(self) -> dict[str, Any]:
@@ -572,7 +573,7 @@ class SyncCore:
     def answer(self, msg: P.Message) -> list[P.Message]:
         """The replies to ``msg`` from an env over a transport, in order: a hello's welcome (the env is then
         watched for liveness, see :meth:`heard`), :meth:`apply`'s reply, or for a refused message its
-        :meth:`error` and then the tasks still owed to the env. Never raises."""
+        :meth:`refuse` reply and then the tasks still owed to the env. Never raises."""
         env_id = getattr(msg, "env_id", None)
         try:
             if type(msg) is P.Hello:
@@ -584,19 +585,14 @@ class SyncCore:
             return [self.refuse(exc, env_id), *([] if exc.reply is None else [exc.reply])]
         except Exception as exc:  # the endpoint must answer every message
             self.log.exception("handler", "unexpected error applying a %s", type(msg).__name__)
-            return [self.error("internal", f"{type(exc).__name__}: {exc}", env_id)]
+            return [self.refuse(SyncRejected("internal", f"{type(exc).__name__}: {exc}"), env_id)]
         return [] if reply is None else [reply]
 
     def malformed(self, exc: P.ProtocolError, env_id: int | None = None) -> P.Error:
         """The error reply to a frame not of this protocol (counted, as ``env_id``'s when known)."""
         self.note_malformed(env_id)
         code = "version" if isinstance(exc, P.ProtocolVersionError) else "malformed"
-        return self.error(code, str(exc), env_id)
-
-    def error(self, code: str, message: str, env_id: int | None = None) -> P.Error:
-        """An error reply (counted in :attr:`errors_sent`)."""
-        self.errors_sent += 1
-        return P.Error(code, message[:2000], None if env_id is None else int(env_id))
+        return self.refuse(SyncRejected(code, str(exc)), env_id)
 
     def _episode(self, c: EnvCounters, env_id: int, end: P.EpisodeEnd) -> None:
         """End the lease; a finished episode (``end.ended``) goes to ``curriculum.on_episode`` as an

@@ -350,8 +350,8 @@ class TaskFeed:
                 return
             if self._held.updates and _now() >= self._held.send_by:
                 self._send_held()
-            elif not self._closing:
-                transport.beat()
+            elif not self._closing and 0 < transport.heartbeat <= time.monotonic() - transport.last_send:
+                transport.ping()
         finally:
             self._lock.release()
 

@@ -141,9 +141,8 @@ class CurriculumActor(LearnerCalls):
     def _apply(self, frames: list[Any], token: str = "", where: tuple[str, str] | None = None
                ) -> list[bytes] | None:
         if not isinstance(frames, (list, tuple)):
-            self.core.note_malformed()
             got = type(frames).__name__
-            error = self.core.error("malformed", f"expected a list of encoded messages, got {got}")
+            error = self.core.malformed(P.ProtocolError(f"expected a list of encoded messages, got {got}"))
         elif token and token != self.core.token:
             error = self.core.refuse(self.core.unknown_env(why=" (the curriculum actor restarted)"))
         else:

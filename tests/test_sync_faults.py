@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 from magister.curricula.base import Curriculum
 from magister.sync import protocol as P
+from magister.sync.core import SyncRejected
 from magister.sync.feed import CurriculumClient, ServerUnavailableError, SyncError
 from magister.sync.options import FeedOptions
 from magister.sync.zmq_server import serve
@@ -560,7 +561,7 @@ def test_an_error_for_a_sender_already_gone_is_not_a_warning(caplog):
             with server.lock:
                 c.transport.send([P.Report(c.env_id, request=1)])
                 assert waiting.wait(30), "the server thread never asked for the lock"
-                error = server.core.error("unknown_env", "send Hello again")
+                error = server.core.refuse(SyncRejected("unknown_env", "send Hello again"))
                 assert not server._send((b"\x00gone", 0), error)  # no such peer (any more)
         finally:
             server.core.lock = lock

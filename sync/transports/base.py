@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any, ClassVar
 
 from .. import protocol as P
@@ -75,11 +74,6 @@ class Transport:
 
     def ping(self) -> None:
         """Send a heartbeat (here: none)."""
-
-    def beat(self) -> None:
-        """Send a heartbeat if nothing went out for ``heartbeat`` seconds."""
-        if 0 < self.heartbeat <= time.monotonic() - self.last_send:
-            self.ping()
 
     def keep_waiting(self, since: float) -> bool:
         """Whether a wait for tasks begun at ``since`` goes on past the timeout (the peer is away)."""
