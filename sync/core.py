@@ -175,18 +175,18 @@ class SyncCore:
         curriculum: The curriculum to serve.
         options: The endpoint's settings (:class:`~magister.sync.options.ServerOptions`, kept as
             :attr:`options`); its fields may also be given as keywords.
-        lock: The lock to share; by default the curriculum's own
-            (:attr:`~magister.curricula.base.Curriculum.lock`), so a learner reading the curriculum
-            directly is serialised with the endpoint.
+
+    Its :attr:`lock` is the curriculum's own (:attr:`~magister.curricula.base.Curriculum.lock`), so a
+    learner reading the curriculum directly is serialised with the endpoint.
     """
 
-    def __init__(self, curriculum: Curriculum, options: ServerOptions | None = None, *, lock: Any = None,
+    def __init__(self, curriculum: Curriculum, options: ServerOptions | None = None,
                  **overrides: Any) -> None:
         if not isinstance(curriculum, Curriculum):
             raise TypeError(f"curriculum must be a magister Curriculum, got {type(curriculum).__name__}")
         self.options = ServerOptions.of(options, **overrides)
         self.curriculum = curriculum
-        self.lock = lock if lock is not None else curriculum.lock
+        self.lock = curriculum.lock
         self._envs: dict[int, _Env] = {}  # every env served, and the last ones that left
         self._left: deque[int] = deque()  # those that left, the oldest first
         self._keys: dict[Hashable, int] = {}  # the live envs by their contacts' keys
@@ -325,13 +325,13 @@ class SyncCore:
 
     def _abandon(self, env_id: int, c: EnvCounters, leases: dict[int, tuple[Hashable, TaskSample]]) -> None:
         """End ``leases`` abandoned: counted, and each passed to ``curriculum.on_task_abandoned``."""
-        for task_id, (_, sample) in leases.items():
-            self._end(task_id, "abandoned")
+        self._end(leases, "abandoned")
+        for _, sample in leases.values():
             try:
                 self.curriculum.on_task_abandoned(sample.task, env_id)
             except Exception:
-                self.log.log(logging.ERROR, "abandoned_hook", "%s.on_task_abandoned failed",
-                             type(self.curriculum).__name__, exc_info=True)
+                self.log.exception("abandoned_hook", "%s.on_task_abandoned failed",
+                                   type(self.curriculum).__name__)
         c.tasks_abandoned += len(leases)
 
     def heard(self, env_id: int, at: float | None = None) -> None:
@@ -405,13 +405,17 @@ class SyncCore:
                 self._envs[env_id] = _Env(EnvCounters(**counts), leases, stream, returned=True,
                                           restored=time.monotonic(), before=int(saved.get("before", 0)))
             for i, outcome in state["ended"]:
-                self._end(int(i), outcome)
+                self._end([int(i)], outcome)
             self._next_env = max(self._next_env, int(state["next_env"]))
 
-    def _end(self, task_id: int, outcome: str) -> None:
-        """Record how lease ``task_id`` ended (the last ``KEEP_ENDED`` are kept)."""
-        self._ended[task_id] = outcome
-        if len(self._ended) > KEEP_ENDED:
+    def _end(self, task_ids: Iterable[int], outcome: str, leases: dict[int, Any] | None = None) -> None:
+        """Record how leases ``task_ids`` ended (the last ``KEEP_ENDED`` are kept), dropping them from
+        ``leases`` (their env's) when given."""
+        for task_id in task_ids:
+            if leases is not None:
+                leases.pop(task_id, None)
+            self._ended[task_id] = outcome
+        while len(self._ended) > KEEP_ENDED:
             self._ended.popitem(last=False)
 
     def _stale(self, env_id: int, c: EnvCounters, task_id: int) -> str | None:
@@ -489,18 +493,8 @@ class SyncCore:
             if not self.is_live(msg.env_id):  # the env left meanwhile: its tasks were abandoned with it
                 return
             env = self._envs[msg.env_id]
-            for i in msg.task_ids:
-                env.leases.pop(i, None)
-                self._end(i, "unsent")
+            self._end(msg.task_ids, "unsent", env.leases)
             env.counters.tasks_unsent += len(msg.task_ids)
-
-    def note_malformed(self, env_id: int | None = None) -> None:
-        """Count one malformed frame (attributed to ``env_id`` when the sender is known)."""
-        with self.lock:
-            if self.is_live(env_id):
-                self._envs[env_id].counters.malformed_frames += 1
-            else:
-                self.malformed_frames += 1
 
     def _resolve(self, env_id: int, task_id: int, task: EncodedTask) -> TaskSample:
         """The sample handed out as ``task_id``, checked against the reported ``task`` (``ENV_TASK``: a task
@@ -588,11 +582,18 @@ class SyncCore:
             return [self.refuse(SyncRejected("internal", f"{type(exc).__name__}: {exc}"), env_id)]
         return [] if reply is None else [reply]
 
-    def malformed(self, exc: P.ProtocolError, env_id: int | None = None) -> P.Error:
-        """The error reply to a frame not of this protocol (counted, as ``env_id``'s when known)."""
-        self.note_malformed(env_id)
-        code = "version" if isinstance(exc, P.ProtocolVersionError) else "malformed"
-        return self.refuse(SyncRejected(code, str(exc)), env_id)
+    def malformed(self, exc: P.ProtocolError | SyncRejected, env_id: int | None = None) -> P.Error:
+        """The error reply to a frame not of this protocol, or (``exc`` a :class:`SyncRejected`) not for the
+        sender it came from; counted as a malformed frame (``env_id``'s when the sender is known)."""
+        with self.lock:
+            if self.is_live(env_id):
+                self._envs[env_id].counters.malformed_frames += 1
+            else:
+                self.malformed_frames += 1
+        if isinstance(exc, P.ProtocolError):
+            code = "version" if isinstance(exc, P.ProtocolVersionError) else "malformed"
+            exc = SyncRejected(code, str(exc))
+        return self.refuse(exc, env_id)
 
     def _episode(self, c: EnvCounters, env_id: int, end: P.EpisodeEnd) -> None:
         """End the lease; a finished episode (``end.ended``) goes to ``curriculum.on_episode`` as an
@@ -627,8 +628,7 @@ class SyncCore:
     def _consume(self, c: EnvCounters, env_id: int, task_id: int) -> None:
         """Lease ``task_id`` ends consumed (a no-op for a task the env chose)."""
         if task_id != P.ENV_TASK:
-            del self._envs[env_id].leases[task_id]
-            self._end(task_id, "consumed")
+            self._end([task_id], "consumed", self._envs[env_id].leases)
             c.tasks_consumed += 1
 
     def _curriculum_error(self, c: EnvCounters, method: str, exc: Exception) -> SyncRejected:
@@ -696,9 +696,7 @@ class SyncCore:
                 what = f"env {env_id} returned task ids it does not hold: {unknown}"
                 raise SyncRejected("unknown_task", what)
             c.updates_applied += 1
-            for i in returned:
-                del flight[i]
-                self._end(i, "returned")
+            self._end(returned, "returned", flight)
             c.tasks_returned += len(returned)
             self.depart(env_id, "goodbye")
         return P.Goodbye(env_id, msg.returned_task_ids)
@@ -719,14 +717,11 @@ class SyncCore:
                 out.update(env.counters.metrics(f"sync/env{env_id}", env.connected))
                 totals.add(env.counters)
             out.update(totals.metrics("sync/total", sum(env.connected for env in self._envs.values())))
-            departed = len(self._left) + self._evicted_envs  # (and not back)
-            out["sync/envs"] = float(self.live_envs + departed)  # ever registered
-            out["sync/envs_live"] = float(self.live_envs)
-            out["sync/envs_departed"] = float(departed)
-            out["sync/envs_rejoined"] = float(self.rejoined_envs)
-            out["sync/updates_lost_away"] = float(self.updates_lost_away)
-            out["sync/malformed_frames_unattributed"] = float(self.malformed_frames)
-        return out
+            departed = len(self._left) + self._evicted_envs  # (and not back); "envs": ever registered
+            envs = {"envs": self.live_envs + departed, "envs_live": self.live_envs, "envs_departed": departed,
+                    "envs_rejoined": self.rejoined_envs, "updates_lost_away": self.updates_lost_away,
+                    "malformed_frames_unattributed": self.malformed_frames}
+        return {**out, **{f"sync/{name}": float(v) for name, v in envs.items()}}
 
 
 class LearnerCalls:

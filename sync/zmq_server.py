@@ -272,9 +272,8 @@ class CurriculumServer(LearnerCalls, ServedCurriculum):
         if isinstance(msg, P.Hello):
             self._hello(key, peer, msg, fd)
         elif peer is None or msg.env_id != env_id:  # type: ignore[attr-defined]
-            self.core.note_malformed(env_id)
             why = f" (it sent a {type(msg).__name__} as env {msg.env_id})"  # type: ignore[attr-defined]
-            self._send(key, self.core.refuse(self.core.unknown_env(why=why), env_id), peer)
+            self._send(key, self.core.malformed(self.core.unknown_env(why=why), env_id), peer)
         else:
             for reply in self.core.answer(msg):  # (a goodbye's ack is numbered: the peer is known here)
                 sent = self._send(key, reply, peer)

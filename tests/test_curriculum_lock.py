@@ -272,11 +272,11 @@ def test_signatures_survive_the_wrapping() -> None:
     assert "extras" in inspect.signature(WithExtras(Discrete(2)).update_on_episode).parameters
 
 
-def test_sync_core_can_share_the_curriculum_lock() -> None:
+def test_sync_core_serves_under_the_curriculum_lock() -> None:
     from magister.sync.core import SyncCore
 
     cur = PLR(Discrete(4), score="max_mc")
-    core = SyncCore(cur, lock=cur.lock)
+    core = SyncCore(cur)
     assert core.lock is cur.lock
     welcome = core.register_env()
     tasks = core.assign_tasks(welcome.env_id, 2)
