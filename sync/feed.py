@@ -559,7 +559,7 @@ class TaskFeed:
         try:
             if self._active() and self.env_id is not None:
                 self._flush_steps()
-                if not self._link().goodbye_carries_held():
+                if not self._link().goodbye_carries_held:
                     self._send_held()
                 while self._outstanding and self._active() and time.monotonic() < deadline:
                     self._receive(deadline - time.monotonic())

@@ -27,12 +27,14 @@ class Transport:
     ``stats`` key counting sends; ``hint``, added to a :class:`ServerUnavailableError`; ``peer``, who it
     talks to (for messages), within ``timeout`` seconds; ``waits``, sends that waited for room; ``heartbeat``,
     the seconds of silence (since ``last_send``) after which the feed sends one (0: none); ``lost``, messages
-    that could not be kept for a resend while the peer was away (told when rejoining).
+    that could not be kept for a resend while the peer was away (told when rejoining);
+    ``goodbye_carries_held``, whether the held updates go out with the goodbye (one send) or before it.
     """
 
     prefetch: ClassVar[int] = 8
     update_batch: ClassVar[int] = 32
     unit: ClassVar[str] = "sends"
+    goodbye_carries_held: ClassVar[bool] = False
     hint: ClassVar[str] = ""
     peer: str
     timeout: float
@@ -108,7 +110,3 @@ class Transport:
         if holding:
             return depth if depth and not ready else None
         return depth - ready if depth > ready else None
-
-    def goodbye_carries_held(self) -> bool:
-        """Whether the held updates go out with the goodbye (one send) rather than before it."""
-        return False
