@@ -223,9 +223,7 @@ class TaskFeed:
             self.transport = None
             transport.close(wait=False)
             raise
-        self._take_welcome(welcome)
-        # (over sockets the first reset takes one task and leaves the others ready)
-        self._send_held(transport.first_request(self.request_size, self.holds_updates))
+        self._take_welcome(welcome)  # (the first reset asks for tasks: Transport.ask_when_empty)
         if _background_flush and self._flush_period < math.inf:
             _flusher.add(self)
         return True

@@ -91,13 +91,9 @@ class Transport:
         no updates: an error is heard at the next step)."""
         return awaiting or not holding
 
-    def first_request(self, depth: int, holding: bool) -> int:
-        """Tasks to ask for at connect, to keep ``depth`` ready (one more if held updates ask for more)."""
-        return depth + int(holding) if depth else 0
-
     def ask_when_empty(self, awaiting: bool, size: int) -> int | None:
-        """Tasks to ask for, sending the held updates along, when the env needs one and none is ready
-        (``size``: a request's at the env's pace); ``None``: send nothing."""
+        """Tasks to ask for, sending the held updates along, when the env needs one and none is ready (at
+        its first reset too; ``size``: a request's at the env's pace); ``None``: send nothing."""
         return 0 if awaiting else 1
 
     def refill(self, ready: int, depth: int, holding: bool) -> int:

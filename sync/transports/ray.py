@@ -381,9 +381,6 @@ class RayTransport(Transport):
     def polls(self, awaiting: bool, holding: bool) -> bool:
         return False
 
-    def first_request(self, depth: int, holding: bool) -> int:
-        return depth
-
     def ask_when_empty(self, awaiting: bool, size: int) -> int | None:
         return None if awaiting else size
 
