@@ -325,10 +325,13 @@ class TaskFeed:
             return []
         return [P.Report(cast(int, self.env_id), tuple(held.updates), request)]  # (a registered feed's)
 
-    def _send_held(self, request: int = 0) -> None:
-        """Send the held updates, asking for ``request`` more tasks."""
-        if self._active() and self.env_id is not None and (report := self._take_held(request)):
-            self._send(report)
+    def _send_held(self, request: int | None = 0) -> None:
+        """Send the held updates, asking for ``request`` more tasks (``None``: a transport's answer to send
+        nothing)."""
+        if request is None or not self._active() or self.env_id is None:
+            return
+        if items := self._take_held(request):
+            self._send(items)
 
     @property
     def _flush_period(self) -> float:
@@ -426,9 +429,7 @@ class TaskFeed:
         return max(1, min(prefetch, int(delay / pace)))
 
     def _refill_request(self) -> int:
-        """Tasks an episode (or completed task) update asks for (:meth:`Transport.refill`)."""
-        if self.env_id is None:
-            return 0
+        """Tasks an episode (or completed task) update asks for, once connected (:meth:`Transport.refill`)."""
         ready = len(self._buffer) + self._outstanding  # or on their way
         return self._link().refill(ready, self.request_size, self.holds_updates)
 
@@ -445,18 +446,14 @@ class TaskFeed:
             if transport.polls(self._outstanding > 0, holding):
                 self._drain()  # (a feed holding updates reads error replies with the next tasks)
             if not self._buffer:
-                ask = transport.ask_when_empty(self._outstanding > 0, self.request_size or 1)
-                if ask is not None:
-                    self._send_held(ask)
+                self._send_held(transport.ask_when_empty(self._outstanding > 0, self.request_size or 1))
                 if not self._wait_for_tasks():
                     return self.next_task()  # the fallback took over
             a = self._buffer.popleft()
             if a.task_id != P.ENV_TASK:
                 self._issued[a.task_id] = a
             ready, due = len(self._buffer) + self._outstanding, now >= self._held.send_by
-            ask = transport.top_up(ready, self.request_size, holding, due)
-            if ask is not None:
-                self._send_held(ask)
+            self._send_held(transport.top_up(ready, self.request_size, holding, due))
             return a
 
     def give_back(self, assignment: Assignment) -> None:
