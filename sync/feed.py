@@ -64,12 +64,11 @@ class Assignment(NamedTuple):
 
 
 class _Held:
-    """Updates waiting for the next send (of one :class:`~magister.sync.protocol.Report`), in order; the
-    tasks they ask for; when the oldest must go out (``math.inf``: none held)."""
+    """Updates waiting for the next send (of one :class:`~magister.sync.protocol.Report`), in order; when
+    the oldest must go out (``math.inf``: none held). (An update asking for tasks goes out at once.)"""
 
     def __init__(self) -> None:
         self.updates: list[P.Update] = []
-        self.request = 0
         self.send_by = math.inf
 
 
@@ -224,9 +223,7 @@ class TaskFeed:
             self.transport = None
             transport.close(wait=False)
             raise
-        self._take_welcome(welcome)
-        # (over sockets the first reset takes one task and leaves the others ready)
-        self._send_held(transport.first_request(self._depth(), self.holds_updates))
+        self._take_welcome(welcome)  # (the first reset asks for tasks: Transport.ask_when_empty)
         if _background_flush and self._flush_period < math.inf:
             _flusher.add(self)
         return True
@@ -252,7 +249,7 @@ class TaskFeed:
         if not welcome.resumed:  # (resumed: a server restored from a checkpoint kept its leases)
             self._buffer.clear()  # leases abandoned with the old registration, or unknown to a new server
         self._take_welcome(welcome)
-        need = self._depth() + 1 - len(self._buffer)
+        need = self.request_size + 1 - len(self._buffer)
         if need > 0 and not self._closing:  # what the old registration was asked for and never sent
             self._send_held(need)
 
@@ -288,9 +285,11 @@ class TaskFeed:
         return self.transport is not None and self._pid == _pid  # (the fallback drops the transport)
 
     # -- sending ------------------------------------------------------------------------------------
-    def _send(self, items: list[Any], updates: int, asked: int) -> bool:
-        """One send of ``items`` (``updates`` of them updates, asking for ``asked`` tasks in all)."""
+    def _send(self, items: list[P.Message]) -> bool:
+        """One send of ``items`` (its reports' updates and task requests counted)."""
         transport = self._link()
+        reports = [m for m in items if type(m) is P.Report]
+        updates, asked = sum(len(r.updates) for r in reports), sum(r.request for r in reports)
         try:
             transport.send(items)
         except ServerUnavailableError as exc:
@@ -313,24 +312,26 @@ class TaskFeed:
             if not held.updates:
                 held.send_by = now + self.options.max_update_delay
             held.updates.append(update)
-            held.request += request
             large = type(update) is P.Steps and observation_bytes(update.obs) >= P.DEFAULT_OOB_THRESHOLD
             full = len(held.updates) >= (self.options.update_batch or 1) or now >= held.send_by
             if not self.holds_updates or request or large or full:  # (the feed is active: see callers)
-                self._send(*self._take_held())
+                self._send(self._take_held(request))
 
-    def _take_held(self, request: int = 0) -> tuple[list[P.Report], int, int]:
-        """The held updates as one report asking for ``request`` more tasks (and its counts); clears them."""
+    def _take_held(self, request: int = 0) -> list[P.Message]:
+        """The held updates as one report asking for ``request`` more tasks (none: nothing held nor asked
+        for); clears them."""
         held, self._held = self._held, _Held()
-        asked = held.request + request
-        report = P.Report(cast(int, self.env_id), tuple(held.updates), asked)  # (a registered feed's)
-        return [report], len(report.updates), asked
+        if not held.updates and request <= 0:
+            return []
+        return [P.Report(cast(int, self.env_id), tuple(held.updates), request)]  # (a registered feed's)
 
-    def _send_held(self, request: int = 0) -> None:
-        """Send the held updates, asking for ``request`` more tasks."""
-        if not self._active() or self.env_id is None or (not self._held.updates and request <= 0):
+    def _send_held(self, request: int | None = 0) -> None:
+        """Send the held updates, asking for ``request`` more tasks (``None``: a transport's answer to send
+        nothing)."""
+        if request is None or not self._active() or self.env_id is None:
             return
-        self._send(*self._take_held(request))
+        if items := self._take_held(request):
+            self._send(items)
 
     @property
     def _flush_period(self) -> float:
@@ -417,25 +418,20 @@ class TaskFeed:
     # -- tasks --------------------------------------------------------------------------------------
     @property
     def request_size(self) -> int:
-        """Tasks to keep ready: as many as the env plays in ``max_update_delay`` seconds at its recent pace
-        (1 until known), within ``[1, prefetch]``."""
+        """Tasks to keep ready beyond the one the next reset takes: as many as the env plays in
+        ``max_update_delay`` seconds at its recent pace (1 until known), within ``[1, prefetch]`` (0 with
+        ``prefetch=0``)."""
         prefetch, delay, pace = self.prefetch, self.options.max_update_delay, self._pace.mean
         if prefetch <= 1 or (pace is None and delay < math.inf):
-            return 1
+            return min(prefetch, 1)
         if delay == math.inf or pace <= 0.0:
             return prefetch
         return max(1, min(prefetch, int(delay / pace)))
 
-    def _depth(self) -> int:
-        """Tasks to keep ready beyond the one the next reset takes (0 with ``prefetch=0``)."""
-        return self.request_size if self.prefetch else 0
-
     def _refill_request(self) -> int:
-        """Tasks an episode (or completed task) update asks for (:meth:`Transport.refill`)."""
-        if self.env_id is None:
-            return 0
-        ready = len(self._buffer) + self._outstanding + self._held.request  # or on their way, or asked for
-        return self._link().refill(ready, self._depth(), self.holds_updates)
+        """Tasks an episode (or completed task) update asks for, once connected (:meth:`Transport.refill`)."""
+        ready = len(self._buffer) + self._outstanding  # or on their way
+        return self._link().refill(ready, self.request_size, self.holds_updates)
 
     def next_task(self) -> Assignment:
         """The next task: from the prefetch buffer, or requested and awaited (at most ``timeout``)."""
@@ -450,18 +446,14 @@ class TaskFeed:
             if transport.polls(self._outstanding > 0, holding):
                 self._drain()  # (a feed holding updates reads error replies with the next tasks)
             if not self._buffer:
-                ask = transport.ask_when_empty(self._outstanding > 0, self.request_size)
-                if ask is not None:
-                    self._send_held(ask)
+                self._send_held(transport.ask_when_empty(self._outstanding > 0, self.request_size or 1))
                 if not self._wait_for_tasks():
                     return self.next_task()  # the fallback took over
             a = self._buffer.popleft()
             if a.task_id != P.ENV_TASK:
                 self._issued[a.task_id] = a
-            ready, due = len(self._buffer) + self._outstanding + self._held.request, now >= self._held.send_by
-            ask = transport.top_up(ready, self._depth(), holding, due)
-            if ask is not None:
-                self._send_held(ask)
+            ready, due = len(self._buffer) + self._outstanding, now >= self._held.send_by
+            self._send_held(transport.top_up(ready, self.request_size, holding, due))
             return a
 
     def give_back(self, assignment: Assignment) -> None:
@@ -505,12 +497,6 @@ class TaskFeed:
             with self._lock:
                 self._drain()  # error replies and tasks that arrived meanwhile
 
-    def _steps_sent(self) -> bool:
-        """Whether an update can be delivered (not closed, no fallback, not forked), once the buffered step
-        records went first (the flush may find the server gone)."""
-        self._flush_steps()
-        return self._active()
-
     def record_episode(self, assignment: Assignment, episode_return: float, length: int, progress: float,
                        ended: bool = True, extras: dict | None = None, refill: bool = True,
                        agents: Sequence[tuple[str, float, int, float]] = ()) -> None:
@@ -518,7 +504,8 @@ class TaskFeed:
         the env resets next, so the update may ask for tasks; ``agents``: for a multi-agent episode reported
         per agent, one ``(agent, return, length, progress)`` row each (each reaches the curriculum as an
         episode on ``assignment``, with its flags). ``extras`` that cannot travel raise here."""
-        if not self._steps_sent():
+        self._flush_steps()  # the buffered step records go first (the flush may find the server gone)
+        if not self._active():
             return
         if extras:
             self._link().check_travel(extras)  # raises TypeError naming a value that cannot travel
@@ -533,7 +520,8 @@ class TaskFeed:
     def record_progress(self, assignment: Assignment, progress: float, done: bool = False) -> None:
         """Progress on ``assignment`` mid-episode; ``done`` acknowledges the task as consumed (and may ask
         for the next one)."""
-        if not self._steps_sent():
+        self._flush_steps()  # (as in record_episode)
+        if not self._active():
             return
         if done:
             self._issued.pop(assignment.task_id, None)
@@ -550,32 +538,29 @@ class TaskFeed:
             return
         _flusher.remove(self)
         with self._lock:
-            self._close()
-
-    def _close(self) -> None:
-        deadline = time.monotonic() + self.options.close_timeout  # one bound for the whole close
-        self._closing = True
-        acked = False
-        try:
-            if self._active() and self.env_id is not None:
-                self._flush_steps()
-                if not self._link().goodbye_carries_held():
-                    self._send_held()
-                while self._outstanding and self._active() and time.monotonic() < deadline:
-                    self._receive(deadline - time.monotonic())
-                acked = self._active() and self._say_goodbye(deadline)
-        except (ServerUnavailableError, SyncError) as exc:  # closing must not fail because the server is gone
-            logger.warning("client env %s: closing without the server: %s", self.env_id, exc)
-        finally:
-            if self.transport is not None:
-                # everything before the goodbye was acknowledged: nothing left worth lingering for;
-                # otherwise queued messages may go out for what is left of the close timeout
-                linger = 0.0 if acked else max(0.0, deadline - time.monotonic())
-                self.transport.close(wait=not acked, linger=linger)
-                self.transport = None
-            self._held = _Held()
-            self._buffer.clear()
-            self._closed = True
+            deadline = time.monotonic() + self.options.close_timeout  # one bound for the whole close
+            self._closing = True
+            acked = False
+            try:
+                if self._active() and self.env_id is not None:
+                    self._flush_steps()
+                    if not self._link().goodbye_carries_held:
+                        self._send_held()
+                    while self._outstanding and self._active() and time.monotonic() < deadline:
+                        self._receive(deadline - time.monotonic())
+                    acked = self._active() and self._say_goodbye(deadline)
+            except (ServerUnavailableError, SyncError) as exc:  # a server gone must not fail the close
+                logger.warning("client env %s: closing without the server: %s", self.env_id, exc)
+            finally:
+                if self.transport is not None:
+                    # everything before the goodbye was acknowledged: nothing left worth lingering for;
+                    # otherwise queued messages may go out for what is left of the close timeout
+                    linger = 0.0 if acked else max(0.0, deadline - time.monotonic())
+                    self.transport.close(wait=not acked, linger=linger)
+                    self.transport = None
+                self._held = _Held()
+                self._buffer.clear()
+                self._closed = True
 
     def _say_goodbye(self, until: float) -> bool:
         """Return the unused tasks with the goodbye and wait for its ack until ``until`` (whether it came);
@@ -585,8 +570,7 @@ class TaskFeed:
             if said != self.stats["rejoins"]:
                 said = self.stats["rejoins"]
                 returned = tuple(a.task_id for a in self._buffer if a.task_id != P.ENV_TASK)
-                reports, updates, _ = self._take_held() if self._held.updates else ([], 0, 0)
-                if not self._send([*reports, P.Goodbye(cast(int, self.env_id), returned)], updates, 0):
+                if not self._send([*self._take_held(), P.Goodbye(cast(int, self.env_id), returned)]):
                     return False
             if any(isinstance(m, P.Goodbye) for m in self._receive(until - time.monotonic())):
                 return True

@@ -27,12 +27,14 @@ class Transport:
     ``stats`` key counting sends; ``hint``, added to a :class:`ServerUnavailableError`; ``peer``, who it
     talks to (for messages), within ``timeout`` seconds; ``waits``, sends that waited for room; ``heartbeat``,
     the seconds of silence (since ``last_send``) after which the feed sends one (0: none); ``lost``, messages
-    that could not be kept for a resend while the peer was away (told when rejoining).
+    that could not be kept for a resend while the peer was away (told when rejoining);
+    ``goodbye_carries_held``, whether the held updates go out with the goodbye (one send) or before it.
     """
 
     prefetch: ClassVar[int] = 8
     update_batch: ClassVar[int] = 32
     unit: ClassVar[str] = "sends"
+    goodbye_carries_held: ClassVar[bool] = False
     hint: ClassVar[str] = ""
     peer: str
     timeout: float
@@ -89,13 +91,9 @@ class Transport:
         no updates: an error is heard at the next step)."""
         return awaiting or not holding
 
-    def first_request(self, depth: int, holding: bool) -> int:
-        """Tasks to ask for at connect, to keep ``depth`` ready (one more if held updates ask for more)."""
-        return depth + int(holding) if depth else 0
-
     def ask_when_empty(self, awaiting: bool, size: int) -> int | None:
-        """Tasks to ask for, sending the held updates along, when the env needs one and none is ready
-        (``size``: a request's at the env's pace); ``None``: send nothing."""
+        """Tasks to ask for, sending the held updates along, when the env needs one and none is ready (at
+        its first reset too; ``size``: a request's at the env's pace); ``None``: send nothing."""
         return 0 if awaiting else 1
 
     def refill(self, ready: int, depth: int, holding: bool) -> int:
@@ -108,7 +106,3 @@ class Transport:
         if holding:
             return depth if depth and not ready else None
         return depth - ready if depth > ready else None
-
-    def goodbye_carries_held(self) -> bool:
-        """Whether the held updates go out with the goodbye (one send) rather than before it."""
-        return False

@@ -70,9 +70,6 @@ class InProcessTransport(Transport):
     def polls(self, awaiting: bool, holding: bool) -> bool:
         return False
 
-    def first_request(self, depth: int, holding: bool) -> int:
-        return 0
-
     def ask_when_empty(self, awaiting: bool, size: int) -> int | None:
         return 0 if awaiting else size
 

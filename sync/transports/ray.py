@@ -230,6 +230,7 @@ class RayTransport(Transport):
     # ready; replies are read only when awaited; the goodbye carries the last held updates
     prefetch: ClassVar[int] = 32
     unit: ClassVar[str] = "calls"
+    goodbye_carries_held: ClassVar[bool] = True
     hint: ClassVar[str] = (". Is serve_ray() running, and is the actor alive? Pass fallback_task_space=... "
                            "to sample locally instead")
 
@@ -380,9 +381,6 @@ class RayTransport(Transport):
     def polls(self, awaiting: bool, holding: bool) -> bool:
         return False
 
-    def first_request(self, depth: int, holding: bool) -> int:
-        return depth
-
     def ask_when_empty(self, awaiting: bool, size: int) -> int | None:
         return None if awaiting else size
 
@@ -393,6 +391,3 @@ class RayTransport(Transport):
         if depth and not ready:
             return depth
         return 0 if due else None
-
-    def goodbye_carries_held(self) -> bool:
-        return True
