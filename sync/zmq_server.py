@@ -298,7 +298,7 @@ class CurriculumServer(LearnerCalls, ServedCurriculum):
             logger.debug("env %d joined (pid %d, %r)", welcome.env_id, hello.pid, hello.name)
             if hello.rejoin is not None:
                 logger.info("env %d joined again (it was env %d)", welcome.env_id, hello.rejoin)
-        self._send(key, peer.welcome)  # (unsequenced, as the hello)
+        self._write(key, P.encode(peer.welcome), peer.welcome)  # (never numbered, as the hello)
 
     def local_core(self) -> SyncCore | None:
         """The core, for feeds in the process that serves it (no sockets in-process)."""
